@@ -152,8 +152,9 @@ def toolchain_version() -> str:
     return f"nvrtc-{major}.{minor}"
 
 
-def _include_paths() -> list[str]:
-    paths = [str(KERNELS)]
+def _include_paths(source_dir: Path) -> list[str]:
+    """The stage's own folder (NVRTC compiles from a string, so it has none), then src/kernels."""
+    paths = [str(source_dir), str(KERNELS)]
     try:
         import cuda.pathfinder as pf
         cccl = pf.find_nvidia_header_directory("cccl")
@@ -201,8 +202,8 @@ def build(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None,
     defines = dict(defines or {})
     srcs = _expand_sources(path.resolve())
     version = toolchain_version()
-    opts = {"arch": arch, "std": "c++17", "define_macro": _format_defines(defines),
-            "include_path": _include_paths(), "ptxas_options": ["-v"], **(extra_options or {})}
+    opts = {"arch": arch, "std": "c++17", "define_macro": _format_defines(defines) or None,
+            "include_path": _include_paths(path.parent), "ptxas_options": ["-v"], **(extra_options or {})}
     key_src = hashlib.sha256()
     for p in srcs:
         key_src.update(p.name.encode() + b"\0" + p.read_bytes())
@@ -236,8 +237,9 @@ def _compile(path: Path, srcs: list[Path], opts: dict, name_expressions) -> tupl
             raise ToolchainError("cuda.core is missing: pip install cuda-core") from e
     source = path.read_text()
     log = io.StringIO()
+    options = ProgramOptions(name=path.name, **opts)
     try:
-        prog = Program(source, "c++", options=ProgramOptions(name=path.name, **opts))
+        prog = Program(source, "c++", options=options)
         kw = {"name_expressions": tuple(name_expressions)} if name_expressions else {}
         obj = prog.compile("cubin", logs=log, **kw)
     except Exception as e:
@@ -247,7 +249,7 @@ def _compile(path: Path, srcs: list[Path], opts: dict, name_expressions) -> tupl
             raise ToolchainError(f"NVRTC is not usable: {e}. Install it: pip install nvidia-cuda-nvrtc") from e
         lines = _offending_lines(text, {p.name: p.read_text() for p in srcs} | {path.name: source})
         raise BuildError(f"NVRTC could not compile {path.name} for {opts['arch']} "
-                         f"with {opts['define_macro']}:\n{text.strip()}\n\nOffending lines:\n{lines}") from None
+                         f"with defines {opts['define_macro'] or []}:\n{text.strip()}\n\nOffending lines:\n{lines}") from None
     return bytes(obj.code), log.getvalue()
 
 

@@ -1,0 +1,47 @@
+# Two commands on a fresh machine: `make book` and `make test`. Both create .venv on first use.
+SHELL := /bin/bash
+VENV := .venv
+PYTHON3 ?= python3
+STAMP := $(VENV)/.installed
+
+# On a GPU node without the venv (the plain python3 already has torch and cuda-python):
+#   make test-gpu PY=python3
+ifeq ($(origin PY),undefined)
+PY := $(VENV)/bin/python
+SETUP := $(STAMP)
+else
+SETUP :=
+endif
+export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup book test test-gpu bench lab clean
+
+setup: $(SETUP)
+
+# Re-install only when the package metadata changes; a second run is a no-op.
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON3) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[book,test]'
+	touch $@
+
+book: $(SETUP)
+	$(PY) -c "from jupyter_book.cli.main import main; main()" build book -W --keep-going
+	@echo "book: $(CURDIR)/book/_build/html/index.html"
+
+test: $(SETUP)
+	$(PY) -m pytest -q -m "not gpu"
+
+test-gpu: $(SETUP)
+	$(PY) -m pytest -q -m gpu -p no:cacheprovider
+
+bench: $(SETUP)
+	$(PY) -m pelib.bench
+
+# JupyterLab on the chapters (MyST notebooks open as notebooks through jupytext).
+lab: $(SETUP)
+	$(VENV)/bin/jupyter lab book/chapters
+
+clean:
+	rm -rf book/_build .pytest_cache

@@ -1,0 +1,125 @@
+// UMMA (sm_100 tcgen05.mma) and GMMA (sm_90 wgmma) descriptors as constexpr encoders,
+// usable in device code and in static_assert. pelib.descriptors is the Python twin;
+// tests/test_descriptors.py compiles static_asserts that the two agree.
+//
+// API (names are stable):
+//   u32 umma_instr_desc(m, n, a_fmt, b_fmt, c_fmt, a_major=UMMA_MAJOR_K, b_major=UMMA_MAJOR_K,
+//                       a_neg=0, b_neg=0, saturate=0, max_shift=0)
+//       kind::f16 / kind::tf32 / kind::f8f6f4 / kind::i8 instruction descriptor (32-bit idesc operand)
+//   u32 umma_instr_desc_block_scaled(m, n, a_fmt, b_fmt, scale_fmt, a_sf_id, b_sf_id,
+//                       a_major=UMMA_MAJOR_K, b_major=UMMA_MAJOR_K, a_neg=0, b_neg=0, k_size=0)
+//       kind::mxf8f6f4 / kind::mxf4 / kind::mxf4nvf4 instruction descriptor
+//   u32 umma_sf_id(tmem_addr)            bits [30,32) of a scale-factor TMEM address (-> a_sf_id/b_sf_id)
+//   u64 umma_smem_desc(addr, lbo, sbo, swizzle_bytes, base_offset=0, lbo_mode=0)   sm_100, version bit 46 set
+//   u64 gmma_smem_desc(addr, lbo, sbo, swizzle_bytes, base_offset=0)               sm_90 wgmma
+//   u64 smem_desc_advance(desc, bytes)   K-advance: add bytes>>4 to the start-address field (low word)
+// addr/lbo/sbo are byte values (addr: a shared-window address, e.g. from cvta.to.shared); the encoders
+// drop the 4 LSBs. swizzle_bytes is 0 (none/interleave), 32, 64 or 128. A field out of range is a
+// compile error in a constant expression (and a trap at run time).
+// Sources: PTX ISA 9.7.16.4.1 "Shared Memory Descriptor", 9.7.16.4.2 "Instruction Descriptor",
+// 9.7.15.5.1 "Matrix Descriptor" (wgmma); CUTLASS include/cute/arch/mma_sm100_desc.hpp
+// (SmemDescriptor, InstrDescriptor, InstrDescriptorBlockScaled), include/cute/arch/mma_sm90_desc.hpp
+// (GmmaDescriptor), include/cute/arch/mma_sm100_umma.hpp / mma_traits_sm100.hpp (DescriptorIterator).
+#pragma once
+#include "common/types.cuh"
+
+#define PE_HD_CONSTEXPR __host__ __device__ constexpr inline
+
+// Formats of InstrDescriptor a_format/b_format (mma_sm100_desc.hpp F16F32Format, MXF8F6F4Format, S8Format)
+constexpr u32 UMMA_FMT_F16 = 0, UMMA_FMT_BF16 = 1, UMMA_FMT_TF32 = 2;            // kind::f16 / kind::tf32
+constexpr u32 UMMA_FMT_E4M3 = 0, UMMA_FMT_E5M2 = 1, UMMA_FMT_E2M3 = 3,           // kind::f8f6f4
+              UMMA_FMT_E3M2 = 4, UMMA_FMT_E2M1 = 5;
+constexpr u32 UMMA_FMT_U8 = 0, UMMA_FMT_S8 = 1;                                    // kind::i8
+constexpr u32 UMMA_FMT_MXF4_E2M1 = 1;   // packed E2M1 of kind::mxf4 / mxf4nvf4 (MXF4Format), NOT 5
+// D format (CFormat) and scale-factor format (ScaleFormat)
+constexpr u32 UMMA_C_F16 = 0, UMMA_C_F32 = 1, UMMA_C_S32 = 2;
+constexpr u32 UMMA_SF_UE4M3 = 0, UMMA_SF_UE8M0 = 1;
+constexpr u32 UMMA_MAJOR_K = 0, UMMA_MAJOR_MN = 1;
+
+// A violated range check: not constexpr, so a constant evaluation reaching it fails to compile.
+__host__ __device__ inline void pe_descriptor_field_out_of_range() {
+#ifdef __CUDA_ARCH__
+  asm volatile("trap;");
+#endif
+}
+PE_HD_CONSTEXPR u32 pe_desc_check(bool ok, u32 v) {
+  return ok ? v : (pe_descriptor_field_out_of_range(), v);
+}
+
+// Instruction descriptor, kind::tf32/f16/f8f6f4/i8 (PTX ISA Table 42; CUTLASS UMMA::InstrDescriptor):
+// [0,2) sparse id2, [2] sparse, [3] saturate, [4,6) c_format, [7,10) a_format, [10,13) b_format,
+// [13] a_negate, [14] b_negate, [15] a_major (transpose A), [16] b_major, [17,23) N>>3, [24,29) M>>4,
+// [30,32) max_shift (.ws only).
+PE_HD_CONSTEXPR u32 umma_instr_desc(u32 m, u32 n, u32 a_fmt, u32 b_fmt, u32 c_fmt,
+                                    u32 a_major = UMMA_MAJOR_K, u32 b_major = UMMA_MAJOR_K,
+                                    u32 a_neg = 0, u32 b_neg = 0, u32 saturate = 0, u32 max_shift = 0) {
+  return pe_desc_check(m % 16 == 0 && (m >> 4) >= 1 && (m >> 4) < 32, (m >> 4) << 24)
+       | pe_desc_check(n % 8 == 0 && (n >> 3) >= 1 && (n >> 3) < 64, (n >> 3) << 17)
+       | pe_desc_check(a_fmt < 8, a_fmt << 7) | pe_desc_check(b_fmt < 8, b_fmt << 10)
+       | pe_desc_check(c_fmt < 4, c_fmt << 4)
+       | pe_desc_check(a_major < 2, a_major << 15) | pe_desc_check(b_major < 2, b_major << 16)
+       | pe_desc_check(a_neg < 2, a_neg << 13) | pe_desc_check(b_neg < 2, b_neg << 14)
+       | pe_desc_check(saturate < 2, saturate << 3) | pe_desc_check(max_shift < 4, max_shift << 30);
+}
+
+// Instruction descriptor, kind::mxf8f6f4/mxf4/mxf4nvf4 (PTX ISA Table 43; CUTLASS
+// UMMA::InstrDescriptorBlockScaled): [0,2) sparse id2, [2] sparse, [4,6) b_sf_id, [7,10) a_format,
+// [10,13) b_format, [13] a_negate, [14] b_negate, [15] a_major, [16] b_major, [17,23) N>>3,
+// [23] scale_format (0 = UE4M3, 1 = UE8M0), [24,29) M>>4, [29,31) a_sf_id, [31] k_size.
+PE_HD_CONSTEXPR u32 umma_instr_desc_block_scaled(u32 m, u32 n, u32 a_fmt, u32 b_fmt, u32 scale_fmt,
+                                                 u32 a_sf_id, u32 b_sf_id,
+                                                 u32 a_major = UMMA_MAJOR_K, u32 b_major = UMMA_MAJOR_K,
+                                                 u32 a_neg = 0, u32 b_neg = 0, u32 k_size = 0) {
+  return pe_desc_check(m % 16 == 0 && (m >> 4) >= 1 && (m >> 4) < 32, (m >> 4) << 24)
+       | pe_desc_check(n % 8 == 0 && (n >> 3) >= 1 && (n >> 3) < 64, (n >> 3) << 17)
+       | pe_desc_check(a_fmt < 8, a_fmt << 7) | pe_desc_check(b_fmt < 8, b_fmt << 10)
+       | pe_desc_check(scale_fmt < 2, scale_fmt << 23)
+       | pe_desc_check(a_sf_id < 4, a_sf_id << 29) | pe_desc_check(b_sf_id < 4, b_sf_id << 4)
+       | pe_desc_check(a_major < 2, a_major << 15) | pe_desc_check(b_major < 2, b_major << 16)
+       | pe_desc_check(a_neg < 2, a_neg << 13) | pe_desc_check(b_neg < 2, b_neg << 14)
+       | pe_desc_check(k_size < 2, k_size << 31);
+}
+
+// Scale-factor ID = bits [30,32) of the TMEM address holding the scale factors
+// (CUTLASS make_runtime_instr_desc_block_scaled: (tmem_sf_addr & 0xC0000000) >> 30).
+PE_HD_CONSTEXPR u32 umma_sf_id(u32 tmem_addr) { return (tmem_addr & 0xC0000000u) >> 30; }
+
+// matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4 (PTX ISA 9.7.16.4.1); we refuse what it would drop.
+PE_HD_CONSTEXPR u64 pe_desc_encode14(u32 bytes) {
+  return pe_desc_check(bytes % 16 == 0 && bytes < (1u << 18), bytes >> 4);
+}
+
+// sm_100 layout_type [61,64) (CUTLASS UMMA::LayoutType): none 0, 128B_BASE32B 1, 128B 2, 64B 4, 32B 6.
+PE_HD_CONSTEXPR u64 umma_layout_type(u32 swizzle_bytes) {
+  return swizzle_bytes == 0 ? 0 : swizzle_bytes == 128 ? 2 : swizzle_bytes == 64 ? 4 : swizzle_bytes == 32 ? 6
+       : pe_desc_check(false, 0);
+}
+// sm_90 layout_type [62,64) (CUTLASS GMMA::LayoutType): interleave 0, B128 1, B64 2, B32 3.
+PE_HD_CONSTEXPR u64 gmma_layout_type(u32 swizzle_bytes) {
+  return swizzle_bytes == 0 ? 0 : swizzle_bytes == 128 ? 1 : swizzle_bytes == 64 ? 2 : swizzle_bytes == 32 ? 3
+       : pe_desc_check(false, 0);
+}
+
+// sm_100 shared-memory descriptor (PTX ISA 9.7.16.4.1 Table 40; CUTLASS UMMA::SmemDescriptor):
+// [0,14) addr>>4, [16,30) LBO>>4, [32,46) SBO>>4, [46,48) version = 1 (bits 46-48 = 0b001),
+// [49,52) base_offset, [52] lbo_mode (0 relative, 1 absolute), [61,64) layout type.
+PE_HD_CONSTEXPR u64 umma_smem_desc(u32 addr, u32 lbo, u32 sbo, u32 swizzle_bytes,
+                                   u32 base_offset = 0, u32 lbo_mode = 0) {
+  return pe_desc_encode14(addr) | (pe_desc_encode14(lbo) << 16) | (pe_desc_encode14(sbo) << 32)
+       | (1ull << 46) | ((u64)pe_desc_check(base_offset < 8, base_offset) << 49)
+       | ((u64)pe_desc_check(lbo_mode < 2, lbo_mode) << 52) | (umma_layout_type(swizzle_bytes) << 61);
+}
+
+// sm_90 wgmma matrix descriptor (PTX ISA 9.7.15.5.1; CUTLASS GmmaDescriptor):
+// [0,14) addr>>4, [16,30) LBO>>4, [32,46) SBO>>4, [49,52) base_offset, [62,64) layout type. No version bit.
+PE_HD_CONSTEXPR u64 gmma_smem_desc(u32 addr, u32 lbo, u32 sbo, u32 swizzle_bytes, u32 base_offset = 0) {
+  return pe_desc_encode14(addr) | (pe_desc_encode14(lbo) << 16) | (pe_desc_encode14(sbo) << 32)
+       | ((u64)pe_desc_check(base_offset < 8, base_offset) << 49) | (gmma_layout_type(swizzle_bytes) << 62);
+}
+
+// K-advance inside a swizzle atom: CUTLASS DescriptorIterator adds an offset in 16-byte units to the
+// descriptor (it lands in the start-address field of the low word). bytes must be a multiple of 16 and
+// the new start address must stay inside the 14-bit field (no carry into LBO).
+PE_HD_CONSTEXPR u64 smem_desc_advance(u64 desc, u32 bytes) {
+  return desc + pe_desc_check(bytes % 16 == 0 && (desc & 0x3FFF) + (bytes >> 4) < (1u << 14), bytes >> 4);
+}
