@@ -92,11 +92,17 @@ def test_ptxas_parsing_of_a_real_log():
         ptxas info    : Function properties for other
         ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
         ptxas info    : Used 10 registers
+        ptxas info    : Compiling entry function 'waits' for 'sm_90a'
+        ptxas info    : Function properties for waits
+        ptxas         .     32 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+        ptxas info    : Used 26 registers, used 1 barriers, 32 bytes cumulative stack size, 4104 bytes smem
         """)
     facts = B.parse_ptxas(log)
     assert facts["patch_embed"] == B.PtxasFacts("patch_embed", 222, 8, 12, 16, 1024, 1)
     assert facts["patch_embed"].spills == 20
     assert facts["other"].registers == 10 and facts["other"].smem_static == 0
+    # printf in a bounded mbarrier wait adds a 'cumulative stack size' clause before smem.
+    assert facts["waits"] == B.PtxasFacts("waits", 26, 0, 0, 32, 4104, 1)
 
 
 def test_sass_histogram_counts_real_opcodes(kernel_file, cache):

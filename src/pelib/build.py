@@ -103,7 +103,8 @@ class Build:
 _PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
 _PTXAS_FRAME = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_PTXAS_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?"
+                         r"(?:, \d+ bytes cumulative stack size)?(?:, (\d+) bytes smem)?")
 
 
 def parse_ptxas(log: str) -> dict[str, PtxasFacts]:

@@ -1,0 +1,259 @@
+"""Time kernels with CUDA events (warm-up, L2 flush, median and p10/p90) and write JSON results.
+
+`python -m pelib.bench [names...]` runs the registered benchmarks and writes one JSON file under
+bench/results/. A benchmark is a function registered with `@register("name")` that returns a
+result dict (usually from `result()`); modules named in BENCH_MODULES are imported first so
+they can register theirs.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import device as _device
+from .paths import RESULTS, ROOT
+
+# Modules that register benchmarks when imported (e.g. the Hopper twin's). Add yours here.
+BENCH_MODULES: tuple[str, ...] = ("pelib.hopper_bench",)
+
+MIN_FLUSH_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    fn: Callable[..., dict]
+    arch: str | None = None     # the build arch it needs (None: any CUDA GPU)
+    doc: str = ""
+
+
+_REGISTRY: dict[str, Benchmark] = {}
+
+
+def register(name: str, arch: str | None = None):
+    """Decorator: register `fn(iters=...) -> result dict` under `name` (needs a GPU of `arch`, if given)."""
+    def deco(fn):
+        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
+            raise ValueError(f"benchmark {name!r} is registered twice "
+                             f"({_REGISTRY[name].fn.__module__} and {fn.__module__})")
+        _REGISTRY[name] = Benchmark(name, fn, arch, (fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+    return deco
+
+
+def registry() -> dict[str, Benchmark]:
+    """All benchmarks, after importing BENCH_MODULES (an import error is reported, not fatal)."""
+    import importlib
+    for mod in BENCH_MODULES:
+        try:
+            importlib.import_module(mod)
+        except Exception as e:
+            print(f"pelib.bench: could not import {mod} ({type(e).__name__}: {e}); "
+                  "its benchmarks are skipped", file=sys.stderr)
+    return dict(_REGISTRY)
+
+
+# ---- statistics (pure) -------------------------------------------------------------------------
+
+def stats(times_ms) -> dict:
+    """median, p10, p90, mean, min, max, n of per-run times (ms)."""
+    t = np.asarray(list(times_ms), dtype=np.float64)
+    if t.size == 0:
+        raise ValueError("no timings")
+    return {"median_ms": float(np.median(t)), "p10_ms": float(np.percentile(t, 10)),
+            "p90_ms": float(np.percentile(t, 90)), "mean_ms": float(t.mean()),
+            "min_ms": float(t.min()), "max_ms": float(t.max()), "n": int(t.size)}
+
+
+def throughput(ms: float, flops: float | None = None, bytes_moved: float | None = None) -> dict:
+    """TFLOPS from FLOPs and GB/s (10^9 B/s) from the problem's minimum bytes, at time `ms`."""
+    s = ms * 1e-3
+    out = {}
+    if flops:
+        out["tflops"] = flops / s / 1e12
+    if bytes_moved:
+        out["gbps"] = bytes_moved / s / 1e9
+    return out
+
+
+def gemm_flops(M: int, N: int, K: int) -> float:
+    return 2.0 * M * N * K
+
+
+# ---- timing on the GPU ------------------------------------------------------------------------
+
+class L2Flush:
+    """A buffer of at least twice the L2 (and 64 MiB); zeroing it evicts the timed kernel's data."""
+
+    def __init__(self, info: _device.DeviceInfo | None = None):
+        import torch
+        info = info or _device.current()
+        self.nbytes = max(2 * (info.l2_bytes or 0), MIN_FLUSH_BYTES)
+        self.buf = torch.empty(self.nbytes, dtype=torch.uint8, device=f"cuda:{info.ordinal}")
+
+    def __call__(self):
+        self.buf.zero_()
+
+
+def time_fn(fn: Callable[[], object], *, iters: int = 50, warmup: int = 5, flush: bool = True,
+            stream=None) -> list[float]:
+    """Per-run times (ms) of `fn` with CUDA events on torch's current stream, L2 flushed before each run."""
+    import torch
+    flusher = L2Flush() if flush else None
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        if flusher:
+            flusher()
+        starts[i].record(stream)
+        fn()
+        ends[i].record(stream)
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def git_revision() -> str:
+    """HEAD's hash, with '-dirty' when tracked files changed; 'unknown' outside a checkout."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (rev + ("-dirty" if dirty else "")) if rev else "unknown"
+    except Exception:
+        return "unknown"
+
+
+def environment(info: _device.DeviceInfo | None = None) -> dict:
+    """Device, clocks, driver and CUDA versions, date and git revision for a result file."""
+    info = info or _device.current()
+    env = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "git": git_revision(), "device": info.name or "none", "arch": info.arch,
+           "sm_count": info.sm_count, "l2_bytes": info.l2_bytes,
+           "sm_clock_khz": info.sm_clock_khz, "sm_clock_max_khz": info.sm_clock_max_khz,
+           "mem_clock_khz": info.mem_clock_khz, "driver_cuda": info.driver,
+           "driver_version": info.driver_version}
+    try:
+        import torch
+        env["torch"] = torch.__version__
+        env["cuda_runtime"] = torch.version.cuda
+    except Exception:
+        pass
+    try:
+        import cuda.core
+        env["cuda_core"] = cuda.core.__version__
+    except Exception:
+        pass
+    return env
+
+
+def result(name: str, times_ms, *, flops: float | None = None, bytes_moved: float | None = None,
+           params: dict | None = None, verified: bool | None = None) -> dict:
+    """A result dict: statistics, throughput at the median, problem parameters."""
+    st = stats(times_ms)
+    out = {"name": name, "kind": "measured", **st, **throughput(st["median_ms"], flops, bytes_moved),
+           "flops": flops, "bytes": bytes_moved, "params": params or {}}
+    if verified is not None:
+        out["verified"] = verified
+    return out
+
+
+# ---- built-in benchmarks ----------------------------------------------------------------------
+
+@register("memcpy_d2d")
+def bench_memcpy(iters: int = 50, nbytes: int = 1 << 30) -> dict:
+    """Device-to-device copy bandwidth (bytes read + written), the DRAM reference line."""
+    import torch
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    times = time_fn(lambda: dst.copy_(src), iters=iters, flush=True)
+    ok = bool(torch.equal(dst[:4096], src[:4096]) and torch.equal(dst[-4096:], src[-4096:]))
+    return result("memcpy_d2d", times, bytes_moved=2.0 * nbytes, params={"nbytes": nbytes}, verified=ok)
+
+
+# ---- running and writing ------------------------------------------------------------------------
+
+def run(names=None, *, iters: int = 50, info: _device.DeviceInfo | None = None) -> dict:
+    """Run the named (default: all) benchmarks this device can run; returns {"env", "results", "skipped"}."""
+    info = info or _device.current()
+    reg = registry()
+    names = list(names) if names else sorted(reg)
+    unknown = [n for n in names if n not in reg]
+    if unknown:
+        raise KeyError(f"unknown benchmark(s) {unknown}; registered: {sorted(reg)}")
+    out = {"env": environment(info), "results": [], "skipped": {}}
+    for n in names:
+        b = reg[n]
+        if not info.present:
+            out["skipped"][n] = info.reason
+            continue
+        if b.arch and not _device.can_run(b.arch, info):
+            out["skipped"][n] = f"needs {b.arch}, this is {info.arch}"
+            continue
+        r = b.fn(iters=iters)
+        r.setdefault("name", n)
+        out["results"].append(r)
+    return out
+
+
+def write(report: dict, out_dir=None) -> "Path":
+    """Write a run's JSON as <date>-<device>-<git>.json under bench/results/ (or `out_dir`)."""
+    from pathlib import Path
+    out_dir = Path(out_dir or RESULTS)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = report["env"]
+    dev = "".join(c if c.isalnum() else "-" for c in env.get("device", "none")).strip("-").lower()
+    stamp = env["date"].replace(":", "").replace("+0000", "Z")
+    path = out_dir / f"{stamp}-{dev}-{env['git'][:7]}.json"
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return path
+
+
+def format_results(report: dict) -> str:
+    lines = []
+    for r in report["results"]:
+        tp = " ".join(f"{r[k]:.1f} {u}" for k, u in (("tflops", "TFLOPS"), ("gbps", "GB/s")) if r.get(k))
+        lines.append(f"{r['name']:<28} median {r['median_ms']:.4f} ms "
+                     f"[p10 {r['p10_ms']:.4f}, p90 {r['p90_ms']:.4f}] {tp}")
+    for n, why in report["skipped"].items():
+        lines.append(f"{n:<28} skipped: {why}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pelib.bench", description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--out", default=None, help=f"result directory (default {RESULTS})")
+    p.add_argument("--list", action="store_true", help="list the registered benchmarks")
+    a = p.parse_args(argv)
+    if a.list:
+        for n, b in sorted(registry().items()):
+            print(f"{n:<28} {b.arch or 'any GPU':<10} {b.doc}")
+        return 0
+    info = _device.current()
+    print(_device.banner_text(info=info))
+    report = run(a.names, iters=a.iters, info=info)
+    print(format_results(report))
+    if not report["results"]:
+        print("nothing measured: no result file written")
+        return 0
+    print(f"wrote {write(report, a.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    # Run through the imported module, so this run and the BENCH_MODULES (which import pelib.bench)
+    # share one registry instead of __main__ holding a second copy.
+    from pelib.bench import main as _main
+    sys.exit(_main())
