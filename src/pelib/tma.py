@@ -278,9 +278,12 @@ def encode(spec: TensorMapSpec, owner=None) -> TensorMap:
     from .launch import ensure_context
     ensure_context()
     E = drv
+    # Older cuda-bindings (13.3) take only the cuuintXX_t wrappers; newer ones take both.
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     err, cumap = drv.cuTensorMapEncodeTiled(
         getattr(E.CUtensorMapDataType, DTYPES[spec.dtype][0]), spec.rank, spec.address,
-        list(spec.dims), list(spec.strides), list(spec.box), list(spec.element_strides),
+        [u64(x) for x in spec.dims], [u64(x) for x in spec.strides], [u32(x) for x in spec.box],
+        [u32(x) for x in spec.element_strides],
         getattr(E.CUtensorMapInterleave, INTERLEAVES[spec.interleave]),
         getattr(E.CUtensorMapSwizzle, SWIZZLES[spec.swizzle]),
         getattr(E.CUtensorMapL2promotion, L2_PROMOTIONS[spec.l2_promotion]),
