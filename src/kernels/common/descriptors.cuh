@@ -37,7 +37,7 @@ constexpr u32 UMMA_SF_UE4M3 = 0, UMMA_SF_UE8M0 = 1;
 constexpr u32 UMMA_MAJOR_K = 0, UMMA_MAJOR_MN = 1;
 
 // A violated range check: not constexpr, so a constant evaluation reaching it fails to compile.
-__host__ __device__ inline void pe_descriptor_field_out_of_range() {
+__host__ __device__ __forceinline__ void pe_descriptor_field_out_of_range() {
 #ifdef __CUDA_ARCH__
   asm volatile("trap;");
 #endif
@@ -53,8 +53,8 @@ PE_HD_CONSTEXPR u32 pe_desc_check(bool ok, u32 v) {
 PE_HD_CONSTEXPR u32 umma_instr_desc(u32 m, u32 n, u32 a_fmt, u32 b_fmt, u32 c_fmt,
                                     u32 a_major = UMMA_MAJOR_K, u32 b_major = UMMA_MAJOR_K,
                                     u32 a_neg = 0, u32 b_neg = 0, u32 saturate = 0, u32 max_shift = 0) {
-  return pe_desc_check(m % 16 == 0 && (m >> 4) >= 1 && (m >> 4) < 32, (m >> 4) << 24)
-       | pe_desc_check(n % 8 == 0 && (n >> 3) >= 1 && (n >> 3) < 64, (n >> 3) << 17)
+  return pe_desc_check(m % 16 == 0 && m >= 16 && m <= 256, (m >> 4) << 24)
+       | pe_desc_check(n % 8 == 0 && n >= 8 && n <= 256, (n >> 3) << 17)
        | pe_desc_check(a_fmt < 8, a_fmt << 7) | pe_desc_check(b_fmt < 8, b_fmt << 10)
        | pe_desc_check(c_fmt < 4, c_fmt << 4)
        | pe_desc_check(a_major < 2, a_major << 15) | pe_desc_check(b_major < 2, b_major << 16)
@@ -70,8 +70,8 @@ PE_HD_CONSTEXPR u32 umma_instr_desc_block_scaled(u32 m, u32 n, u32 a_fmt, u32 b_
                                                  u32 a_sf_id, u32 b_sf_id,
                                                  u32 a_major = UMMA_MAJOR_K, u32 b_major = UMMA_MAJOR_K,
                                                  u32 a_neg = 0, u32 b_neg = 0, u32 k_size = 0) {
-  return pe_desc_check(m % 16 == 0 && (m >> 4) >= 1 && (m >> 4) < 32, (m >> 4) << 24)
-       | pe_desc_check(n % 8 == 0 && (n >> 3) >= 1 && (n >> 3) < 64, (n >> 3) << 17)
+  return pe_desc_check(m % 16 == 0 && m >= 16 && m <= 256, (m >> 4) << 24)
+       | pe_desc_check(n % 8 == 0 && n >= 8 && n <= 256, (n >> 3) << 17)
        | pe_desc_check(a_fmt < 8, a_fmt << 7) | pe_desc_check(b_fmt < 8, b_fmt << 10)
        | pe_desc_check(scale_fmt < 2, scale_fmt << 23)
        | pe_desc_check(a_sf_id < 4, a_sf_id << 29) | pe_desc_check(b_sf_id < 4, b_sf_id << 4)

@@ -1,0 +1,199 @@
+"""Pictures of the emulated data path for the chapter "How we know it is right": all modelled evidence."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import descriptors as D
+from . import emulate as E
+
+MODELLED = "modelled (pelib.emulate, from the PTX ISA and CUTLASS)"
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def bank_groups(swizzle: int, rows: int = 8, base: int = 0) -> np.ndarray:
+    """(rows, 8): the bank group (16-B chunk of a 128-B line: banks 4g..4g+3) where row r's logical chunk c lands."""
+    r = np.arange(rows)[:, None]
+    c = np.arange(8)[None, :]
+    span = swizzle or 128
+    phys = E.swizzle_addr(base + r * span + c * 16, swizzle)
+    return (phys % 128) // 16
+
+
+def swizzle_bank_heatmap(swizzles=(0, 128), rows: int = 8):
+    """Heat maps of shared-memory bank groups: logical 16-B chunk (column) of each 128-B row, per swizzle.
+
+    A column is what an MMA or a row-wise copy reads for one K chunk across 8 rows: without swizzle all
+    8 rows hit one bank group (8-way conflict); with 128B swizzle they hit 8 different ones.
+    """
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(swizzles), figsize=(4.2 * len(swizzles), 3.6), squeeze=False)
+    for ax, sw in zip(axes[0], swizzles):
+        g = bank_groups(sw if sw in (0, 128) else sw, rows)
+        ax.imshow(g, cmap="tab10", vmin=0, vmax=9, aspect="equal")
+        for (r, c), v in np.ndenumerate(g):
+            ax.text(c, r, str(v), ha="center", va="center", fontsize=9, color="white")
+        ways = max(np.bincount(g[:, c], minlength=8).max() for c in range(8))
+        ax.set_title(f"{'no swizzle' if not sw else f'{sw}B swizzle'}: column read = {ways}-way", fontsize=10)
+        ax.set_xlabel("logical 16-B chunk of the row (K bytes 16c..16c+15)")
+        ax.set_ylabel("row (M or N)")
+        ax.set_xticks(range(8))
+        ax.set_yticks(range(rows))
+    fig.suptitle(f"Bank group (banks 4g..4g+3) of each chunk; {MODELLED}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def descriptor_rows(desc: int, what: str = "umma_smem") -> str:
+    """A text table, one line per field: bits, field, raw value, meaning."""
+    rows = D.describe(desc, what)
+    w = max(len(r[1]) for r in rows)
+    head = f"{what} descriptor 0x{desc:0{16 if 'smem' in what else 8}x}"
+    return "\n".join([head] + [f"  bits {b:>5}  {f:<{w}}  {raw:>6}  {m}" for b, f, raw, m in rows])
+
+
+_FIELD_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
+                 "#ccb974", "#64b5cd"]
+
+
+def descriptor_bits_figure(desc: int, what: str = "umma_smem"):
+    """The descriptor as a strip of bits, each named field shaded, the bit values printed."""
+    plt = _plt()
+    nbits = 64 if "smem" in what else 32
+    rows = D.describe(desc, what)
+    fig, ax = plt.subplots(figsize=(12, 1.9 if nbits == 64 else 1.6))
+    for i, (bits, name, raw, meaning) in enumerate(rows):
+        lo, hi = (int(x) for x in (bits.split("-") * 2)[:2])
+        color = _FIELD_COLORS[i % len(_FIELD_COLORS)]
+        ax.axvspan(nbits - 1 - hi - 0.5, nbits - 1 - lo + 0.5, color=color, alpha=0.35)
+        ax.text((2 * nbits - 2 - hi - lo) / 2, 1.2 + 0.5 * (i % 2), name, ha="center", va="bottom", fontsize=7)
+    for b in range(nbits):
+        ax.text(nbits - 1 - b, 0.5, str(desc >> b & 1), ha="center", va="center", fontsize=8, family="monospace")
+        if b % 4 == 0:
+            ax.text(nbits - 1 - b, -0.2, str(b), ha="center", va="top", fontsize=6, color="gray")
+    ax.set_xlim(-0.5, nbits - 0.5)
+    ax.set_ylim(-0.6, 2.4)
+    ax.axis("off")
+    ax.set_title(f"{what} descriptor 0x{desc:x}, bit {nbits - 1} left, bit 0 right ({MODELLED})", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def tmem_cta_pair_figure(n: int = 256, epi_ld_x: int = 32, acc_col: int = 0):
+    """The cta_group::2 M=256 accumulator: which CTA, TMEM lane quarter (= epilogue warp) and ld chunk
+    holds each output element, and what CTA 0's TMEM looks like."""
+    plt = _plt()
+    amap = E.tmem_accumulator_map(256, n, 2, acc_col)
+    cta, lane, col = amap[..., 0], amap[..., 1], amap[..., 2]
+    warp_q = lane // 32
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    code = cta * 4 + warp_q
+    axes[0].imshow(code, cmap="tab20c", aspect="auto", interpolation="nearest")
+    for v in range(2):
+        for q in range(4):
+            axes[0].text(n / 2, 128 * v + 32 * q + 16, f"CTA {v}, lanes {32 * q}-{32 * q + 31}: warp%4 = {q}",
+                         ha="center", va="center", fontsize=8)
+    for c in range(0, n, epi_ld_x):
+        axes[0].axvline(c - 0.5, color="white", lw=0.6)
+    axes[0].set_title(f"D[256 x {n}] of one MMA: owner CTA and lane quarter\n(white lines: one "
+                      f"tcgen05.ld.32x32b.x{epi_ld_x} each)", fontsize=9)
+    axes[0].set_xlabel("output column n")
+    axes[0].set_ylabel("output row m")
+    tm = np.full((128, 512), -1.0)
+    sel = cta == 0
+    tm[lane[sel], col[sel]] = warp_q[sel]
+    axes[1].imshow(np.ma.masked_less(tm, 0), cmap="tab10", vmin=0, vmax=9, aspect="auto", interpolation="nearest")
+    axes[1].set_title(f"CTA 0's TMEM (128 lanes x 512 columns): accumulator at columns {acc_col}..{acc_col + n - 1}",
+                      fontsize=9)
+    axes[1].set_xlabel("TMEM column (32-bit)")
+    axes[1].set_ylabel("TMEM lane")
+    fig.suptitle(MODELLED, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def error_maps(results: dict, reference: np.ndarray):
+    """One panel per emulated tile: |tile - reference|, NaN (never written) in black."""
+    plt = _plt()
+    k = len(results)
+    fig, axes = plt.subplots(1, k, figsize=(3.6 * k, 3.5), squeeze=False)
+    for ax, (name, tile) in zip(axes[0], results.items()):
+        err = np.abs(tile - reference)
+        bad = int(np.count_nonzero(np.nan_to_num(err, nan=1.0)))
+        im = ax.imshow(np.nan_to_num(err, nan=np.nanmax(err) if np.isfinite(np.nanmax(err)) else 1.0),
+                       cmap="magma", aspect="auto", interpolation="nearest")
+        ax.set_title(f"{name}\n{bad} of {err.size} wrong", fontsize=9)
+        ax.set_xlabel("n")
+        ax.set_ylabel("m")
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.suptitle(f"|emulated tile - reference| ({MODELLED})", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def demo_fp8_problem(m: int = 128, n: int = 128, k: int = 256, seed: int = 0):
+    """Small E4M3 operands (exact sums) and their float64 reference, for the chapter's demonstrations."""
+    r = np.random.default_rng(seed)
+    vals = [-4, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4]
+    a = E.encode_e4m3(r.choice(vals, size=(m, k)))
+    b = E.encode_e4m3(r.choice(vals, size=(n, k)))
+    ref = E.decode_values(a, "e4m3") @ E.decode_values(b, "e4m3").T
+    return a, b, ref
+
+
+def fp8_stage_params(cta_group: int = 1, **changes) -> E.TileParams:
+    """The FP8 stage layout of the book (BK = 128 B, 128B swizzle, K-major, UMMA_K = 32) as TileParams."""
+    m, n = (128, 128) if cta_group == 1 else (256, 256)
+    p = E.TileParams(kind="f8f6f4", cta_group=cta_group, idesc=D.umma_instr_desc(m, n, "e4m3", "e4m3"),
+                     block_k=128, a_box_k=128, a_box_m=128, b_box_k=128, b_box_n=n // cta_group,
+                     a_smem_offset=0, b_smem_offset=16384, a_desc=D.umma_smem_desc(0, 16, 1024, 128),
+                     b_desc=D.umma_smem_desc(16384, 16, 1024, 128), k_advance_bytes=32,
+                     tmem_cols=512 if cta_group == 2 else 128, epi_warp0=4, epi_warps=4,
+                     epi_ld_x=16 if cta_group == 2 else 32)
+    return p.with_(**changes) if changes else p
+
+
+def hopper_proof_record(path=None) -> dict | None:
+    """The recorded summary of tests/test_gpu_emulate.py (written to $PE_GPU_RESULTS), if the book has one."""
+    import json
+    from .paths import DATA
+    p = path or DATA / "gpu_emulate.json"
+    try:
+        return json.loads(open(p).read())
+    except OSError:
+        return None
+
+
+def hopper_proof_table(record: dict | None) -> str:
+    """One line per proven case, labelled measured (device, date); or what to run when there is none."""
+    if not record:
+        return ("PENDING: no Hopper proof recorded yet (book/data/gpu_emulate.json). On an H100/H200 run\n"
+                "  PE_GPU_RESULTS=book/data python -m pytest tests/test_gpu_emulate.py -m gpu")
+    head = (f"measured on {record['device']}, {record['date']}: {record['passed']} cases agree byte for byte, "
+            f"{record['failed']} disagree")
+    lines = [head] + [f"  [{'ok ' if c['passed'] else 'BAD'}] {c['kind']:<9} {c['case']}" for c in record["cases"]]
+    return "\n".join(lines)
+
+
+def prove_tma_here(swizzle: int = 128) -> dict:
+    """Live rung 3 on a Hopper GPU: one TMA load through tests/kernels/emu_tma_dump.cu, compared byte for byte."""
+    import torch
+
+    from . import launch, tma
+    from .build import build
+    from .paths import ROOT
+    g = torch.randint(0, 256, (64, 256), dtype=torch.uint8, device="cuda")
+    box = (64, swizzle or 64)
+    tm = tma.tensor_map(g, box, swizzle=swizzle)
+    image = torch.empty(32768, dtype=torch.uint8, device="cuda")
+    info = torch.zeros(4, dtype=torch.int32, device="cuda")
+    b = build(ROOT / "tests" / "kernels" / "emu_tma_dump.cu", "sm_90a")
+    launch.launch(b, (tm, image, info, np.int32(0), np.int32(0), np.uint32(1024), np.uint32(tm.spec.box_bytes)),
+                  grid=1, block=128)
+    img = E.SmemImage(32768)
+    E.tma_load_2d(E.TensorMap2D(8, (256, 64), (box[1], box[0]), swizzle), g.cpu(), (0, 0), img, 1024)
+    bad = int((image.cpu().numpy() != img.data).sum())
+    return {"swizzle": swizzle, "bytes_compared": 32768, "bytes_different": bad, "evidence": "measured (this GPU, now)"}
