@@ -10,6 +10,9 @@
 //   setmaxnreg_inc<R>() / setmaxnreg_dec<R>()   setmaxnreg.{inc,dec}.sync.aligned.u32 R
 //   wgmma_m64n{64,96,128,192,256}k32_f32_e4m3_e4m3(d, desc_a, desc_b, scale_d)
 //   wgmma_m64nNk32_f32_e4m3_e4m3<N>(d, ...)   the same, N picked at compile time
+//   mbarrier_wait_parity_nocall(bar, parity) / mbarrier_wait_parity_cluster_nocall(bar, parity)
+//                                 bounded waits without a call on the timeout path (see below)
+//   mbarrier_arrive_remote_cta(bar, cta_rank)   a consumer's stage release in a cluster peer, no GPU fence
 //
 // Sources: PTX ISA 9.7.15 "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"
 // (9.7.15.5.2 wgmma.mma_async; 9.7.15.6 wgmma.fence, wgmma.commit_group, wgmma.wait_group),
@@ -33,6 +36,7 @@
 //   compiler neither moves their uses past wgmma.wait_group nor spills them.
 #pragma once
 #include "common/types.cuh"
+#include "common/mbarrier.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "common/wgmma.cuh: wgmma and setmaxnreg need the arch-specific target sm_90a (arch=\"sm_90a\")"
@@ -64,6 +68,51 @@ template <int R>
 PE_DEVICE void wgmma_fence_operand(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// mbarrier waits and arrives for the wgmma consumers
+// ---------------------------------------------------------------------------------------------------
+// ptxas serializes every wgmma of a kernel that contains a function call (warning C7510: "wgmma
+// pipeline crossing function boundary"), and the printf on common/mbarrier.cuh's timeout path is
+// such a call. These bounded waits give up the message and keep only the trap, so a hang is still
+// an error; under PE_UNBOUNDED_WAIT they are the plain spin. Same arguments as mbarrier_wait_parity.
+PE_DEVICE void mbarrier_wait_parity_nocall(u64* bar, u32 parity) {
+#ifdef PE_BOUNDED_WAIT
+  u32 tries = 0;
+  while (!mbarrier_try_wait_parity(bar, parity))
+    if (++tries >= (u32)PE_WAIT_LIMIT) asm volatile("trap;");
+#else
+  while (!mbarrier_try_wait_parity(bar, parity)) {}
+#endif
+}
+
+// The same, acquiring at cluster scope (arrivals from the peer CTA of a cluster).
+PE_DEVICE void mbarrier_wait_parity_cluster_nocall(u64* bar, u32 parity) {
+#ifdef PE_BOUNDED_WAIT
+  u32 tries = 0;
+  while (!mbarrier_try_wait_parity_cluster(bar, parity))
+    if (++tries >= (u32)PE_WAIT_LIMIT) asm volatile("trap;");
+#else
+  while (!mbarrier_try_wait_parity_cluster(bar, parity)) {}
+#endif
+}
+
+// A consumer warpgroup's release of a stage to a producer in CTA `cta_rank` of the cluster:
+// mbarrier.arrive on the barrier at the same offset there, with the default .release.cta semantics.
+// common/mbarrier.cuh's mbarrier_arrive_cluster orders at .cluster scope, which ptxas turns into
+// MEMBAR.ALL.GPU before the arrive: a wait for every outstanding global store of the thread (the
+// previous tile's epilogue) inside the K-loop. The wgmma reads of the stage are complete already
+// (wgmma.wait_group), so nothing else needs ordering. PTX ISA: mbarrier.arrive (.shared::cluster);
+// CUTLASS include/cutlass/arch/barrier.h ClusterBarrier::arrive(cta_id, pred) uses this form.
+PE_DEVICE void mbarrier_arrive_remote_cta(u64* bar, u32 cta_rank) {
+  asm volatile(
+      "{\n\t"
+      ".reg .b32 remAddr32;\n\t"
+      "mapa.shared::cluster.u32 remAddr32, %0, %1;\n\t"
+      "mbarrier.arrive.shared::cluster.b64 _, [remAddr32];\n\t"
+      "}"
+      :: "r"(smem_u32(bar)), "r"(cta_rank) : "memory");
 }
 
 // ---------------------------------------------------------------------------------------------------

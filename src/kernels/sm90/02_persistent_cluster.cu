@@ -1,0 +1,233 @@
+// sm90 stage 02: a persistent CTA pair. One CTA per SM walks the output tiles (common/tile_map.cuh,
+// N fastest), and the two CTAs of a (2,1,1) cluster take the two halves of a 2*BM-row cluster tile,
+// so they need the same B slice: each loads half of it and multicasts it to both.
+//
+// Changed from 01: 01 launches one CTA per tile (21,756 at BM=128, BN=256), so every tile pays the
+// CTA start (barrier init, tensor-map fetch, the first loads with an empty pipeline) and the tensor
+// cores idle while the consumers store. Here the grid is one CTA per SM; the producer keeps loading
+// the next tile's stages while the consumers run the epilogue of this one (the ring index and
+// parity continue across tiles). The cluster halves the L2->SM traffic of B: CTA rank r loads B rows
+// [r*BN/2, (r+1)*BN/2) of the stage with .multicast::cluster (mask 0b11), so each CTA's full[s]
+// receives A_STAGE + B_STAGE bytes from two producers. Because a producer writes into its peer's
+// stage too, empty[s] counts the consumer warpgroups of both CTAs (each consumer arrives locally and
+// remotely), and before exiting each producer waits until both CTAs have released every stage, so no
+// CTA leaves while its peer may still write into it or arrive on its barriers (CUTLASS load_tail).
+// Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh (CLUSTER_M = 2, B multicast) and
+// CUTLASS PipelineTmaAsync (consumer arrival count = consumers x cluster CTAs).
+#include "common/types.cuh"
+#include "common/export.cuh"
+#include "common/cutensormap.cuh"
+#include "common/cluster.cuh"
+#include "common/mbarrier.cuh"
+#include "common/tma.cuh"
+#include "common/descriptors.cuh"
+#include "common/wgmma.cuh"
+#include "common/epilogue.cuh"
+#include "common/tile_map.cuh"
+
+#ifndef BLOCK_N
+#define BLOCK_N 256        // output columns per CTA = the wgmma N
+#endif
+#ifndef NUM_STAGES
+#define NUM_STAGES 4       // 48 KiB a stage at BN = 256: 4 fit the 227 KiB limit
+#endif
+#ifndef NUM_CONSUMERS
+#define NUM_CONSUMERS 2    // consumer warpgroups, each 64 * WG_M output rows
+#endif
+#ifndef WG_M
+#define WG_M 1             // m64 wgmma slices per consumer warpgroup
+#endif
+#if defined(TIMING) && !defined(PE_TIMING_WARPS)
+#define PE_TIMING_WARPS (4 * (NUM_CONSUMERS + 1))
+#endif
+#include "common/timing.cuh"
+
+constexpr int BN = BLOCK_N;
+constexpr int BK = 128;                       // one 128-byte swizzle atom of FP8 along K
+constexpr int BM = NUM_CONSUMERS * WG_M * 64;
+constexpr int CLUSTER_M = 2;                  // CTAs per cluster along M; they share (multicast) B
+constexpr int B_ROWS = BN / CLUSTER_M;        // B rows this CTA loads for the pair
+constexpr int NUM_THREADS = 128 * (NUM_CONSUMERS + 1);
+constexpr int A_STAGE_BYTES = BM * BK;
+constexpr int B_STAGE_BYTES = BN * BK;
+constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;  // transaction bytes per stage
+constexpr int SMEM_ALIGN = 1024;              // SW128 atoms start 1024-B aligned (base_offset stays 0)
+constexpr int SMEM_A_OFF = 0;
+constexpr int SMEM_B_OFF = NUM_STAGES * A_STAGE_BYTES;
+constexpr int SMEM_BAR_OFF = NUM_STAGES * STAGE_BYTES;
+constexpr int SMEM_USED = SMEM_BAR_OFF + 8 * 2 * NUM_STAGES;
+constexpr int SMEM_BYTES = SMEM_ALIGN + SMEM_USED;
+constexpr u32 DESC_LBO = 16, DESC_SBO = 1024, SWIZZLE = 128;
+// setmaxnreg budgets (CUTLASS sm90 cooperative kernel: 40 / 232 for 1 + 2 warpgroups). The sum
+// over the CTA must stay within the 64 Ki registers of the SM: 128 * (P + NUM_CONSUMERS * C).
+constexpr u32 PRODUCER_REGS = NUM_CONSUMERS == 1 ? 56 : NUM_CONSUMERS == 2 ? 40 : 32;
+constexpr u32 CONSUMER_REGS = NUM_CONSUMERS == 1 ? 256 : NUM_CONSUMERS == 2 ? 232 : 160;
+
+static_assert(BN % 64 == 0 && BN <= 256, "BLOCK_N: a wgmma N of 64..256");
+static_assert(BM <= 256, "TMA box: A tile of at most 256 rows (NUM_CONSUMERS * WG_M * 64)");
+static_assert(WG_M * BN <= 256, "accumulators: at most 128 FP32 registers per consumer thread");
+static_assert(NUM_CONSUMERS >= 1 && NUM_CONSUMERS <= 3, "NUM_CONSUMERS: 1 to 3 consumer warpgroups");
+static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= 65536, "setmaxnreg: over 64 Ki registers");
+static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 8, "NUM_STAGES: 2 to 8");
+static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KiB per-block limit");
+
+PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+PELIB_EXPORT(num_threads, NUM_THREADS);
+PELIB_EXPORT(block_m, BM);
+PELIB_EXPORT(block_n, BN);
+PELIB_EXPORT(block_k, BK);
+PELIB_EXPORT(stages, NUM_STAGES);
+PELIB_EXPORT(consumers, NUM_CONSUMERS);
+PELIB_EXPORT(wg_m, WG_M);
+PELIB_EXPORT(cluster_m, CLUSTER_M);
+PELIB_EXPORT(persistent, 1);
+PELIB_EXPORT(box_a_rows, BM);
+PELIB_EXPORT(box_b_rows, B_ROWS);
+PELIB_EXPORT(box_k_bytes, BK);
+PELIB_EXPORT(box_c_cols, 64);          // unused here: the C map is built for every stage alike
+PELIB_EXPORT(box_c_rows, 32);
+PELIB_EXPORT(swizzle_bytes, SWIZZLE);
+PELIB_EXPORT(desc_lbo, DESC_LBO);
+PELIB_EXPORT(desc_sbo, DESC_SBO);
+PELIB_EXPORT(k_advance_bytes, 32);
+PELIB_EXPORT(desc_a_base0, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(producer_regs, PRODUCER_REGS);
+PELIB_EXPORT(consumer_regs, CONSUMER_REGS);
+
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, box {BK, BM}, SW128
+                 const __grid_constant__ CUtensorMap tmap_b,  // B [N, K] u8, box {BK, box_b_rows}, SW128
+                 const __grid_constant__ CUtensorMap tmap_c,  // C [M, N] bf16 (TMA-store stages only)
+                 const u16* __restrict__ comb,                // [196, N] bf16, bias + pos_embed
+                 u16* __restrict__ c,                         // [M, N] bf16
+                 int M, int N, int K, u64* timing) {
+  (void)tmap_c;
+  extern __shared__ u8 smem_raw[];
+  u8* smem = smem_raw + ((SMEM_ALIGN - (smem_u32(smem_raw) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
+  u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);  // stage s holds data (TMA bytes landed)
+  u64* empty = full + NUM_STAGES;                            // every consumer of both CTAs has read stage s
+
+  const int warp = threadIdx.x / 32;
+  const u32 rank = cluster_ctarank();
+  const int n_tiles = N / BN;
+  const int total_tiles = ((M + CLUSTER_M * BM - 1) / (CLUSTER_M * BM)) * n_tiles;  // cluster tiles
+  const int num_kb = K / BK;
+
+  if (threadIdx.x == 0) {
+    prefetch_tensormap(&tmap_a);
+    prefetch_tensormap(&tmap_b);
+    for (int s = 0; s < NUM_STAGES; ++s) {
+      mbarrier_init(&full[s], 1);               // the producer's arrive.expect_tx
+      mbarrier_init(&empty[s], NUM_CONSUMERS * CLUSTER_M);  // one arrive per consumer warpgroup of the pair
+    }
+    fence_barrier_init();
+  }
+  cluster_sync();  // the peer's barriers exist before anyone multicasts into it or arrives remotely
+
+  if (warp < 4) {
+    // ---- producer warpgroup: registers back to the pool, one thread issues every load ----
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (warp == 0 && elect_one_sync()) {
+      int it = 0;  // ring position, continued across tiles
+      u32 slot = 0;
+      for (StaticTileScheduler sched(cluster_id_x(), cluster_nclusterid_x(), total_tiles, n_tiles);
+           sched.valid(); sched.advance(), ++slot) {
+        const TileCoord tc = sched.coord(rank, BM, BN, CLUSTER_M);
+        const u64 t0 = timing_now();
+        u64 waited = 0;
+        for (int kb = 0; kb < num_kb; ++kb, ++it) {
+          const int s = it % NUM_STAGES;
+          const u32 phase = (it / NUM_STAGES) & 1;
+          const u64 tw = timing_now();
+          mbarrier_wait_parity_cluster_nocall(&empty[s], phase ^ 1);  // both CTAs released stage s
+          waited += timing_now() - tw;
+          mbarrier_arrive_expect_tx(&full[s], STAGE_BYTES);
+          tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tc.m0);
+          // Our half of B, to the same offset in both CTAs (the peer loads the other half).
+          tma_load_2d_multicast(smem + SMEM_B_OFF + s * B_STAGE_BYTES + rank * B_ROWS * BK, &tmap_b,
+                                &full[s], (u16)((1u << CLUSTER_M) - 1), kb * BK, tc.n0 + rank * B_ROWS);
+        }
+        timing_record(timing, slot, PE_PHASE_PRODUCER_WAIT, t0, t0 + waited);
+        PE_TIMING_END(timing, slot, PE_PHASE_TMA_ISSUE, t0);
+      }
+      // Tail: wait until every stage has been released by the consumers of both CTAs, so neither
+      // CTA exits while its peer still multicasts into it or arrives on its barriers.
+      for (int i = 0; i < NUM_STAGES; ++i, ++it)
+        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1);
+    }
+  } else {
+    // ---- consumer warpgroups: wgmma on their rows of each stage, then the epilogue ----
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int wg = warp / 4 - 1;
+    const int tid = threadIdx.x % 128;
+    const u64 desc_a0 = gmma_smem_desc(smem_u32(smem + SMEM_A_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    const u64 desc_b0 = gmma_smem_desc(smem_u32(smem + SMEM_B_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    float d[WG_M][BN / 2];
+    int it = 0;  // ring position, continued across tiles
+    u32 slot = 0;
+    for (StaticTileScheduler sched(cluster_id_x(), cluster_nclusterid_x(), total_tiles, n_tiles);
+         sched.valid(); sched.advance(), ++slot) {
+      const TileCoord tc = sched.coord(rank, BM, BN, CLUSTER_M);
+      const int m0 = tc.m0, n0 = tc.n0;
+      const u64 t_tile = timing_now();
+      u64 waited = 0;
+      for (int kb = 0; kb < num_kb; ++kb, ++it) {
+        const int s = it % NUM_STAGES;
+        const u32 phase = (it / NUM_STAGES) & 1;
+        const u64 tw = timing_now();
+        mbarrier_wait_parity_nocall(&full[s], phase);
+        waited += timing_now() - tw;
+#pragma unroll
+        for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);
+        warpgroup_arrive();
+#pragma unroll
+        for (int ks = 0; ks < BK / 32; ++ks)
+#pragma unroll
+          for (int mi = 0; mi < WG_M; ++mi) {
+            // Rows (wg * WG_M + mi) * 64 of the A stage; K step ks = +32 B inside the swizzle atom.
+            const u32 a_off = s * A_STAGE_BYTES + (wg * WG_M + mi) * 64 * BK + ks * 32;
+            const u32 b_off = s * B_STAGE_BYTES + ks * 32;
+            wgmma_m64nNk32_f32_e4m3_e4m3<BN>(d[mi], desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4),
+                                             (kb > 0 || ks > 0) ? 1u : 0u);
+          }
+        wgmma_commit_group();
+        wgmma_wait_group<1>();  // the previous slice's wgmmas are done: free its stage
+#pragma unroll
+        for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);
+        // Free the previous slice in both CTAs: the peer's producer multicasts into our stage too.
+        if (kb > 0 && tid < CLUSTER_M) mbarrier_arrive_remote_cta(&empty[(it - 1) % NUM_STAGES], tid);
+      }
+      wgmma_wait_group<0>();
+#pragma unroll
+      for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);
+      if (tid < CLUSTER_M) mbarrier_arrive_remote_cta(&empty[(it - 1) % NUM_STAGES], tid);
+      const u64 t_epi = timing_now();
+
+      // Epilogue from registers (as in 00): rows 16w + l/4 (+8), column pairs 8j + 2(l%4).
+      const int wq = tid / 32, lane = tid % 32;
+#pragma unroll
+      for (int mi = 0; mi < WG_M; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = m0 + (wg * WG_M + mi) * 64 + 16 * wq + 8 * h + lane / 4;
+          if (row >= M) continue;
+          const u16* crow = comb + (size_t)comb_row(row) * N + n0 + 2 * (lane % 4);
+          u16* orow = c + (size_t)row * N + n0 + 2 * (lane % 4);
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            const u32 cb = *reinterpret_cast<const u32*>(crow + 8 * j);
+            const float lo = d[mi][4 * j + 2 * h] + bf16lo_to_f32(cb);
+            const float hi = d[mi][4 * j + 2 * h + 1] + bf16hi_to_f32(cb);
+            *reinterpret_cast<u32*>(orow + 8 * j) = f32x2_to_bf16x2(lo, hi);
+          }
+        }
+      }
+      if (lane == 0) {
+        timing_record(timing, slot, PE_PHASE_TMA_WAIT, t_tile, t_tile + waited);
+        timing_record(timing, slot, PE_PHASE_KLOOP, t_tile, t_epi);
+        PE_TIMING_END(timing, slot, PE_PHASE_EPI_PHASE1, t_epi);
+        PE_TIMING_END(timing, slot, PE_PHASE_TILE, t_tile);
+      }
+    }  // tile loop
+  }
+}

@@ -1,0 +1,288 @@
+// sm90 stage 03: the staged epilogue. Each consumer warpgroup writes its finished tile (accumulator
+// + comb, rounded to BF16) into its own shared-memory staging buffer and hands it to the TMA engine
+// (cp.async.bulk.tensor store, EPI_TMA_STORE=1) or copies it out with coalesced 16-byte stores
+// (EPI_TMA_STORE=0); with the TMA store it goes straight on to the next tile's mainloop while the
+// copy engine drains the buffer.
+//
+// Changed from 02: in 02 each thread stores 4-byte BF16 pairs from the wgmma register layout, so a
+// warp's store touches 8 rows with 16 bytes each, and the warpgroup only returns to the tensor cores
+// after the last store has issued. Here the register layout is rewritten into 64-row x 128-byte
+// boxes with the 128-byte swizzle (thread (l/4, l%4) of a row group hits 8 different 16-byte chunks:
+// no bank conflicts), fenced to the async proxy, and one thread per warpgroup issues BN/64 TMA
+// stores per 64-row slice into the C tensor map (box {64 cols, 64 rows}, SWIZZLE_128B), which also
+// clips rows past M. Before the staging buffer is written again, that thread waits for the previous
+// stores to have read it (cp.async.bulk.wait_group.read 0). The staging buffers cost shared memory:
+// at BN = 256, 2 x 32 KiB, so the ring drops to 3 stages (4 x 48 KiB + 64 KiB is over 227 KiB).
+// Recorded on B200 (fp8-megakernel-experiment-log.md, c32ab7a): SMEM staging -> coalesced stores took
+// the sm_100a kernel from 0.700 to 0.633 ms; the nvfp4 TMA-store pitch argues for the bulk store.
+#include "common/types.cuh"
+#include "common/export.cuh"
+#include "common/cutensormap.cuh"
+#include "common/cluster.cuh"
+#include "common/mbarrier.cuh"
+#include "common/tma.cuh"
+#include "common/descriptors.cuh"
+#include "common/wgmma.cuh"
+#include "common/epilogue.cuh"
+#include "common/tile_map.cuh"
+
+#ifndef BLOCK_N
+#define BLOCK_N 256        // output columns per CTA = the wgmma N
+#endif
+#ifndef NUM_STAGES
+#define NUM_STAGES 3       // 48 KiB a stage at BN = 256, plus 64 KiB of staging: 3 fit 227 KiB
+#endif
+#ifndef EPI_TMA_STORE
+#define EPI_TMA_STORE 1    // 1: TMA tensor stores from the staging buffer; 0: coalesced 16-B stores
+#endif
+#ifndef NUM_CONSUMERS
+#define NUM_CONSUMERS 2    // consumer warpgroups, each 64 * WG_M output rows
+#endif
+#ifndef WG_M
+#define WG_M 1             // m64 wgmma slices per consumer warpgroup
+#endif
+#if defined(TIMING) && !defined(PE_TIMING_WARPS)
+#define PE_TIMING_WARPS (4 * (NUM_CONSUMERS + 1))
+#endif
+#include "common/timing.cuh"
+
+constexpr int BN = BLOCK_N;
+constexpr int BK = 128;                       // one 128-byte swizzle atom of FP8 along K
+constexpr int BM = NUM_CONSUMERS * WG_M * 64;
+constexpr int CLUSTER_M = 2;                  // CTAs per cluster along M; they share (multicast) B
+constexpr int B_ROWS = BN / CLUSTER_M;        // B rows this CTA loads for the pair
+constexpr int NUM_THREADS = 128 * (NUM_CONSUMERS + 1);
+constexpr int A_STAGE_BYTES = BM * BK;
+constexpr int B_STAGE_BYTES = BN * BK;
+constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;  // transaction bytes per stage
+constexpr int SMEM_ALIGN = 1024;              // SW128 atoms start 1024-B aligned (base_offset stays 0)
+constexpr int SMEM_A_OFF = 0;
+constexpr int SMEM_B_OFF = NUM_STAGES * A_STAGE_BYTES;
+constexpr int C_BOX_COLS = 64;                // 64 BF16 = 128 B, the swizzle span
+constexpr int C_BOX_ROWS = 64;                // one m64 slice of one consumer
+constexpr int C_BOX_BYTES = C_BOX_COLS * 2 * C_BOX_ROWS;
+constexpr int C_STAGE_BYTES = WG_M * (BN / C_BOX_COLS) * C_BOX_BYTES;  // one consumer's staging
+constexpr int SMEM_C_OFF = NUM_STAGES * STAGE_BYTES;
+constexpr int SMEM_BAR_OFF = SMEM_C_OFF + NUM_CONSUMERS * C_STAGE_BYTES;
+constexpr int EPI_BARRIER = 1;                // named barriers 1..NUM_CONSUMERS, one per consumer
+constexpr int SMEM_USED = SMEM_BAR_OFF + 8 * 2 * NUM_STAGES;
+constexpr int SMEM_BYTES = SMEM_ALIGN + SMEM_USED;
+constexpr u32 DESC_LBO = 16, DESC_SBO = 1024, SWIZZLE = 128;
+// setmaxnreg budgets (CUTLASS sm90 cooperative kernel: 40 / 232 for 1 + 2 warpgroups). The sum
+// over the CTA must stay within the 64 Ki registers of the SM: 128 * (P + NUM_CONSUMERS * C).
+constexpr u32 PRODUCER_REGS = NUM_CONSUMERS == 1 ? 56 : NUM_CONSUMERS == 2 ? 40 : 32;
+constexpr u32 CONSUMER_REGS = NUM_CONSUMERS == 1 ? 256 : NUM_CONSUMERS == 2 ? 232 : 160;
+
+static_assert(BN % 64 == 0 && BN <= 256, "BLOCK_N: a wgmma N of 64..256");
+static_assert(BM <= 256, "TMA box: A tile of at most 256 rows (NUM_CONSUMERS * WG_M * 64)");
+static_assert(WG_M * BN <= 256, "accumulators: at most 128 FP32 registers per consumer thread");
+static_assert(NUM_CONSUMERS >= 1 && NUM_CONSUMERS <= 3, "NUM_CONSUMERS: 1 to 3 consumer warpgroups");
+static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= 65536, "setmaxnreg: over 64 Ki registers");
+static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 8, "NUM_STAGES: 2 to 8");
+static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KiB per-block limit");
+
+PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+PELIB_EXPORT(num_threads, NUM_THREADS);
+PELIB_EXPORT(block_m, BM);
+PELIB_EXPORT(block_n, BN);
+PELIB_EXPORT(block_k, BK);
+PELIB_EXPORT(stages, NUM_STAGES);
+PELIB_EXPORT(consumers, NUM_CONSUMERS);
+PELIB_EXPORT(wg_m, WG_M);
+PELIB_EXPORT(cluster_m, CLUSTER_M);
+PELIB_EXPORT(persistent, 1);
+PELIB_EXPORT(box_a_rows, BM);
+PELIB_EXPORT(box_b_rows, B_ROWS);
+PELIB_EXPORT(box_k_bytes, BK);
+PELIB_EXPORT(box_c_cols, C_BOX_COLS);
+PELIB_EXPORT(box_c_rows, C_BOX_ROWS);
+PELIB_EXPORT(swizzle_c, SWIZZLE);
+PELIB_EXPORT(epi_tma_store, EPI_TMA_STORE);
+PELIB_EXPORT(smem_c_offset, SMEM_C_OFF);
+PELIB_EXPORT(swizzle_bytes, SWIZZLE);
+PELIB_EXPORT(desc_lbo, DESC_LBO);
+PELIB_EXPORT(desc_sbo, DESC_SBO);
+PELIB_EXPORT(k_advance_bytes, 32);
+PELIB_EXPORT(desc_a_base0, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(producer_regs, PRODUCER_REGS);
+PELIB_EXPORT(consumer_regs, CONSUMER_REGS);
+
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, box {BK, BM}, SW128
+                 const __grid_constant__ CUtensorMap tmap_b,  // B [N, K] u8, box {BK, box_b_rows}, SW128
+                 const __grid_constant__ CUtensorMap tmap_c,  // C [M, N] bf16 (TMA-store stages only)
+                 const u16* __restrict__ comb,                // [196, N] bf16, bias + pos_embed
+                 u16* __restrict__ c,                         // [M, N] bf16
+                 int M, int N, int K, u64* timing) {
+  extern __shared__ u8 smem_raw[];
+  u8* smem = smem_raw + ((SMEM_ALIGN - (smem_u32(smem_raw) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
+  u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);  // stage s holds data (TMA bytes landed)
+  u64* empty = full + NUM_STAGES;                            // every consumer of both CTAs has read stage s
+
+  const int warp = threadIdx.x / 32;
+  const u32 rank = cluster_ctarank();
+  const int n_tiles = N / BN;
+  const int total_tiles = ((M + CLUSTER_M * BM - 1) / (CLUSTER_M * BM)) * n_tiles;  // cluster tiles
+  const int num_kb = K / BK;
+
+  if (threadIdx.x == 0) {
+    prefetch_tensormap(&tmap_a);
+    prefetch_tensormap(&tmap_b);
+    prefetch_tensormap(&tmap_c);
+    for (int s = 0; s < NUM_STAGES; ++s) {
+      mbarrier_init(&full[s], 1);               // the producer's arrive.expect_tx
+      mbarrier_init(&empty[s], NUM_CONSUMERS * CLUSTER_M);  // one arrive per consumer warpgroup of the pair
+    }
+    fence_barrier_init();
+  }
+  cluster_sync();  // the peer's barriers exist before anyone multicasts into it or arrives remotely
+
+  if (warp < 4) {
+    // ---- producer warpgroup: registers back to the pool, one thread issues every load ----
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (warp == 0 && elect_one_sync()) {
+      int it = 0;  // ring position, continued across tiles
+      u32 slot = 0;
+      for (StaticTileScheduler sched(cluster_id_x(), cluster_nclusterid_x(), total_tiles, n_tiles);
+           sched.valid(); sched.advance(), ++slot) {
+        const TileCoord tc = sched.coord(rank, BM, BN, CLUSTER_M);
+        const u64 t0 = timing_now();
+        u64 waited = 0;
+        for (int kb = 0; kb < num_kb; ++kb, ++it) {
+          const int s = it % NUM_STAGES;
+          const u32 phase = (it / NUM_STAGES) & 1;
+          const u64 tw = timing_now();
+          mbarrier_wait_parity_cluster_nocall(&empty[s], phase ^ 1);  // both CTAs released stage s
+          waited += timing_now() - tw;
+          mbarrier_arrive_expect_tx(&full[s], STAGE_BYTES);
+          tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tc.m0);
+          // Our half of B, to the same offset in both CTAs (the peer loads the other half).
+          tma_load_2d_multicast(smem + SMEM_B_OFF + s * B_STAGE_BYTES + rank * B_ROWS * BK, &tmap_b,
+                                &full[s], (u16)((1u << CLUSTER_M) - 1), kb * BK, tc.n0 + rank * B_ROWS);
+        }
+        timing_record(timing, slot, PE_PHASE_PRODUCER_WAIT, t0, t0 + waited);
+        PE_TIMING_END(timing, slot, PE_PHASE_TMA_ISSUE, t0);
+      }
+      // Tail: wait until every stage has been released by the consumers of both CTAs, so neither
+      // CTA exits while its peer still multicasts into it or arrives on its barriers.
+      for (int i = 0; i < NUM_STAGES; ++i, ++it)
+        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1);
+    }
+  } else {
+    // ---- consumer warpgroups: wgmma on their rows of each stage, then the epilogue ----
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int wg = warp / 4 - 1;
+    const int tid = threadIdx.x % 128;
+    const u64 desc_a0 = gmma_smem_desc(smem_u32(smem + SMEM_A_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    const u64 desc_b0 = gmma_smem_desc(smem_u32(smem + SMEM_B_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    float d[WG_M][BN / 2];
+    int it = 0;  // ring position, continued across tiles
+    u32 slot = 0;
+    for (StaticTileScheduler sched(cluster_id_x(), cluster_nclusterid_x(), total_tiles, n_tiles);
+         sched.valid(); sched.advance(), ++slot) {
+      const TileCoord tc = sched.coord(rank, BM, BN, CLUSTER_M);
+      const int m0 = tc.m0, n0 = tc.n0;
+      const u64 t_tile = timing_now();
+      u64 waited = 0;
+      for (int kb = 0; kb < num_kb; ++kb, ++it) {
+        const int s = it % NUM_STAGES;
+        const u32 phase = (it / NUM_STAGES) & 1;
+        const u64 tw = timing_now();
+        mbarrier_wait_parity_nocall(&full[s], phase);
+        waited += timing_now() - tw;
+#pragma unroll
+        for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);
+        warpgroup_arrive();
+#pragma unroll
+        for (int ks = 0; ks < BK / 32; ++ks)
+#pragma unroll
+          for (int mi = 0; mi < WG_M; ++mi) {
+            // Rows (wg * WG_M + mi) * 64 of the A stage; K step ks = +32 B inside the swizzle atom.
+            const u32 a_off = s * A_STAGE_BYTES + (wg * WG_M + mi) * 64 * BK + ks * 32;
+            const u32 b_off = s * B_STAGE_BYTES + ks * 32;
+            wgmma_m64nNk32_f32_e4m3_e4m3<BN>(d[mi], desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4),
+                                             (kb > 0 || ks > 0) ? 1u : 0u);
+          }
+        wgmma_commit_group();
+        wgmma_wait_group<1>();  // the previous slice's wgmmas are done: free its stage
+#pragma unroll
+        for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);
+        // Free the previous slice in both CTAs: the peer's producer multicasts into our stage too.
+        if (kb > 0 && tid < CLUSTER_M) mbarrier_arrive_remote_cta(&empty[(it - 1) % NUM_STAGES], tid);
+      }
+      wgmma_wait_group<0>();
+#pragma unroll
+      for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);
+      if (tid < CLUSTER_M) mbarrier_arrive_remote_cta(&empty[(it - 1) % NUM_STAGES], tid);
+      const u64 t_epi = timing_now();
+
+      // Epilogue phase 1: registers (+ comb, rounded once) -> this warpgroup's staging buffer, laid out
+      // as TMA boxes of 64 rows x 128 B with the 128-B swizzle: 16-B chunk q of row r sits at chunk
+      // q ^ (r % 8) (pelib.tma.swizzle_byte_offset). Rows 16w + l/4 (+8), column pairs 8j + 2(l%4).
+      const int wq = tid / 32, lane = tid % 32;
+      u8* stg = smem + SMEM_C_OFF + wg * C_STAGE_BYTES;
+      if (tid == 0) cp_async_bulk_wait_group_read<0>();  // the previous tile's stores have read stg
+      named_barrier_sync(EPI_BARRIER + wg, 128);
+#pragma unroll
+      for (int mi = 0; mi < WG_M; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * wq + 8 * h + lane / 4;  // row inside the 64-row slice; r % 8 == lane / 4
+          const int row = m0 + (wg * WG_M + mi) * 64 + r;
+          const u16* crow = comb + (size_t)comb_row(row) * N + n0 + 2 * (lane % 4);
+          u8* srow = stg + mi * (BN / C_BOX_COLS) * C_BOX_BYTES + r * 128 + 4 * (lane % 4);
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            const u32 cb = *reinterpret_cast<const u32*>(crow + 8 * j);
+            const float lo = d[mi][4 * j + 2 * h] + bf16lo_to_f32(cb);
+            const float hi = d[mi][4 * j + 2 * h + 1] + bf16hi_to_f32(cb);
+            // column 8j lies in box j/8, 16-B chunk j%8 of the row
+            *reinterpret_cast<u32*>(srow + (j / 8) * C_BOX_BYTES + (((j % 8) ^ (lane / 4)) * 16)) =
+                f32x2_to_bf16x2(lo, hi);
+          }
+        }
+      }
+      const u64 t_store = timing_now();
+#if EPI_TMA_STORE
+      // Phase 2: one thread hands the boxes to the TMA engine; the warpgroup moves on at once.
+      fence_proxy_async_shared_cta();  // our st.shared before the async proxy's reads
+      named_barrier_sync(EPI_BARRIER + wg, 128);
+      if (tid == 0) {
+#pragma unroll
+        for (int mi = 0; mi < WG_M; ++mi)
+#pragma unroll
+          for (int cc = 0; cc < BN / C_BOX_COLS; ++cc)
+            tma_store_2d(&tmap_c, stg + (mi * (BN / C_BOX_COLS) + cc) * C_BOX_BYTES, n0 + cc * C_BOX_COLS,
+                         m0 + (wg * WG_M + mi) * 64);
+        cp_async_bulk_commit_group();
+      }
+#else
+      // Phase 2: the warpgroup copies the staging buffer out, each row as consecutive 16-B stores.
+      named_barrier_sync(EPI_BARRIER + wg, 128);
+      constexpr int CPR = BN / 8;  // 16-B chunks per output row
+#pragma unroll
+      for (int mi = 0; mi < WG_M; ++mi) {
+        const u8* sbase = stg + mi * (BN / C_BOX_COLS) * C_BOX_BYTES;
+#pragma unroll 4
+        for (int idx = tid; idx < 64 * CPR; idx += 128) {
+          const int r = idx / CPR, ch = idx % CPR;
+          const int row = m0 + (wg * WG_M + mi) * 64 + r;
+          const uint4 v = *reinterpret_cast<const uint4*>(sbase + (ch / 8) * C_BOX_BYTES + r * 128 +
+                                                          (((ch % 8) ^ (r % 8)) * 16));
+          if (row < M) st_global_v4(c + (size_t)row * N + n0 + ch * 8, v.x, v.y, v.z, v.w);
+        }
+      }
+#endif
+      if (lane == 0) {
+        timing_record(timing, slot, PE_PHASE_TMA_WAIT, t_tile, t_tile + waited);
+        timing_record(timing, slot, PE_PHASE_KLOOP, t_tile, t_epi);
+        timing_record(timing, slot, PE_PHASE_EPI_PHASE1, t_epi, t_store);
+        PE_TIMING_END(timing, slot, PE_PHASE_EPI_PHASE2, t_store);
+        PE_TIMING_END(timing, slot, PE_PHASE_TILE, t_tile);
+      }
+    }  // tile loop
+#if EPI_TMA_STORE
+    if (tid == 0) cp_async_bulk_wait_group<0>();  // the last stores have left shared memory
+#endif
+  }
+}

@@ -1,0 +1,195 @@
+"""The sm90 Hopper twin on the CPU: every stage compiles for sm_90a as intended, and the host side
+(launch shape, tensor maps, benchmark registration) is right up to the launch."""
+import re
+
+import pytest
+
+from pelib import build as B
+from pelib import descriptors, hopper, problems
+
+STAGE_KEYS = [s.key for s in hopper.available()]
+FULL = problems.patch_embed("siglip2")
+
+
+@pytest.fixture(scope="module", params=STAGE_KEYS)
+def stage_build(request):
+    return request.param, hopper.build(request.param)
+
+
+def test_all_four_stages_exist():
+    assert STAGE_KEYS[:4] == ["00", "01", "02", "03"]
+
+
+def test_stage_compiles_without_spills(stage_build):
+    key, b = stage_build
+    f = b.facts
+    assert b.arch == "sm_90a" and b.kernel == hopper.KERNEL
+    assert f.spills == 0 and f.stack == 0, f"{key}: {f}"
+    # __launch_bounds__(threads, 1): the register cap at entry is 64 Ki / threads (setmaxnreg needs it)
+    assert f.registers <= min(255, 65536 // b.exports["num_threads"]), f
+    assert b.dynamic_smem + f.smem_static <= 227 * 1024
+
+
+def test_no_wgmma_serialization_or_ignored_setmaxnreg(stage_build):
+    # C7510/C7511: ptxas serialized the wgmma pipeline; C7508: setmaxnreg ignored
+    key, b = stage_build
+    assert not re.search(r"C75(08|10|11)", b.log), b.log
+
+
+def test_sass_has_fp8_wgmma_of_the_tile(stage_build):
+    key, b = stage_build
+    bn = b.exports["block_n"]
+    assert b.histogram["QGMMA"] >= 1
+    assert f"QGMMA.64x{bn}x32.F32.E4M3.E4M3" in b.sass  # nvdisasm's name for FP8 wgmma
+    assert b.histogram["UTMALDG"] >= 2                   # TMA loads of A and B
+    assert "HMMA" not in b.histogram and "HGMMA" not in b.histogram
+
+
+def test_warp_specialized_stages_reallocate_registers(stage_build):
+    key, b = stage_build
+    if key == "00":
+        pytest.skip("stage 00 has one warpgroup")
+    ex = b.exports
+    assert b.histogram["USETMAXREG"] == 2
+    assert 128 * (ex["producer_regs"] + ex["consumers"] * ex["consumer_regs"]) <= 65536
+
+
+def test_tma_store_only_in_staged_epilogue(stage_build):
+    key, b = stage_build
+    assert (b.histogram.get("UTMASTG", 0) > 0) == (key >= "03" and b.exports.get("epi_tma_store", 0) == 1)
+
+
+def test_descriptor_export_matches_python_encoder(stage_build):
+    _, b = stage_build
+    ex = b.exports
+    want = descriptors.gmma_smem_desc(0, ex["desc_lbo"], ex["desc_sbo"], ex["swizzle_bytes"])
+    assert ex["desc_a_base0"] == want
+    d = descriptors.decode_gmma_smem_desc(want)
+    assert d["swizzle"] == 128 and d["sbo"] == 1024  # SW128 K-major: 8 rows x 128 B between groups
+    assert want >> 62 == 1                           # GMMA layout type B128 = 1 at [62,64), no version bit
+
+
+def test_launch_config_full_problem():
+    c0 = hopper.launch_config(hopper.build("00"), FULL)
+    assert c0.grid == c0.tiles == (FULL.m // 128) * (FULL.n // 128) and c0.block == 128
+    c1 = hopper.launch_config(hopper.build("01"), FULL)
+    assert c1.grid == (FULL.m // 128) * 3 and c1.block == 384 and c1.cluster == (1, 1, 1)
+    c2 = hopper.launch_config(hopper.build("02"), FULL, sm_count=132)
+    assert c2.persistent and c2.grid == 132 and c2.cluster == (2, 1, 1) and c2.tiles == 21756
+    c2b = hopper.launch_config(hopper.build("02"), FULL, sm_count=133)
+    assert c2b.grid == 132  # whole clusters only
+
+
+def test_launch_config_m_tail_rounds_to_whole_clusters():
+    tail = problems.PatchEmbed(name="tail", m=1000, n=768, k=768, tile={"m": 8, "n": 64, "k": 128})
+    c = hopper.launch_config(hopper.build("02"), tail)
+    assert c.tiles == 8 * 3  # ceil(1000 / 256) cluster rows x 2 CTAs x 3 N tiles
+
+
+def test_shape_error_names_the_fix():
+    odd = problems.PatchEmbed(name="odd", m=256, n=320, k=768, tile={"m": 8, "n": 64, "k": 128})
+    with pytest.raises(hopper.ShapeError, match="BLOCK_N"):
+        hopper.launch_config(hopper.build("01"), odd)
+
+
+def test_tensor_maps(stage_build):
+    key, b = stage_build
+    specs = hopper.tensor_specs(b, FULL, {"a": 1 << 20, "b": 1 << 21, "c": 1 << 22})
+    a, bb, c = specs["a"], specs["b"], specs["c"]
+    assert a.dtype == bb.dtype == "uint8" and c.dtype == "bfloat16"   # no FP8 TMA type (READING trap 5)
+    assert a.swizzle == bb.swizzle == 128 and a.inner_box_bytes == 128
+    assert a.box_shape == (b.exports["block_m"], 128)
+    cl = b.exports.get("cluster_m", 1)
+    assert bb.box_shape == (b.exports["block_n"] // cl, 128)          # multicast: each CTA loads its share
+    # expect_tx bytes of a stage = the boxes that land in it (the peer's share included)
+    assert a.box_bytes + cl * bb.box_bytes == (b.exports["block_m"] + b.exports["block_n"]) * 128
+    assert c.inner_box_bytes <= 128
+
+
+@pytest.mark.parametrize("key,defines", [v for v in __import__("pelib.hopper_sweep").hopper_sweep.VARIANTS
+                                         if v[1]])
+def test_sweep_variants_compile(key, defines):
+    b = hopper.build(key, defines)
+    assert b.facts.spills == 0 and not re.search(r"C75(08|10|11)", b.log)
+
+
+def test_timing_build_exports_layout():
+    b = hopper.build("03", timing=True)
+    assert b.exports["timing_warps"] == b.exports["num_threads"] // 32
+    assert b.facts.spills == 0
+
+
+def test_wgmma_header_forms():
+    """Every N the header defines compiles to one QGMMA of that shape."""
+    import textwrap
+    src = textwrap.dedent("""
+        #include "common/wgmma.cuh"
+        template <int N> __device__ void one(float* out, u64 da, u64 db) {
+          float d[N / 2];
+        #pragma unroll
+          for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
+          warpgroup_arrive();
+          wgmma_m64nNk32_f32_e4m3_e4m3<N>(d, da, db, 1);
+          wgmma_commit_group();
+          wgmma_wait_group<0>();
+          wgmma_fence_operand(d);
+          float s = 0.f;
+        #pragma unroll
+          for (int i = 0; i < N / 2; ++i) s += d[i];
+          out[threadIdx.x] = s;
+        }
+        extern "C" __global__ void __launch_bounds__(128, 1) probe(float* out, u64 da, u64 db, int n) {
+          if (n == 64) one<64>(out, da, db);
+          else if (n == 96) one<96>(out, da, db);
+          else if (n == 128) one<128>(out, da, db);
+          else if (n == 192) one<192>(out, da, db);
+          else one<256>(out, da, db);
+        }
+    """)
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "probe.cu"
+        p.write_text(src)
+        b = B.build(p, "sm_90a", cache=False)
+    for n in (64, 96, 128, 192, 256):
+        assert f"QGMMA.64x{n}x32.F32.E4M3.E4M3" in b.sass
+    assert b.facts.spills == 0
+
+
+def test_wgmma_header_refuses_sm100():
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "probe.cu"
+        p.write_text('#include "common/wgmma.cuh"\nextern "C" __global__ void k() {}\n')
+        with pytest.raises(B.BuildError, match="sm_90a"):
+            B.build(p, "sm_100a", cache=False)
+
+
+def test_accumulator_layout_covers_the_tile_once():
+    """wgmma_acc_row/col (common/wgmma.cuh) mapped in Python: 128 threads x N/2 registers = 64 x N."""
+    n = 256
+    seen = set()
+    for t in range(128):
+        for i in range(n // 2):
+            row = 16 * (t // 32) + 8 * ((i >> 1) & 1) + (t % 32) // 4
+            col = 8 * (i >> 2) + 2 * (t % 4) + (i & 1)
+            seen.add((row, col))
+    assert len(seen) == 64 * n and max(r for r, _ in seen) == 63 and max(c for _, c in seen) == n - 1
+
+
+def test_bench_registration():
+    from pelib import bench, hopper_bench  # noqa: F401  (importing registers it)
+    reg = bench.registry()
+    assert "hopper_twin" in reg and reg["hopper_twin"].arch == "sm_90a"
+
+
+def test_comparison_rows_and_speedups():
+    from pelib import hopper_bench
+    ours = {"stage": "03", "median_ms": 0.8}
+    base = {"cublas_gemm": {"median_ms": 1.0}, "compile_fused": {"error": "timeout"}}
+    rows = hopper_bench.compare_rows(ours, base, copy_gb_s=3000.0, problem=FULL)
+    assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(1.25)
+    assert rows[0]["floor_frac"] == pytest.approx(FULL.min_bytes / 3e12 * 1e3 / 0.8)
+    assert rows[2]["ms"] is None and "timeout" in hopper_bench.format_rows(rows)
