@@ -1,0 +1,399 @@
+"""Plots of the book (matplotlib only); every title or legend names its evidence kind."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Iterable
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+KINDS = ("compiled", "measured", "recorded", "modelled")
+
+_VERDICT_COLOR = {"REJECTED": "#c0392b", "IMPOSSIBLE": "#7f8c8d", "REPLACED": "#e67e22"}
+_STATUS_COLOR = {"GO": "#27ae60", "NO-GO": "#c0392b", "ABORT": "#7f8c8d", "PENDING": "#f1c40f"}
+_PHASE_COLORS = plt.get_cmap("tab10").colors
+
+
+def evidence_label(kind: str, source: str | None = None) -> str:
+    """'recorded (note.md)', 'measured (B200, 2026-03-01)', 'modelled', 'compiled'."""
+    if kind not in KINDS:
+        raise ValueError(f"evidence kind '{kind}' is not one of {KINDS}")
+    if kind in ("recorded", "measured") and not source:
+        raise ValueError(f"a {kind} plot must name its source (lab note, or device and date)")
+    return f"{kind} ({source})" if source else kind
+
+
+def _notes(sources: Iterable) -> str:
+    """Unique note names, in order, joined for a title."""
+    seen = []
+    for s in sources:
+        n = getattr(s, "note", s)
+        if n not in seen:
+            seen.append(n)
+    return "; ".join(seen)
+
+
+# ---------------------------------------------------------------------------------------------
+# History and experiments
+# ---------------------------------------------------------------------------------------------
+
+def waterfall(include_later: bool = True):
+    """ms and TFLOPS per commit of the FP8 history, later states, and the two cuBLAS lines."""
+    from pelib import records
+
+    hist = records.history()
+    later = records.later_states() if include_later else []
+    refs = records.cublas()[:2]
+    labels = [h.commit for h in hist] + [s.state.split(" (")[0] for s in later]
+    ms = [h.ms for h in hist] + [s.ms for s in later]
+    tf = [h.tflops for h in hist] + [s.tflops for s in later]
+    approx = [h.approx for h in hist] + [False] * len(later)
+    x = range(len(labels))
+
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True, gridspec_kw={"hspace": 0.08})
+    for i in x:
+        if tf[i] is not None:
+            a1.bar(i, tf[i], color="#2e86c1" if i < len(hist) else "#8e44ad", hatch="//" if approx[i] else None,
+                   edgecolor="white")
+            a1.text(i, tf[i], f"{'~' if approx[i] else ''}{tf[i]:g}", ha="center", va="bottom", fontsize=7)
+    a1.axhline(refs[0].tflops, color="k", ls="--", lw=1)
+    a1.text(len(labels) - 0.5, refs[0].tflops, f"cuBLAS GEMM only {refs[0].tflops:g}", ha="right", va="bottom", fontsize=7)
+    a1.set_ylabel("TFLOPS (2·M·N·K)")
+    pts = [(i, v) for i, v in zip(x, ms) if v is not None]
+    a2.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color="#c0392b")
+    for i, v in pts:
+        a2.text(i, v, f"{v:.3f}", ha="center", va="bottom", fontsize=7)
+    a2.axhline(refs[0].ms, color="k", ls="--", lw=1, label=f"cuBLAS GEMM only {refs[0].ms} ms")
+    a2.axhline(refs[1].ms, color="gray", ls=":", lw=1.2, label=f"cuBLAS + unfused pos_embed {refs[1].ms} ms")
+    a2.set_ylabel("ms (fused, end to end)")
+    a2.set_ylim(0, max(v for _, v in pts + [(0, refs[1].ms)]) * 1.15)
+    a2.set_xticks(list(x))
+    a2.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
+    if later:
+        for a in (a1, a2):
+            a.axvline(len(hist) - 0.5, color="gray", lw=0.8)
+    a2.legend(fontsize=7, loc="lower left")
+    src = _notes([hist[0].source] + [s.source for s in later] + [r.source for r in refs])
+    a1.set_title(f"FP8 patch-embed megakernel, history (hatched = '~' value; blank = not given)\n"
+                 f"{evidence_label('recorded', src)}", fontsize=9)
+    return fig
+
+
+def failed_experiments():
+    """F1-F9: change in time against each experiment's own baseline, coloured by verdict."""
+    from pelib import records
+
+    exps = records.experiments()
+    fig, ax = plt.subplots(figsize=(10, 4.6))
+    y = list(range(len(exps)))[::-1]
+    for yi, e in zip(y, exps):
+        key = next((k for k in _VERDICT_COLOR if e.verdict.upper().startswith(k)), None)
+        color = _VERDICT_COLOR.get(key, "#27ae60")
+        if e.baseline_ms and e.result_ms:
+            pct = 100 * (e.result_ms / e.baseline_ms - 1)
+            ax.barh(yi, pct, color=color)
+            rng = f"{e.result_range[0]}-{e.result_range[1]}" if e.result_range else f"{e.result_ms:g}"
+            ax.text(pct, yi, f" {e.baseline_ms:g} -> {rng} ms", va="center", fontsize=7,
+                    ha="left" if pct >= 0 else "right")
+        elif "baseline_tflops" in e.extra:
+            ax.text(0, yi, f" ~{e.extra['baseline_tflops']} -> ~{e.extra['result_tflops']} TFLOPS (replaced)",
+                    va="center", fontsize=7, color=color)
+        else:
+            ax.text(0, yi, f" not run: {e.reason[:60]}", va="center", fontsize=7, color=color)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_ylim(-0.8, len(exps) - 0.4)
+    ax.set_yticks(y)
+    ax.set_yticklabels([f"{e.id} {e.title[:38]} [{e.verdict.split(' (')[0][:20]}]" for e in exps], fontsize=7)
+    ax.set_xlabel("time change vs the experiment's baseline (%)  (negative = faster)")
+    lo, hi = ax.get_xlim()
+    ax.set_xlim(min(lo, -10) * 1.6, max(hi, 40) * 1.6)
+    ax.set_title(f"FP8 experiments F1-F9\n{evidence_label('recorded', exps[0].source.note)}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing, SMEM, SOL
+# ---------------------------------------------------------------------------------------------
+
+def _as_nested(data) -> dict:
+    """warp -> phase -> cycles from a dict of dicts or a DataFrame-like (warps as index)."""
+    if hasattr(data, "to_dict") and not isinstance(data, Mapping):
+        return {str(k): dict(v) for k, v in data.to_dict(orient="index").items()}
+    if not isinstance(data, Mapping):
+        raise TypeError("phase_bars needs a mapping warp -> {phase: cycles} or a DataFrame-like with .to_dict")
+    return {str(k): dict(v) for k, v in data.items()}
+
+
+def phase_bars(data, evidence: str, source: str | None = None, title: str = "Per-warp phase timing",
+               phases: list | None = None, unit: str = "cycles", ax=None):
+    """Stacked horizontal bars: one bar per warp, one segment per phase (generic; pelib.timing feeds it)."""
+    label = evidence_label(evidence, source)
+    nested = _as_nested(data)
+    if not nested:
+        raise ValueError("phase_bars: no warps to draw")
+    order = phases or list(dict.fromkeys(p for v in nested.values() for p in v))
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 0.55 * len(nested) + 1.8))
+    warps = list(nested)
+    seen: set = set()
+    for yi, w in enumerate(warps[::-1]):
+        left = 0.0
+        for j, p in enumerate(order):
+            v = nested[w].get(p)
+            if not v:
+                continue
+            ax.barh(yi, v, left=left, color=_PHASE_COLORS[j % len(_PHASE_COLORS)], edgecolor="white",
+                    label=None if p in seen else p)
+            seen.add(p)
+            if v > 0.06 * max(sum(x for x in d.values() if x) for d in nested.values()):
+                ax.text(left + v / 2, yi, f"{v:,.0f}", ha="center", va="center", fontsize=7, color="white")
+            left += v
+    ax.set_yticks(range(len(warps)))
+    ax.set_yticklabels(warps[::-1])
+    ax.set_xlabel(unit)
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5),
+              title=evidence, title_fontsize=7, frameon=False)
+    ax.set_title(f"{title}\n{label}", fontsize=9)
+    if fig is not None:
+        fig.tight_layout()
+    return fig or ax.figure
+
+
+def clock64_phase_bars():
+    """The lab notes' clock64 tile: W1 (TMA wait, K-loop, epilogue wait) and W3's epilogue phases."""
+    from pelib import records
+
+    rec = records.w1_reconciliation()
+    data = {"W1 (MMA)": {"TMA stage-0 wait": rec["W1"]["tma0_wait"], "K-loop": rec["W1"]["kloop"],
+                         "epilogue-barrier wait": rec["W1"]["epi_wait"]},
+            "W3 (epilogue)": {"MMA-done wait": rec["W3"]["ml_wait"], "Phase 1": rec["W3"]["phase1"],
+                              "Phase 2B": rec["W3"]["phase2b"]}}
+    return phase_bars(data, "recorded", "fp8-megakernel-w1-stall-isolation.md",
+                      title="clock64 per tile, 5-warp baseline")
+
+
+def f25_bars():
+    """F25: Phase 1 avg and p95 per epilogue warp."""
+    from pelib import records
+
+    w = records.f25_warps()
+    data = {x.warp: {"Phase 1 avg": x.avg, "p95 - avg": x.p95 - x.avg} for x in w}
+    return phase_bars(data, "recorded", w[0].source.note, title="F25: Phase 1 per epilogue warp (timing build)")
+
+
+def smem_budget_bar(budget=None):
+    """The SMEM budget as one stacked bar against the SM limit; any unaccounted bytes shown apart."""
+    from pelib import records
+
+    b = budget or records.smem_budget()
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    left = 0
+    for j, c in enumerate(b.components):
+        ax.barh(0, c.bytes, left=left, color=_PHASE_COLORS[j], edgecolor="white", label=f"{c.name}: {c.bytes:,} B")
+        left += c.bytes
+    if b.unaccounted:
+        ax.barh(0, b.unaccounted, left=left, color="none", edgecolor="red", hatch="xx",
+                label=f"unaccounted in the note's total: {b.unaccounted:,} B")
+    ax.axvline(b.total, color="k", lw=1)
+    ax.text(b.total, 0.48, f"total {b.total:,} ", ha="right", va="bottom", fontsize=7)
+    ax.axvline(b.sm_limit, color="red", ls="--", lw=1)
+    ax.text(b.sm_limit, 0.62, f"SM limit {b.sm_limit:,}\nheadroom {b.headroom:,} B ", ha="right", va="bottom",
+            fontsize=7, color="red")
+    ax.set_xlim(0, b.sm_limit * 1.02)
+    ax.set_ylim(-0.6, 1.0)
+    ax.set_yticks([])
+    ax.set_xlabel("bytes of shared memory per CTA")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.3), ncol=2, frameon=False)
+    ax.set_title(f"SMEM budget ({b.state})\n{evidence_label('recorded', b.source.note)}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def sol_bars(gpus=None, recorded: bool = True):
+    """Speed-of-light floors (modelled) per lab problem and GPU, with the notes' best times (recorded)."""
+    from pelib import records, sol
+
+    gpus = gpus or sol.GPUS
+    probs = sol.lab_problems()
+    fig, axes = plt.subplots(1, len(probs), figsize=(3.0 * len(probs), 3.6))
+    best = {"siglip2": records.history()[-1].ms * 1e3}
+    sweep = records.nvfp4_stage_sweep()
+    best.update({k: sweep[k][5] for k in records.NVFP4_SHAPES})
+    for ax, p in zip(axes, probs):
+        floors = [sol.floor(p, g) for g in gpus]
+        for i, f in enumerate(floors):
+            if f.t_floor_s is None:
+                ax.text(i, 0, "no FP4\npath", ha="center", va="bottom", fontsize=7)
+                continue
+            ax.bar(i, f.t_floor_s * 1e6, color="#5dade2", edgecolor="white",
+                   label="floor (modelled)" if i == 0 else None)
+            ax.text(i, f.t_floor_s * 1e6, f"{f.t_floor_s * 1e6:.3g}\n{f.bound[:3]}", ha="center", va="bottom", fontsize=7)
+        if recorded and p.name in best:
+            ax.axhline(best[p.name], color="#c0392b", ls="--", lw=1, label="best time on B200 (recorded)")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
+        ax.set_xticks(range(len(gpus)))
+        ax.set_xticklabels(gpus, fontsize=7)
+        ax.set_title(f"{p.name}\nM,N,K={p.m},{p.n},{p.k}", fontsize=8)
+        ax.set_ylabel("us")
+    axes[0].legend(fontsize=6, loc="upper left", framealpha=0.9)
+    src = "fp8-megakernel-experiment-log.md; nvfp4-gemm-optimization-log.md"
+    fig.suptitle(f"Speed of light: {evidence_label('modelled')} floors = max(FLOPs/peak, bytes/bandwidth); "
+                 f"lines {evidence_label('recorded', src)}", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def roofline(gpu: str = "B200", precision: str = "fp8", points: Mapping | None = None):
+    """Roofline of one GPU at one precision with the lab problems placed at their intensity (modelled)."""
+    import numpy as np
+
+    from pelib import sol
+
+    g = sol.spec(gpu)
+    peak = g.peak_tflops(precision)
+    if peak is None:
+        raise ValueError(f"{gpu} has no {precision} Tensor Core path")
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    i = np.logspace(0, 4.5, 200)
+    ax.loglog(i, np.minimum(peak, i * g.hbm_tb_s), color="k", label=f"{gpu} {precision}: {peak:g} TFLOPS, {g.hbm_tb_s} TB/s")
+    for p in sol.lab_problems():
+        if p.precision != precision:
+            continue
+        f = sol.floor(p, g)
+        ax.plot(f.intensity, p.flops / f.t_floor_s / 1e12, "o", label=f"{p.name} floor")
+    for name, (intensity, tflops) in (points or {}).items():
+        ax.plot(intensity, tflops, "s", label=name)
+    ax.set_xlabel("FLOPs per byte of minimum traffic")
+    ax.set_ylabel("TFLOPS")
+    ax.legend(fontsize=7)
+    ax.set_title(f"Roofline, {evidence_label('modelled')} (datasheet numbers)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def stage_sweep():
+    """NVFP4 time vs num_ab_stage for the three shapes, with the 6-stage and adaptive points."""
+    from pelib import records
+
+    sweep = records.nvfp4_stage_sweep()
+    extra = [t for t in records.nvfp4_stage_times() if t.table in ("additional", "adaptive")]
+    sol_us = records.nvfp4_sol_us()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for j, (shape, d) in enumerate(sweep.items()):
+        c = _PHASE_COLORS[j]
+        st = sorted(d)
+        ax.plot(st, [d[s] for s in st], "o-", color=c, label=f"{shape} (per-optimization tables)")
+        for t in extra:
+            if t.shape == shape:
+                ax.plot(t.stages + (0.08 if t.table == "adaptive" else -0.08), t.us, "x" if t.table == "adaptive" else "^",
+                        color=c, ms=6)
+        ax.axhline(sol_us[shape], color=c, ls=":", lw=0.8)
+    ax.plot([], [], "^", color="gray", label="'Additional Stage Testing'")
+    ax.plot([], [], "x", color="gray", label="adaptive-stages attempt")
+    ax.plot([], [], ":", color="gray", label="SOL (the log's task figure)")
+    ax.set_xlabel("num_ab_stage")
+    ax.set_ylabel("us")
+    ax.set_xticks(range(1, 7))
+    ax.legend(fontsize=7)
+    ax.set_title(f"NVFP4 GEMM, pipeline stages\n{evidence_label('recorded', 'nvfp4-gemm-optimization-log.md')}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def epilogue_estimates():
+    """The TMA-store pitch's per-tile epilogue estimates (510 vs 130 cycles), stacked."""
+    from pelib import records
+
+    est = records.tma_store_estimates()
+    data: dict = {}
+    for e in est:
+        data.setdefault(e.variant, {})[e.operation] = e.cycles
+    return phase_bars(data, "recorded", est[0].source.note, title="NVFP4 dual-GEMM epilogue, the pitch's estimates")
+
+
+# ---------------------------------------------------------------------------------------------
+# Go/no-go dashboard
+# ---------------------------------------------------------------------------------------------
+
+def _layout(ids: list[str], deps: Mapping[str, tuple]) -> dict[str, tuple[int, int]]:
+    """(column, -row) per card: column = dependency depth; a card shares its first parent's row
+    unless another card of its column already sits there."""
+    depth: dict[str, int] = {}
+
+    def d(i, seen=()):
+        if i not in depth:
+            ps = [p for p in deps.get(i, ()) if p in ids and p not in seen]
+            depth[i] = 0 if not ps else 1 + max(d(p, seen + (i,)) for p in ps)
+        return depth[i]
+
+    for i in ids:
+        d(i)
+    row: dict[str, int] = {}
+    taken: set[tuple[int, int]] = set()
+    for i in sorted(ids, key=lambda k: (depth[k], ids.index(k))):
+        parents = [p for p in deps.get(i, ()) if p in row]
+        r = row[parents[0]] if parents else None
+        if r is None or (depth[i], r) in taken:
+            r = 1 + max((rr for _, rr in taken), default=-1)
+        row[i] = r
+        taken.add((depth[i], r))
+    return {i: (depth[i], -row[i]) for i in ids}
+
+
+def gonogo_dashboard(facts=None):
+    """Cards as boxes coloured by the evaluator's status, with the note's dependency arrows."""
+    from pelib import gonogo
+
+    pairs = gonogo.dashboard(facts)
+    ids = [c.id for c, _ in pairs]
+    deps = {c.id: c.depends_on for c, _ in pairs}
+    pos = _layout(ids, deps)
+    kinds = sorted({k for _, d in pairs if d.evidence for k in d.evidence.split("+")}, key=KINDS.index)
+    fig, ax = plt.subplots(figsize=(11, 1.35 * (1 - min(p[1] for p in pos.values())) + 1.2))
+    W, H = 2.5, 0.78
+    for c, dcs in pairs:
+        x, y = pos[c.id]
+        x *= 3.3
+        col = _STATUS_COLOR[dcs.status]
+        ax.add_patch(FancyBboxPatch((x, y - H / 2), W, H, boxstyle="round,pad=0.04", fc=col, ec="k", alpha=0.85))
+        ev = f" [{dcs.evidence}]" if dcs.evidence else (" [needs B200]" if dcs.needs_b200 else "")
+        extra = ("\n" + ", ".join(dcs.labels)) if dcs.labels else ""
+        ax.text(x + 0.08, y + 0.22, f"{c.id}  {dcs.status}{ev}", fontsize=8, weight="bold", va="center")
+        ax.text(x + 0.08, y - 0.08, c.title[:40] + extra, fontsize=6.5, va="center")
+        rule = str(dcs.rule.label or dcs.rule.metric)[:52] if dcs.rule else ""
+        ax.text(x + 0.08, y - 0.30, rule, fontsize=5.5, va="center", style="italic")
+    for e in gonogo.edges():
+        (x0, y0), (x1, y1) = pos[e.src], pos[e.dst]
+        style = "<->" if e.kind == "pairs_with" else "->"
+        ls = ":" if e.kind in ("informs", "pairs_with") else "-"
+        start = (x0 * 3.3 + W, y0) if x1 > x0 else (x0 * 3.3 + W / 2, y0 - H / 2)
+        end = (x1 * 3.3, y1) if x1 > x0 else (x1 * 3.3 + W / 2, y1 + H / 2)
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=10, ls=ls, lw=1))
+        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.08, e.kind, fontsize=6, ha="center")
+    xs = [p[0] * 3.3 for p in pos.values()]
+    ys = [p[1] for p in pos.values()]
+    ax.set_xlim(min(xs) - 0.3, max(xs) + W + 0.3)
+    ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
+    ax.axis("off")
+    for s, col in _STATUS_COLOR.items():
+        ax.plot([], [], "s", color=col, label=s, ms=8)
+    ax.legend(fontsize=7, loc="lower right", ncol=4, frameon=False)
+    note = gonogo.cards()[0].source.split(" § ")[0]
+    used = [f for _, dcs in pairs for f in dcs.facts]
+    labels = []
+    for k in kinds:
+        if k == "recorded":
+            labels.append(evidence_label(k, note))
+        elif k == "measured":
+            labels.append(evidence_label(k, ", ".join(sorted({f.device or f.source or "device" for f in used
+                                                              if f.kind == k}))))
+        else:
+            labels.append(evidence_label(k))
+    ax.set_title("Go/no-go F21-F28: status from the cards' rules; decided on "
+                 + ("; ".join(labels) if labels else "no facts yet") + "; PENDING = needs a B200 run", fontsize=9)
+    fig.tight_layout()
+    return fig
