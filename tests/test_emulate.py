@@ -483,3 +483,14 @@ def test_plot_helpers_run_and_say_what_they_show():
     rec = {"device": "H100", "date": "2025-01-01", "passed": 1, "failed": 0,
            "cases": [{"kind": "tma_load", "case": "x", "passed": True}]}
     assert P.hopper_proof_table(rec).startswith("measured on H100, 2025-01-01")
+
+
+def test_narrow_rows_take_the_whole_swizzle_span():
+    # Measured on an H100 (2026-11-23, tests/test_gpu_emulate.py probe): a 64-B box row under the
+    # 128B swizzle occupies a full 128-B row; its 16-B chunk c lands at 16 * (c ^ (row % 8)).
+    tm = E.TensorMap2D(8, (256, 64), (64, 32), 128)
+    assert tm.smem_pitch == 128 and tm.box_bytes == 2048
+    addr = E.tma_box_addresses(tm, 0)
+    for r in range(32):
+        for c in range(4):
+            assert addr[r, 16 * c] == r * 128 + 16 * (c ^ (r % 8))

@@ -140,7 +140,15 @@ class TensorMap2D:
         return self.counts[0] * self.elem_bits // 8
 
     @property
+    def smem_pitch(self) -> int:
+        """Bytes between box rows in shared memory: a row narrower than the swizzle span still
+        takes the whole span (measured on an H100, 2026-11-23: 64-B rows under SWIZZLE_128B land
+        128 B apart, chunk c of row r at 16*(c ^ r%8); tests/gpu_results/)."""
+        return max(self.pitch, self.swizzle) if self.swizzle else self.pitch
+
+    @property
     def box_bytes(self) -> int:
+        """Bytes the copy moves (its complete_tx count), not its shared-memory footprint."""
         return self.pitch * self.counts[1]
 
     def validate(self) -> None:
@@ -180,7 +188,7 @@ def _as_bytes2d(g) -> np.ndarray:
 def tma_box_addresses(tmap: TensorMap2D, smem_addr: int) -> np.ndarray:
     """Physical shared addresses of each box byte, shape (rows, pitch): row-major box, then swizzle."""
     n0, n1 = tmap.counts
-    rows = np.arange(n1, dtype=np.int64)[:, None] * tmap.pitch
+    rows = np.arange(n1, dtype=np.int64)[:, None] * tmap.smem_pitch
     cols = np.arange(tmap.pitch, dtype=np.int64)[None, :]
     return swizzle_addr(smem_addr + rows + cols, tmap.swizzle)
 
