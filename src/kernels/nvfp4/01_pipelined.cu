@@ -1,0 +1,300 @@
+// NVFP4 stage 01: the same kernel with NUM_AB_STAGE shared-memory stages (1..7) in a ring.
+//
+// The one idea: while the tensor core works on K tile k, the TMA engine is already loading tiles
+// k+1 .. k+NUM_AB_STAGE-1 into the other stages. Each stage s has two mbarriers:
+//   full[s]  - TMA -> MMA: armed with arrive.expect_tx(STAGE_TX_BYTES), completes when the bytes land;
+//   empty[s] - MMA -> TMA: tcgen05.commit arrives when the MMAs reading stage s have finished.
+// Use u of stage s (u = k / NUM_AB_STAGE) waits on both barriers with parity u & 1 (the phase bit).
+// One thread runs it all, as the lab's kernel did (no warp specialization yet):
+//   prologue: load K tiles 0 .. NUM_AB_STAGE-1 into stages 0 .. NUM_AB_STAGE-1 (fill the pipeline);
+//   K tile k: wait full[s]; tcgen05.cp scale factors; 4 MMAs; commit -> empty[s] (release);
+//             if k + NUM_AB_STAGE < K tiles: wait empty[s] (acquire), load K tile k + NUM_AB_STAGE into s.
+//   after the loop: commit -> acc_full; all 128 threads wait on it and run the epilogue of stage 00.
+// With NUM_AB_STAGE = 1 this is stage 00 instruction for instruction (tests/test_nvfp4.py checks the
+// exports and the emulated tile agree). Each stage has its own TMEM scale-factor columns because
+// tcgen05.mma -> tcgen05.cp is not a pipelined pair (PTX ISA 9.7.16.6.2): without the empty wait of
+// the last tiles, a shared column set could be overwritten while an earlier MMA still reads it.
+// Recorded (lab note nvfp4-gemm-optimization-log.md, num_ab_stage 1 -> 2 -> 3 -> 4 -> 5, B200):
+// 96.8 -> 64.9 -> 54.4 -> 50.1 -> 49.3 us (M=128, N=7168, K=16384); 6 stages no better;
+// 7 stages "timeout (too much shared memory)". smem_bytes below is what decides that.
+//
+// Layouts (every one exported below with PELIB_EXPORT; pelib.nvfp4 builds tensor maps from them,
+// pelib.emulate replays them):
+//   A, B in global: uint8 [rows][K/2]; element k of a row in byte k/2, even k in the low nibble
+//     (CUTLASS float_e2m1_t sub-byte packing, include/cutlass/subbyte_reference.h).
+//   A, B tiles in SMEM: TMA box 128 B x 128 rows, SWIZZLE_128B; UMMA K-major SW128 descriptor,
+//     SBO = 1024 (8 rows x 128 B), LBO unused for swizzled K-major (16), 1024-B aligned base;
+//     the k-th MMA of a K tile starts 32 B (64 E2M1) further: descriptor start address + 2 (16-B units)
+//     (CUTLASS mma_sm100_desc.hpp make_umma_desc / DescriptorIterator; PTX ISA 9.7.16.4.1).
+//   SFA, SFB in global: the CUTLASS block-scaled atom, uint8 [MN/128][K/64][512]: inside an atom
+//     byte (m%32)*16 + ((m%128)/32)*4 + (k/16)%4 (include/cutlass/detail/sm100_blockscaled_layout.hpp,
+//     Sm1xxBlockScaledBasicChunk SfKMajorAtom; cudnn-frontend "mxfp8 scale factor 128x4 layout").
+//     One K tile of one 128-row block = 4 atoms = 2048 contiguous bytes; the tensor map views the
+//     buffer as rows of 256 B and loads a box of 256 B x 8 rows, no swizzle.
+//   Scale factors in TMEM: tcgen05.cp 32x128b.warpx4 copies one 512-B atom (32 rows x 16 B) into 4
+//     columns x 32 lanes and replicates it to all four 32-lane groups: lane (m%32)+32j, column (m/32),
+//     byte (k/16)%4 (CUTLASS mma_traits_sm100_frag.hpp tmem_sf_frg, copy_traits_sm100.hpp
+//     SM100_UTCCP_4x32dp128bit_1cta). Source descriptor: no swizzle, SBO = 128 (8 rows x 16 B),
+//     LBO = 128 (one 16-B column: unused). MMA k of a K tile reads SFA at column TMEM_SFA + 4k and
+//     SFB at TMEM_SFB + 4k; a_sf_id = b_sf_id = 0 (bits 30-31 of those addresses; CUTLASS
+//     make_runtime_instr_desc_block_scaled).
+//   Accumulator: TMEM columns [0,128), lane = row, FP32.
+#include "common/types.cuh"
+#include "common/export.cuh"
+#include "common/cluster.cuh"
+#include "common/mbarrier.cuh"
+#include "common/tma.cuh"
+#include "common/tcgen05.cuh"
+#include "common/descriptors.cuh"
+
+// ---- tile shape and layout constants -----------------------------------------------------------
+constexpr u32 TILE_M = 128, TILE_N = 128, TILE_K = 256;   // output tile, K per stage (lab log)
+constexpr u32 MMA_K = 64;                                  // kind::mxf4nvf4 dense K per instruction
+constexpr u32 SF_VEC = 16;                                 // NVFP4: one UE4M3 scale per 16 elements
+constexpr u32 MMAS_PER_KTILE = TILE_K / MMA_K;             // 4
+constexpr u32 NUM_THREADS = 128;                           // 4 warps: all read TMEM in the epilogue
+#ifndef NUM_AB_STAGE
+#define NUM_AB_STAGE 4
+#endif
+static_assert(NUM_AB_STAGE >= 1 && NUM_AB_STAGE <= 7, "NUM_AB_STAGE: 1..7 (7 x 36 KB already exceeds 227 KB)");
+
+constexpr u32 ROW_BYTES = TILE_K / 2;                      // 128 B of packed E2M1 per row per K tile
+constexpr u32 SWIZZLE = 128;                               // TMA SWIZZLE_128B == UMMA SW128
+constexpr u32 A_BYTES = TILE_M * ROW_BYTES;                // 16384
+constexpr u32 B_BYTES = TILE_N * ROW_BYTES;                // 16384
+constexpr u32 SF_ATOM_BYTES = 512;                         // 128 rows x 4 scale factors
+constexpr u32 SF_ATOM_K = 4 * SF_VEC;                      // 64 K-elements per atom
+constexpr u32 SFA_BYTES = (TILE_M / 128) * (TILE_K / SF_ATOM_K) * SF_ATOM_BYTES;  // 2048
+constexpr u32 SFB_BYTES = (TILE_N / 128) * (TILE_K / SF_ATOM_K) * SF_ATOM_BYTES;  // 2048
+constexpr u32 SF_ROW_BYTES = 256;                          // the SF tensor map's row
+constexpr u32 SF_BOX_ROWS = SFA_BYTES / SF_ROW_BYTES;      // 8
+constexpr u32 SF_ROWS_PER_ATOM = SF_ATOM_BYTES / SF_ROW_BYTES;   // 2
+constexpr u32 SBO_AB = 8 * ROW_BYTES;                      // 1024: 8-row core-matrix group stride
+constexpr u32 LBO_AB = 16;                                 // ignored for swizzled K-major
+constexpr u32 K_ADVANCE_BYTES = MMA_K / 2;                 // 32 B per MMA inside the 128-B atom
+constexpr u32 SBO_SF = 128, LBO_SF = 128;                  // tcgen05.cp source: 8 rows x 16 B
+
+// Stage layout in SMEM: [A | B | SFA | SFB], each stage 1024-B aligned (SW128 needs it).
+constexpr u32 OFF_A = 0, OFF_B = OFF_A + A_BYTES, OFF_SFA = OFF_B + B_BYTES, OFF_SFB = OFF_SFA + SFA_BYTES;
+constexpr u32 STAGE_BYTES = OFF_SFB + SFB_BYTES;           // 36864
+constexpr u32 STAGE_TX_BYTES = STAGE_BYTES;                // every byte of a stage arrives by TMA
+constexpr u32 OFF_BARRIERS = NUM_AB_STAGE * STAGE_BYTES;
+constexpr u32 NUM_BARRIERS = 2 * NUM_AB_STAGE + 1;         // full[S], empty[S], acc_full
+constexpr u32 BARRIER_BYTES = (NUM_BARRIERS * 8 + 8 + 63) / 64 * 64;   // + the TMEM address slot
+constexpr u32 ALIGN_SLACK = 1024;                          // dynamic SMEM base rounded up to 1024 B
+constexpr u32 SMEM_BYTES = ALIGN_SLACK + OFF_BARRIERS + BARRIER_BYTES;
+
+// TMEM columns: accumulator, then per stage 16 columns of SFA and 16 of SFB (4 per MMA).
+constexpr u32 TMEM_ACC = 0;
+constexpr u32 TMEM_SF_COLS_PER_MMA = 4;                    // 4 x 32 bit = 4 UE4M3 per row per MMA (K = 64)
+constexpr u32 TMEM_SFA = TILE_N;                           // after the 128 accumulator columns
+constexpr u32 TMEM_SFB = TMEM_SFA + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA;
+constexpr u32 TMEM_STAGE_COLS = 2 * MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA;   // 32
+__host__ __device__ constexpr u32 tmem_alloc_cols(u32 used) { return used <= 32 ? 32 : used <= 64 ? 64 : used <= 128 ? 128 : used <= 256 ? 256 : 512; }
+constexpr u32 TMEM_COLS = tmem_alloc_cols(TMEM_SFA + NUM_AB_STAGE * TMEM_STAGE_COLS);
+
+// Instruction descriptor: M=128, N=128, A/B packed E2M1 (MXF4 format 1), UE4M3 scales, K-major.
+constexpr u32 IDESC = umma_instr_desc_block_scaled(TILE_M, TILE_N, UMMA_FMT_MXF4_E2M1, UMMA_FMT_MXF4_E2M1,
+                                                   UMMA_SF_UE4M3, /*a_sf_id=*/0, /*b_sf_id=*/0);
+// Descriptor words at shared address 0: the kernel adds its stage address (>>4) to the low bits.
+constexpr u64 DESC_AB_BASE = umma_smem_desc(0, LBO_AB, SBO_AB, SWIZZLE);
+constexpr u64 DESC_SF_BASE = umma_smem_desc(0, LBO_SF, SBO_SF, 0);
+
+static_assert(TILE_M == 128, "kind::mxf4nvf4 with cta_group::1 needs M = 128 (lab log: M=64 rejected)");
+static_assert(TILE_N % 16 == 0 && TILE_N <= 256, "UMMA N must be a multiple of 16 up to 256");
+static_assert(TILE_N == 128, "one 512-B SF atom per MMA covers exactly 128 columns of B");
+static_assert(ROW_BYTES == SWIZZLE, "a K tile row must fill one 128-B swizzle atom");
+static_assert(SF_ROW_BYTES <= 256 && SF_ATOM_BYTES % SF_ROW_BYTES == 0, "SF map rows: a TMA box row is <= 256 elements, whole rows per atom");
+static_assert(STAGE_BYTES % 1024 == 0, "stages must stay 1024-B aligned for SW128");
+// No static_assert on the 227 KB limit here: the 7-stage build must compile so that its SMEM
+// demand can be read back (pelib.nvfp4.stage_table()); the host refuses to launch it.
+constexpr u32 SMEM_LIMIT = 232448;   // 227 KB, sm_100 maximum dynamic shared memory per block
+static_assert(TMEM_SFB + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA <= TMEM_COLS, "TMEM columns");
+
+// ---- what pelib reads back from the cubin ------------------------------------------------------
+// Names of pelib.emulate.EXPORT_NAMES (TileParams.from_exports replays the tile from them), then the
+// ones only pelib.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
+PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+PELIB_EXPORT(mma_kind, 6);                  // kind::mxf4nvf4
+PELIB_EXPORT(idesc, IDESC);
+PELIB_EXPORT(block_k, TILE_K);
+PELIB_EXPORT(a_box_k, TILE_K);              // box in E2M1 elements: 256 = 128 B (the uint8 map's inner box)
+PELIB_EXPORT(a_box_m, TILE_M);
+PELIB_EXPORT(b_box_k, TILE_K);
+PELIB_EXPORT(b_box_n, TILE_N);
+PELIB_EXPORT(a_swizzle, SWIZZLE);
+PELIB_EXPORT(b_swizzle, SWIZZLE);
+PELIB_EXPORT(a_smem_offset, OFF_A);         // stage 0, relative to the 1024-B aligned dynamic SMEM base
+PELIB_EXPORT(b_smem_offset, OFF_B);
+PELIB_EXPORT(a_desc, DESC_AB_BASE + (OFF_A >> 4));
+PELIB_EXPORT(b_desc, DESC_AB_BASE + (OFF_B >> 4));
+PELIB_EXPORT(k_advance_bytes, K_ADVANCE_BYTES);
+PELIB_EXPORT(tmem_cols, TMEM_COLS);
+PELIB_EXPORT(tmem_acc_col, TMEM_ACC);
+PELIB_EXPORT(epi_warp0, 0);
+PELIB_EXPORT(epi_warps, NUM_THREADS / 32);
+PELIB_EXPORT(epi_ld_x, 32);
+PELIB_EXPORT(sf_vec, SF_VEC);
+PELIB_EXPORT(sfa_smem_offset, OFF_SFA);
+PELIB_EXPORT(sfb_smem_offset, OFF_SFB);
+PELIB_EXPORT(sfa_tmem_col, TMEM_SFA);
+PELIB_EXPORT(sfb_tmem_col, TMEM_SFB);
+PELIB_EXPORT(sf_tmem_step_cols, TMEM_SF_COLS_PER_MMA);
+PELIB_EXPORT(sf_desc, DESC_SF_BASE + (OFF_SFA >> 4));   // tcgen05.cp source descriptor of stage 0, atom 0
+PELIB_EXPORT(sf_row_bytes, SF_ROW_BYTES);   // SFA/SFB tensor maps: uint8 rows of 256 B, box {256, 8}, no swizzle
+PELIB_EXPORT(sf_box_rows, SF_BOX_ROWS);
+PELIB_EXPORT(sf_rows_per_atom, SF_ROWS_PER_ATOM);
+PELIB_EXPORT(sf_swizzle, 0);
+PELIB_EXPORT(num_ab_stage, NUM_AB_STAGE);
+PELIB_EXPORT(stage_bytes, STAGE_BYTES);     // stage s lives at s * stage_bytes
+PELIB_EXPORT(stage_tx_bytes, STAGE_TX_BYTES);
+PELIB_EXPORT(tmem_stage_cols, TMEM_STAGE_COLS);   // stage s's scale factors at sf*_tmem_col + s * tmem_stage_cols
+PELIB_EXPORT(num_threads, NUM_THREADS);
+PELIB_EXPORT(tile_m, TILE_M);
+PELIB_EXPORT(tile_n, TILE_N);
+PELIB_EXPORT(smem_limit, SMEM_LIMIT);
+
+// ---- small helpers -----------------------------------------------------------------------------
+// PTX ISA cvt (.f16x2.f32): input a goes to the UPPER half, b to the lower half.
+PE_DEVICE u32 f32x2_to_f16x2(float lo, float hi) {
+  u32 d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+// PTX ISA st (.global.v4.b32): one 16-B store.
+PE_DEVICE void st_global_v4_b32(void* p, u32 a, u32 b, u32 c, u32 d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}  // st_global_v4_b32
+
+// Issue the four TMA loads of K tile `kt` into the stage at `stage`; they complete on `bar`.
+PE_DEVICE void load_ktile(u8* stage, u64* bar, const TensorMap* ta, const TensorMap* tb,
+                          const TensorMap* tsfa, const TensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
+                          u32 k_tiles) {
+  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES);
+  tma_load_2d(stage + OFF_A, ta, bar, kt * ROW_BYTES, m_blk * TILE_M);
+  tma_load_2d(stage + OFF_B, tb, bar, kt * ROW_BYTES, n_blk * TILE_N);
+  // SF rows of 256 B: 128-row block b, K tile kt starts at atom (b * K/64 + 4 kt), 2 rows per atom
+  // (pelib.nvfp4.sf_box_row is this formula; tests replay it through the emulated TMA).
+  const u32 atoms_per_blk = k_tiles * (TILE_K / SF_ATOM_K);
+  tma_load_2d(stage + OFF_SFA, tsfa, bar, 0, (m_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);
+  tma_load_2d(stage + OFF_SFB, tsfb, bar, 0, (n_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);
+}  // load_ktile
+
+// Scale factors of one stage SMEM -> TMEM, then the 4 MMAs of the K tile. One thread.
+PE_DEVICE void mma_ktile(const u8* stage, u32 tmem, u32 sf_col, bool first_ktile) {
+  const u32 s = smem_u32(stage);
+#pragma unroll
+  for (u32 k = 0; k < MMAS_PER_KTILE; ++k) {
+    const u64 dsfa = DESC_SF_BASE + ((s + OFF_SFA + k * SF_ATOM_BYTES) >> 4);
+    const u64 dsfb = DESC_SF_BASE + ((s + OFF_SFB + k * SF_ATOM_BYTES) >> 4);
+    tcgen05_cp_32x128b_warpx4<1>(tmem + sf_col + TMEM_SFA + k * TMEM_SF_COLS_PER_MMA, dsfa);
+    tcgen05_cp_32x128b_warpx4<1>(tmem + sf_col + TMEM_SFB + k * TMEM_SF_COLS_PER_MMA, dsfb);
+  }
+  const u64 da = DESC_AB_BASE + ((s + OFF_A) >> 4);
+  const u64 db = DESC_AB_BASE + ((s + OFF_B) >> 4);
+#pragma unroll
+  for (u32 k = 0; k < MMAS_PER_KTILE; ++k) {
+    // tcgen05.cp -> tcgen05.mma from one thread is a pipelined pair (PTX ISA 9.7.16.6.2): no fence.
+    tcgen05_mma_mxf4nvf4_block16<1>(tmem + TMEM_ACC, smem_desc_advance(da, k * K_ADVANCE_BYTES),
+                                    smem_desc_advance(db, k * K_ADVANCE_BYTES), IDESC,
+                                    tmem + sf_col + TMEM_SFA + k * TMEM_SF_COLS_PER_MMA,
+                                    tmem + sf_col + TMEM_SFB + k * TMEM_SF_COLS_PER_MMA,
+                                    (first_ktile && k == 0) ? 0u : 1u);
+  }
+}  // mma_ktile
+
+// Epilogue: warp w owns rows 32w..32w+31 (its TMEM lane quarter); 32 columns per tcgen05.ld.
+PE_DEVICE void store_tile(u32 tmem, u16* out, u32 N, u32 m_blk, u32 n_blk, float alpha) {
+  const u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const u32 row = m_blk * TILE_M + warp * 32 + lane;
+  u16* out_row = out + (u64)row * N + n_blk * TILE_N;
+#pragma unroll 1
+  for (u32 c = 0; c < TILE_N; c += 32) {
+    u32 r[32];
+    tcgen05_ld_32x32b_x32(tmem + TMEM_ACC + ((warp * 32) << 16) + c, r);
+    tcgen05_wait_ld();
+#pragma unroll
+    for (u32 v = 0; v < 4; ++v) {
+      u32 h[4];
+#pragma unroll
+      for (u32 j = 0; j < 4; ++j)
+        h[j] = f32x2_to_f16x2(alpha * __uint_as_float(r[8 * v + 2 * j]), alpha * __uint_as_float(r[8 * v + 2 * j + 1]));
+      st_global_v4_b32(out_row + c + 8 * v, h[0], h[1], h[2], h[3]);
+    }
+  }
+}  // store_tile
+
+// ---- the kernel ----------------------------------------------------------------------------------
+// Same signature and launch as stage 00: grid (N/128, M/128), block 128, dynamic SMEM = SMEM_BYTES.
+// M, N multiples of 128, K of 256 (host checks).
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+nvfp4_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b,
+           const __grid_constant__ TensorMap tmap_sfa, const __grid_constant__ TensorMap tmap_sfb,
+           u16* __restrict__ out, float alpha, u32 M, u32 N, u32 K) {
+  extern __shared__ u8 smem_raw[];
+  u8* smem = (u8*)(((u64)smem_raw + ALIGN_SLACK - 1) & ~(u64)(ALIGN_SLACK - 1));
+  u64* full = (u64*)(smem + OFF_BARRIERS);        // [NUM_AB_STAGE] TMA bytes landed in stage s
+  u64* empty = full + NUM_AB_STAGE;               // [NUM_AB_STAGE] MMAs reading stage s finished
+  u64* acc_full = empty + NUM_AB_STAGE;           // the whole accumulator is ready
+  u32* tmem_slot = (u32*)(acc_full + 1);
+  const u32 warp = threadIdx.x / 32;
+  const u32 n_blk = blockIdx.x, m_blk = blockIdx.y, k_tiles = K / TILE_K;
+  (void)M;
+
+  if (threadIdx.x == 0) {
+    prefetch_tensormap(&tmap_a); prefetch_tensormap(&tmap_b);
+    prefetch_tensormap(&tmap_sfa); prefetch_tensormap(&tmap_sfb);
+    for (u32 s = 0; s < NUM_AB_STAGE; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], 1);
+    }
+    mbarrier_init(acc_full, 1);
+    fence_barrier_init();
+  }
+  __syncwarp();   // .sync.aligned below: warp 0 must be converged after thread 0's branch
+  if (warp == 0) {
+    tcgen05_alloc<1>(smem_u32(tmem_slot), TMEM_COLS);   // whole warp
+    tcgen05_relinquish_alloc_permit<1>();               // this CTA allocates nothing else
+  }
+  tcgen05_fence_before_thread_sync();
+  __syncthreads();
+  tcgen05_fence_after_thread_sync();
+  const u32 tmem = *tmem_slot;
+
+  // ---- K loop, one thread: fill the ring, then wait full / MMA / release / refill ----
+  if (threadIdx.x == 0) {
+    // Prologue: fill the pipeline.
+    for (u32 kt = 0; kt < NUM_AB_STAGE && kt < k_tiles; ++kt)
+      load_ktile(smem + kt * STAGE_BYTES, &full[kt], &tmap_a, &tmap_b, &tmap_sfa, &tmap_sfb, kt, m_blk, n_blk,
+                 k_tiles);
+    for (u32 kt = 0; kt < k_tiles; ++kt) {
+      const u32 s = kt % NUM_AB_STAGE, phase = (kt / NUM_AB_STAGE) & 1;
+      u8* stage = smem + s * STAGE_BYTES;
+      mbarrier_wait_parity(&full[s], phase, /*tag=*/1);        // consumer: acquire the stage
+      tcgen05_fence_after_thread_sync();
+      mma_ktile(stage, tmem, s * TMEM_STAGE_COLS, kt == 0);
+      tcgen05_commit<1>(smem_u32(&empty[s]));                  // consumer: release it
+      if (kt + NUM_AB_STAGE < k_tiles) {
+        mbarrier_wait_parity(&empty[s], phase, /*tag=*/2);     // producer: acquire it back
+        load_ktile(stage, &full[s], &tmap_a, &tmap_b, &tmap_sfa, &tmap_sfb, kt + NUM_AB_STAGE, m_blk, n_blk,
+                   k_tiles);
+      }
+    }
+    tcgen05_commit<1>(smem_u32(acc_full));
+  }
+  __syncthreads();
+  // Every thread observes the accumulator's commit, then orders its TMEM reads after it
+  // (PTX ISA 9.7.16.6.4, tcgen05.fence::after_thread_sync).
+  mbarrier_wait_parity(acc_full, 0, /*tag=*/3);
+  tcgen05_fence_after_thread_sync();
+  __syncwarp();   // lanes leave the spin at different times; tcgen05.ld is .sync.aligned
+  store_tile(tmem, out, N, m_blk, n_blk, alpha);
+
+  tcgen05_fence_before_thread_sync();
+  __syncthreads();
+  if (warp == 0) {
+    tcgen05_fence_after_thread_sync();
+    tcgen05_dealloc<1>(tmem, TMEM_COLS);
+  }
+}  // nvfp4_gemm
