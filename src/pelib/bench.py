@@ -21,7 +21,7 @@ from . import device as _device
 from .paths import RESULTS, ROOT
 
 # Modules that register benchmarks when imported (e.g. the Hopper twin's). Add yours here.
-BENCH_MODULES: tuple[str, ...] = ("pelib.hopper_bench", "pelib.fp8", "pelib.nvfp4")
+BENCH_MODULES: tuple[str, ...] = ("pelib.hopper_bench", "pelib.fp8", "pelib.fp8_persistent", "pelib.nvfp4")
 
 MIN_FLUSH_BYTES = 64 * 2**20
 

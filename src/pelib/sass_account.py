@@ -1,0 +1,264 @@
+"""A static SASS account of a loop: which instructions one pass executes, by class, found from the disassembly.
+
+Method (for the MMA warp's K-loop of the FP8 stages):
+  1. Parse nvdisasm's text into instructions (offset, opcode, branch target) and labels.
+  2. Every conditional backward branch (target at or before the branch) closes a loop
+     [target, branch]; unconditional ones return from out-of-line blocks and are not loops.
+  3. The K-loop is the innermost loop that contains the UTCQMMA instructions; it also holds the
+     full-barrier wait (SYNCS.PHASECHK...TRYWAIT) and the commit (UTCBAR). The tile loop is the
+     innermost loop that strictly contains it (absent in a one-tile-per-cluster stage).
+  4. One pass is the fast path from the loop head to its backward branch, assuming every mbarrier
+     try_wait passes at its first try: a conditional branch that leaves the loop (to an out-of-line
+     retry block) is not taken; a forward branch that jumps over a retry loop (a small loop around
+     a TRYWAIT, with no MMA) is taken; other conditional branches fall through (their code counts).
+  5. Per tile = (tile-loop pass without the K-loop) + (K-loop pass) x (k-blocks per tile); the
+     k-blocks per tile are K / BK = 6 for the patch embed (the loop is not unrolled: K is a run-time
+     argument, so one SASS copy of the body runs six times).
+Classes: UTCQMMA (the MMAs), R2UR (register -> uniform register moves feeding them), SYNCS/UTCBAR
+(mbarrier waits/arrives and tcgen05.commit), other. Counts are static (evidence: compiled); the
+lab's numbers came from SourceCounters on a B200 (recorded).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from . import sass as _sass
+
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+CLASSES = ("UTCQMMA", "R2UR", "SYNCS/UTCBAR", "other")
+
+
+class AccountError(RuntimeError):
+    """The disassembly does not have the loop structure the account needs."""
+
+
+@dataclass(frozen=True)
+class Instr:
+    offset: int
+    op: str          # opcode with modifiers (UTCQMMA.2CTA)
+    text: str        # the instruction, without the encoding comment
+    target: int | None = None    # branch target offset
+    predicated: bool = False
+
+    @property
+    def is_branch(self) -> bool:
+        return self.op.split(".")[0] in ("BRA", "JMP", "BRX")
+
+    @property
+    def conditional(self) -> bool:
+        return self.predicated or ".U " in self.text or "BRA.U" in self.op or "BRA.DIV" in self.op
+
+
+def classify(op: str) -> str:
+    base = op.split(".")[0]
+    if base == "UTCQMMA":
+        return "UTCQMMA"
+    if base == "R2UR":
+        return "R2UR"
+    if base in ("SYNCS", "UTCBAR"):
+        return "SYNCS/UTCBAR"
+    return "other"
+
+
+def parse(sass: str) -> list[Instr]:
+    """Instructions of the first kernel in nvdisasm text, with branch targets resolved to offsets."""
+    labels: dict[str, int] = {}
+    pending: list[str] = []
+    raw = []
+    for line in sass.splitlines():
+        m = _LABEL.match(line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        om = re.search(r"/\*([0-9a-f]{4,})\*/", line)
+        if not om or line.strip().startswith("/* 0x"):
+            continue
+        off = int(om.group(1), 16)
+        for lab in pending:
+            labels[lab] = off
+        pending = []
+        mi = _sass._INSTR.search(line)
+        if not mi:
+            continue
+        text = line.split("*/", 1)[1].split(";")[0].strip()
+        raw.append((off, mi.group(1), text))
+    out = []
+    for off, op, text in raw:
+        t = _TARGET.search(text)
+        tgt = labels.get(t.group(1)) if t else None
+        out.append(Instr(off, op, text, tgt, text.startswith("@")))
+    return out
+
+
+def loops(instrs: list[Instr]) -> list[tuple[int, int]]:
+    """(head offset, backward-branch offset) of every loop, innermost first (by size).
+
+    A loop closes with a conditional backward branch. Unconditional backward branches are the
+    returns of out-of-line blocks (a failed try_wait's retry, a divergent warp's path) to where
+    they left, not loops, and are ignored.
+    """
+    found = {(i.target, i.offset) for i in instrs
+             if i.is_branch and i.conditional and i.target is not None and i.target <= i.offset}
+    return sorted(found, key=lambda r: (r[1] - r[0], r[0]))
+
+
+def _inside(i: Instr, region) -> bool:
+    return region[0] <= i.offset <= region[1]
+
+
+def loops_containing(sass_or_instrs, prefix: str) -> list[tuple[int, int]]:
+    """Loops (innermost first) that contain an instruction whose opcode starts with `prefix`."""
+    instrs = parse(sass_or_instrs) if isinstance(sass_or_instrs, str) else sass_or_instrs
+    return [r for r in loops(instrs) if any(_inside(i, r) and i.op.startswith(prefix) for i in instrs)]
+
+
+def gaps(sass_or_instrs, op: str = "LDTM") -> list[dict]:
+    """Between consecutive instructions `op` (in address order): conditional branches and global loads.
+
+    For an unrolled epilogue this shows whether the steps are straight-line (no branch between two
+    TMEM loads, the next step's LDGs hoisted) or separated by bound tests.
+    """
+    instrs = parse(sass_or_instrs) if isinstance(sass_or_instrs, str) else sass_or_instrs
+    at = [k for k, i in enumerate(instrs) if i.op.startswith(op)]
+    out = []
+    for a, b in zip(at, at[1:]):
+        seg = instrs[a + 1:b]
+        out.append({"from": instrs[a].offset, "to": instrs[b].offset,
+                    "branches": sum(1 for i in seg if i.is_branch and i.conditional),
+                    "LDG": sum(1 for i in seg if i.op.startswith("LDG")), "instructions": len(seg)})
+    return out
+
+
+def _is_retry_loop(instrs, region) -> bool:
+    body = [i for i in instrs if _inside(i, region)]
+    return any("TRYWAIT" in i.op for i in body) and not any(i.op.startswith("UTCQMMA") for i in body)
+
+
+def fast_path(instrs: list[Instr], region: tuple[int, int], skip: tuple[int, int] | None = None) -> list[Instr]:
+    """The instructions one pass of `region` executes when every try_wait passes at once (see module doc).
+
+    `skip`: an inner region (the K-loop) left out of this pass; the walk resumes after its back branch.
+    """
+    by_off = {i.offset: k for k, i in enumerate(instrs)}
+    if region[0] not in by_off:
+        raise AccountError(f"no instruction at the loop head 0x{region[0]:x}")
+    all_loops = loops(instrs)
+    k = by_off[region[0]]
+    path: list[Instr] = []
+    guard = 0
+    while True:
+        guard += 1
+        if guard > 100000:
+            raise AccountError("the fast-path walk does not terminate")
+        i = instrs[k]
+        if skip and i.offset == skip[0]:
+            k = by_off[skip[1]] + 1
+            continue
+        path.append(i)
+        if i.offset == region[1]:
+            return path
+        if i.is_branch and i.target is not None:
+            if not (region[0] <= i.target <= region[1]):
+                if i.conditional:          # leaves the loop: an out-of-line retry block, not taken
+                    k += 1
+                    continue
+                raise AccountError(f"unconditional branch out of the loop at 0x{i.offset:x}")
+            if i.target > i.offset:       # forward, inside the loop
+                jumped = (i.offset + 1, i.target - 1)
+                over_retry = any(jumped[0] <= lo and hi <= jumped[1] and _is_retry_loop(instrs, (lo, hi))
+                                 for lo, hi in all_loops)
+                if not i.conditional or over_retry:
+                    k = by_off[i.target]
+                    continue
+            elif i.target < i.offset and not (skip and (i.target, i.offset) == skip):
+                # an inner backward branch (a retry loop's): not taken on the fast path
+                pass
+        k += 1
+
+
+@dataclass
+class Account:
+    """Instructions per pass of the K-loop and of the rest of the tile loop, by class, and per tile."""
+
+    kloop: tuple[int, int]
+    tile_loop: tuple[int, int] | None
+    k_blocks: int
+    kloop_path: list = field(default_factory=list)
+    tile_path: list = field(default_factory=list)
+
+    @staticmethod
+    def _count(path) -> Counter:
+        c = Counter(classify(i.op) for i in path)
+        c["SYNCS"] = sum(1 for i in path if i.op.startswith("SYNCS"))
+        c["UTCBAR"] = sum(1 for i in path if i.op.startswith("UTCBAR"))
+        c["total"] = len(path)
+        return c
+
+    @property
+    def per_kblock(self) -> Counter:
+        return self._count(self.kloop_path)
+
+    @property
+    def per_tile_outside(self) -> Counter:
+        return self._count(self.tile_path)
+
+    @property
+    def per_tile(self) -> Counter:
+        out = Counter()
+        for k, v in self.per_kblock.items():
+            out[k] += v * self.k_blocks
+        for k, v in self.per_tile_outside.items():
+            out[k] += v
+        return out
+
+    def rows(self) -> list[dict]:
+        kb, out, tile = self.per_kblock, self.per_tile_outside, self.per_tile
+        keys = ["UTCQMMA", "R2UR", "SYNCS", "UTCBAR", "other", "total"]
+        return [{"class": k, "per k-block pass": kb[k], "per tile, outside the K-loop": out[k],
+                 f"per tile (x{self.k_blocks} + outside)": tile[k]} for k in keys]
+
+    def listing(self, which: str = "kloop") -> str:
+        path = self.kloop_path if which == "kloop" else self.tile_path
+        return "\n".join(f"/*{i.offset:04x}*/  {i.text}    [{classify(i.op)}]" for i in path)
+
+
+def account(sass: str, k_blocks: int) -> Account:
+    """The static account of the K-loop that holds the UTCQMMAs (see the module doc for the method)."""
+    instrs = parse(sass)
+    mma = [r for r in loops_containing(instrs, "UTCQMMA")]
+    if not mma:
+        raise AccountError("no loop contains a UTCQMMA: is the K-loop fully unrolled, or is this not a tcgen05 kernel?")
+    kl = mma[0]
+    body = [i for i in instrs if _inside(i, kl)]
+    if not any("TRYWAIT" in i.op for i in body) or not any(i.op.startswith("UTCBAR") for i in body):
+        raise AccountError(f"the loop 0x{kl[0]:x}-0x{kl[1]:x} lacks the full-barrier wait or the commit")
+    outer = [r for r in mma[1:] if r[0] <= kl[0] and kl[1] <= r[1] and r != kl]
+    tl = outer[0] if outer else None
+    acc = Account(kl, tl, k_blocks, fast_path(instrs, kl))
+    if tl is not None:
+        acc.tile_path = fast_path(instrs, tl, skip=kl)
+    return acc
+
+
+def account_table(acc: Account, recorded=None):
+    """The account as a Table, with the lab's recorded budget beside it when given (an InstructionBudget)."""
+    from .facts import Table
+
+    rows = acc.rows()
+    if recorded is not None:
+        rec = {}
+        for c in recorded.categories:   # the notes name them "UTCQMMA.2CTA (MMA)", "SYNCS (...)", "UTCBAR (...)", other
+            key = next((k for k in ("UTCQMMA", "SYNCS", "UTCBAR") if c.name.startswith(k)), "other")
+            rec[key] = c.count
+        for r in rows:
+            if r["class"] == "total":
+                r["recorded per tile"] = recorded.total
+            elif r["class"] == "R2UR":
+                r["recorded per tile"] = "— (counted in other)"
+            else:
+                r["recorded per tile"] = rec.get(r["class"], "—")
+    return Table(rows, "MMA warp, instructions per tile by class — compiled (static fast path)"
+                 + (f"; recorded: {recorded.source.label}, {recorded.version}" if recorded is not None else ""))
