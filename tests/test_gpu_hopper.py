@@ -1,5 +1,6 @@
 """The sm90 stages on an H100/H200: each verified against pelib.reference with a NaN-poisoned output,
-on small shapes (one K step; an M tail; several tiles per persistent CTA) and on the full problem."""
+on the check shapes of pelib.hopper.check_problem (two K slices; one K slice with a wrapping ring; an
+M tail; many tiles per persistent CTA) and on the full problem."""
 import pytest
 
 from pelib import hopper, problems
@@ -15,10 +16,6 @@ def _need_hopper():
         pytest.skip(f"needs an sm_90 GPU: {device.current().describe()}")
 
 
-def _tail():
-    return problems.PatchEmbed(name="tail", m=1000, n=768, k=768, tile={"m": 8, "n": 64, "k": 128})
-
-
 @pytest.fixture(scope="module")
 def full_data():
     _need_hopper()
@@ -28,11 +25,10 @@ def full_data():
 
 
 @pytest.mark.parametrize("key", STAGE_KEYS)
-@pytest.mark.parametrize("shape", ["small", "tail", "medium"])
+@pytest.mark.parametrize("shape", hopper.CHECK_PROBLEMS)
 def test_stage_small_shapes(key, shape):
     _need_hopper()
-    p = _tail() if shape == "tail" else problems.patch_embed(shape)
-    rep = hopper.verify(key, p, seed=3)
+    rep = hopper.verify(key, hopper.check_problem(shape), seed=3)
     assert rep.ok, str(rep)
     assert rep.n_nan == 0
 
@@ -61,3 +57,4 @@ def test_timing_build_records_producer_and_consumers():
     summ = tm.summary()
     assert 0 in summ["tma_issue"]["warps"]                       # the producer warp
     assert {4, 8} <= set(summ["kloop"]["warps"])                 # the first warp of each consumer
+    assert set(summ["epi_phase1"]["warps"]) >= {4, 8}

@@ -16,8 +16,8 @@ def stage_build(request):
     return request.param, hopper.build(request.param)
 
 
-def test_all_four_stages_exist():
-    assert STAGE_KEYS[:4] == ["00", "01", "02", "03"]
+def test_all_stages_exist():
+    assert STAGE_KEYS[:6] == ["00", "01", "02", "03", "04", "05"]
 
 
 def test_stage_compiles_without_spills(stage_build):
@@ -69,6 +69,18 @@ def test_descriptor_export_matches_python_encoder(stage_build):
     assert want >> 62 == 1                           # GMMA layout type B128 = 1 at [62,64), no version bit
 
 
+def test_cluster_stages_mask_the_descriptor_address():
+    """The first H100 run trapped in every cluster variant: CTA rank 1's shared address has bit 24 set
+    and gmma_smem_desc's range check (address < 2^18) traps on it. The stages pass gmma_desc_addr()."""
+    from pelib.paths import KERNELS
+    for s in hopper.available():
+        src = (KERNELS / s.path).read_text()
+        assert "gmma_smem_desc(smem_u32(" not in src, s.path
+        assert "gmma_desc_addr(" in src, s.path
+    # with the mask, ptxas can prove the range and drops the trap (0xfffc000f is the check's mask)
+    assert "0xfffc000f" not in hopper.build("02").sass
+
+
 def test_launch_config_full_problem():
     c0 = hopper.launch_config(hopper.build("00"), FULL)
     assert c0.grid == c0.tiles == (FULL.m // 128) * (FULL.n // 128) and c0.block == 128
@@ -78,6 +90,134 @@ def test_launch_config_full_problem():
     assert c2.persistent and c2.grid == 132 and c2.cluster == (2, 1, 1) and c2.tiles == 21756
     c2b = hopper.launch_config(hopper.build("02"), FULL, sm_count=133)
     assert c2b.grid == 132  # whole clusters only
+    c4 = hopper.launch_config(hopper.build("04"), FULL, sm_count=132)
+    assert c4.persistent and c4.cluster == (1, 1, 1) and c4.block == 384
+    assert c4.grid == 132 and c4.tiles == (FULL.m // 64) * 3      # 44 CTAs per column block
+    assert hopper.launch_config(hopper.build("04"), FULL, sm_count=130).grid == 129  # whole column blocks
+    c4s = hopper.launch_config(hopper.build("04"), hopper.check_problem("tail"))
+    assert c4s.grid == c4s.tiles == 16 * 3                       # never more CTAs than tiles
+
+
+def test_multicast_a_cluster_is_the_column_blocks():
+    c5 = hopper.launch_config(hopper.build("05"), FULL, sm_count=132)
+    assert c5.cluster == (3, 1, 1) and c5.grid == 132 and c5.grid % 3 == 0
+    assert hopper.grid_unit(hopper.build("05"), FULL) == 3
+    with pytest.raises(hopper.ShapeError, match="CLUSTER_N"):
+        hopper.launch_config(hopper.build("05", {"BLOCK_N": 128, "NUM_STAGES": 8}), FULL)  # 6 blocks, cluster 3
+
+
+def test_resident_b_refuses_a_larger_k():
+    big_k = problems.PatchEmbed(name="bigk", m=256, n=768, k=1024, tile={"m": 8, "n": 64, "k": 128})
+    with pytest.raises(hopper.ShapeError, match="K_MAX"):
+        hopper.launch_config(hopper.build("04"), big_k)
+
+
+def test_resident_b_schedule_covers_every_tile_once():
+    for m, grid in ((FULL.m, 132), (1000, 48), (5632, 132), (50176, 129)):
+        sched = hopper.resident_b_schedule(m, 768, 256, grid)
+        tiles = [t for cta in sched for t in cta]
+        assert len(tiles) == len(set(tiles)) == -(-m // 64) * 3
+        counts = [len(c) for c in sched if c]
+        assert max(counts) - min(counts) <= 1                        # static schedule, balanced
+    # the three CTAs of a row group read the same A rows, side by side
+    sched = hopper.resident_b_schedule(FULL.m, 768, 256, 132)
+    assert [t[0] for t in sched[0]] == [t[0] for t in sched[1]] == [t[0] for t in sched[2]]
+
+
+def test_check_shapes_exercise_the_pingpong():
+    """Every check shape runs on every sweep variant, and on a 132-SM grid 'small' gives each resident-B
+    CTA two tiles (both warpgroups run), 'k128' five (the ring wraps inside a tile's single slice)."""
+    from pelib import hopper_sweep
+    for name in hopper.CHECK_PROBLEMS:
+        p = hopper.check_problem(name)
+        assert p.n == 768
+        for key, defines in hopper_sweep.VARIANTS:
+            hopper.launch_config(hopper.build(key, defines), p)   # raises ShapeError otherwise
+    for name, least in (("small", 2), ("k128", 5), ("medium", 17)):
+        p = hopper.check_problem(name)
+        sched = hopper.resident_b_schedule(p.m, p.n, 256, 132)
+        assert min(len(c) for c in sched) >= least, name
+
+
+@pytest.mark.parametrize("ctas", [1, 3])
+@pytest.mark.parametrize("num_kb,stages,tiles", [(1, 4, 9), (2, 4, 5), (6, 4, 7), (6, 3, 4), (3, 8, 6),
+                                                 (6, 2, 3), (1, 2, 1), (2, 6, 2)])
+def test_pingpong_protocol_is_safe(num_kb, stages, tiles, ctas):
+    """The barrier protocol of stage 04 (one CTA) and of a stage-05 cluster (3 CTAs, A multicast),
+    modelled with the kernels' own index formulas, under many random interleavings with TMA boxes
+    landing late: no deadlock, no slot written while read, no stale read."""
+    for seed in range(15):
+        log = hopper.pingpong_protocol(num_kb, stages, tiles, seed=seed, ctas=ctas)
+        assert log["reads"] == log["fills"] == num_kb * tiles * ctas
+        assert log["tiles"] == [(tiles + 1) // 2, tiles // 2]
+
+
+def test_pingpong_protocol_needs_the_turns():
+    """Without the turn barriers the second warpgroup waits on a ring slot a lap ahead of the
+    producer, and a fresh barrier's parity lets it through onto data that is not there."""
+    with pytest.raises(hopper.ProtocolError):
+        for seed in range(25):
+            hopper.pingpong_protocol(6, 4, 6, seed=seed, turns=False)
+
+
+def test_epilogue_16b_stores_cover_each_row_once():
+    """04's EPI_VEC epilogue: after the quad transpose lane q of a quad holds columns 8(4g+q)..+7; the
+    quad's four lanes, over g, write every column of the row exactly once."""
+    bn = 256
+
+    def transpose(vals):  # wgmma_quad_transpose on the 4 lanes' 4 words: out[q][t] = in[t][q]
+        return [[vals[t][q] for t in range(4)] for q in range(4)]
+
+    for g in range(bn // 32):
+        # before: lane q, word u = the pair at columns 8(4g+u) + 2q
+        before = [[(8 * (4 * g + u) + 2 * q) for u in range(4)] for q in range(4)]
+        after = transpose(before)
+        for q in range(4):
+            assert after[q] == [32 * g + 8 * q + 2 * t for t in range(4)]   # 16 contiguous bytes
+    cols = sorted(32 * g + 8 * q + e for g in range(bn // 32) for q in range(4) for e in range(8))
+    assert cols == list(range(bn))
+
+
+def test_emulated_tiles_match_the_reference():
+    """One tile of stage 00 and of stage 04 (the best candidate) replayed by pelib.emulate from the
+    stages' own exports: TMA boxes into shared memory, descriptors advanced per K step, wgmma."""
+    import numpy as np
+    import torch
+    from pelib import emulate as E
+    g = torch.Generator().manual_seed(5)
+    for key, k in (("00", 256), ("04", 512), ("05", 512), ("02", 256)):
+        b = hopper.build(key)
+        p = E.TileParams.from_exports(b.exports)
+        assert p.arch == "sm_90a" and p.mma_n == b.exports["block_n"]
+        tm, tn = p.a_box_m, p.mma_n
+        A = (torch.randn(2 * tm, k, generator=g) * 2).to(torch.float8_e4m3fn)
+        Bm = (torch.randn(2 * tn, k, generator=g) * 2).to(torch.float8_e4m3fn)
+        out, rep = E.emulate_tile(p, A, Bm, m0=tm, n0=tn, return_report=True)
+        ref = A.double()[tm:].numpy() @ Bm.double()[tn:].numpy().T
+        assert rep.ok, (key, rep)
+        np.testing.assert_allclose(out, ref, rtol=0, atol=1e-9)
+        # the same replay with a wrong SBO must not pass: the check can fail
+        bad = E.emulate_tile(p.with_(a_desc=descriptors.gmma_smem_desc(p.a_smem_offset, 16, 512, 128)), A, Bm,
+                             m0=tm, n0=tn)
+        assert not np.allclose(np.nan_to_num(bad, nan=1e30), ref)
+
+
+def test_compile_baseline_error_names_the_exception():
+    from pelib import hopper_bench
+    log = "\n".join(["  triton_mm_9 3.37 ms 40.2% ACC_TYPE='tl.float32'", "Traceback (most recent call last):",
+                     '  File "x.py", line 1', "AttributeError: module 'pelib.hopper' has no attribute 'ATOL'"])
+    assert hopper_bench._error_line(log).startswith("AttributeError")
+
+
+def test_sweep_failure_reason_prefers_the_wait_tag():
+    from pelib import hopper_sweep
+    r = {"ok": False, "error": "KernelFault: ... CUDA_ERROR_LAUNCH_FAILED", "checks": {"small": {"ok": True}},
+         "checking": "k128",
+         "worker_output": ["pelib: mbarrier wait timed out after 1048576 tries: tag=5 smem=0x3 parity=1 "
+                           "cta=(0,0,0) thread=128"]}
+    assert "tag=5" in hopper_sweep.fail_reason(r)
+    r.pop("worker_output")
+    assert hopper_sweep.fail_reason(r).startswith("KernelFault on k128")
 
 
 def test_launch_config_m_tail_rounds_to_whole_clusters():

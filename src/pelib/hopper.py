@@ -39,6 +39,10 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
     Stage("01", "sm90/01_warp_specialized.cu", "producer warp + 2 consumer warpgroups, mbarrier ring, setmaxnreg"),
     Stage("02", "sm90/02_persistent_cluster.cu", "persistent tile scheduler, (2,1,1) cluster, B multicast"),
     Stage("03", "sm90/03_staged_epilogue.cu", "epilogue through SMEM + TMA store, overlapped with the next tile"),
+    Stage("04", "sm90/04_pingpong_resident_b.cu",
+          "B resident in SMEM, ping-pong consumer warpgroups, 16-B register epilogue, A prefetched to L2"),
+    Stage("05", "sm90/05_multicast_a.cu",
+          "04 + the column blocks of a row group as one (3,1,1) cluster, A multicast to all three"),
 )}
 
 
@@ -90,12 +94,26 @@ class ShapeError(ValueError):
 
 
 def launch_config(b, problem, sm_count: int = H100_SMS) -> LaunchConfig:
-    """Launch shape from a build's exports: one CTA per tile, or a persistent grid of whole clusters."""
+    """Launch shape from a build's exports: one CTA per tile, a persistent grid of whole clusters, or
+    (resident_b) a persistent grid of whole column blocks, each CTA holding one block of B."""
     ex = b.exports
     bm, bn, bk = ex["block_m"], ex["block_n"], ex["block_k"]
     if problem.n % bn or problem.k % bk:
         raise ShapeError(f"{problem.name}: N={problem.n}, K={problem.k} must be multiples of the stage's "
                          f"block_n={bn} and block_k={bk}; pick a stage variant with BLOCK_N dividing N")
+    if "max_k" in ex and problem.k > ex["max_k"]:
+        raise ShapeError(f"{problem.name}: K={problem.k} exceeds the resident B of this build "
+                         f"(max_k={ex['max_k']}); build it with K_MAX={problem.k} if the shared memory allows")
+    block, smem = int(ex["num_threads"]), int(ex["smem_bytes"])
+    if ex.get("resident_b", 0):
+        nbs = problem.n // bn
+        cl = int(ex.get("cluster_n", 1))
+        if cl > 1 and cl != nbs:
+            raise ShapeError(f"{problem.name}: this build's cluster holds CLUSTER_N={cl} column blocks, but "
+                             f"N={problem.n} has {nbs} of block_n={bn}; build it with CLUSTER_N={nbs}")
+        tiles = math.ceil(problem.m / bm) * nbs
+        grid = max(nbs, min(tiles, (sm_count // nbs) * nbs))
+        return LaunchConfig(grid=grid, block=block, cluster=(cl, 1, 1), smem=smem, tiles=tiles, persistent=True)
     cl = int(ex.get("cluster_m", 1))
     m_blocks = math.ceil(problem.m / (bm * cl)) * cl   # whole clusters; TMA zero-fills rows past M
     tiles = m_blocks * (problem.n // bn)
@@ -104,8 +122,15 @@ def launch_config(b, problem, sm_count: int = H100_SMS) -> LaunchConfig:
         grid = min(tiles, (sm_count // cl) * cl)
     else:
         grid = tiles
-    return LaunchConfig(grid=grid, block=int(ex["num_threads"]), cluster=(cl, 1, 1),
-                        smem=int(ex["smem_bytes"]), tiles=tiles, persistent=persistent)
+    return LaunchConfig(grid=grid, block=block, cluster=(cl, 1, 1), smem=smem, tiles=tiles, persistent=persistent)
+
+
+def grid_unit(b, problem) -> int:
+    """CTAs a persistent grid must be a multiple of: the cluster, or the column blocks of a resident-B stage."""
+    ex = b.exports
+    if ex.get("resident_b", 0):
+        return problem.n // ex["block_n"]
+    return int(ex.get("cluster_m", 1))
 
 
 def tensor_specs(b, problem, addresses: dict | None = None) -> dict:
@@ -175,7 +200,9 @@ class Runner:
         if cfg.persistent:
             self.active_clusters = max_active_clusters(b, cfg, info.ordinal)
             if self.active_clusters:  # one wave: never more clusters than can be resident
-                cfg = replace(cfg, grid=min(cfg.grid, self.active_clusters * cfg.cluster[0]))
+                unit = grid_unit(b, problem)
+                resident = self.active_clusters * cfg.cluster[0]
+                cfg = replace(cfg, grid=max(unit, min(cfg.grid, resident // unit * unit)))
         if grid is not None:
             cfg = replace(cfg, grid=grid)
         self.cfg = cfg
@@ -187,6 +214,26 @@ class Runner:
 
     def wait(self, timeout_s: float = 30.0):
         self.plan.wait(timeout_s)
+
+
+def check_problem(name: str):
+    """The verification shapes every stage runs (N = 768 suits every BLOCK_N of 128, 192 and 256; on a
+    132-SM H100 a resident-B grid is 44 CTAs per column block):
+    'small'  5632 x 768 x 256: two K slices; 2 row tiles per resident-B CTA, so both ping-pong
+             warpgroups run (also the memcheck shape);
+    'k128'   14080 x 768 x 128: one K slice (a ring position is both the first and last of its tile),
+             5 row tiles per resident-B CTA: the ring wraps every tile;
+    'tail'   1000 x 768 x 768: the last row tile is partial (TMA zero-fills, the epilogue skips rows);
+    'medium' 50176 x 768 x 768: ~18 row tiles per resident-B CTA, many per persistent 02/03 CTA."""
+    from . import problems
+    shapes = {"small": (5632, 768, 256), "k128": (14080, 768, 128), "tail": (1000, 768, 768)}
+    if name in shapes:
+        m, n, k = shapes[name]
+        return problems.PatchEmbed(name=name, m=m, n=n, k=k, positions=196, tile={"m": 8, "n": 64, "k": 128})
+    return problems.patch_embed(name)
+
+
+CHECK_PROBLEMS = ("small", "k128", "tail", "medium")
 
 
 def make_tensors(problem, seed: int = 0, device: str = "cuda") -> dict:
@@ -291,7 +338,10 @@ def stage_facts(key: str, defines: dict | None = None) -> dict:
     """Compiled facts of one stage: registers, spills, shared memory, tile, SASS counts."""
     b = build(key, defines)
     f, ex, h = b.facts, b.exports, b.histogram
+    import re
+    warns = sorted(set(re.findall(r"C75\d\d", b.log)))
     return {"stage": stage(key).name, "defines": dict(defines or {}), "registers": f.registers,
+            "ptxas_warnings": ",".join(warns),
             "spills": f.spills, "stack": f.stack, "smem": ex["smem_bytes"] + f.smem_static,
             "threads": ex["num_threads"], "tile": f"{ex['block_m']}x{ex['block_n']}x{ex['block_k']}",
             "stages": ex["stages"], "consumers": ex["consumers"], "cluster": ex.get("cluster_m", 1),
@@ -307,3 +357,488 @@ def stage_table(variants=None):
     rows = [stage_facts(k, d) for k, d in variants]
     first = build(variants[0][0], variants[0][1])
     return Table(rows, f"sm90 stages — {evidence_label(first)}")
+
+
+# ---- the barrier protocol of stage 04, as a model (any machine) --------------------------------
+
+class ProtocolError(AssertionError):
+    """The modelled barrier protocol deadlocked, overwrote a slot in use, or let a reader see stale data."""
+
+
+def pingpong_protocol(num_kb: int, stages: int, tiles: int, *, seed: int = 0, turns: bool = True,
+                      ctas: int = 1, max_steps: int = 2_000_000) -> dict:
+    """Run the producer and the two ping-pong consumer warpgroups of stage 04 (ctas=1) or of the CTAs of
+    one stage 05 cluster (ctas=3, A multicast) as interleaved actors over modelled mbarriers.
+
+    The index formulas are the kernels' (04_pingpong_resident_b.cu, 05_multicast_a.cu): ring position
+    it = i * num_kb + kb, slot it % stages, parity (it / stages) & 1. Each producer waits its empty[s]
+    with parity ^ 1, posts arrive.expect_tx on its full[s]; the TMA load is issued by CTA it % ctas into
+    the slot of every CTA of the cluster and lands later, at a random time, with complete_tx on each
+    destination's full[s]. Warpgroup w takes tiles w, w + 2, ..., waits turn[w] with parity (n + 1) & 1
+    (w = 0) or n & 1 (w = 1) before its n-th mainloop, arrives on turn[w ^ 1] after its last issue, and
+    frees each slot (after the next slice's wgmma are issued; the last after wait_group 0) with one
+    arrive on empty[s] of every CTA of the cluster. With ctas > 1 a producer ends by waiting for the
+    release of its last `stages` positions (no CTA leaves while a peer may still arrive on it).
+    A barrier's phase completes when its arrivals reach the count and its transaction count is 0;
+    try_wait.parity(p) passes when the completed-phase count c has (c & 1) != p (PTX ISA mbarrier).
+    A random scheduler interleaves everything; raises ProtocolError on a deadlock, on a slot written
+    while a warpgroup reads it, or on a read of another position's data. turns=False drops the turn
+    barriers (to show what they prevent). Returns counts of what ran."""
+    import random
+    rng = random.Random(seed)
+    count = {"full": 1, "empty": ctas, "turn": 1}
+    bars: dict = {}                               # (cta, name, idx) -> [completed, arrivals, tx]
+
+    def bar(key):
+        return bars.setdefault(key, [0, 0, 0])
+
+    def settle(key):
+        b = bar(key)
+        if b[1] == count[key[1]] and b[2] == 0:
+            b[0], b[1] = b[0] + 1, 0
+
+    slot_tag = [[None] * stages for _ in range(ctas)]
+    in_use = [[0] * stages for _ in range(ctas)]
+    log = {"fills": 0, "reads": 0, "tiles": [0, 0]}
+    actors: dict = {}
+
+    def landing(dst, s, it):
+        yield ("land",)
+        if in_use[dst][s]:
+            raise ProtocolError(f"CTA {dst}: position {it} lands in slot {s} while a warpgroup reads it")
+        slot_tag[dst][s] = it
+        log["fills"] += 1
+        b = bar((dst, "full", s))
+        b[2] -= 1                                  # complete_tx of the box's bytes (one unit)
+        settle((dst, "full", s))
+
+    def producer(c):
+        it = 0
+        for _ in range(tiles):
+            for _ in range(num_kb):
+                s, ph = it % stages, (it // stages) & 1
+                yield ("wait", (c, "empty", s), ph ^ 1)
+                b = bar((c, "full", s))
+                b[2] += 1                          # arrive.expect_tx: one box
+                b[1] += 1
+                settle((c, "full", s))
+                if it % ctas == c:                 # the issuer: to every CTA of the cluster
+                    for dst in range(ctas):
+                        actors[f"tma{c}-{it}-{dst}"] = landing(dst, s, it)
+                it += 1
+        if ctas > 1:
+            for _ in range(stages):
+                yield ("wait", (c, "empty", it % stages), ((it // stages) & 1) ^ 1)
+                it += 1
+
+    def consumer(c, wg):
+        n = 0
+        for i in range(wg, tiles, 2):
+            if turns:
+                yield ("wait", (c, "turn", wg), ((n + 1) & 1) if wg == 0 else (n & 1))
+            it0 = i * num_kb
+            for kb in range(num_kb):
+                it = it0 + kb
+                s, ph = it % stages, (it // stages) & 1
+                yield ("wait", (c, "full", s), ph)
+                if slot_tag[c][s] != it:
+                    raise ProtocolError(f"CTA {c} warpgroup {wg} reads slot {s} for position {it} but it "
+                                        f"holds {slot_tag[c][s]}")
+                in_use[c][s] += 1
+                log["reads"] += 1
+                if kb > 0:
+                    p = (it - 1) % stages
+                    in_use[c][p] -= 1
+                    for dst in range(ctas):
+                        yield ("arrive", (dst, "empty", p))
+            if turns:
+                yield ("arrive", (c, "turn", wg ^ 1))
+            last = (it0 + num_kb - 1) % stages
+            in_use[c][last] -= 1
+            for dst in range(ctas):
+                yield ("arrive", (dst, "empty", last))
+            if c == 0:
+                log["tiles"][wg] += 1
+            n += 1
+
+    for c in range(ctas):
+        actors[f"producer{c}"] = producer(c)
+        actors[f"wg0-{c}"] = consumer(c, 0)
+        actors[f"wg1-{c}"] = consumer(c, 1)
+    pending: dict = {}
+    for _ in range(max_steps):
+        for k in list(actors):
+            if k not in pending:
+                try:
+                    pending[k] = next(actors[k])
+                except StopIteration:
+                    del actors[k]
+        if not actors:
+            return log
+
+        def ready(op):
+            return op[0] != "wait" or (bar(op[1])[0] & 1) != op[2]
+        runnable = [k for k in actors if ready(pending[k])]
+        if not runnable:
+            raise ProtocolError("deadlock: " + ", ".join(f"{k} waits {pending[k][1]} parity {pending[k][2]} "
+                                                         f"(completed {bar(pending[k][1])[0]})" for k in actors))
+        k = rng.choice(runnable)
+        op = pending.pop(k)
+        if op[0] == "arrive":
+            b = bar(op[1])
+            b[1] += 1
+            settle(op[1])
+        try:
+            pending[k] = next(actors[k])
+        except StopIteration:
+            del actors[k]
+    raise ProtocolError(f"no end after {max_steps} steps")
+
+
+def resident_b_schedule(m: int, n: int, block_n: int, grid: int, block_m: int = 64) -> list[list[tuple[int, int]]]:
+    """Stage 04's static schedule: for each CTA, the (row tile, column block) it computes, in order."""
+    nbs = n // block_n
+    groups = grid // nbs
+    m_tiles = -(-m // block_m)
+    out = []
+    for cta in range(grid):
+        if cta >= groups * nbs:
+            out.append([])
+            continue
+        g, nb = divmod(cta, nbs)
+        out.append([(g + i * groups, nb) for i in range(0, max(0, (m_tiles - 1 - g) // groups + 1) if g < m_tiles else 0)])
+    return out
+
+
+# ---- for the chapter: recorded sweeps, comparison tables, the stage widget -----------------------
+
+# What this chapter's roles call the clock64 phases of common/timing.cuh in stages 01-05.
+PHASE_ROLES = {
+    "producer_wait": "producer: waiting for a free ring slot",
+    "tma_issue": "producer: one tile's loads, start to last issue",
+    "tma_wait": "consumer: waiting for A/B data (full barriers)",
+    "kloop": "consumer: the mainloop (wgmma issue + waits)",
+    "epi_wait": "consumer (04/05): waiting for its turn on the tensor cores",
+    "epi_phase1": "consumer: epilogue (registers -> comb add -> stores or staging)",
+    "epi_phase2": "consumer (03): staging -> global (TMA store issue)",
+    "tile": "consumer: one tile, start to end",
+}
+
+
+def clock_summary_rows(summary: dict) -> list[dict]:
+    """Compact rows of a clock64 summary ({phase: {avg, spread, warps}}): one row per phase."""
+    rows = []
+    for ph, row in summary.items():
+        avgs = [float(v) if not isinstance(v, dict) else float(v["avg"]) for v in row["warps"].values()]
+        ws = sorted(int(w) for w in row["warps"])
+        rows.append({"phase": ph, "warps": f"{ws[0]}-{ws[-1]}" if len(ws) > 1 else str(ws[0]),
+                     "avg (cycles)": round(float(row["avg"])), "min warp avg": round(min(avgs)),
+                     "max warp avg": round(max(avgs)), "what": PHASE_ROLES.get(ph, "")})
+    return rows
+
+
+def sweep_files() -> list:
+    """The committed sweep results (bench/results/hopper-sweep-*.json), oldest first."""
+    from .paths import RESULTS
+    return sorted(RESULTS.glob("hopper-sweep-*.json"))
+
+
+def load_sweep(path=None) -> dict:
+    """One committed sweep (the newest by default), with its file name under '_file'."""
+    import json
+    files = [path] if path else sweep_files()
+    if not files or files[-1] is None:
+        raise FileNotFoundError("no bench/results/hopper-sweep-*.json: run `python -m pelib.hopper_sweep` "
+                                "on an H100 and commit its JSON")
+    rep = json.loads(open(files[-1]).read())
+    rep["_file"] = str(files[-1]).rsplit("/", 1)[-1]
+    return rep
+
+
+def sweep_evidence(rep: dict) -> str:
+    """'measured (NVIDIA H100 80GB HBM3, 2026-11-23)': the label the sweep's numbers carry."""
+    return rep.get("evidence") or f"measured ({rep['env']['device']}, {rep['env']['date'][:10]})"
+
+
+def _problem_full():
+    from . import problems
+    return problems.patch_embed("siglip2")
+
+
+def recorded_variants_table(rep: dict):
+    """Every variant of a committed sweep: verified?, median ms, TFLOPS, share of the memory floor."""
+    from .facts import Table
+    full, gbps = _problem_full(), rep["copy"]["gbps"]
+    facts = {f.get("label"): f for f in rep.get("facts", [])}
+    rows = []
+    for r in rep.get("variants", []):
+        f = facts.get(r["label"], {})
+        row = {"variant": r["label"], "regs": f.get("registers", ""), "smem (KiB)": f.get("smem", 0) // 1024,
+               "verified": "yes" if r.get("ok") else "NO"}
+        if r.get("median_ms"):
+            d = derived(full, r["median_ms"], gbps)
+            row.update({"ms": round(r["median_ms"], 4), "TFLOPS": round(d["tflops"]),
+                        "of floor": f"{100 * d['floor_frac']:.0f}%"})
+        else:
+            err = r.get("error") or ""
+            row["note"] = ("trapped (launch failed)" if "KernelFault" in err else
+                           "shape not supported" if "ShapeError" in err else err[:60])
+        rows.append(row)
+    cols = ["variant", "regs", "smem (KiB)", "verified", "ms", "TFLOPS", "of floor", "note"]
+    return Table(rows, f"sm90 sweep — {sweep_evidence(rep)}; floor {full.min_bytes / gbps / 1e6:.3f} ms at "
+                       f"{gbps:.0f} GB/s copy ({rep['_file']})", cols)
+
+
+def recorded_comparison_table(rep: dict):
+    """The sweep's fastest verified variant against its baselines (same run, same GPU)."""
+    from . import hopper_bench
+    from .facts import Table
+    full, gbps = _problem_full(), rep["copy"]["gbps"]
+    timed = [r for r in rep.get("variants", []) if r.get("median_ms")]
+    best = min(timed, key=lambda r: r["median_ms"])
+    rows = hopper_bench.compare_rows({**best, "stage": best["label"]}, rep.get("baselines", {}), gbps, full)
+    out = []
+    for r in rows:
+        if r["ms"] is None:
+            out.append({"what": r["name"], "note": "FAILED: " + hopper_bench._error_line(r["note"])[:90]})
+        else:
+            out.append({"what": r["name"], "ms": round(r["ms"], 4), "TFLOPS": round(r["tflops"]),
+                        "GB/s": round(r["gbps"]), "of floor": f"{100 * r['floor_frac']:.0f}%",
+                        "ours faster by": f"{r['speedup']:.2f}x" if r.get("speedup") else ""})
+    return Table(out, f"ours vs baselines — {sweep_evidence(rep)}",
+                 ["what", "ms", "TFLOPS", "GB/s", "of floor", "ours faster by", "note"])
+
+
+def recorded_clock(rep: dict):
+    """The sweep's clock64 breakdown as a compact table, or a line saying there is none."""
+    from .facts import Table
+    cl = rep.get("clock") or {}
+    if not cl.get("summary"):
+        return (f"No clock64 breakdown in {rep['_file']}: that run timed "
+                f"{cl.get('label', 'no variant')} without TIMING records.")
+    return Table(clock_summary_rows(cl["summary"]),
+                 f"clock64 phases of {cl['label']} — {sweep_evidence(rep)}")
+
+
+# Hopper against Blackwell, point by point; each row names where the fact comes from.
+CONTRAST = [
+    {"topic": "accumulator",
+     "Hopper sm_90a (this chapter)": "wgmma writes FP32 into the issuing warpgroup's registers: 128 per thread "
+                                    "for 64 x 256; setmaxnreg moves registers to the consumers (232)",
+     "Blackwell sm_100a (FP8 chapters)": "tcgen05.mma writes TMEM (128 lanes x 512 columns), no registers; "
+                                         "two 256-column accumulators fit, so MMA and epilogue alternate buffers",
+     "source": "PTX ISA 9.7.15 wgmma / 9.7.16 tcgen05; common/wgmma.cuh, common/tcgen05.cuh"},
+    {"topic": "who issues",
+     "Hopper sm_90a (this chapter)": "all 128 threads of a warpgroup (.sync.aligned); completion by "
+                                    "wgmma.commit_group / wait_group in the same threads",
+     "Blackwell sm_100a (FP8 chapters)": "one thread; completion through tcgen05.commit on an mbarrier that "
+                                         "any warp can wait on",
+     "source": "PTX ISA; CUTLASS mma_sm90_gmma.hpp, mma_sm100_umma.hpp"},
+    {"topic": "sharing operands between SMs",
+     "Hopper sm_90a (this chapter)": "cluster multicast: one TMA load lands in several CTAs' shared memory "
+                                    "(02: B to a pair; 05: A to the three column blocks); every SM still "
+                                    "holds the whole operand it multiplies",
+     "Blackwell sm_100a (FP8 chapters)": "2-SM UMMA (cta_group::2): one MMA of 256 x N spans two SMs, each "
+                                         "holding half of B, so per-SM B traffic and B storage halve",
+     "source": "PTX ISA cp.async.bulk.tensor .multicast::cluster; tcgen05 cta_group::2"},
+    {"topic": "epilogue pressure",
+     "Hopper sm_90a (this chapter)": "the accumulator can only leave through the warpgroup that computed it, "
+                                    "and it cannot start the next tile's wgmma until its registers are free: "
+                                    "a second warpgroup must run the next mainloop meanwhile (ping-pong, 04)",
+     "Blackwell sm_100a (FP8 chapters)": "separate epilogue warps drain TMEM with tcgen05.ld while the MMA "
+                                         "thread fills the other accumulator; the limit is TMEM -> register "
+                                         "bandwidth and the store path",
+     "source": "stages 04 (sm90) and fp8/02-04 (sm100)"},
+    {"topic": "register layout at the store",
+     "Hopper sm_90a (this chapter)": "a thread holds 2 adjacent columns of 2 rows per 8-column group: 4-B "
+                                    "pieces; a quad transpose (4 shuffles per 16 B) makes 16-B stores",
+     "Blackwell sm_100a (FP8 chapters)": "tcgen05.ld 32x32b gives a thread consecutive columns of one row: "
+                                         "16-B stores come for free",
+     "source": "PTX ISA wgmma fragment layout (common/wgmma.cuh NOTES); tcgen05.ld shapes"},
+    {"topic": "shared-memory descriptor",
+     "Hopper sm_90a (this chapter)": "layout type in bits 62-63 (SW128 = 1), no version bit; start address "
+                                    "= (addr & 0x3FFFF) >> 4, so a cluster CTA's rank bits must be masked",
+     "Blackwell sm_100a (FP8 chapters)": "version bit 46 = 1, 3-bit layout type in 61-63 (SW128 = 2); the "
+                                         "same 18-bit address field",
+     "source": "CUTLASS mma_sm90_desc.hpp, mma_sm100_desc.hpp; READING.md trap 1"},
+]
+
+
+def contrast_table():
+    """Hopper vs Blackwell for this GEMM, point by point (facts from the PTX ISA and CUTLASS)."""
+    from .facts import Table
+    return Table(CONTRAST, "The same kernel on two architectures")
+
+
+# The widget's options: stages, and for 01 the number of consumer warpgroups.
+WIDGET_VARIANTS = [
+    ("00: one warpgroup, no pipeline", ("00", {})),
+    ("01: 1 consumer warpgroup (128x128)", ("01", {"BLOCK_N": 128, "NUM_CONSUMERS": 1, "WG_M": 2})),
+    ("01: 2 consumer warpgroups (128x256)", ("01", {})),
+    ("01: 3 consumer warpgroups (192x192)", ("01", {"BLOCK_N": 192, "NUM_CONSUMERS": 3, "NUM_STAGES": 3})),
+    ("02: persistent, B multicast to a pair", ("02", {})),
+    ("03: staged epilogue, TMA store", ("03", {})),
+    ("04: B resident, ping-pong", ("04", {})),
+    ("05: 04 + A multicast (3-CTA cluster)", ("05", {})),
+]
+
+
+def _label(key: str, defines: dict) -> str:
+    s = stage(key).name
+    return s + ("" if not defines else " " + ",".join(f"{k}={v}" for k, v in sorted(defines.items())))
+
+
+def variant_row(key: str, defines: dict, rep: dict | None = None, live_problem=None) -> dict:
+    """Compiled facts of one variant, its time in the committed sweep `rep` (if it ran there), and
+    with live_problem (on an sm_90 GPU) a verification and timing run now."""
+    f = stage_facts(key, defines)
+    row = {"variant": _label(key, defines), "tile": f["tile"], "consumers": f["consumers"],
+           "threads": f["threads"], "regs": f["registers"], "consumer regs": f["consumer_regs"],
+           "smem (KiB)": f["smem"] // 1024, "stages": f["stages"], "QGMMA": f["QGMMA"]}
+    if rep:
+        hit = next((r for r in rep.get("variants", []) if r["label"] == row["variant"]), None)
+        if hit is not None:
+            row["recorded ms"] = round(hit["median_ms"], 4) if hit.get("median_ms") else "failed"
+    if live_problem is not None:
+        res = run(key, live_problem, defines, iters=10)
+        row["live ms"] = round(res["median_ms"], 4) if res.get("median_ms") else "NOT VERIFIED"
+    return row
+
+
+def stage_widget(live: bool | None = None):
+    """A slider over WIDGET_VARIANTS: compiled facts, the committed H100 time, and (on an sm_90 GPU) a
+    verified, timed run on the 'medium' problem. The static fallback is the table of all options."""
+    from . import device, widgets
+    from .facts import Table, evidence_label
+    if live is None:
+        live = device.can_run(ARCH)
+    try:
+        rep = load_sweep()
+    except FileNotFoundError:
+        rep = None
+    medium = check_problem("medium") if live else None
+    rows = [variant_row(k, d, rep) for _, (k, d) in WIDGET_VARIANTS]
+    caption = (f"stages and consumer warpgroups — {evidence_label(build('00'))}"
+               + (f"; 'recorded ms' = {sweep_evidence(rep)}, full problem" if rep else ""))
+    static = Table(rows, caption)
+
+    def render(v):
+        k, d = v
+        r = variant_row(k, d, rep, medium)
+        cap = "compiled" + (f"; recorded = {sweep_evidence(rep)}" if rep else "")
+        if medium is not None:
+            cap += f"; live = measured now on {device.current().name}, 'medium' problem"
+        return Table([r], cap)
+    return widgets.sweep(WIDGET_VARIANTS, render, static=static, description="stage", live=live)
+
+
+def live_comparison(key: str | None = None, defines: dict | None = None, iters: int = 20):
+    """On an sm_90 GPU: verify and time our stage on the full problem, and cuBLAS beside it (measured now)."""
+    from . import hopper_bench
+    from .facts import Table
+    from . import device
+    if key is None:
+        key, defines = hopper_bench.BEST
+    prob = _problem_full()
+    copy = hopper_bench.copy_bandwidth_gb_s()
+    t = make_tensors(prob, seed=0)
+    ref = reference(prob, t)
+    ours = run(key, prob, defines, tensors=t, ref=ref, iters=iters)
+    base = hopper_bench.time_baselines(prob, t, ref, iters=iters)
+    rows = hopper_bench.compare_rows({**ours, "stage": ours["stage"]}, base, copy["gbps"], prob)
+    info = device.current()
+    import datetime
+    out = [{"what": r["name"], "ms": round(r["ms"], 4) if r["ms"] else None,
+            "TFLOPS": round(r["tflops"]) if r["ms"] else None,
+            "of floor": f"{100 * r['floor_frac']:.0f}%" if r["ms"] else "",
+            "ours faster by": f"{r['speedup']:.2f}x" if r.get("speedup") else r.get("note", "")} for r in rows]
+    return Table(out, f"measured ({info.name}, {datetime.date.today()}) — verified: {ours['ok']}")
+
+
+def live_clock(key: str | None = None, defines: dict | None = None):
+    """On an sm_90 GPU: the clock64 phases of a TIMING build on the 'medium' problem (measured now)."""
+    from . import device, hopper_bench
+    from .facts import Table
+    import datetime
+    if key is None:
+        key, defines = hopper_bench.BEST
+    tm = clock_breakdown(key, check_problem("medium"), defines, seed=5)
+    summ = {ph: {"avg": r["avg"], "spread": r["spread"], "warps": {w: s["avg"] for w, s in r["warps"].items()}}
+            for ph, r in tm.summary().items()}
+    return Table(clock_summary_rows(summ),
+                 f"clock64 phases of {_label(key, defines or {})} — measured ({device.current().name}, "
+                 f"{datetime.date.today()}), 'medium' problem")
+
+
+def l2_traffic_table(sm_count: int = H100_SMS):
+    """Modelled bytes each stage moves between L2 and the SMs on the full problem: A and B tiles (a tile
+    of BM x BN re-reads A once per column block and B once per row block; multicast divides by the
+    CTAs that share a load; a resident B is read once per CTA), comb read by the epilogue, C written."""
+    from .facts import Table
+    p = _problem_full()
+    m, n, k = p.m, p.n, p.k
+    a1, b1, mn2 = m * k, n * k, 2 * m * n
+    rows = []
+    for key, defines in [("00", {}), ("01", {}), ("02", {}), ("03", {}), ("04", {}), ("05", {})]:
+        ex = build(key, defines).exports
+        bm, bn = ex["block_m"], ex["block_n"]
+        if ex.get("resident_b"):
+            a = a1 * (n // bn) / ex.get("cluster_n", 1)
+            b = sm_count * bn * k
+        else:
+            a = a1 * (n // bn)
+            b = b1 * (m / bm) / ex.get("cluster_m", 1)
+        rows.append({"stage": stage(key).name, "tile": f"{bm}x{bn}", "A (GB)": round(a / 1e9, 2),
+                     "B (GB)": round(b / 1e9, 2), "comb (GB)": round(mn2 / 1e9, 2), "C (GB)": round(mn2 / 1e9, 2),
+                     "total (GB)": round((a + b + 2 * mn2) / 1e9, 2)})
+    return Table(rows, f"L2 <-> SM traffic, modelled from the tile shapes ({sm_count} SMs); DRAM minimum "
+                       f"{p.min_bytes / 1e9:.2f} GB")
+
+
+def sass_grep(key: str, pattern: str, defines: dict | None = None, n: int = 6) -> str:
+    """The first n SASS lines of a stage that contain `pattern` (compiled evidence), addresses stripped."""
+    import re
+    b = build(key, defines)
+    out = []
+    for ln in b.sass.splitlines():
+        if pattern in ln:
+            out.append(re.sub(r"\s*/\*[0-9a-fx]+\*/\s*", " ", ln).split(";")[0].strip())
+            if len(out) >= n:
+                break
+    return "\n".join(out) or f"(no SASS line of {stage(key).name} contains {pattern!r})"
+
+
+def verification_table(shapes=("small", "tail")):
+    """On an sm_90 GPU: every stage verified now on the check shapes (NaN-poisoned output);
+    elsewhere: the verification column of the newest committed sweep."""
+    from . import device
+    from .facts import Table
+    if not device.can_run(ARCH):
+        return recorded_variants_table(load_sweep())
+    import datetime
+    rows = []
+    for s in available():
+        row = {"stage": s.name}
+        for name in shapes:
+            try:
+                rep = verify(s.key, check_problem(name), seed=3)
+                row[name] = "ok" if rep.ok else f"WRONG ({rep.n_bad} bad, {rep.n_nan} NaN)"
+            except Exception as e:  # a fault kills the context: say so and stop
+                row[name] = f"{type(e).__name__}"
+                rows.append(row)
+                return Table(rows, f"verification — measured ({device.current().name}, {datetime.date.today()}); "
+                                   "stopped at the first fault")
+        rows.append(row)
+    return Table(rows, f"verification — measured ({device.current().name}, {datetime.date.today()})")
+
+
+def comparison():
+    """Ours against cuBLAS: measured now on an sm_90 GPU, else the newest committed sweep's table."""
+    from . import device
+    return live_comparison() if device.can_run(ARCH) else recorded_comparison_table(load_sweep())
+
+
+def clock():
+    """The clock64 breakdown of the best stage: measured now on an sm_90 GPU, else the committed one."""
+    from . import device
+    return live_clock() if device.can_run(ARCH) else recorded_clock(load_sweep())

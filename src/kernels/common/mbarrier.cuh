@@ -129,3 +129,66 @@ PE_DEVICE void mbarrier_wait_parity_cluster(u64* bar, u32 parity, u32 tag = 0) {
   while (!mbarrier_try_wait_parity_cluster(bar, parity)) {}
 #endif
 }
+
+// ===== sm90 twin: call-free bounded waits and the remote-CTA arrive (appended section) ============
+// ptxas serializes every wgmma of a kernel that contains a function call (warning C7510: "wgmma
+// pipeline crossing function boundary"), and the printf in pe_wait_timeout above is such a call.
+// These waits keep the bound but only trap, so a hang is still an error; define PE_WAIT_PRINTF to
+// call pe_wait_timeout (tag, barrier, CTA, thread in the message) in a debugging build that accepts
+// the serialized wgmma. Under PE_UNBOUNDED_WAIT they are the plain spin. Same arguments as
+// mbarrier_wait_parity.
+PE_DEVICE void mbarrier_wait_parity_nocall(u64* bar, u32 parity, u32 tag = 0) {
+#ifdef PE_BOUNDED_WAIT
+  u32 tries = 0;
+  while (!mbarrier_try_wait_parity(bar, parity)) {
+    if (++tries >= (u32)PE_WAIT_LIMIT) {
+#ifdef PE_WAIT_PRINTF
+      pe_wait_timeout(bar, parity, tag);
+#else
+      (void)tag;
+      asm volatile("trap;");
+#endif
+    }
+  }
+#else
+  (void)tag;
+  while (!mbarrier_try_wait_parity(bar, parity)) {}
+#endif
+}
+
+// The same, acquiring at cluster scope (arrivals from the peer CTA of a cluster).
+PE_DEVICE void mbarrier_wait_parity_cluster_nocall(u64* bar, u32 parity, u32 tag = 0) {
+#ifdef PE_BOUNDED_WAIT
+  u32 tries = 0;
+  while (!mbarrier_try_wait_parity_cluster(bar, parity)) {
+    if (++tries >= (u32)PE_WAIT_LIMIT) {
+#ifdef PE_WAIT_PRINTF
+      pe_wait_timeout(bar, parity, tag);
+#else
+      (void)tag;
+      asm volatile("trap;");
+#endif
+    }
+  }
+#else
+  (void)tag;
+  while (!mbarrier_try_wait_parity_cluster(bar, parity)) {}
+#endif
+}
+
+// PTX ISA: mbarrier.arrive (.shared::cluster, default .release.cta) on the barrier at the same offset
+// in CTA `cta_rank` of the cluster: a consumer's stage release to a producer there.
+// mbarrier_arrive_cluster orders at .cluster scope, which ptxas turns into MEMBAR.ALL.GPU before the
+// arrive: a wait for every outstanding global store of the thread (the previous tile's epilogue)
+// inside the K-loop. The wgmma reads of the stage are complete already (wgmma.wait_group), so nothing
+// else needs ordering. CUTLASS include/cutlass/arch/barrier.h ClusterBarrier::arrive(cta_id, pred).
+PE_DEVICE void mbarrier_arrive_remote_cta(u64* bar, u32 cta_rank) {
+  asm volatile(
+      "{\n\t"
+      ".reg .b32 remAddr32;\n\t"
+      "mapa.shared::cluster.u32 remAddr32, %0, %1;\n\t"
+      "mbarrier.arrive.shared::cluster.b64 _, [remAddr32];\n\t"
+      "}"
+      :: "r"(smem_u32(bar)), "r"(cta_rank) : "memory");
+}
+// ===== end of the sm90 twin section =================================================================

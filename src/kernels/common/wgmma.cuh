@@ -10,9 +10,12 @@
 //   setmaxnreg_inc<R>() / setmaxnreg_dec<R>()   setmaxnreg.{inc,dec}.sync.aligned.u32 R
 //   wgmma_m64n{64,96,128,192,256}k32_f32_e4m3_e4m3(d, desc_a, desc_b, scale_d)
 //   wgmma_m64nNk32_f32_e4m3_e4m3<N>(d, ...)   the same, N picked at compile time
-//   mbarrier_wait_parity_nocall(bar, parity) / mbarrier_wait_parity_cluster_nocall(bar, parity)
-//                                 bounded waits without a call on the timeout path (see below)
-//   mbarrier_arrive_remote_cta(bar, cta_rank)   a consumer's stage release in a cluster peer, no GPU fence
+//   gmma_desc_addr(p)             the shared address a wgmma descriptor encodes (rank bits masked)
+//   wgmma_quad_transpose(v, q)    4x4 transpose of packed pairs across a lane quad (16-B epilogue stores)
+//   tma_prefetch_2d_l2, ld_global_nc_b32, st_global_cs_v4, st_global_b32, st_global_cs_b32
+//                                 memory helpers of the sm90 epilogue (16-B .nc loads: epilogue.cuh)
+// The call-free bounded waits (mbarrier_wait_parity_nocall, ..._cluster_nocall) and the remote-CTA
+// arrive (mbarrier_arrive_remote_cta) live in common/mbarrier.cuh (sm90 twin section).
 //
 // Sources: PTX ISA 9.7.15 "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"
 // (9.7.15.5.2 wgmma.mma_async; 9.7.15.6 wgmma.fence, wgmma.commit_group, wgmma.wait_group),
@@ -71,49 +74,15 @@ PE_DEVICE void wgmma_fence_operand(float (&d)[R]) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// mbarrier waits and arrives for the wgmma consumers
+// Descriptor start address
 // ---------------------------------------------------------------------------------------------------
-// ptxas serializes every wgmma of a kernel that contains a function call (warning C7510: "wgmma
-// pipeline crossing function boundary"), and the printf on common/mbarrier.cuh's timeout path is
-// such a call. These bounded waits give up the message and keep only the trap, so a hang is still
-// an error; under PE_UNBOUNDED_WAIT they are the plain spin. Same arguments as mbarrier_wait_parity.
-PE_DEVICE void mbarrier_wait_parity_nocall(u64* bar, u32 parity) {
-#ifdef PE_BOUNDED_WAIT
-  u32 tries = 0;
-  while (!mbarrier_try_wait_parity(bar, parity))
-    if (++tries >= (u32)PE_WAIT_LIMIT) asm volatile("trap;");
-#else
-  while (!mbarrier_try_wait_parity(bar, parity)) {}
-#endif
-}
-
-// The same, acquiring at cluster scope (arrivals from the peer CTA of a cluster).
-PE_DEVICE void mbarrier_wait_parity_cluster_nocall(u64* bar, u32 parity) {
-#ifdef PE_BOUNDED_WAIT
-  u32 tries = 0;
-  while (!mbarrier_try_wait_parity_cluster(bar, parity))
-    if (++tries >= (u32)PE_WAIT_LIMIT) asm volatile("trap;");
-#else
-  while (!mbarrier_try_wait_parity_cluster(bar, parity)) {}
-#endif
-}
-
-// A consumer warpgroup's release of a stage to a producer in CTA `cta_rank` of the cluster:
-// mbarrier.arrive on the barrier at the same offset there, with the default .release.cta semantics.
-// common/mbarrier.cuh's mbarrier_arrive_cluster orders at .cluster scope, which ptxas turns into
-// MEMBAR.ALL.GPU before the arrive: a wait for every outstanding global store of the thread (the
-// previous tile's epilogue) inside the K-loop. The wgmma reads of the stage are complete already
-// (wgmma.wait_group), so nothing else needs ordering. PTX ISA: mbarrier.arrive (.shared::cluster);
-// CUTLASS include/cutlass/arch/barrier.h ClusterBarrier::arrive(cta_id, pred) uses this form.
-PE_DEVICE void mbarrier_arrive_remote_cta(u64* bar, u32 cta_rank) {
-  asm volatile(
-      "{\n\t"
-      ".reg .b32 remAddr32;\n\t"
-      "mapa.shared::cluster.u32 remAddr32, %0, %1;\n\t"
-      "mbarrier.arrive.shared::cluster.b64 _, [remAddr32];\n\t"
-      "}"
-      :: "r"(smem_u32(bar)), "r"(cta_rank) : "memory");
-}
+// The shared address a descriptor encodes. On sm_90 the shared::cta address of a CTA in a cluster
+// carries its rank in bits 24 and up (SASS: the window base is SR_CgaCtaId << 24 | offset), and the
+// descriptor keeps only matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4 (PTX ISA 9.7.15.5.1; CUTLASS
+// make_gmma_desc truncates the same way into the 14-bit start_address_ field). common/descriptors.cuh
+// refuses addresses >= 2^18 with a trap, so pass it this masked address: unmasked, every CTA of rank
+// >= 1 traps at its first descriptor.
+PE_DEVICE u32 gmma_desc_addr(const void* p) { return smem_u32(p) & 0x3FFFFu; }
 
 // ---------------------------------------------------------------------------------------------------
 // Register reallocation (CUTLASS include/cutlass/arch/reg_reconfig.h)
@@ -205,3 +174,61 @@ PE_DEVICE void wgmma_m64nNk32_f32_e4m3_e4m3(float (&d)[N / 2], u64 desc_a, u64 d
 }
 
 #undef PE_DEFINE_WGMMA_E4M3
+
+// ---------------------------------------------------------------------------------------------------
+// Epilogue helpers for the register accumulators (sm90 twin; candidates for tma.cuh / epilogue.cuh)
+// ---------------------------------------------------------------------------------------------------
+
+// A 4x4 transpose of 32-bit words across the 4 lanes of a quad (q = lane % 4), two butterfly steps
+// (shfl.sync.bfly with lane masks 2, then 1). Before: v[u] of lane q is element (q, u); after: v[t] of
+// lane q is element (t, q). Applied to the packed BF16 pairs of an m64nNk32 accumulator, v[u] = the
+// pair at columns 8(4g+u) + 2q of a row becomes v[t] = columns 8(4g+q) + 2t: 16 contiguous bytes, so
+// each lane stores one 16-B vector and a quad covers 64 contiguous bytes of the row. It is its own
+// inverse, so it also turns comb read as 16-B vectors into the accumulator layout.
+// (PTX ISA shfl.sync; the wgmma fragment layout of common/wgmma.cuh NOTES.)
+PE_DEVICE void wgmma_quad_transpose(u32 (&v)[4], u32 q) {
+  const bool hi2 = (q & 2u) != 0, hi1 = (q & 1u) != 0;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {  // the off-diagonal 2x2 blocks change places (lane q <-> q ^ 2)
+    const u32 send = hi2 ? v[k] : v[k + 2];
+    const u32 recv = __shfl_xor_sync(0xFFFFFFFFu, send, 2);
+    if (hi2) v[k] = recv; else v[k + 2] = recv;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; k += 2) {  // then each 2x2 block is transposed (lane q <-> q ^ 1)
+    const u32 send = hi1 ? v[k] : v[k + 1];
+    const u32 recv = __shfl_xor_sync(0xFFFFFFFFu, send, 1);
+    if (hi1) v[k] = recv; else v[k + 1] = recv;
+  }
+}
+
+// PTX ISA cp.async.bulk.prefetch.tensor (.2d .L2 .global .tile): start moving a box of the tensor map
+// into L2 without a shared-memory destination; a later TMA load of it then hits L2.
+// CUTLASS SM90_TMA_LOAD_2D::PREFETCH.
+PE_DEVICE void tma_prefetch_2d_l2(const void* tmap, i32 c0, i32 c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"
+               :: "l"(tmap), "r"(c0), "r"(c1) : "memory");
+}
+
+// PTX ISA ld (.global.nc, 4 bytes): read-only path. volatile so that a load issued before the
+// mainloop stays there (its latency hides behind the wgmma) instead of sinking to its first use.
+PE_DEVICE u32 ld_global_nc_b32(const void* p) {
+  u32 r;
+  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// PTX ISA st (.global.cs = cache streaming: allocate with evict-first, the output is written once).
+PE_DEVICE void st_global_cs_v4(void* p, u32 a, u32 b, u32 c, u32 d) {
+  asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+
+// PTX ISA st (.global, 4 bytes); st_global_cs_b32 the streaming form.
+PE_DEVICE void st_global_b32(void* p, u32 a) {
+  asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(a) : "memory");
+}
+PE_DEVICE void st_global_cs_b32(void* p, u32 a) {
+  asm volatile("st.global.cs.b32 [%0], %1;" :: "l"(p), "r"(a) : "memory");
+}
+

@@ -63,6 +63,23 @@ PELIB_EXPORT(desc_lbo, DESC_LBO);
 PELIB_EXPORT(desc_sbo, DESC_SBO);
 PELIB_EXPORT(k_advance_bytes, 32);
 PELIB_EXPORT(desc_a_base0, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));  // descriptor of address 0
+// pelib.emulate TileParams (EXPORT_NAMES): offsets relative to the 1024-B aligned dynamic base.
+PELIB_EXPORT(mma_arch, 90);
+PELIB_EXPORT(mma_kind, 2);            // f8f6f4 family: E4M3 x E4M3
+PELIB_EXPORT(mma_m, 64);
+PELIB_EXPORT(mma_n, BN);
+PELIB_EXPORT(a_box_k, BK);
+PELIB_EXPORT(a_box_m, BM);
+PELIB_EXPORT(b_box_k, BK);
+PELIB_EXPORT(b_box_n, BN);
+PELIB_EXPORT(a_smem_offset, 0);
+PELIB_EXPORT(b_smem_offset, A_BYTES);
+PELIB_EXPORT(a_desc, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(b_desc, gmma_smem_desc(A_BYTES, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(num_stages, 1);
+PELIB_EXPORT(a_stage_stride, 0);
+PELIB_EXPORT(b_stage_stride, 0);
+PELIB_EXPORT(a_wg_stride, 64 * BK);   // the second m64 slice of A starts 64 rows x 128 B further
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
 patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, box {BK, BM}, SW128
@@ -97,8 +114,8 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[mi][i] = 0.f;
 
-  const u64 desc_a0 = gmma_smem_desc(smem_u32(sA), DESC_LBO, DESC_SBO, SWIZZLE);
-  const u64 desc_b0 = gmma_smem_desc(smem_u32(sB), DESC_LBO, DESC_SBO, SWIZZLE);
+  const u64 desc_a0 = gmma_smem_desc(gmma_desc_addr(sA), DESC_LBO, DESC_SBO, SWIZZLE);
+  const u64 desc_b0 = gmma_smem_desc(gmma_desc_addr(sB), DESC_LBO, DESC_SBO, SWIZZLE);
   const int num_kb = K / BK;
   for (int kb = 0; kb < num_kb; ++kb) {
     if (tid == 0) {
@@ -106,7 +123,7 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
       tma_load_2d(sA, &tmap_a, &full_bar, kb * BK, m0);
       tma_load_2d(sB, &tmap_b, &full_bar, kb * BK, n0);
     }
-    mbarrier_wait_parity_nocall(&full_bar, kb & 1);
+    mbarrier_wait_parity_nocall(&full_bar, kb & 1, 1);
 
 #pragma unroll
     for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);

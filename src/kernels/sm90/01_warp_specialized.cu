@@ -10,8 +10,19 @@
 // (wgmma.wait_group 1) and frees the slice it finished reading with one arrive on empty[s]. The
 // producer keeps 40 registers per thread (setmaxnreg.dec), the consumers take 232 (setmaxnreg.inc):
 // 128 FP32 accumulators of an m64n256 tile per thread fit with room for addresses and the epilogue.
-// Still one tile per CTA and the same register epilogue as 00: the tensor cores idle while the
-// consumers store (stage 02 makes the CTA persistent, 03 overlaps the epilogue).
+// Still one tile per CTA and the same register epilogue as 00.
+//
+// Why the default (BN = 256, one CTA per SM) is slower than 00 (measured on an H100, 2026-11-23:
+// 1.958 ms against 1.728 ms): with K = 768 a tile is only 6 slices, and a CTA of 384 threads x 168
+// registers and 193 KiB of shared memory is alone on its SM. Every tile pays, one after the other,
+// the CTA launch and barrier set-up, the first TMA round trip into an empty ring, a 6-slice
+// mainloop, and the epilogue's 64 stores per thread, while the tensor cores idle outside the
+// mainloop. 00 (128 threads, 33 KiB) keeps three CTAs per SM, whose phases overlap. The wgmma
+// issue itself is fine: the SASS has the four QGMMA.64x256x32 of a slice back to back and one
+// WARPGROUP.DEPBAR.LE gsb0, 0x1 after them, and ptxas reports no C7510 serialization.
+// Two resident CTAs per SM would restore that overlap, but not with these tiles: ptxas checks each
+// wgmma against the register cap at entry (64 Ki / (threads x CTAs)), which setmaxnreg does not
+// raise, and m64n256 needs about 154 registers. Stage 02 keeps one CTA per SM and makes it persistent.
 // Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh and CUTLASS
 // KernelTmaWarpSpecializedCooperative (BF16 there; FP8 K-major e4m3 here).
 #include "common/types.cuh"
@@ -55,16 +66,23 @@ constexpr int SMEM_BAR_OFF = NUM_STAGES * STAGE_BYTES;
 constexpr int SMEM_USED = SMEM_BAR_OFF + 8 * 2 * NUM_STAGES;
 constexpr int SMEM_BYTES = SMEM_ALIGN + SMEM_USED;
 constexpr u32 DESC_LBO = 16, DESC_SBO = 1024, SWIZZLE = 128;
-// setmaxnreg budgets (CUTLASS sm90 cooperative kernel: 40 / 232 for 1 + 2 warpgroups). The sum
-// over the CTA must stay within the 64 Ki registers of the SM: 128 * (P + NUM_CONSUMERS * C).
+// setmaxnreg budgets (CUTLASS sm90 cooperative kernel: 40 / 232 for 1 + 2 warpgroups). With
+// setmaxnreg in the kernel, ptxas gives every thread the cap of __launch_bounds__ at entry,
+// ENTRY_REGS = 64 Ki / threads rounded down to 8; the CTA's pool is ENTRY_REGS x
+// threads, and what the producer gives back is all the consumers can take (an inc beyond the pool
+// would block forever): 128 * (P + NUM_CONSUMERS * C) <= ENTRY_REGS * NUM_THREADS.
+constexpr u32 ENTRY_REGS = (65536u / NUM_THREADS) & ~7u;  // __launch_bounds__(NUM_THREADS, 1)
 constexpr u32 PRODUCER_REGS = NUM_CONSUMERS == 1 ? 56 : NUM_CONSUMERS == 2 ? 40 : 32;
-constexpr u32 CONSUMER_REGS = NUM_CONSUMERS == 1 ? 256 : NUM_CONSUMERS == 2 ? 232 : 160;
+constexpr u32 CONSUMER_REGS_RAW = ((ENTRY_REGS * NUM_THREADS - PRODUCER_REGS * 128) / (NUM_CONSUMERS * 128)) & ~7u;
+constexpr u32 CONSUMER_REGS = CONSUMER_REGS_RAW > 256 ? 256 : CONSUMER_REGS_RAW;
 
 static_assert(BN % 64 == 0 && BN <= 256, "BLOCK_N: a wgmma N of 64..256");
 static_assert(BM <= 256, "TMA box: A tile of at most 256 rows (NUM_CONSUMERS * WG_M * 64)");
 static_assert(WG_M * BN <= 256, "accumulators: at most 128 FP32 registers per consumer thread");
 static_assert(NUM_CONSUMERS >= 1 && NUM_CONSUMERS <= 3, "NUM_CONSUMERS: 1 to 3 consumer warpgroups");
-static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= 65536, "setmaxnreg: over 64 Ki registers");
+static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * NUM_THREADS,
+              "setmaxnreg: the consumers would take more registers than the producer gives back");
+static_assert(CONSUMER_REGS >= WG_M * BN / 2 + 32, "setmaxnreg: no room for the accumulators");
 static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 8, "NUM_STAGES: 2 to 8");
 static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KiB per-block limit");
 
@@ -90,6 +108,23 @@ PELIB_EXPORT(k_advance_bytes, 32);
 PELIB_EXPORT(desc_a_base0, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));
 PELIB_EXPORT(producer_regs, PRODUCER_REGS);
 PELIB_EXPORT(consumer_regs, CONSUMER_REGS);
+// pelib.emulate TileParams (EXPORT_NAMES): offsets relative to the 1024-B aligned dynamic base.
+PELIB_EXPORT(mma_arch, 90);
+PELIB_EXPORT(mma_kind, 2);
+PELIB_EXPORT(mma_m, 64);
+PELIB_EXPORT(mma_n, BN);
+PELIB_EXPORT(a_box_k, BK);
+PELIB_EXPORT(a_box_m, BM);
+PELIB_EXPORT(b_box_k, BK);
+PELIB_EXPORT(b_box_n, BN);
+PELIB_EXPORT(a_smem_offset, SMEM_A_OFF);
+PELIB_EXPORT(b_smem_offset, SMEM_B_OFF);
+PELIB_EXPORT(a_desc, gmma_smem_desc(SMEM_A_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(b_desc, gmma_smem_desc(SMEM_B_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(num_stages, NUM_STAGES);
+PELIB_EXPORT(a_stage_stride, A_STAGE_BYTES);
+PELIB_EXPORT(b_stage_stride, B_STAGE_BYTES);
+PELIB_EXPORT(a_wg_stride, 64 * BK);
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
 patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, box {BK, BM}, SW128
@@ -131,7 +166,7 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
         const int s = kb % NUM_STAGES;
         const u32 phase = (kb / NUM_STAGES) & 1;
         const u64 tw = timing_now();
-        mbarrier_wait_parity_nocall(&empty[s], phase ^ 1);  // a fresh barrier passes parity 1 at once
+        mbarrier_wait_parity_nocall(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once
         waited += timing_now() - tw;
         mbarrier_arrive_expect_tx(&full[s], STAGE_BYTES);
         tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, m0);
@@ -154,13 +189,13 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) d[mi][i] = 0.f;
 
-    const u64 desc_a0 = gmma_smem_desc(smem_u32(smem + SMEM_A_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
-    const u64 desc_b0 = gmma_smem_desc(smem_u32(smem + SMEM_B_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    const u64 desc_a0 = gmma_smem_desc(gmma_desc_addr(smem + SMEM_A_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    const u64 desc_b0 = gmma_smem_desc(gmma_desc_addr(smem + SMEM_B_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
     for (int kb = 0; kb < num_kb; ++kb) {
       const int s = kb % NUM_STAGES;
       const u32 phase = (kb / NUM_STAGES) & 1;
       const u64 tw = timing_now();
-      mbarrier_wait_parity_nocall(&full[s], phase);
+      mbarrier_wait_parity_nocall(&full[s], phase, 2);
       waited += timing_now() - tw;
 #pragma unroll
       for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);

@@ -12,6 +12,10 @@
 // stage too, empty[s] counts the consumer warpgroups of both CTAs (each consumer arrives locally and
 // remotely), and before exiting each producer waits until both CTAs have released every stage, so no
 // CTA leaves while its peer may still write into it or arrive on its barriers (CUTLASS load_tail).
+// The descriptors take the masked shared address (gmma_desc_addr): in a cluster the shared::cta
+// address of CTA rank 1 has bit 24 set, and the range check of gmma_smem_desc trapped on it at the
+// first descriptor (the launch failure of the first H100 run, 2026-11-23, on every cluster variant).
+// CLUSTER_M=1 builds the same persistent kernel without a cluster (plain loads, local releases).
 // Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh (CLUSTER_M = 2, B multicast) and
 // CUTLASS PipelineTmaAsync (consumer arrival count = consumers x cluster CTAs).
 #include "common/types.cuh"
@@ -37,6 +41,9 @@
 #ifndef WG_M
 #define WG_M 1             // m64 wgmma slices per consumer warpgroup
 #endif
+#ifndef CLUSTER_M
+#define CLUSTER_M 2        // CTAs per cluster along M sharing (multicasting) B; 1 = no cluster
+#endif
 #if defined(TIMING) && !defined(PE_TIMING_WARPS)
 #define PE_TIMING_WARPS (4 * (NUM_CONSUMERS + 1))
 #endif
@@ -45,7 +52,6 @@
 constexpr int BN = BLOCK_N;
 constexpr int BK = 128;                       // one 128-byte swizzle atom of FP8 along K
 constexpr int BM = NUM_CONSUMERS * WG_M * 64;
-constexpr int CLUSTER_M = 2;                  // CTAs per cluster along M; they share (multicast) B
 constexpr int B_ROWS = BN / CLUSTER_M;        // B rows this CTA loads for the pair
 constexpr int NUM_THREADS = 128 * (NUM_CONSUMERS + 1);
 constexpr int A_STAGE_BYTES = BM * BK;
@@ -58,16 +64,21 @@ constexpr int SMEM_BAR_OFF = NUM_STAGES * STAGE_BYTES;
 constexpr int SMEM_USED = SMEM_BAR_OFF + 8 * 2 * NUM_STAGES;
 constexpr int SMEM_BYTES = SMEM_ALIGN + SMEM_USED;
 constexpr u32 DESC_LBO = 16, DESC_SBO = 1024, SWIZZLE = 128;
-// setmaxnreg budgets (CUTLASS sm90 cooperative kernel: 40 / 232 for 1 + 2 warpgroups). The sum
-// over the CTA must stay within the 64 Ki registers of the SM: 128 * (P + NUM_CONSUMERS * C).
+// setmaxnreg budgets (CUTLASS sm90 cooperative kernel: 40 / 232 for 1 + 2 warpgroups): what the
+// producer gives back is what the consumers take, 128 * (P + NUM_CONSUMERS * C) <= ENTRY_REGS * threads
+// (ptxas gives each thread the __launch_bounds__ cap at entry when the kernel uses setmaxnreg).
+constexpr u32 ENTRY_REGS = (65536u / NUM_THREADS) & ~7u;
 constexpr u32 PRODUCER_REGS = NUM_CONSUMERS == 1 ? 56 : NUM_CONSUMERS == 2 ? 40 : 32;
-constexpr u32 CONSUMER_REGS = NUM_CONSUMERS == 1 ? 256 : NUM_CONSUMERS == 2 ? 232 : 160;
+constexpr u32 CONSUMER_REGS_RAW = ((ENTRY_REGS * NUM_THREADS - PRODUCER_REGS * 128) / (NUM_CONSUMERS * 128)) & ~7u;
+constexpr u32 CONSUMER_REGS = CONSUMER_REGS_RAW > 256 ? 256 : CONSUMER_REGS_RAW;
 
 static_assert(BN % 64 == 0 && BN <= 256, "BLOCK_N: a wgmma N of 64..256");
 static_assert(BM <= 256, "TMA box: A tile of at most 256 rows (NUM_CONSUMERS * WG_M * 64)");
 static_assert(WG_M * BN <= 256, "accumulators: at most 128 FP32 registers per consumer thread");
 static_assert(NUM_CONSUMERS >= 1 && NUM_CONSUMERS <= 3, "NUM_CONSUMERS: 1 to 3 consumer warpgroups");
-static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= 65536, "setmaxnreg: over 64 Ki registers");
+static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * NUM_THREADS,
+              "setmaxnreg: the consumers would take more registers than the producer gives back");
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CLUSTER_M: 1 or 2");
 static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 8, "NUM_STAGES: 2 to 8");
 static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KiB per-block limit");
 
@@ -93,6 +104,24 @@ PELIB_EXPORT(k_advance_bytes, 32);
 PELIB_EXPORT(desc_a_base0, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));
 PELIB_EXPORT(producer_regs, PRODUCER_REGS);
 PELIB_EXPORT(consumer_regs, CONSUMER_REGS);
+// pelib.emulate TileParams (EXPORT_NAMES): offsets relative to the 1024-B aligned dynamic base. The B
+// boxes (B_ROWS each; both CTAs' halves with the multicast) land side by side in one stage.
+PELIB_EXPORT(mma_arch, 90);
+PELIB_EXPORT(mma_kind, 2);
+PELIB_EXPORT(mma_m, 64);
+PELIB_EXPORT(mma_n, BN);
+PELIB_EXPORT(a_box_k, BK);
+PELIB_EXPORT(a_box_m, BM);
+PELIB_EXPORT(b_box_k, BK);
+PELIB_EXPORT(b_box_n, B_ROWS);
+PELIB_EXPORT(a_smem_offset, SMEM_A_OFF);
+PELIB_EXPORT(b_smem_offset, SMEM_B_OFF);
+PELIB_EXPORT(a_desc, gmma_smem_desc(SMEM_A_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(b_desc, gmma_smem_desc(SMEM_B_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(num_stages, NUM_STAGES);
+PELIB_EXPORT(a_stage_stride, A_STAGE_BYTES);
+PELIB_EXPORT(b_stage_stride, B_STAGE_BYTES);
+PELIB_EXPORT(a_wg_stride, 64 * BK);
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
 patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, box {BK, BM}, SW128
@@ -108,7 +137,13 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
   u64* empty = full + NUM_STAGES;                            // every consumer of both CTAs has read stage s
 
   const int warp = threadIdx.x / 32;
+#if CLUSTER_M > 1
   const u32 rank = cluster_ctarank();
+  const int cluster_idx = (int)cluster_id_x(), num_clusters = (int)cluster_nclusterid_x();
+#else
+  const u32 rank = 0;
+  const int cluster_idx = blockIdx.x, num_clusters = gridDim.x;
+#endif
   const int n_tiles = N / BN;
   const int total_tiles = ((M + CLUSTER_M * BM - 1) / (CLUSTER_M * BM)) * n_tiles;  // cluster tiles
   const int num_kb = K / BK;
@@ -122,7 +157,11 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
     }
     fence_barrier_init();
   }
+#if CLUSTER_M > 1
   cluster_sync();  // the peer's barriers exist before anyone multicasts into it or arrives remotely
+#else
+  __syncthreads();
+#endif
 
   if (warp < 4) {
     // ---- producer warpgroup: registers back to the pool, one thread issues every load ----
@@ -130,7 +169,7 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
     if (warp == 0 && elect_one_sync()) {
       int it = 0;  // ring position, continued across tiles
       u32 slot = 0;
-      for (StaticTileScheduler sched(cluster_id_x(), cluster_nclusterid_x(), total_tiles, n_tiles);
+      for (StaticTileScheduler sched(cluster_idx, num_clusters, total_tiles, n_tiles);
            sched.valid(); sched.advance(), ++slot) {
         const TileCoord tc = sched.coord(rank, BM, BN, CLUSTER_M);
         const u64 t0 = timing_now();
@@ -139,13 +178,17 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
           const int s = it % NUM_STAGES;
           const u32 phase = (it / NUM_STAGES) & 1;
           const u64 tw = timing_now();
-          mbarrier_wait_parity_cluster_nocall(&empty[s], phase ^ 1);  // both CTAs released stage s
+          mbarrier_wait_parity_cluster_nocall(&empty[s], phase ^ 1, 1);  // both CTAs released stage s
           waited += timing_now() - tw;
           mbarrier_arrive_expect_tx(&full[s], STAGE_BYTES);
           tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tc.m0);
+#if CLUSTER_M > 1
           // Our half of B, to the same offset in both CTAs (the peer loads the other half).
           tma_load_2d_multicast(smem + SMEM_B_OFF + s * B_STAGE_BYTES + rank * B_ROWS * BK, &tmap_b,
                                 &full[s], (u16)((1u << CLUSTER_M) - 1), kb * BK, tc.n0 + rank * B_ROWS);
+#else
+          tma_load_2d(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, tc.n0);
+#endif
         }
         timing_record(timing, slot, PE_PHASE_PRODUCER_WAIT, t0, t0 + waited);
         PE_TIMING_END(timing, slot, PE_PHASE_TMA_ISSUE, t0);
@@ -153,19 +196,20 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
       // Tail: wait until every stage has been released by the consumers of both CTAs, so neither
       // CTA exits while its peer still multicasts into it or arrives on its barriers.
       for (int i = 0; i < NUM_STAGES; ++i, ++it)
-        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1);
+        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1, 3);
     }
   } else {
     // ---- consumer warpgroups: wgmma on their rows of each stage, then the epilogue ----
     setmaxnreg_inc<CONSUMER_REGS>();
     const int wg = warp / 4 - 1;
     const int tid = threadIdx.x % 128;
-    const u64 desc_a0 = gmma_smem_desc(smem_u32(smem + SMEM_A_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
-    const u64 desc_b0 = gmma_smem_desc(smem_u32(smem + SMEM_B_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    // Masked shared addresses: in a cluster, smem_u32 carries the CTA rank in bits 24+ (wgmma.cuh).
+    const u64 desc_a0 = gmma_smem_desc(gmma_desc_addr(smem + SMEM_A_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    const u64 desc_b0 = gmma_smem_desc(gmma_desc_addr(smem + SMEM_B_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
     float d[WG_M][BN / 2];
     int it = 0;  // ring position, continued across tiles
     u32 slot = 0;
-    for (StaticTileScheduler sched(cluster_id_x(), cluster_nclusterid_x(), total_tiles, n_tiles);
+    for (StaticTileScheduler sched(cluster_idx, num_clusters, total_tiles, n_tiles);
          sched.valid(); sched.advance(), ++slot) {
       const TileCoord tc = sched.coord(rank, BM, BN, CLUSTER_M);
       const int m0 = tc.m0, n0 = tc.n0;
@@ -175,7 +219,7 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
         const int s = it % NUM_STAGES;
         const u32 phase = (it / NUM_STAGES) & 1;
         const u64 tw = timing_now();
-        mbarrier_wait_parity_nocall(&full[s], phase);
+        mbarrier_wait_parity_nocall(&full[s], phase, 2);
         waited += timing_now() - tw;
 #pragma unroll
         for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);
@@ -195,12 +239,20 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
 #pragma unroll
         for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);
         // Free the previous slice in both CTAs: the peer's producer multicasts into our stage too.
+#if CLUSTER_M > 1
         if (kb > 0 && tid < CLUSTER_M) mbarrier_arrive_remote_cta(&empty[(it - 1) % NUM_STAGES], tid);
+#else
+        if (kb > 0 && tid == 0) mbarrier_arrive(&empty[(it - 1) % NUM_STAGES]);
+#endif
       }
       wgmma_wait_group<0>();
 #pragma unroll
       for (int mi = 0; mi < WG_M; ++mi) wgmma_fence_operand(d[mi]);
+#if CLUSTER_M > 1
       if (tid < CLUSTER_M) mbarrier_arrive_remote_cta(&empty[(it - 1) % NUM_STAGES], tid);
+#else
+      if (tid == 0) mbarrier_arrive(&empty[(it - 1) % NUM_STAGES]);
+#endif
       const u64 t_epi = timing_now();
 
       // Epilogue from registers (as in 00): rows 16w + l/4 (+8), column pairs 8j + 2(l%4).
