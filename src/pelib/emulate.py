@@ -564,6 +564,7 @@ EXPORT_NAMES = {
     "stage_swizzle": "staged epilogue: the XOR pattern the epilogue threads write with (bytes)",
     "out_swizzle": "staged epilogue: the TMA store tensor map's swizzle (bytes)",
     "out_elem_bytes": "staged epilogue: bytes per output element (2 = BF16, 4 = FP32)",
+    "out_fmt": "staged epilogue: the 2-byte output format, 0 = BF16 (default), 1 = FP16",
 }
 
 
@@ -624,6 +625,7 @@ class TileParams:
     stage_swizzle: int = 128
     out_swizzle: int = 128
     out_elem_bytes: int = 2
+    out_fmt: int = 0
     smem_bytes: int | None = None
     epilogue_map: Callable | None = field(default=None, repr=False)
 
@@ -933,7 +935,9 @@ def _epilogue(p: TileParams, tmems: list, tile_n: int, report: TileReport) -> li
     return vals
 
 
-def _to_out_bytes(x: np.ndarray, nbytes: int) -> np.ndarray:
+def _to_out_bytes(x: np.ndarray, nbytes: int, fmt: int = 0) -> np.ndarray:
+    if nbytes == 2 and fmt == 1:  # FP16, round to nearest even (cvt.rn.f16x2.f32)
+        return x.astype(np.float32).astype(np.float16).view(np.uint8).reshape(x.shape + (2,))
     if nbytes == 4:
         return x.astype(np.float32).view(np.uint8).reshape(x.shape + (4,))
     if nbytes == 2:  # BF16, round to nearest even (cvt.rn.bf16x2.f32)
@@ -955,7 +959,7 @@ def _staged_store(p: TileParams, smems, vals, tile_m, tile_n, smem_base, report)
         box = (c // bc) * nrb + (r // br)
         logical = smem_base + p.stage_smem_offset + box * br * pitch + (r % br) * pitch + (c % bc) * eb
         addr = swizzle_addr(logical[..., None] + np.arange(eb), p.stage_swizzle)
-        smems[v].write(addr, _to_out_bytes(x, eb))
+        smems[v].write(addr, _to_out_bytes(x, eb, p.out_fmt))
     out = np.zeros((tile_m, tile_n * eb), dtype=np.uint8)
     tmap = TensorMap2D(8 * eb, (tile_n, tile_m), (bc, br), p.out_swizzle)
     for v, sm in enumerate(smems):
@@ -969,4 +973,6 @@ def _staged_store(p: TileParams, smems, vals, tile_m, tile_n, smem_base, report)
                 out = tma_store_2d(tmap, sm, src, (cb * bc, v * rows_per_cta + rb * br), out)
     if eb == 4:
         return out.view(np.float32).astype(np.float64)
+    if p.out_fmt == 1:
+        return out.view(np.float16).astype(np.float64)
     return (out.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)

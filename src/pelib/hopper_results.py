@@ -85,6 +85,7 @@ class VariantResult:
     median_ms: float | None = None
     p10_ms: float | None = None
     p90_ms: float | None = None
+    repeat_ms: float | None = None  # the sweep's second timing pass of the same build (its run-to-run check)
     verified: bool | None = None
     error: str = ""
     device: str = ""
@@ -110,9 +111,10 @@ class VariantResult:
         t = f"{self.median_ms * 1e3:.1f}" if self.measured else "—"
         spread = f"{self.p10_ms * 1e3:.1f}–{self.p90_ms * 1e3:.1f}" if self.measured and self.p10_ms else ""
         ver = {True: "PASS", False: "FAIL", None: ""}[self.verified] if self.measured else "—"
+        again = f"{self.repeat_ms * 1e3:.1f}" if self.measured and self.repeat_ms else ""
         return {"variant": self.label or f"{self.key} {self.defines}", "epilogue": self.what, "time (µs)": t,
-                "p10–p90 (µs)": spread, "verified": ver, "UTMASTG": self.facts.get("UTMASTG", ""),
-                "STG": self.facts.get("STG", ""), "evidence": self.evidence}
+                "p10–p90 (µs)": spread, "repeat (µs)": again, "verified": ver,
+                "UTMASTG": self.facts.get("UTMASTG", ""), "STG": self.facts.get("STG", ""), "evidence": self.evidence}
 
 
 def _first_line(text: str, limit: int = 160) -> str:
@@ -140,7 +142,8 @@ def variant_result(key: str, defines: dict | None, what: str = "", sweep: dict |
         return VariantResult(key, defines, what, "failed", label=label, verified=v.get("ok"),
                              error=_first_line(str(v.get("error", "no time recorded"))), facts=facts, **common)
     return VariantResult(key, defines, what, "measured", label=label, median_ms=float(v["median_ms"]),
-                         p10_ms=v.get("p10_ms"), p90_ms=v.get("p90_ms"), verified=v.get("ok"), facts=facts,
+                         p10_ms=v.get("p10_ms"), p90_ms=v.get("p90_ms"), repeat_ms=v.get("repeat_median_ms"),
+                         verified=v.get("ok"), facts=facts,
                          **common)
 
 
@@ -167,8 +170,13 @@ def tma_store_summary(results: list[VariantResult] | None = None) -> str:
     sp = tma_store_speedup(res)
     if sp is not None:
         faster = "faster" if sp > 1 else "slower"
-        return (f"{tma.evidence}: TMA store {tma.median_ms * 1e3:.1f} µs, coalesced stores {simt.median_ms * 1e3:.1f} µs "
-                f"— the TMA store is {abs(sp - 1) * 100:.1f} % {faster} on the whole kernel")
+        line = (f"{tma.evidence}: TMA store {tma.median_ms * 1e3:.1f} µs, "
+                f"coalesced stores {simt.median_ms * 1e3:.1f} µs — the TMA store is {abs(sp - 1) * 100:.1f} % {faster} on the whole kernel")
+        if tma.repeat_ms and simt.repeat_ms:
+            r = simt.repeat_ms / tma.repeat_ms
+            line += (f"; the repeat pass: {tma.repeat_ms * 1e3:.1f} vs {simt.repeat_ms * 1e3:.1f} µs, "
+                     f"{abs(r - 1) * 100:.1f} % {'faster' if r > 1 else 'slower'}")
+        return line
     parts = [f"EPI_TMA_STORE={1 if r is tma else 0}: {r.evidence}"
              + (" (verification FAILED)" if r.measured and not r.verified else "") for r in res]
     return "No comparison yet. " + "; ".join(parts)
