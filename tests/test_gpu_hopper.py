@@ -40,6 +40,30 @@ def test_stage_full_problem(key, full_data):
     assert rep.ok, str(rep)
 
 
+# The alternative paths of stages 06-09: B permuted in shared memory, the turn passed early, a deep ring
+# without multicast, 3-CTA clusters over 6 column blocks.
+NEW_VARIANTS = [("06", {"B_PERM_TMA": 0}), ("07", {"TURN_EARLY": 1}), ("07", {"BLOCK_N": 192, "NUM_STAGES": 10}),
+                ("08", {"B_PERM_TMA": 0}), ("09", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 3}),
+                ("09", {"B_PERM_TMA": 0})]
+
+
+@pytest.mark.parametrize("key,defines", NEW_VARIANTS)
+@pytest.mark.parametrize("shape", hopper.CHECK_PROBLEMS)
+def test_new_stage_variants_small_shapes(key, defines, shape):
+    _need_hopper()
+    rep = hopper.verify(key, hopper.check_problem(shape), defines, seed=4)
+    assert rep.ok, str(rep)
+
+
+@pytest.mark.parametrize("key", ["07", "08", "09"])
+def test_new_stages_fresh_inputs(key):
+    """The comb-residue order reuses comb across tiles: another draw on a shape whose row groups span
+    several residue classes (medium: 784 row tiles, 16 per class)."""
+    _need_hopper()
+    rep = hopper.verify(key, problems.patch_embed("medium"), seed=777)
+    assert rep.ok, str(rep)
+
+
 def test_fresh_inputs_give_the_same_verdict():
     """Another seed on the best stage: a kernel that is right on one draw only is wrong."""
     _need_hopper()

@@ -17,7 +17,7 @@ def stage_build(request):
 
 
 def test_all_stages_exist():
-    assert STAGE_KEYS[:6] == ["00", "01", "02", "03", "04", "05"]
+    assert STAGE_KEYS == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09"]
 
 
 def test_stage_compiles_without_spills(stage_build):
@@ -240,7 +240,10 @@ def test_tensor_maps(stage_build):
     assert a.swizzle == bb.swizzle == 128 and a.inner_box_bytes == 128
     assert a.box_shape == (b.exports["block_m"], 128)
     cl = b.exports.get("cluster_m", 1)
-    assert bb.box_shape == (b.exports["block_n"] // cl, 128)          # multicast: each CTA loads its share
+    if b.exports.get("b_perm_tma", 0):                                # the 5-D permuting view (06+)
+        assert bb.box_shape == (b.exports["block_n"] // 32, 4, 4, 2, 128) and bb.rank == 5
+    else:
+        assert bb.box_shape == (b.exports["block_n"] // cl, 128)      # multicast: each CTA loads its share
     # expect_tx bytes of a stage = the boxes that land in it (the peer's share included)
     assert a.box_bytes + cl * bb.box_bytes == (b.exports["block_m"] + b.exports["block_n"]) * 128
     assert c.inner_box_bytes <= 128
@@ -333,3 +336,167 @@ def test_comparison_rows_and_speedups():
     assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(1.25)
     assert rows[0]["floor_frac"] == pytest.approx(FULL.min_bytes / 3e12 * 1e3 / 0.8)
     assert rows[2]["ms"] is None and "timeout" in hopper_bench.format_rows(rows)
+
+
+# ---- stages 06-09 -------------------------------------------------------------------------------
+
+NEW_STAGES = ["06", "07", "08", "09"]
+
+
+def test_permuted_b_view_puts_contiguous_columns_in_each_thread():
+    """Stages 06+: walk the 5-D box of pelib.hopper.permuted_b_spec the way TMA fills shared memory
+    (innermost coordinate fastest, one 128-B row per outer index), read which B row each shared row
+    holds from the spec's own strides, and check that accumulator pair j = 4g + u of the thread with
+    lane % 4 = q (wgmma columns 8j + 2q + c) holds output columns 32g + 8q + 2u + c: 8 contiguous
+    columns per (g, q), so one 16-B store, and comb read as one 16-B vector lines up."""
+    import itertools
+    n, k = 768, 768
+    for bn in (128, 192, 256):
+        spec = hopper.permuted_b_spec(n, k, bn, 128, 128)
+        assert spec.dims == (k, 2, 4, 4, n // 32) and spec.strides == (k, 8 * k, 2 * k, 32 * k)
+        assert spec.box == (128, 2, 4, 4, bn // 32) and spec.box_bytes == bn * 128
+        rows = []   # shared row index -> B row, box at column block 1
+        n0 = bn
+        for coords in itertools.product(*[range(b) for b in reversed(spec.box[1:])]):
+            c1 = tuple(reversed(coords))                              # (c, q, u, g) innermost first
+            base = (n0 // 32) * spec.strides[3]                       # box origin: g = n0 / 32
+            off = base + sum(x * st for x, st in zip(c1, spec.strides))
+            assert off % k == 0
+            rows.append(off // k - n0)
+        assert rows == hopper.permuted_b_rows(bn) and sorted(rows) == list(range(bn))
+        for q in range(4):
+            for g in range(bn // 32):
+                cols = [rows[8 * (4 * g + u) + 2 * q + c] for u in range(4) for c in range(2)]
+                assert cols == list(range(32 * g + 8 * q, 32 * g + 8 * q + 8))
+
+
+def test_smem_permutation_matches_the_tma_view():
+    """B_PERM_TMA=0: permute_b_block moves row r = 8q + 2u + c of a 32-row block to row 8u + 2q + c,
+    re-swizzling each 16-B chunk (chunk k of row r at k ^ (r % 8)). Replayed on a byte image, the block
+    equals what the 5-D TMA view delivers (the same rows, the same SW128 layout)."""
+    import numpy as np
+    from pelib import tma
+    rng = np.random.default_rng(0)
+    logical = rng.integers(0, 256, size=(32, 128), dtype=np.uint8)    # B rows of one 32-row group
+
+    def swizzled(rows_of):  # shared image: row i holds logical[rows_of[i]], SW128 at a 1024-B base
+        img = np.zeros(32 * 128, np.uint8)
+        for i, r in enumerate(rows_of):
+            for byte in range(128):
+                img[tma.swizzle_byte_offset(i * 128 + byte, 128)] = logical[r, byte]
+        return img
+    plain = swizzled(list(range(32)))
+    out = plain.copy()
+    for lane in range(32):                   # the kernel's reads then writes, chunk by chunk
+        for i in range(8):
+            e = lane + 32 * i
+            r, kk = e >> 3, e & 7
+            src = plain[r * 128 + ((kk ^ (r & 7)) << 4):][:16]
+            rho = 8 * ((r >> 1) & 3) + 2 * (r >> 3) + (r & 1)
+            out[rho * 128 + ((kk ^ (rho & 7)) << 4):][:16] = src
+    assert np.array_equal(out, swizzled(hopper.permuted_b_rows(32)))
+
+
+def test_permuted_stages_have_no_epilogue_shuffles():
+    """04 turns each thread's 4-B pairs into 16-B vectors with shuffles; 06+ store the permuted
+    accumulators directly: no SHFL, and the 16-B stores and F2FP packs of one 64 x BN tile remain."""
+    assert hopper.build("04").histogram["SHFL"] == 128
+    for key in NEW_STAGES:
+        b = hopper.build(key)
+        bn = b.exports["block_n"]
+        assert b.histogram.get("SHFL", 0) == 0, key
+        assert b.histogram["STG"] == bn // 16 and b.histogram["F2FP"] == bn // 4, key
+    b8 = hopper.build("08")
+    assert b8.histogram.get("FADD", 0) == 0 and b8.exports["comb_init"] == 1   # comb is in the accumulators
+
+
+def test_permutation_variants_compile_without_spills():
+    for key in NEW_STAGES:
+        for d in ({"B_PERM_TMA": 0}, {"TURN_EARLY": 1}):
+            b = hopper.build(key, d)
+            assert b.facts.spills == 0 and b.facts.stack == 0, (key, d, b.facts)
+            assert not re.search(r"C75\d\d", b.log), (key, d)
+        assert hopper.build(key, {"B_PERM_TMA": 0}).histogram["LDS"] > 0     # the in-SMEM permutation
+
+
+@pytest.mark.parametrize("key", ["06", "07", "09"])
+def test_timing_builds_of_new_stages(key):
+    b = hopper.build(key, timing=True)
+    assert b.exports["timing_warps"] == 12 and b.facts.spills == 0, b.facts
+
+
+def test_residue_order_covers_every_tile_once_and_keeps_comb():
+    """Stages 07+: every (row tile, column block) once, pieces balanced to one tile, the column blocks
+    of a row group on the same tiles in the same order, and comb read at most 3 times per warpgroup on
+    the full problem (04's order reads it for every tile: ~165 times)."""
+    for m, grid, bn in ((FULL.m, 132, 256), (1000, 48, 256), (5632, 132, 256), (50176, 129, 256),
+                        (FULL.m, 132, 192), (14080, 132, 192)):
+        nbs = 768 // bn
+        sched = hopper.residue_schedule(m, 768, bn, grid)
+        tiles = [t for cta in sched for t in cta]
+        assert len(tiles) == len(set(tiles)) == -(-m // 64) * nbs
+        counts = [len(c) for c in sched[: grid // nbs * nbs]]
+        assert max(counts) - min(counts) <= 1
+        for g in range(grid // nbs):
+            rows = [[t for t, _ in sched[g * nbs + b]] for b in range(nbs)]
+            assert all(r == rows[0] for r in rows)
+    full = hopper.residue_schedule(FULL.m, 768, 256, 132)
+    assert max(hopper.comb_loads(full)) <= 3
+    assert min(hopper.comb_loads(hopper.resident_b_schedule(FULL.m, 768, 256, 132))) >= 160
+    # tiles of one class share their comb rows: 64 t mod 196 depends on t mod 49 only
+    assert {(64 * t) % 196 for t in range(3, 14504, 49)} == {(64 * 3) % 196}
+
+
+def test_residue_order_in_the_kernels_matches_python():
+    """The kernels' residue_tile / residue_first (07, 08, 09) are the formulas of pelib.hopper."""
+    from pelib.paths import KERNELS
+    for key in ("07", "08", "09"):
+        src = (KERNELS / hopper.stage(key).path).read_text()
+        assert "return cls + RES_P * k;" in src and "return g * per + (g < rem ? g : rem);" in src
+        assert hopper.build(key).exports["residue_order"] == hopper.RESIDUE_PERIOD
+    for m_tiles in (1, 16, 48, 49, 50, 88, 14504):
+        seq = [hopper.residue_tile(j, m_tiles) for j in range(m_tiles)]
+        assert sorted(seq) == list(range(m_tiles))
+        assert [t % 49 for t in seq] == sorted(t % 49 for t in seq)      # class-major
+
+
+def test_multicast_pairs_launch_shape():
+    c9 = hopper.launch_config(hopper.build("09"), FULL, sm_count=132)
+    assert c9.cluster == (2, 1, 1) and c9.grid == 132 and c9.tiles == (FULL.m // 64) * 4
+    assert hopper.grid_unit(hopper.build("09"), FULL) == 4
+    c3 = hopper.launch_config(hopper.build("09", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 3}), FULL)
+    assert c3.cluster == (3, 1, 1) and c3.grid % 6 == 0
+    with pytest.raises(hopper.ShapeError, match="CLUSTER_N"):
+        hopper.launch_config(hopper.build("09", {"CLUSTER_N": 3}), FULL)     # 4 blocks of 192: not 3
+    b9 = hopper.build("09")
+    assert b9.exports["smem_bytes"] <= 227 * 1024 and b9.exports["stages"] == 10
+
+
+@pytest.mark.parametrize("turn_early", [False, True])
+@pytest.mark.parametrize("ctas,num_kb,stages,tiles", [(1, 6, 4, 7), (1, 1, 4, 9), (2, 6, 10, 7), (2, 6, 6, 5),
+                                                      (2, 1, 10, 9), (2, 2, 3, 6)])
+def test_pingpong_protocol_new_stages(ctas, num_kb, stages, tiles, turn_early):
+    """Stages 06-08 (one CTA, TURN_EARLY on or off) and the stage-09 pair (ctas=2, a 10-stage ring)."""
+    for seed in range(12):
+        log = hopper.pingpong_protocol(num_kb, stages, tiles, seed=seed, ctas=ctas, turn_early=turn_early)
+        assert log["reads"] == log["fills"] == num_kb * tiles * ctas
+
+
+def test_sweep_memcheck_ignores_api_errors_and_ncu_keeps_named_metrics():
+    from pelib import hopper_sweep
+    import inspect
+    assert '"--report-api-errors", "no"' in inspect.getsource(hopper_sweep.run_memcheck)
+    csv_text = "\n".join(['"Kernel Name","device__attribute_chip","gpu__time_duration.sum","dram__bytes_read.sum"',
+                          '"","","ns","byte"', '"patch_embed_sm90","384","975,392","715,739,904"'])
+    rows = hopper_sweep._parse_ncu_csv(csv_text, keep=hopper_sweep.NCU_METRICS)
+    assert rows == [{"kernel": "patch_embed_sm90", "gpu__time_duration.sum": "975,392 ns",
+                     "dram__bytes_read.sum": "715,739,904 byte"}]
+    text = hopper_sweep.format_ncu({"ok": True, "kernels": rows})
+    assert "device__attribute" not in text and "time 975,392 ns" in text
+
+
+def test_sweep_lists_the_new_stages_and_the_baseline_twice():
+    from pelib import hopper_sweep
+    keys = [k for k, _ in hopper_sweep.VARIANTS]
+    assert hopper_sweep.VARIANTS[0] == ("04", {"EPI_STREAM": 1}) and hopper_sweep.AGAIN[0] == hopper_sweep.VARIANTS[0]
+    assert set(NEW_STAGES) <= set(keys) and len(hopper_sweep.VARIANTS) + len(hopper_sweep.AGAIN) <= 40

@@ -43,6 +43,14 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
           "B resident in SMEM, ping-pong consumer warpgroups, 16-B register epilogue, A prefetched to L2"),
     Stage("05", "sm90/05_multicast_a.cu",
           "04 + the column blocks of a row group as one (3,1,1) cluster, A multicast to all three"),
+    Stage("06", "sm90/06_permuted_b.cu",
+          "04 + B rows permuted (5-D TMA view): accumulators hold 8 contiguous columns, no epilogue shuffles"),
+    Stage("07", "sm90/07_comb_resident.cu",
+          "06 + tiles in comb-residue order: a warpgroup keeps its comb rows in registers across tiles"),
+    Stage("08", "sm90/08_comb_init.cu",
+          "07 + accumulators start from comb: the epilogue only converts and stores"),
+    Stage("09", "sm90/09_multicast_pairs.cu",
+          "07 with 192-column blocks, a 10-stage A ring, and A multicast to (2,1,1) cluster pairs"),
 )}
 
 
@@ -108,7 +116,11 @@ def launch_config(b, problem, sm_count: int = H100_SMS) -> LaunchConfig:
     if ex.get("resident_b", 0):
         nbs = problem.n // bn
         cl = int(ex.get("cluster_n", 1))
-        if cl > 1 and cl != nbs:
+        if cl > 1 and ex.get("cluster_split", 0) and nbs % cl:
+            raise ShapeError(f"{problem.name}: this build's clusters hold CLUSTER_N={cl} column blocks, which "
+                             f"does not divide the {nbs} blocks of block_n={bn} in N={problem.n}; build it with "
+                             f"a CLUSTER_N dividing {nbs}")
+        if cl > 1 and not ex.get("cluster_split", 0) and cl != nbs:
             raise ShapeError(f"{problem.name}: this build's cluster holds CLUSTER_N={cl} column blocks, but "
                              f"N={problem.n} has {nbs} of block_n={bn}; build it with CLUSTER_N={nbs}")
         tiles = math.ceil(problem.m / bm) * nbs
@@ -133,6 +145,24 @@ def grid_unit(b, problem) -> int:
     return int(ex.get("cluster_m", 1))
 
 
+def permuted_b_spec(n: int, k: int, box_rows: int, box_k: int, swizzle: int, address: int = 0):
+    """B [N, K] as the 5-D view of stages 06+: torch order (g, u, q, c, k) with element strides
+    (32K, 2K, 8K, K, 1), so B row 32g + 8q + 2u + c is element (g, u, q, c). A box
+    (box_rows/32, 4, 4, 2, box_k) lands in shared memory with k fastest, then c, q, u, g: shared row
+    c + 2q + 8u + 32g holds B row 32g + 8q + 2u + c (q and u swapped inside each 32-row group)."""
+    from . import tma
+    if n % 32 or box_rows % 32:
+        raise ShapeError(f"the permuted B view needs N ({n}) and the box ({box_rows} rows) in 32-row groups")
+    return tma.make_spec("float8_e4m3fn", (n // 32, 4, 4, 2, k), (box_rows // 32, 4, 4, 2, box_k),
+                         strides=(32 * k, 2 * k, 8 * k, k, 1), swizzle=swizzle, address=address)
+
+
+def permuted_b_rows(box_rows: int) -> list[int]:
+    """The B row (relative to the box) that each shared-memory row of a permuted box holds."""
+    return [32 * g + 8 * q + 2 * u + c for g in range(box_rows // 32) for u in range(4)
+            for q in range(4) for c in range(2)]
+
+
 def tensor_specs(b, problem, addresses: dict | None = None) -> dict:
     """The TMA maps of A, B and C as pelib.tma specs, boxes and swizzles read from the build."""
     from . import tma
@@ -141,8 +171,11 @@ def tensor_specs(b, problem, addresses: dict | None = None) -> dict:
     kb = ex["box_k_bytes"]
     a = tma.make_spec("float8_e4m3fn", (problem.m, problem.k), (ex["box_a_rows"], kb),
                       swizzle=ex["swizzle_bytes"], address=addr.get("a", 0))
-    bb = tma.make_spec("float8_e4m3fn", (problem.n, problem.k), (ex["box_b_rows"], kb),
-                       swizzle=ex["swizzle_bytes"], address=addr.get("b", 0))
+    if ex.get("b_perm_tma", 0):
+        bb = permuted_b_spec(problem.n, problem.k, ex["box_b_rows"], kb, ex["swizzle_bytes"], addr.get("b", 0))
+    else:
+        bb = tma.make_spec("float8_e4m3fn", (problem.n, problem.k), (ex["box_b_rows"], kb),
+                           swizzle=ex["swizzle_bytes"], address=addr.get("b", 0))
     c = tma.make_spec("bfloat16", (problem.m, problem.n), (ex["box_c_rows"], ex["box_c_cols"]),
                       swizzle=ex.get("swizzle_c", 128), address=addr.get("c", 0))
     return {"a": a.validate(), "b": bb.validate(), "c": c.validate()}
@@ -366,7 +399,7 @@ class ProtocolError(AssertionError):
 
 
 def pingpong_protocol(num_kb: int, stages: int, tiles: int, *, seed: int = 0, turns: bool = True,
-                      ctas: int = 1, max_steps: int = 2_000_000) -> dict:
+                      ctas: int = 1, turn_early: bool = False, max_steps: int = 2_000_000) -> dict:
     """Run the producer and the two ping-pong consumer warpgroups of stage 04 (ctas=1) or of the CTAs of
     one stage 05 cluster (ctas=3, A multicast) as interleaved actors over modelled mbarriers.
 
@@ -383,7 +416,9 @@ def pingpong_protocol(num_kb: int, stages: int, tiles: int, *, seed: int = 0, tu
     try_wait.parity(p) passes when the completed-phase count c has (c & 1) != p (PTX ISA mbarrier).
     A random scheduler interleaves everything; raises ProtocolError on a deadlock, on a slot written
     while a warpgroup reads it, or on a read of another position's data. turns=False drops the turn
-    barriers (to show what they prevent). Returns counts of what ran."""
+    barriers (to show what they prevent). turn_early=True passes the turn in the last K slice before that
+    slice frees the previous one (TURN_EARLY=1 of stages 06+); ctas=2 is a stage-09 pair. Returns counts
+    of what ran."""
     import random
     rng = random.Random(seed)
     count = {"full": 1, "empty": ctas, "turn": 1}
@@ -446,12 +481,14 @@ def pingpong_protocol(num_kb: int, stages: int, tiles: int, *, seed: int = 0, tu
                                         f"holds {slot_tag[c][s]}")
                 in_use[c][s] += 1
                 log["reads"] += 1
+                if turns and turn_early and kb == num_kb - 1:
+                    yield ("arrive", (c, "turn", wg ^ 1))
                 if kb > 0:
                     p = (it - 1) % stages
                     in_use[c][p] -= 1
                     for dst in range(ctas):
                         yield ("arrive", (dst, "empty", p))
-            if turns:
+            if turns and not turn_early:
                 yield ("arrive", (c, "turn", wg ^ 1))
             last = (it0 + num_kb - 1) % stages
             in_use[c][last] -= 1
@@ -510,6 +547,58 @@ def resident_b_schedule(m: int, n: int, block_n: int, grid: int, block_m: int = 
     return out
 
 
+RESIDUE_PERIOD = 49   # row tiles of 64 rows whose comb rows repeat: 196 / gcd(196, 64)
+
+
+def residue_tile(j: int, m_tiles: int, period: int = RESIDUE_PERIOD) -> int:
+    """Stages 07+: the row tile at position j of the comb-residue order (classes t % period, then t)."""
+    per, rem = divmod(m_tiles, period)
+    big = rem * (per + 1)
+    if j < big:
+        cls, k = divmod(j, per + 1)
+    else:
+        cls, k = divmod(j - big, per)
+        cls += rem
+    return cls + period * k
+
+
+def residue_schedule(m: int, n: int, block_n: int, grid: int, block_m: int = 64,
+                     period: int = RESIDUE_PERIOD) -> list[list[tuple[int, int]]]:
+    """Stages 07+: for each CTA, the (row tile, column block) it computes, in order. Row group g (CTAs
+    g * NB .. g * NB + NB - 1, one per column block) takes the g-th of `groups` contiguous pieces of the
+    comb-residue order, the first m_tiles % groups pieces one tile longer (residue_first in the kernels).
+    In stage 09 a row group's clusters are its consecutive CTAs, so the order is the same."""
+    nbs = n // block_n
+    groups = grid // nbs
+    m_tiles = -(-m // block_m)
+    per, rem = divmod(m_tiles, groups)
+
+    def first(g):
+        return g * per + min(g, rem)
+    out = []
+    for cta in range(grid):
+        if cta >= groups * nbs:
+            out.append([])
+            continue
+        g, nb = divmod(cta, nbs)
+        out.append([(residue_tile(j, m_tiles, period), nb) for j in range(first(g), first(g + 1))])
+    return out
+
+
+def comb_loads(schedule: list[list[tuple[int, int]]], period: int = RESIDUE_PERIOD) -> list[int]:
+    """How many times each warpgroup (two per CTA, alternate tiles) reads comb under stage 07's rule:
+    when the residue class of its tile differs from the one its registers hold."""
+    out = []
+    for tiles in schedule:
+        for wg in (0, 1):
+            cur, loads = None, 0
+            for t, _ in tiles[wg::2]:
+                if t % period != cur:
+                    cur, loads = t % period, loads + 1
+            out.append(loads)
+    return out
+
+
 # ---- for the chapter: recorded sweeps, comparison tables, the stage widget -----------------------
 
 # What this chapter's roles call the clock64 phases of common/timing.cuh in stages 01-05.
@@ -518,7 +607,7 @@ PHASE_ROLES = {
     "tma_issue": "producer: one tile's loads, start to last issue",
     "tma_wait": "consumer: waiting for A/B data (full barriers)",
     "kloop": "consumer: the mainloop (wgmma issue + waits)",
-    "epi_wait": "consumer (04/05): waiting for its turn on the tensor cores",
+    "epi_wait": "consumer (04-09): waiting for its turn on the tensor cores",
     "epi_phase1": "consumer: epilogue (registers -> comb add -> stores or staging)",
     "epi_phase2": "consumer (03): staging -> global (TMA store issue)",
     "tile": "consumer: one tile, start to end",
@@ -572,7 +661,7 @@ def recorded_variants_table(rep: dict):
     facts = {f.get("label"): f for f in rep.get("facts", [])}
     rows = []
     for r in rep.get("variants", []):
-        f = facts.get(r["label"], {})
+        f = facts.get(r["label"].replace(" [again]", ""), {})
         row = {"variant": r["label"], "regs": f.get("registers", ""), "smem (KiB)": f.get("smem", 0) // 1024,
                "verified": "yes" if r.get("ok") else "NO"}
         if r.get("median_ms"):
@@ -680,6 +769,10 @@ WIDGET_VARIANTS = [
     ("03: staged epilogue, TMA store", ("03", {})),
     ("04: B resident, ping-pong", ("04", {})),
     ("05: 04 + A multicast (3-CTA cluster)", ("05", {})),
+    ("06: B rows permuted, no epilogue shuffles", ("06", {})),
+    ("07: comb-residue order, comb stays in registers", ("07", {})),
+    ("08: accumulators start from comb", ("08", {})),
+    ("09: 192-wide blocks, 10-stage ring, A multicast to pairs", ("09", {})),
 ]
 
 
@@ -770,17 +863,18 @@ def live_clock(key: str | None = None, defines: dict | None = None):
                  f"{datetime.date.today()}), 'medium' problem")
 
 
-def l2_traffic_table(sm_count: int = H100_SMS):
+def l2_traffic_table(sm_count: int = H100_SMS, keys=None):
     """Modelled bytes each stage moves between L2 and the SMs on the full problem: A and B tiles (a tile
     of BM x BN re-reads A once per column block and B once per row block; multicast divides by the
-    CTAs that share a load; a resident B is read once per CTA), comb read by the epilogue, C written."""
+    CTAs that share a load; a resident B is read once per CTA), comb read by the epilogue (once per
+    tile, or with the comb-residue order of 07+ once per class change of each warpgroup), C written."""
     from .facts import Table
     p = _problem_full()
     m, n, k = p.m, p.n, p.k
     a1, b1, mn2 = m * k, n * k, 2 * m * n
     rows = []
-    for key, defines in [("00", {}), ("01", {}), ("02", {}), ("03", {}), ("04", {}), ("05", {})]:
-        ex = build(key, defines).exports
+    for key in keys or [s.key for s in available()]:
+        ex = build(key).exports
         bm, bn = ex["block_m"], ex["block_n"]
         if ex.get("resident_b"):
             a = a1 * (n // bn) / ex.get("cluster_n", 1)
@@ -788,9 +882,15 @@ def l2_traffic_table(sm_count: int = H100_SMS):
         else:
             a = a1 * (n // bn)
             b = b1 * (m / bm) / ex.get("cluster_m", 1)
+        if ex.get("residue_order"):
+            grid = (sm_count // (n // bn)) * (n // bn)
+            loads = sum(comb_loads(residue_schedule(m, n, bn, grid, bm)))
+            comb = loads * bm * bn * 2                 # one warpgroup load: comb for its 64 x BN tile
+        else:
+            comb = mn2
         rows.append({"stage": stage(key).name, "tile": f"{bm}x{bn}", "A (GB)": round(a / 1e9, 2),
-                     "B (GB)": round(b / 1e9, 2), "comb (GB)": round(mn2 / 1e9, 2), "C (GB)": round(mn2 / 1e9, 2),
-                     "total (GB)": round((a + b + 2 * mn2) / 1e9, 2)})
+                     "B (GB)": round(b / 1e9, 2), "comb (GB)": round(comb / 1e9, 3), "C (GB)": round(mn2 / 1e9, 2),
+                     "total (GB)": round((a + b + comb + mn2) / 1e9, 2)})
     return Table(rows, f"L2 <-> SM traffic, modelled from the tile shapes ({sm_count} SMs); DRAM minimum "
                        f"{p.min_bytes / 1e9:.2f} GB")
 

@@ -11,10 +11,13 @@ Order, most important first (each later step only runs while the time budget las
     timing (CUDA events, L2 flushed, twice for the spread). A kernel that traps or hangs ends only its
     worker; its output tail (device printf included) is kept with the result, and the variant is run
     again on the failing shape built with PE_WAIT_PRINTF, so the timed-out wait names its tag;
- 4. the cuBLAS baselines; 5. a clock64 TIMING run of the fastest verified variant;
- 6. compute-sanitizer memcheck of every stage (and the fastest variant) on 'small' and 'tail';
+ 3a. the baseline (AGAIN) timed once more after all variants, labelled " [again]": the drift of the run;
+ 4. the cuBLAS baselines; 5. clock64 TIMING runs of the fastest verified variant and of CLOCK_ALSO;
+ 6. compute-sanitizer memcheck (device memory errors only: --report-api-errors no) of every stage
+    (and the fastest variant) on 'small' and 'tail', every "=========" line kept in the JSON;
  7. torch.compile(max-autotune) of the fused expression;
- 8. Nsight Compute counters (DRAM and L2 bytes, throughputs) of the fastest variant and of cuBLAS.
+ 8. Nsight Compute counters (DRAM and L2 bytes, throughputs; only the metrics asked for) of the fastest
+    variant and of cuBLAS.
 The last lines printed are the tables. JSON goes to $PE_GPU_RESULTS (a directory) or bench/results/.
 """
 from __future__ import annotations
@@ -36,34 +39,54 @@ from . import hopper
 
 # (stage key, defines), most informative first: the time budget may cut the tail of the list.
 VARIANTS = [
+    ("04", {"EPI_STREAM": 1}),          # the best of the previous sweep: the baseline of this one
+    ("06", {}),
+    ("07", {}),
+    ("08", {}),
+    ("09", {}),
     ("04", {}),
     ("05", {}),
     ("03", {}),
     ("02", {}),
     ("00", {}),
     ("01", {}),
-    # 04: what each of its ideas is worth, and its neighbours
+    # 06-09: what each idea is worth, and its neighbours
+    ("06", {"B_PERM_TMA": 0}),          # B permuted in shared memory instead of by the 5-D TMA view
+    ("06", {"EPI_STREAM": 0}),
+    ("06", {"TURN_EARLY": 1}),
+    ("07", {"TURN_EARLY": 1}),
+    ("07", {"PREFETCH_TILES": 1}),
+    ("07", {"PREFETCH_TILES": 3}),
+    ("07", {"BLOCK_N": 192, "NUM_STAGES": 10}),   # a deep A ring without the multicast
+    ("07", {"B_PERM_TMA": 0}),
+    ("08", {"TURN_EARLY": 1}),
+    ("08", {"B_PERM_TMA": 0}),
+    ("09", {"NUM_STAGES": 6}),          # the multicast with a shallow ring
+    ("09", {"TURN_EARLY": 1}),
+    ("09", {"PREFETCH_TILES": 0}),
+    ("09", {"PREFETCH_TILES": 4}),
+    ("09", {"BLOCK_N": 256, "NUM_STAGES": 4, "CLUSTER_N": 3}),   # 05's cluster with 06/07
+    ("09", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 2}),
+    ("09", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 3}),
+    ("09", {"B_PERM_TMA": 0}),
+    # 04: what its ideas were worth
     ("04", {"EPI_VEC": 0}),
-    ("04", {"EPI_STREAM": 1}),
     ("04", {"COMB_EARLY": 0}),
     ("04", {"PREFETCH_TILES": 0}),
-    ("04", {"PREFETCH_TILES": 4}),
-    ("04", {"NUM_STAGES": 3}),
     ("04", {"BLOCK_N": 192, "NUM_STAGES": 6}),
-    ("04", {"BLOCK_N": 128, "NUM_STAGES": 8}),
-    ("05", {"EPI_VEC": 0}),
     ("05", {"PREFETCH_TILES": 0}),
     # 02 / 03: the multicast and the epilogue forms
-    ("02", {"CLUSTER_M": 1}),
-    ("03", {"CLUSTER_M": 1}),
     ("03", {"EPI_TMA_STORE": 0}),
     ("03", {"BLOCK_N": 192, "NUM_STAGES": 4}),
-    ("03", {"BLOCK_N": 128, "WG_M": 2}),
     # 01 with 1 and 3 consumer warpgroups (the chapter's widget)
     ("01", {"BLOCK_N": 128, "NUM_CONSUMERS": 1, "WG_M": 2}),
     ("01", {"BLOCK_N": 192, "NUM_CONSUMERS": 3, "NUM_STAGES": 3}),
 ]
-QUICK = [("04", {}), ("05", {}), ("03", {}), ("02", {}), ("00", {}), ("01", {})]
+# Timed again after every variant, labelled AGAIN_TAG: the drift of the GPU over the run.
+AGAIN = [("04", {"EPI_STREAM": 1})]
+AGAIN_TAG = " [again]"
+QUICK = [("04", {"EPI_STREAM": 1}), ("06", {}), ("07", {}), ("08", {}), ("09", {}), ("04", {}), ("05", {}),
+         ("03", {}), ("02", {}), ("00", {}), ("01", {})]
 CHECK_PROBLEMS = hopper.CHECK_PROBLEMS
 DEBUG_DEFINES = {"PE_WAIT_PRINTF": 1, "PE_WAIT_LIMIT": 1 << 20}  # a hang traps in about a second, with its tag
 
@@ -304,6 +327,20 @@ def _print_job(r: dict) -> None:
             print(f"    | {ln[:200]}", flush=True)
 
 
+# The variants whose clock64 phases the sweep records beside the fastest one's.
+CLOCK_ALSO = [("04", {"EPI_STREAM": 1}), ("06", {}), ("07", {}), ("08", {}), ("09", {})]
+
+
+def clock_jobs(best: dict, timed: list[dict]) -> list[dict]:
+    """The clock jobs: the fastest verified variant first, then each of CLOCK_ALSO that verified."""
+    out = [{"kind": "clock", "key": best["key"], "defines": best["defines"], "label": best["label"]}]
+    ok = {(r["key"], json.dumps(r["defines"], sort_keys=True)) for r in timed}
+    for k, d in CLOCK_ALSO:
+        if (k, d) != (best["key"], best["defines"]) and (k, json.dumps(d, sort_keys=True)) in ok:
+            out.append({"kind": "clock", "key": k, "defines": d, "label": label(k, d)})
+    return out
+
+
 # ---- memcheck and Nsight Compute (each in its own process) --------------------------------------
 
 def _tool(name: str) -> str | None:
@@ -339,8 +376,11 @@ def run_memcheck(best: tuple | None, timeout_s: float) -> dict:
     cs = _tool("compute-sanitizer")
     if not cs:
         return {"ok": False, "error": "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"}
-    cmd = [cs, "--tool", "memcheck", "--error-exitcode", "9", sys.executable, "-m", "pelib.hopper_sweep",
-           "--sanitize"]
+    # --report-api-errors no: only device memory errors count. pelib.launch polls for completion with
+    # cuEventQuery, whose CUDA_ERROR_NOT_READY answers the default (explicit) mode reports as API errors
+    # (the 2026-11-23 sweep: "ERROR SUMMARY: 48 errors" with every checked run correct).
+    cmd = [cs, "--tool", "memcheck", "--report-api-errors", "no", "--error-exitcode", "9", sys.executable,
+           "-m", "pelib.hopper_sweep", "--sanitize"]
     if best and best[1]:
         cmd += ["--extra", json.dumps([list(best)])]
     t0 = time.time()
@@ -354,9 +394,11 @@ def run_memcheck(best: tuple | None, timeout_s: float) -> dict:
     out = p.stdout + p.stderr
     lines = [ln for ln in out.splitlines() if ln.startswith("[sanitize]")]
     summary = [ln.strip() for ln in out.splitlines() if "ERROR SUMMARY" in ln]
-    errors = [ln.strip() for ln in out.splitlines() if ln.startswith("========= Invalid") or "=========     at" in ln][:12]
+    tool = [ln.rstrip() for ln in out.splitlines() if ln.startswith("=========")]   # every sanitizer line
+    errors = [ln.strip() for ln in tool if "ERROR SUMMARY" not in ln and ln.strip("= ")][:12]
     return {"ok": p.returncode == 0, "returncode": p.returncode, "lines": lines, "summary": summary,
-            "errors": errors, "wall_s": round(time.time() - t0, 1)}
+            "errors": errors, "sanitizer_lines": tool[:400], "sanitizer_lines_total": len(tool),
+            "wall_s": round(time.time() - t0, 1)}
 
 
 NCU_METRICS = ["gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
@@ -402,14 +444,15 @@ def run_ncu(best: tuple, timeout_s: float) -> dict:
                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"did not finish in {timeout_s:.0f} s"}
-    rows = _parse_ncu_csv(p.stdout)
+    rows = _parse_ncu_csv(p.stdout, keep=metrics)
     if not rows:
         return {"ok": False, "error": f"exit {p.returncode}: " + " | ".join((p.stdout + p.stderr).splitlines()[-6:])[:600]}
     return {"ok": True, "kernels": rows, "wall_s": round(time.time() - t0, 1)}
 
 
-def _parse_ncu_csv(text: str) -> list[dict]:
-    """--csv --page raw: a header row of metric names, a units row, then one row per kernel."""
+def _parse_ncu_csv(text: str, keep=None) -> list[dict]:
+    """--csv --page raw: a header row of metric names, a units row, then one row per kernel. With
+    `keep`, only those metrics (raw pages also list every device attribute and launch setting)."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     if len(lines) < 3:
         return []
@@ -420,7 +463,7 @@ def _parse_ncu_csv(text: str) -> list[dict]:
         d = dict(zip(head, row))
         k = {"kernel": d.get("Kernel Name", "?")[:60]}
         for m, u in zip(head, units):
-            if "__" in m:
+            if "__" in m and (keep is None or m in keep):
                 k[m] = f"{d.get(m, '')} {u}".strip()
         out.append(k)
     return out
@@ -438,7 +481,7 @@ def format_ncu(res: dict) -> str:
              "sm__inst_executed_pipe_tensor_op_gmma.sum": "GMMA inst"}
     lines = ["Nsight Compute (clock control none):"]
     for k in res["kernels"]:
-        vals = ", ".join(f"{short.get(m, m)} {v}" for m, v in k.items() if m != "kernel")
+        vals = ", ".join(f"{short[m]} {k[m]}" for m in short if m in k)
         lines.append(f"  {k['kernel'][:40]}: {vals}")
     return "\n".join(lines)
 
@@ -523,6 +566,8 @@ def main(argv=None) -> int:
 
         # 3. variants in workers (the kernels never run in this process)
         jobs = [{"kind": "variant", "key": k, "defines": d, "label": label(k, d)} for k, d in built]
+        jobs += [{"kind": "variant", "key": k, "defines": d, "label": label(k, d) + AGAIN_TAG}
+                 for k, d in (AGAIN if not a.quick else []) if (k, d) in built]
         results = run_jobs(jobs, data_dir, a.iters, _left(t_start, a.budget) - 150)
         report["variants"] = results
         # 3b. faulting variants again with PE_WAIT_PRINTF on the shape that failed (their wait tags)
@@ -545,10 +590,12 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
         timed = [r for r in results if r.get("ok") and "median_ms" in r]
         best = min(timed, key=lambda r: r["median_ms"]) if timed else None
-        # 5. clock64 breakdown of the fastest verified variant
+        # 5. clock64 breakdown of the fastest verified variant, then of the baseline and of each newer
+        #    stage's default, for a before/after in one run (CLOCK_ALSO)
         if best and _left(t_start, a.budget) > 100:
-            report["clock"] = run_jobs([{"kind": "clock", "key": best["key"], "defines": best["defines"],
-                                         "label": best["label"]}], data_dir, a.iters, 60)[0]
+            cj = clock_jobs(best, timed)
+            rs = run_jobs(cj, data_dir, a.iters, min(25.0 * len(cj), _left(t_start, a.budget) - 90))
+            report["clock"], report["clocks"] = rs[0], rs[1:]
         # 6. memcheck of every stage (and the best variant) on the small shapes
         if not a.no_sanitize and _left(t_start, a.budget) > 120:
             lim = min(120.0, _left(t_start, a.budget) - 100)
@@ -591,6 +638,11 @@ def main(argv=None) -> int:
                   f"{row['min warp avg']:>9} .. {row['max warp avg']:<9} {row['what']}")
     elif report.get("clock"):
         print(f"clock64: {report['clock'].get('error', 'no records')[:300]}")
+    for cl in report.get("clocks") or []:
+        if cl.get("summary"):
+            avg = {row["phase"]: row["avg (cycles)"] for row in hopper.clock_summary_rows(cl["summary"])}
+            print(f"  clock64 {cl['label'][:44]:<44} " + " ".join(f"{ph} {avg[ph]}" for ph in
+                  ("tma_wait", "kloop", "epi_wait", "epi_phase1", "tile") if ph in avg))
     for r in report.get("debug", []):
         print(f"[debug] {r['label']}: " + (" / ".join(wait_tags(r)) or fail_reason(r) or "passed"))
     if report.get("ncu"):
@@ -605,7 +657,7 @@ def main(argv=None) -> int:
     print(f"{'variant':<60}{'regs':>5}{'smem':>6}{'check':>6}{'ms':>8}{'rep':>8}{'TFLOPS':>7}{'floor':>6}")
     fact_of = {f["label"]: f for f in facts}
     for r in report["variants"]:
-        f = fact_of.get(r["label"], {})
+        f = fact_of.get(r["label"].replace(AGAIN_TAG, ""), {})
         ms = r.get("median_ms")
         d = hopper.derived(full, ms, copy["gbps"]) if ms else {}
         if ms:
