@@ -27,6 +27,11 @@ def _generator(seed: int) -> torch.Generator:
     return g
 
 
+def _same_place(have: torch.device, want: torch.device) -> bool:
+    """A device without an index ('cuda') matches any device of its type ('cuda:0')."""
+    return have.type == want.type and (want.index is None or have.index == want.index)
+
+
 def _check_tensor(name: str, t, *, shape, dtype, device=None, problem: str = "") -> None:
     """Raise ProblemError naming the tensor, what is wrong and how to fix it."""
     where = f"{problem}: {name}"
@@ -265,7 +270,7 @@ class NvFp4Gemm:
             if k in ("gsa", "gsb"):
                 if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != 1:
                     raise ProblemError(f"{self.name}: {k} must be a one-element float32 tensor")
-                if device is not None and t.device != torch.device(device):
+                if device is not None and not _same_place(t.device, torch.device(device)):
                     raise ProblemError(f"{self.name}: {k} is on {t.device}, expected {device}")
                 continue
             shape, dtype = spec[k]
