@@ -85,3 +85,12 @@ def test_main_without_gpu(capsys, monkeypatch):
     monkeypatch.setattr(device, "current", lambda: DeviceInfo(False, "no CUDA GPU here"))
     assert B.main(["memcpy_d2d"]) == 0
     assert "nothing measured" in capsys.readouterr().out
+
+
+def test_git_revision_override_and_fallback(monkeypatch):
+    from pelib import bench as Bm
+    monkeypatch.setenv("PELIB_GIT_REV", "abc123")
+    assert Bm.git_revision() == "abc123"
+    monkeypatch.delenv("PELIB_GIT_REV")
+    rev = Bm.git_revision()
+    assert rev == "unknown" or len(rev.split("-")[0]) == 40

@@ -137,3 +137,11 @@ def test_inputs_identical_on_gpu():
     for k in ("a", "b", "comb"):
         assert torch.equal(cpu[k].view(torch.uint8), gpu[k].cpu().view(torch.uint8))
     p.validate(gpu, device="cuda")
+
+
+def test_unindexed_device_matches_any_index():
+    # 'cuda' (the current device) must accept a tensor on 'cuda:0'; an H100 run found this.
+    D = torch.device
+    assert P._same_place(D("cuda", 0), D("cuda"))
+    assert not P._same_place(D("cuda", 1), D("cuda", 0))
+    assert not P._same_place(D("cpu"), D("cuda"))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -123,13 +125,18 @@ def time_fn(fn: Callable[[], object], *, iters: int = 50, warmup: int = 5, flush
 
 
 def git_revision() -> str:
-    """HEAD's hash, with '-dirty' when tracked files changed; 'unknown' outside a checkout."""
+    """HEAD's hash, with '-dirty' when tracked files changed; 'unknown' outside a checkout.
+    PELIB_GIT_REV overrides it, for a copy of the tree run where its .git is not."""
+    if os.environ.get("PELIB_GIT_REV"):
+        return os.environ["PELIB_GIT_REV"]
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev + ("-dirty" if dirty else "")) if rev else "unknown"
+        if not re.fullmatch(r"[0-9a-f]{40}", rev):  # e.g. 'HEAD' in a repository with no commits
+            return "unknown"
+        return rev + ("-dirty" if dirty else "")
     except Exception:
         return "unknown"
 

@@ -50,7 +50,7 @@ def _check_tensor(name: str, t, *, shape, dtype, device=None, problem: str = "")
         row_bytes = t.stride(-2) * t.element_size()
         if row_bytes % ALIGN_BYTES:
             raise ProblemError(f"{where} row pitch is {row_bytes} B, not a multiple of {ALIGN_BYTES} B (TMA)")
-    if device is not None and t.device != torch.device(device):
+    if device is not None and not _same_place(t.device, torch.device(device)):
         raise ProblemError(f"{where} is on {t.device}, expected {device}; move it with .to('{device}')")
 
 
