@@ -94,3 +94,12 @@ def test_git_revision_override_and_fallback(monkeypatch):
     monkeypatch.delenv("PELIB_GIT_REV")
     rev = Bm.git_revision()
     assert rev == "unknown" or len(rev.split("-")[0]) == 40
+
+
+def test_every_book_stage_has_a_benchmark():
+    # make bench on a B200 times every FP8 stage (00-09) and the NVFP4 sweep; elsewhere they are skipped.
+    from pelib import bench as Bm
+    reg = Bm.registry()
+    for n in ("00_ws_cta1", "04_independent_polling", "05_epi_warps", "09_persistent_megakernel"):
+        assert reg[f"fp8/{n}"].arch == "sm_100a"
+    assert "hopper_twin" in reg and any(k.startswith("nvfp4_") for k in reg)

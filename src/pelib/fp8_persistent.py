@@ -1080,3 +1080,9 @@ def protocol_table():
         r = protocol_check(bug=bug, **base)
         rows.append({"variant": what, "ok": r["ok"], "first violation": r["first violation"]})
     return Table(rows, "The barrier protocol under random timing (20 runs of 11 tiles each) — modelled")
+
+
+try:  # `python -m pelib.bench fp8/05_epi_warps` ... `fp8/09_persistent_megakernel` on a B200
+    fp8.register_benchmarks(STAGES, run)
+except Exception:  # pragma: no cover - pelib.bench missing or changed: the stages still build and run
+    pass
