@@ -85,6 +85,8 @@ PE_HD_CONSTEXPR u32 umma_instr_desc_block_scaled(u32 m, u32 n, u32 a_fmt, u32 b_
 PE_HD_CONSTEXPR u32 umma_sf_id(u32 tmem_addr) { return (tmem_addr & 0xC0000000u) >> 30; }
 
 // matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4 (PTX ISA 9.7.16.4.1); we refuse what it would drop.
+// Pass the masked shared address (smem_u32(p) & 0x3FFFF): in a cluster launch a CTA's shared::cta
+// addresses carry its rank from bit 24 up (seen on an H100, 2026-11-23), and an unmasked one traps here.
 PE_HD_CONSTEXPR u64 pe_desc_encode14(u32 bytes) {
   return pe_desc_check(bytes % 16 == 0 && bytes < (1u << 18), bytes >> 4);
 }
