@@ -1,4 +1,5 @@
 # Two commands on a fresh machine: `make book` and `make test`. Both create .venv on first use.
+# `make book` rebuilds every page (--all), so each build re-executes every chapter against the current pelib.
 SHELL := /bin/bash
 VENV := .venv
 PYTHON3 ?= python3
@@ -27,7 +28,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 book: $(SETUP)
-	$(PY) -c "from jupyter_book.cli.main import main; main()" build book -W --keep-going
+	$(PY) -c "from jupyter_book.cli.main import main; main()" build book --all -W --keep-going
 	@echo "book: $(CURDIR)/book/_build/html/index.html"
 
 test: $(SETUP)
