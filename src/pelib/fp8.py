@@ -449,17 +449,24 @@ def stage_table(names=None, columns=None):
     return Table(rows, f"FP8 stages — {evidence_label(build(names[0]))}", cols)
 
 
-def recorded_table(names=None):
-    """The lab's B200 numbers for each stage's idea, labelled recorded, with the commit and the note."""
+def recorded_table(names=None, *, lookup=None, with_note=False, title=None):
+    """The lab's B200 numbers for each stage's idea, labelled recorded, with the commit and the note.
+
+    pelib.fp8_persistent passes its own stage `lookup` (stages 05-09) and shows the notes instead
+    of the ideas."""
     from .facts import Table
 
+    lookup = lookup or stage
     rows = []
     for n in (names or STAGES):
-        st = stage(n)
+        st = lookup(n)
         r = st.recorded
-        rows.append({"stage": st.name, "idea": st.idea, "TFLOPS": r.tflops or "—", "ms": r.ms or "—",
-                     "lab commit": f"{r.commit}: {r.change}", "evidence": f"recorded ({r.source})"})
-    return Table(rows, f"B200 results of each idea — recorded ({LAB_LOG}, optimization history)")
+        row = {"stage": st.name} if with_note else {"stage": st.name, "idea": st.idea}
+        row |= {"TFLOPS": r.tflops or "—", "ms": r.ms or "—", "lab commit": f"{r.commit}: {r.change}"}
+        if with_note:
+            row["note"] = r.note
+        rows.append(row | {"evidence": f"recorded ({r.source})"})
+    return Table(rows, title or f"B200 results of each idea — recorded ({LAB_LOG}, optimization history)")
 
 
 def exports_table(names=None):

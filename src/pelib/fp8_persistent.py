@@ -464,15 +464,8 @@ def sweep_table(name: str, define: str, values, columns=None):
 
 def recorded_table(names=None):
     """The lab's B200 numbers for each stage's idea (recorded, with commit and note)."""
-    from .facts import Table
-
-    rows = []
-    for n in (names or STAGES):
-        st = stage(n)
-        r = st.recorded
-        rows.append({"stage": st.name, "TFLOPS": r.tflops or "—", "ms": r.ms or "—",
-                     "lab commit": f"{r.commit}: {r.change}", "note": r.note, "evidence": f"recorded ({r.source})"})
-    return Table(rows, "B200 results of each idea — recorded (lab notes)")
+    return fp8.recorded_table(list(names or STAGES), lookup=stage, with_note=True,
+                              title="B200 results of each idea — recorded (lab notes)")
 
 
 def results_table(names=None, problem="siglip2", *, iters: int = 20, defines: dict | None = None):
