@@ -105,13 +105,17 @@ class L2Flush:
 
 
 def time_fn(fn: Callable[[], object], *, iters: int = 50, warmup: int = 5, flush: bool = True,
-            stream=None) -> list[float]:
-    """Per-run times (ms) of `fn` with CUDA events on torch's current stream, L2 flushed before each run."""
+            stream=None, wait: Callable[[], object] | None = None) -> list[float]:
+    """Per-run times (ms) of `fn` with CUDA events on torch's current stream, L2 flushed before each run.
+
+    `wait` (a launch plan's watchdog wait) replaces the unbounded synchronize after the warm-up and
+    after the timed runs, so a kernel that hangs while it is being timed is reported, not waited on.
+    """
     import torch
     flusher = L2Flush() if flush else None
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    (wait or torch.cuda.synchronize)()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
@@ -120,6 +124,7 @@ def time_fn(fn: Callable[[], object], *, iters: int = 50, warmup: int = 5, flush
         starts[i].record(stream)
         fn()
         ends[i].record(stream)
+    (wait or torch.cuda.synchronize)()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 

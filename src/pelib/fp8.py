@@ -388,14 +388,15 @@ def _run_live(name, b, prob, cfg, inputs, info, defines, *, verify, time, iters,
 
 def _time(plan, prob, *, iters: int, warmup: int) -> dict:  # pragma: no cover - GPU
     """Time a launch plan (after it verified, so the watchdog already saw it finish)."""
-    return time_fn(plan.run, prob, iters=iters, warmup=warmup)
+    return time_fn(plan.run, prob, wait=plan.wait, iters=iters, warmup=warmup)
 
 
-def time_fn(fn, prob, *, iters: int = 20, warmup: int = 3) -> dict:  # pragma: no cover - GPU
-    """pelib.bench timing of fn() (CUDA events, L2 flushed before each run): median and spread."""
+def time_fn(fn, prob, *, wait=None, iters: int = 20, warmup: int = 3) -> dict:
+    """pelib.bench timing of fn() (CUDA events, L2 flushed before each run): median and spread.
+    `wait` is the launch plan's watchdog wait (a hang while timing is reported, not waited on)."""
     from . import bench
 
-    r = bench.result(getattr(prob, "name", "fp8"), bench.time_fn(fn, iters=iters, warmup=warmup),
+    r = bench.result(getattr(prob, "name", "fp8"), bench.time_fn(fn, iters=iters, warmup=warmup, wait=wait),
                      flops=prob.flops, bytes_moved=prob.min_bytes)
     return {"ms": r["median_ms"], "p10_ms": r["p10_ms"], "p90_ms": r["p90_ms"], "iters": r["n"],
             "tflops": r["tflops"], "gb_s": r["gbps"]}

@@ -307,9 +307,10 @@ def _define_text(defines) -> str:
 
 
 def time_runner(fn, *, iters: int = 20, warmup: int = 3) -> dict:
-    """pelib.bench statistics of fn() (CUDA events, L2 flushed before each run)."""
+    """pelib.bench statistics of fn() (CUDA events, L2 flushed before each run); a Runner's watchdog
+    wait bounds the synchronizations."""
     from . import bench
-    return bench.stats(bench.time_fn(fn, iters=iters, warmup=warmup))
+    return bench.stats(bench.time_fn(fn, iters=iters, warmup=warmup, wait=getattr(fn, "wait", None)))
 
 
 def derived(problem, ms: float, copy_gb_s: float | None = None) -> dict:

@@ -760,7 +760,7 @@ def time_stage(problem="k16384", stage: str = "01_pipelined", num_ab_stage: int 
     x = inputs if inputs is not None else prob.make_inputs(seed, device="cuda")
     p = plan(prob, b, x)
     lp = prepare(p, encode_maps(p, x), x["out"])
-    times = bench.time_fn(lambda: lp.run(), iters=iters, warmup=warmup, flush=True)
+    times = bench.time_fn(lambda: lp.run(), iters=iters, warmup=warmup, flush=True, wait=lp.wait)
     lp.wait()
     r = bench.result(f"nvfp4/{stage}/S{p.layout.stages}/{prob.name}", times, flops=prob.flops,
                      bytes_moved=prob.min_bytes, params={"shape": prob.name, "stage": stage,

@@ -463,7 +463,7 @@ def run(card_id: str, problem="siglip2", *, seed: int = 0, verify: bool = True, 
                                       label=f"{spec['card']} on {prob.name}")
             out.update(verify=rep, ok=rep.ok)
         if time and out["ok"] is not False:
-            out.update(fp8.time_fn(plan.run, prob, iters=iters, warmup=warmup))
+            out.update(fp8.time_fn(plan.run, prob, wait=plan.wait, iters=iters, warmup=warmup))
     finally:
         if spec["window"] is not None:
             l2policy.reset()
