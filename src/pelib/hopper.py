@@ -802,7 +802,8 @@ def variant_row(key: str, defines: dict, rep: dict | None = None, live_problem=N
 def stage_widget(live: bool | None = None):
     """A slider over WIDGET_VARIANTS: compiled facts, the committed H100 time, and (on an sm_90 GPU) a
     verified, timed run on the 'medium' problem. The static fallback is the table of all options."""
-    from . import device, widgets
+    from . import device
+    from .views import widgets
     from .facts import Table, evidence_label
     if live is None:
         live = device.can_run(ARCH)

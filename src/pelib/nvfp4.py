@@ -861,7 +861,7 @@ def sweep_table(measured: dict | None = None):
 def sweep_figure(measured: dict | None = None, counts=STAGE_COUNTS):
     """Time vs NUM_AB_STAGE per shape: recorded (solid), modelled (dashed), measured (squares) if given."""
     import matplotlib.pyplot as plt
-    from .plots import evidence_label
+    from .views.plots import evidence_label
     rec = recorded_sweep()
     mod = modelled_sweep(counts)
     fig, axes = plt.subplots(1, len(SHAPES), figsize=(11, 3.4), sharey=False)
@@ -894,7 +894,7 @@ def sweep_figure(measured: dict | None = None, counts=STAGE_COUNTS):
 def timeline_figure(shape: str = "k16384", counts=(1, 2, 4), tiles: int = 10):
     """The modelled K loop of one CTA: each stage slot's TMA loads and the MMAs, first `tiles` K tiles."""
     import matplotlib.pyplot as plt
-    from .plots import evidence_label
+    from .views.plots import evidence_label
     mod = modelled_sweep()[shape]
     p = mod["params"]
     heights = [s + 1 for s in counts]
@@ -946,7 +946,7 @@ def stage_view(stages: int, measured: dict | None = None):
 
 def stage_widget(measured: dict | None = None, counts=STAGE_COUNTS, value: int = 5):
     """The pipelining chapter's slider over NUM_AB_STAGE (pelib.widgets.sweep), static table above it."""
-    from . import widgets
+    from .views import widgets
     return widgets.sweep(list(counts), lambda s: stage_view(s, measured), static=lambda: sweep_table(measured),
                          description="NUM_AB_STAGE", value=value)
 
@@ -1407,7 +1407,8 @@ def pitch_estimates_table():
 
 def pitch_estimates_figure():
     """pelib.plots' stacked bars of the pitch's estimates, labelled as the pitch's claims."""
-    from . import plots, records
+    from . import records
+    from .views import plots
     data: dict = {}
     for e in records.tma_store_estimates():
         data.setdefault(e.variant, {})[e.operation] = e.cycles

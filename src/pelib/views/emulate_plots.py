@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import descriptors as D
-from . import emulate as E
+from .. import descriptors as D
+from .. import emulate as E
 
 MODELLED = "modelled (pelib.emulate, from the PTX ISA and CUTLASS)"
 
@@ -159,7 +159,7 @@ def fp8_stage_params(cta_group: int = 1, **changes) -> E.TileParams:
 def hopper_proof_record(path=None) -> dict | None:
     """The recorded summary of tests/test_gpu_emulate.py (written to $PE_GPU_RESULTS), if the book has one."""
     import json
-    from .paths import DATA
+    from ..paths import DATA
     p = path or DATA / "gpu_emulate.json"
     try:
         return json.loads(open(p).read())
@@ -182,9 +182,9 @@ def prove_tma_here(swizzle: int = 128) -> dict:
     """Live rung 3 on a Hopper GPU: one TMA load through tests/kernels/emu_tma_dump.cu, compared byte for byte."""
     import torch
 
-    from . import launch, tma
-    from .build import build
-    from .paths import ROOT
+    from .. import launch, tma
+    from ..build import build
+    from ..paths import ROOT
     g = torch.randint(0, 256, (64, 256), dtype=torch.uint8, device="cuda")
     box = (64, swizzle or 64)
     tm = tma.tensor_map(g, box, swizzle=swizzle)
