@@ -396,7 +396,9 @@ def test_pitch_estimates_are_labelled_as_claims():
 
 def _sweep(tmp_path, name, date, variants, facts=()):
     data = {"env": {"device": "NVIDIA H100 80GB HBM3", "date": date}, "facts": list(facts), "variants": variants}
-    (tmp_path / name).write_text(json.dumps(data))
+    run = tmp_path / f"{date[:10]}-h100"
+    run.mkdir(exist_ok=True)
+    (run / name).write_text(json.dumps(data))
 
 
 def test_hopper_results_none(tmp_path):
