@@ -1,19 +1,24 @@
 """The sm90 Hopper twin on the CPU: every stage compiles for sm_90a as intended, and the host side
-(launch shape, tensor maps, benchmark registration) is right up to the launch."""
+(launch shape, tensor maps, schedules, barrier protocol, the sweep) is right up to the launch."""
 import re
 
 import pytest
 
-from pelib import build as B
-from pelib import descriptors, hopper, problems
+from pelib import bench, build as B
+from pelib import descriptors, hopper_bench, problems, stages, sweep
+from pelib.kinds import sm90
+from pelib.kinds.base import KindError
+from pelib.models import protocol
+from pelib.views.hopper import sm90 as S
 
-STAGE_KEYS = [s.key for s in hopper.available()]
+STAGE_KEYS = [p.stem[:2] for p in stages.family_stages("sm90")]
 FULL = problems.patch_embed("siglip2")
+SM90 = sm90.Sm90()
 
 
 @pytest.fixture(scope="module", params=STAGE_KEYS)
 def stage_build(request):
-    return request.param, hopper.build(request.param)
+    return request.param, S(request.param).build
 
 
 def test_all_stages_exist():
@@ -23,7 +28,7 @@ def test_all_stages_exist():
 def test_stage_compiles_without_spills(stage_build):
     key, b = stage_build
     f = b.facts
-    assert b.arch == "sm_90a" and b.kernel == hopper.KERNEL
+    assert b.arch == "sm_90a" and b.kernel == "patch_embed_sm90"
     assert f.spills == 0 and f.stack == 0, f"{key}: {f}"
     # __launch_bounds__(threads, 1): the register cap at entry is 64 Ki / threads (setmaxnreg needs it)
     assert f.registers <= min(255, 65536 // b.exports["num_threads"]), f
@@ -73,69 +78,68 @@ def test_cluster_stages_mask_the_descriptor_address():
     """The first H100 run trapped in every cluster variant: CTA rank 1's shared address has bit 24 set
     and gmma_smem_desc's range check (address < 2^18) traps on it. The stages pass gmma_desc_addr()."""
     from pelib.paths import KERNELS
-    for s in hopper.available():
-        src = (KERNELS / s.path).read_text()
-        assert "gmma_smem_desc(smem_u32(" not in src, s.path
-        assert "gmma_desc_addr(" in src, s.path
+    for path in stages.family_stages("sm90"):
+        src = path.read_text()
+        assert "gmma_smem_desc(smem_u32(" not in src, path
+        assert "gmma_desc_addr(" in src, path
     # with the mask, ptxas can prove the range and drops the trap (0xfffc000f is the check's mask)
-    assert "0xfffc000f" not in hopper.build("02").sass
+    assert "0xfffc000f" not in S("02").build.sass
 
 
 def test_launch_config_full_problem():
-    c0 = hopper.launch_config(hopper.build("00"), FULL)
-    assert c0.grid == c0.tiles == (FULL.m // 128) * (FULL.n // 128) and c0.block == 128
-    c1 = hopper.launch_config(hopper.build("01"), FULL)
-    assert c1.grid == (FULL.m // 128) * 3 and c1.block == 384 and c1.cluster == (1, 1, 1)
-    c2 = hopper.launch_config(hopper.build("02"), FULL, sm_count=132)
-    assert c2.persistent and c2.grid == 132 and c2.cluster == (2, 1, 1) and c2.tiles == 21756
-    c2b = hopper.launch_config(hopper.build("02"), FULL, sm_count=133)
-    assert c2b.grid == 132  # whole clusters only
-    c4 = hopper.launch_config(hopper.build("04"), FULL, sm_count=132)
-    assert c4.persistent and c4.cluster == (1, 1, 1) and c4.block == 384
-    assert c4.grid == 132 and c4.tiles == (FULL.m // 64) * 3      # 44 CTAs per column block
-    assert hopper.launch_config(hopper.build("04"), FULL, sm_count=130).grid == 129  # whole column blocks
-    c4s = hopper.launch_config(hopper.build("04"), hopper.check_problem("tail"))
-    assert c4s.grid == c4s.tiles == 16 * 3                       # never more CTAs than tiles
+    c0 = S("00").launch_config(FULL)
+    assert c0.grid[0] == c0.tiles == (FULL.m // 128) * (FULL.n // 128) and c0.block[0] == 128
+    c1 = S("01").launch_config(FULL)
+    assert c1.grid[0] == (FULL.m // 128) * 3 and c1.block[0] == 384 and c1.cluster == (1, 1, 1)
+    c2 = S("02").launch_config(FULL, sm_count=132)
+    assert c2.persistent and c2.grid[0] == 132 and c2.cluster == (2, 1, 1) and c2.tiles == 21756
+    assert S("02").launch_config(FULL, sm_count=133).grid[0] == 132  # whole clusters only
+    c4 = S("04").launch_config(FULL, sm_count=132)
+    assert c4.persistent and c4.cluster == (1, 1, 1) and c4.block[0] == 384 and c4.grid_kind == 2
+    assert c4.grid[0] == 132 and c4.tiles == (FULL.m // 64) * 3      # 44 CTAs per column block
+    assert S("04").launch_config(FULL, sm_count=130).grid[0] == 129  # whole column blocks
+    c4s = S("04").launch_config("tail")
+    assert c4s.grid[0] == c4s.tiles == 16 * 3                       # never more CTAs than tiles
 
 
 def test_multicast_a_cluster_is_the_column_blocks():
-    c5 = hopper.launch_config(hopper.build("05"), FULL, sm_count=132)
-    assert c5.cluster == (3, 1, 1) and c5.grid == 132 and c5.grid % 3 == 0
-    assert hopper.grid_unit(hopper.build("05"), FULL) == 3
-    with pytest.raises(hopper.ShapeError, match="CLUSTER_N"):
-        hopper.launch_config(hopper.build("05", {"BLOCK_N": 128, "NUM_STAGES": 8}), FULL)  # 6 blocks, cluster 3
+    c5 = S("05").launch_config(FULL, sm_count=132)
+    assert c5.cluster == (3, 1, 1) and c5.grid[0] == 132 and c5.grid[0] % 3 == 0
+    assert c5.unit == 3
+    with pytest.raises(KindError, match="CLUSTER_N"):
+        S("05", {"BLOCK_N": 128, "NUM_STAGES": 8}).launch_config(FULL)  # 6 blocks, cluster 3
 
 
 def test_resident_b_refuses_a_larger_k():
     big_k = problems.PatchEmbed(name="bigk", m=256, n=768, k=1024, tile={"m": 8, "n": 64, "k": 128})
-    with pytest.raises(hopper.ShapeError, match="K_MAX"):
-        hopper.launch_config(hopper.build("04"), big_k)
+    with pytest.raises(KindError, match="K_MAX"):
+        S("04").launch_config(big_k)
 
 
 def test_resident_b_schedule_covers_every_tile_once():
     for m, grid in ((FULL.m, 132), (1000, 48), (5632, 132), (50176, 129)):
-        sched = hopper.resident_b_schedule(m, 768, 256, grid)
+        sched = sm90.resident_b_schedule(m, 768, 256, grid)
         tiles = [t for cta in sched for t in cta]
         assert len(tiles) == len(set(tiles)) == -(-m // 64) * 3
         counts = [len(c) for c in sched if c]
         assert max(counts) - min(counts) <= 1                        # static schedule, balanced
     # the three CTAs of a row group read the same A rows, side by side
-    sched = hopper.resident_b_schedule(FULL.m, 768, 256, 132)
+    sched = sm90.resident_b_schedule(FULL.m, 768, 256, 132)
     assert [t[0] for t in sched[0]] == [t[0] for t in sched[1]] == [t[0] for t in sched[2]]
 
 
 def test_check_shapes_exercise_the_pingpong():
     """Every check shape runs on every sweep variant, and on a 132-SM grid 'small' gives each resident-B
     CTA two tiles (both warpgroups run), 'k128' five (the ring wraps inside a tile's single slice)."""
-    from pelib import hopper_sweep
-    for name in hopper.CHECK_PROBLEMS:
-        p = hopper.check_problem(name)
+    from pelib.stage import Stage
+    for name in sm90.CHECK_PROBLEMS:
+        p = SM90.problem(name)
         assert p.n == 768
-        for key, defines in hopper_sweep.VARIANTS:
-            hopper.launch_config(hopper.build(key, defines), p)   # raises ShapeError otherwise
+        for key, defines in sweep.entries(["sm90"], variants=True):
+            Stage(key, defines).launch_config(p)   # raises KindError otherwise
     for name, least in (("small", 2), ("k128", 5), ("medium", 17)):
-        p = hopper.check_problem(name)
-        sched = hopper.resident_b_schedule(p.m, p.n, 256, 132)
+        p = SM90.problem(name)
+        sched = sm90.resident_b_schedule(p.m, p.n, 256, 132)
         assert min(len(c) for c in sched) >= least, name
 
 
@@ -147,7 +151,7 @@ def test_pingpong_protocol_is_safe(num_kb, stages, tiles, ctas):
     modelled with the kernels' own index formulas, under many random interleavings with TMA boxes
     landing late: no deadlock, no slot written while read, no stale read."""
     for seed in range(15):
-        log = hopper.pingpong_protocol(num_kb, stages, tiles, seed=seed, ctas=ctas)
+        log = protocol.pingpong(num_kb, stages, tiles, seed=seed, ctas=ctas)
         assert log["reads"] == log["fills"] == num_kb * tiles * ctas
         assert log["tiles"] == [(tiles + 1) // 2, tiles // 2]
 
@@ -155,9 +159,9 @@ def test_pingpong_protocol_is_safe(num_kb, stages, tiles, ctas):
 def test_pingpong_protocol_needs_the_turns():
     """Without the turn barriers the second warpgroup waits on a ring slot a lap ahead of the
     producer, and a fresh barrier's parity lets it through onto data that is not there."""
-    with pytest.raises(hopper.ProtocolError):
+    with pytest.raises(protocol.ProtocolError):
         for seed in range(25):
-            hopper.pingpong_protocol(6, 4, 6, seed=seed, turns=False)
+            protocol.pingpong(6, 4, 6, seed=seed, turns=False)
 
 
 def test_epilogue_16b_stores_cover_each_row_once():
@@ -186,7 +190,7 @@ def test_emulated_tiles_match_the_reference():
     from pelib import emulate as E
     g = torch.Generator().manual_seed(5)
     for key, k in (("00", 256), ("04", 512), ("05", 512), ("02", 256)):
-        b = hopper.build(key)
+        b = S(key).build
         p = E.TileParams.from_exports(b.exports)
         assert p.arch == "sm_90a" and p.mma_n == b.exports["block_n"]
         tm, tn = p.a_box_m, p.mma_n
@@ -203,38 +207,36 @@ def test_emulated_tiles_match_the_reference():
 
 
 def test_compile_baseline_error_names_the_exception():
-    from pelib import hopper_bench
     log = "\n".join(["  triton_mm_9 3.37 ms 40.2% ACC_TYPE='tl.float32'", "Traceback (most recent call last):",
                      '  File "x.py", line 1', "AttributeError: module 'pelib.hopper' has no attribute 'ATOL'"])
-    assert hopper_bench._error_line(log).startswith("AttributeError")
+    assert hopper_bench.error_line(log).startswith("AttributeError")
 
 
 def test_sweep_failure_reason_prefers_the_wait_tag():
-    from pelib import hopper_sweep
-    r = {"ok": False, "error": "KernelFault: ... CUDA_ERROR_LAUNCH_FAILED", "checks": {"small": {"ok": True}},
+    r = {"stage": "sm90/04_pingpong_resident_b", "ok": False, "error": "KernelFault: ... CUDA_ERROR_LAUNCH_FAILED", "checks": {"small": {"ok": True}},
          "checking": "k128",
          "worker_output": ["pelib: mbarrier wait timed out after 1048576 tries: tag=5 smem=0x3 parity=1 "
                            "cta=(0,0,0) thread=128"]}
-    assert "tag=5" in hopper_sweep.fail_reason(r)
+    assert "tag=5" in sweep.fail_reason(r)
     r.pop("worker_output")
-    assert hopper_sweep.fail_reason(r).startswith("KernelFault on k128")
+    assert sweep.fail_reason(r).startswith("KernelFault on k128")
 
 
 def test_launch_config_m_tail_rounds_to_whole_clusters():
     tail = problems.PatchEmbed(name="tail", m=1000, n=768, k=768, tile={"m": 8, "n": 64, "k": 128})
-    c = hopper.launch_config(hopper.build("02"), tail)
+    c = S("02").launch_config(tail)
     assert c.tiles == 8 * 3  # ceil(1000 / 256) cluster rows x 2 CTAs x 3 N tiles
 
 
 def test_shape_error_names_the_fix():
     odd = problems.PatchEmbed(name="odd", m=256, n=320, k=768, tile={"m": 8, "n": 64, "k": 128})
-    with pytest.raises(hopper.ShapeError, match="BLOCK_N"):
-        hopper.launch_config(hopper.build("01"), odd)
+    with pytest.raises(KindError, match="BLOCK_N"):
+        S("01").launch_config(odd)
 
 
 def test_tensor_maps(stage_build):
     key, b = stage_build
-    specs = hopper.tensor_specs(b, FULL, {"a": 1 << 20, "b": 1 << 21, "c": 1 << 22})
+    specs = S(key).tensor_map_specs(FULL)
     a, bb, c = specs["a"], specs["b"], specs["c"]
     assert a.dtype == bb.dtype == "uint8" and c.dtype == "bfloat16"   # no FP8 TMA type (READING trap 5)
     assert a.swizzle == bb.swizzle == 128 and a.inner_box_bytes == 128
@@ -249,15 +251,15 @@ def test_tensor_maps(stage_build):
     assert c.inner_box_bytes <= 128
 
 
-@pytest.mark.parametrize("key,defines", [v for v in __import__("pelib.hopper_sweep").hopper_sweep.VARIANTS
-                                         if v[1]])
+@pytest.mark.parametrize("key,defines", sweep.VARIANTS["sm90"])
 def test_sweep_variants_compile(key, defines):
-    b = hopper.build(key, defines)
+    from pelib.stage import Stage
+    b = Stage(key, defines).build
     assert b.facts.spills == 0 and not re.search(r"C75(08|10|11)", b.log)
 
 
 def test_timing_build_exports_layout():
-    b = hopper.build("03", timing=True)
+    b = S("03").timing_build()
     assert b.exports["timing_warps"] == b.exports["num_threads"] // 32
     assert b.facts.spills == 0
 
@@ -322,20 +324,20 @@ def test_accumulator_layout_covers_the_tile_once():
     assert len(seen) == 64 * n and max(r for r, _ in seen) == 63 and max(c for _, c in seen) == n - 1
 
 
-def test_bench_registration():
-    from pelib import bench, hopper_bench  # noqa: F401  (importing registers it)
-    reg = bench.registry()
-    assert "hopper_twin" in reg and reg["hopper_twin"].arch == "sm_90a"
+def test_benchmarks_are_the_stage_files():
+    """make bench enumerates the stage files (no registration at import): every sm90 file once, at its defaults."""
+    got = sweep.entries(["sm90"])
+    assert [k for k, _ in got] == [f"sm90/{p.stem}" for p in stages.family_stages("sm90")]
+    assert all(d == {} for _, d in got)
 
 
 def test_comparison_rows_and_speedups():
-    from pelib import hopper_bench
     ours = {"stage": "03", "median_ms": 0.8}
     base = {"cublas_gemm": {"median_ms": 1.0}, "compile_fused": {"error": "timeout"}}
-    rows = hopper_bench.compare_rows(ours, base, copy_gb_s=3000.0, problem=FULL)
+    rows = bench.compare_rows(ours, base, copy_gb_s=3000.0, problem=FULL)
     assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(1.25)
     assert rows[0]["floor_frac"] == pytest.approx(FULL.min_bytes / 3e12 * 1e3 / 0.8)
-    assert rows[2]["ms"] is None and "timeout" in hopper_bench.format_rows(rows)
+    assert rows[2]["ms"] is None and "timeout" in bench.format_rows(rows)
 
 
 # ---- stages 06-09 -------------------------------------------------------------------------------
@@ -344,7 +346,7 @@ NEW_STAGES = ["06", "07", "08", "09"]
 
 
 def test_permuted_b_view_puts_contiguous_columns_in_each_thread():
-    """Stages 06+: walk the 5-D box of pelib.hopper.permuted_b_spec the way TMA fills shared memory
+    """Stages 06+: walk the 5-D box of pelib.sm90.permuted_b_spec the way TMA fills shared memory
     (innermost coordinate fastest, one 128-B row per outer index), read which B row each shared row
     holds from the spec's own strides, and check that accumulator pair j = 4g + u of the thread with
     lane % 4 = q (wgmma columns 8j + 2q + c) holds output columns 32g + 8q + 2u + c: 8 contiguous
@@ -352,7 +354,7 @@ def test_permuted_b_view_puts_contiguous_columns_in_each_thread():
     import itertools
     n, k = 768, 768
     for bn in (128, 192, 256):
-        spec = hopper.permuted_b_spec(n, k, bn, 128, 128)
+        spec = sm90.permuted_b_spec(n, k, bn, 128, 128)
         assert spec.dims == (k, 2, 4, 4, n // 32) and spec.strides == (k, 8 * k, 2 * k, 32 * k)
         assert spec.box == (128, 2, 4, 4, bn // 32) and spec.box_bytes == bn * 128
         rows = []   # shared row index -> B row, box at column block 1
@@ -363,7 +365,7 @@ def test_permuted_b_view_puts_contiguous_columns_in_each_thread():
             off = base + sum(x * st for x, st in zip(c1, spec.strides))
             assert off % k == 0
             rows.append(off // k - n0)
-        assert rows == hopper.permuted_b_rows(bn) and sorted(rows) == list(range(bn))
+        assert rows == sm90.permuted_b_rows(bn) and sorted(rows) == list(range(bn))
         for q in range(4):
             for g in range(bn // 32):
                 cols = [rows[8 * (4 * g + u) + 2 * q + c] for u in range(4) for c in range(2)]
@@ -394,34 +396,34 @@ def test_smem_permutation_matches_the_tma_view():
             src = plain[r * 128 + ((kk ^ (r & 7)) << 4):][:16]
             rho = 8 * ((r >> 1) & 3) + 2 * (r >> 3) + (r & 1)
             out[rho * 128 + ((kk ^ (rho & 7)) << 4):][:16] = src
-    assert np.array_equal(out, swizzled(hopper.permuted_b_rows(32)))
+    assert np.array_equal(out, swizzled(sm90.permuted_b_rows(32)))
 
 
 def test_permuted_stages_have_no_epilogue_shuffles():
     """04 turns each thread's 4-B pairs into 16-B vectors with shuffles; 06+ store the permuted
     accumulators directly: no SHFL, and the 16-B stores and F2FP packs of one 64 x BN tile remain."""
-    assert hopper.build("04").histogram["SHFL"] == 128
+    assert S("04").build.histogram["SHFL"] == 128
     for key in NEW_STAGES:
-        b = hopper.build(key)
+        b = S(key).build
         bn = b.exports["block_n"]
         assert b.histogram.get("SHFL", 0) == 0, key
         assert b.histogram["STG"] == bn // 16 and b.histogram["F2FP"] == bn // 4, key
-    b8 = hopper.build("08")
+    b8 = S("08").build
     assert b8.histogram.get("FADD", 0) == 0 and b8.exports["comb_init"] == 1   # comb is in the accumulators
 
 
 def test_permutation_variants_compile_without_spills():
     for key in NEW_STAGES:
         for d in ({"B_PERM_TMA": 0}, {"TURN_EARLY": 1}):
-            b = hopper.build(key, d)
+            b = S(key, d).build
             assert b.facts.spills == 0 and b.facts.stack == 0, (key, d, b.facts)
             assert not re.search(r"C75\d\d", b.log), (key, d)
-        assert hopper.build(key, {"B_PERM_TMA": 0}).histogram["LDS"] > 0     # the in-SMEM permutation
+        assert S(key, {"B_PERM_TMA": 0}).build.histogram["LDS"] > 0     # the in-SMEM permutation
 
 
 @pytest.mark.parametrize("key", ["06", "07", "09"])
 def test_timing_builds_of_new_stages(key):
-    b = hopper.build(key, timing=True)
+    b = S(key).timing_build()
     assert b.exports["timing_warps"] == 12 and b.facts.spills == 0, b.facts
 
 
@@ -432,7 +434,7 @@ def test_residue_order_covers_every_tile_once_and_keeps_comb():
     for m, grid, bn in ((FULL.m, 132, 256), (1000, 48, 256), (5632, 132, 256), (50176, 129, 256),
                         (FULL.m, 132, 192), (14080, 132, 192)):
         nbs = 768 // bn
-        sched = hopper.residue_schedule(m, 768, bn, grid)
+        sched = sm90.residue_schedule(m, 768, bn, grid)
         tiles = [t for cta in sched for t in cta]
         assert len(tiles) == len(set(tiles)) == -(-m // 64) * nbs
         counts = [len(c) for c in sched[: grid // nbs * nbs]]
@@ -440,36 +442,35 @@ def test_residue_order_covers_every_tile_once_and_keeps_comb():
         for g in range(grid // nbs):
             rows = [[t for t, _ in sched[g * nbs + b]] for b in range(nbs)]
             assert all(r == rows[0] for r in rows)
-    full = hopper.residue_schedule(FULL.m, 768, 256, 132)
-    assert max(hopper.comb_loads(full)) <= 3
-    assert min(hopper.comb_loads(hopper.resident_b_schedule(FULL.m, 768, 256, 132))) >= 160
+    full = sm90.residue_schedule(FULL.m, 768, 256, 132)
+    assert max(sm90.comb_loads(full)) <= 3
+    assert min(sm90.comb_loads(sm90.resident_b_schedule(FULL.m, 768, 256, 132))) >= 160
     # tiles of one class share their comb rows: 64 t mod 196 depends on t mod 49 only
     assert {(64 * t) % 196 for t in range(3, 14504, 49)} == {(64 * 3) % 196}
 
 
 def test_residue_order_in_the_kernels_matches_python():
-    """The kernels' residue_tile / residue_first (07, 08, 09) are the formulas of pelib.hopper."""
-    from pelib.paths import KERNELS
+    """The kernels' residue_tile / residue_first (07, 08, 09) are the formulas of pelib.kinds.sm90."""
     for key in ("07", "08", "09"):
-        src = (KERNELS / hopper.stage(key).path).read_text()
+        src = S(key).source
         assert "return cls + RES_P * k;" in src and "return g * per + (g < rem ? g : rem);" in src
-        assert hopper.build(key).exports["residue_order"] == hopper.RESIDUE_PERIOD
+        assert S(key).exports["residue_order"] == sm90.RESIDUE_PERIOD
     for m_tiles in (1, 16, 48, 49, 50, 88, 14504):
-        seq = [hopper.residue_tile(j, m_tiles) for j in range(m_tiles)]
+        seq = [sm90.residue_tile(j, m_tiles) for j in range(m_tiles)]
         assert sorted(seq) == list(range(m_tiles))
         assert [t % 49 for t in seq] == sorted(t % 49 for t in seq)      # class-major
 
 
 def test_multicast_pairs_launch_shape():
-    c9 = hopper.launch_config(hopper.build("09"), FULL, sm_count=132)
-    assert c9.cluster == (2, 1, 1) and c9.grid == 132 and c9.tiles == (FULL.m // 64) * 4
-    assert hopper.grid_unit(hopper.build("09"), FULL) == 4
-    c3 = hopper.launch_config(hopper.build("09", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 3}), FULL)
-    assert c3.cluster == (3, 1, 1) and c3.grid % 6 == 0
-    with pytest.raises(hopper.ShapeError, match="CLUSTER_N"):
-        hopper.launch_config(hopper.build("09", {"CLUSTER_N": 3}), FULL)     # 4 blocks of 192: not 3
-    b9 = hopper.build("09")
-    assert b9.exports["smem_bytes"] <= 227 * 1024 and b9.exports["stages"] == 10
+    c9 = S("09").launch_config(FULL, sm_count=132)
+    assert c9.cluster == (2, 1, 1) and c9.grid[0] == 132 and c9.tiles == (FULL.m // 64) * 4
+    assert c9.unit == 4
+    c3 = S("09", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 3}).launch_config(FULL)
+    assert c3.cluster == (3, 1, 1) and c3.grid[0] % 6 == 0
+    with pytest.raises(KindError, match="CLUSTER_N"):
+        S("09", {"CLUSTER_N": 3}).launch_config(FULL)     # 4 blocks of 192: not 3
+    ex9 = S("09").exports
+    assert ex9.smem_bytes <= ex9.smem_limit and ex9.pipeline_stages == 10
 
 
 @pytest.mark.parametrize("turn_early", [False, True])
@@ -478,25 +479,24 @@ def test_multicast_pairs_launch_shape():
 def test_pingpong_protocol_new_stages(ctas, num_kb, stages, tiles, turn_early):
     """Stages 06-08 (one CTA, TURN_EARLY on or off) and the stage-09 pair (ctas=2, a 10-stage ring)."""
     for seed in range(12):
-        log = hopper.pingpong_protocol(num_kb, stages, tiles, seed=seed, ctas=ctas, turn_early=turn_early)
+        log = protocol.pingpong(num_kb, stages, tiles, seed=seed, ctas=ctas, turn_early=turn_early)
         assert log["reads"] == log["fills"] == num_kb * tiles * ctas
 
 
 def test_sweep_memcheck_ignores_api_errors_and_ncu_keeps_named_metrics():
-    from pelib import hopper_sweep
     import inspect
-    assert '"--report-api-errors", "no"' in inspect.getsource(hopper_sweep.run_memcheck)
+    assert '"--report-api-errors", "no"' in inspect.getsource(sweep.run_memcheck)
     csv_text = "\n".join(['"Kernel Name","device__attribute_chip","gpu__time_duration.sum","dram__bytes_read.sum"',
                           '"","","ns","byte"', '"patch_embed_sm90","384","975,392","715,739,904"'])
-    rows = hopper_sweep._parse_ncu_csv(csv_text, keep=hopper_sweep.NCU_METRICS)
+    rows = sweep._parse_ncu_csv(csv_text, keep=sweep.NCU_METRICS)
     assert rows == [{"kernel": "patch_embed_sm90", "gpu__time_duration.sum": "975,392 ns",
                      "dram__bytes_read.sum": "715,739,904 byte"}]
-    text = hopper_sweep.format_ncu({"ok": True, "kernels": rows})
+    text = sweep.format_ncu({"ok": True, "kernels": rows})
     assert "device__attribute" not in text and "time 975,392 ns" in text
 
 
 def test_sweep_lists_the_new_stages_and_the_baseline_twice():
-    from pelib import hopper_sweep
-    keys = [k for k, _ in hopper_sweep.VARIANTS]
-    assert hopper_sweep.VARIANTS[0] == ("04", {"EPI_STREAM": 1}) and hopper_sweep.AGAIN[0] == hopper_sweep.VARIANTS[0]
-    assert set(NEW_STAGES) <= set(keys) and len(hopper_sweep.VARIANTS) + len(hopper_sweep.AGAIN) <= 40
+    todo = sweep.entries(["sm90"], variants=True)
+    keys = {k.split("/")[1][:2] for k, _ in todo}
+    assert set(NEW_STAGES) <= keys and len(todo) + len(sweep.AGAIN) <= 40
+    assert all(a in todo for a in sweep.AGAIN)      # the drift run repeats an entry of the sweep

@@ -1,148 +1,59 @@
-"""Every family's *timed* run path, driven on the CPU through a fake launch plan.
+"""Every family's *timed* run path, driven on the CPU through a fake launch plan (tests/conftest.py).
 
 The GPU is replaced at its edges only: the device check, the driver's tensor-map encode, the launch
 (a fake plan whose run() writes the torch reference into `out`, so verification passes and the
 timing code is reached) and CUDA events. Everything between (build, exports, launch configuration,
-tensor-map specs, argument packing, verify, the timing helpers and their keyword arguments) is the
-code a B200 or Hopper node runs. A call with a wrong signature (fp8_persistent passed `wait=` to a
-helper without it) fails here.
+tensor-map specs, argument binding, verify, the timing helpers and their keyword arguments) is the
+code a B200 or Hopper node runs. A call with a wrong signature (a helper passed a keyword it does not
+take) fails here, for every family, because every family runs through the one pelib.stage.Stage.run.
 """
 from __future__ import annotations
 
 import pytest
-import torch
 
-from pelib import bench, device, launch, problems, reference, tma
+from pelib.stage import Stage
 
-
-class FakePlan:
-    """What pelib.launch.prepare returns, without a GPU: run() fills `out`, wait() is counted."""
-
-    def __init__(self, build, args, kw, on_run):
-        self.build, self.args, self.kw, self.on_run = build, args, kw, on_run
-        self.runs = self.waits = 0
-        self.grid, self.block = kw.get("grid"), kw.get("block")
-
-    def run(self, stream=None):
-        self.runs += 1
-        self.on_run()
-        return self
-
-    def wait(self, timeout_s: float = 30.0, stream=None):
-        self.waits += 1
+TIMED = ["fp8/01_cta2", "fp8/04_independent_polling", "fp8/05_epi_warps", "fp8/07_smem_staged_epilogue",
+         "fp8/09_persistent_megakernel", "fp8/variants/09_f22_bf16x2_epilogue", "fp8/variants/09_f24_swizzled_staging",
+         "sm90/06_permuted_b", "sm90/09_multicast_pairs", "nvfp4/01_pipelined", "nvfp4/02_tma_store_epilogue"]
 
 
-class FakeEvent:
-    t = 0.0
-
-    def __init__(self, enable_timing=True):
-        self.at = None
-
-    def record(self, stream=None):
-        FakeEvent.t += 0.5
-        self.at = FakeEvent.t
-
-    def elapsed_time(self, other):
-        return other.at - self.at
-
-
-@pytest.fixture
-def fake_gpu(monkeypatch):
-    """A fake device of the asked arch; launches become FakePlans; returns the list of plans made."""
-    plans, state = [], {"fill": lambda: None}
-
-    def require(arch, info=None):
-        cc = device.ARCH_CC[arch]
-        return device.DeviceInfo(present=True, name=f"fake {arch}", cc=cc, sm_count=148 if cc[0] == 10 else 132,
-                                 l2_bytes=50 << 20, smem_optin_bytes=227 * 1024, driver_version=13000)
-
-    def prepare(build, args=(), **kw):
-        plans.append(FakePlan(build, args, kw, lambda: state["fill"]()))
-        return plans[-1]
-
-    monkeypatch.setattr(device, "require", require)
-    monkeypatch.setattr(device, "current", lambda: require("sm_90a"))
-    monkeypatch.setattr(launch, "prepare", prepare)
-    monkeypatch.setattr(tma, "encode", lambda spec, owner=None: tma.TensorMap(spec, cumap=object()))
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(bench, "L2Flush", lambda *a, **k: (lambda: None))
-    # Inputs stay on the CPU; the device checks see the device they were asked for.
-    monkeypatch.setattr(problems.PatchEmbed, "validate", lambda self, t, device=None: None)
-    orig = problems.PatchEmbed.make_inputs
-    monkeypatch.setattr(problems.PatchEmbed, "make_inputs", lambda self, seed=0, device="cpu": orig(self, seed))
-    return plans, state
-
-
-def _fill_patch_embed(inputs):
-    ref = reference.patch_embed_reference(inputs["a"], inputs["b"], inputs["comb"])
-    return lambda: inputs["out"].copy_(ref)
-
-
-def _assert_timed(res, plans, key="ms"):
-    assert res[key] > 0
+def _assert_timed(res, plans):
+    assert res["ok"] is True, res.get("verify")
+    assert res["ms"] > 0 and res["median_ms"] == res["ms"]
     assert plans and plans[-1].runs > 1, "the timed path never launched the plan repeatedly"
     assert plans[-1].waits >= 1, "the timed path never waited through the plan's watchdog"
 
 
-@pytest.mark.parametrize("name", ["01_cta2", "04_independent_polling"])
-def test_fp8_stages_00_04_timed_run(fake_gpu, name):
-    from pelib import fp8
+@pytest.mark.parametrize("key", TIMED)
+def test_timed_run(fake_gpu, key):
     plans, state = fake_gpu
-    prob = problems.patch_embed("small")
-    inputs = prob.make_inputs(seed=0)
-    state["fill"] = _fill_patch_embed(inputs)
-    res = fp8.run(name, inputs, prob, iters=3, warmup=1)
-    assert res["ok"] is True
+    s = Stage(key, {"NUM_AB_STAGE": 2} if key.startswith("nvfp4") else None)
+    prob = s.problem("small")
+    inputs = s.inputs(prob, seed=0)
+    ref = s.kind.reference(prob, inputs)
+    state["fill"] = lambda: inputs["out"].copy_(ref)
+    res = s.run(prob, inputs=inputs, iters=3, warmup=1)
     _assert_timed(res, plans)
+    # the launch the plan was prepared with is the stage's own configuration
+    cfg = s.launch_config(prob, info=res["config"] and None)
+    assert plans[-1].grid == res["config"].grid and plans[-1].block == cfg.block and plans[-1].smem == cfg.smem
 
 
-@pytest.mark.parametrize("name", ["05_epi_warps", "07_smem_staged_epilogue", "09_persistent_megakernel"])
-def test_fp8_stages_05_09_timed_run(fake_gpu, name):
-    from pelib import fp8_persistent
+def test_a_wrong_output_is_not_timed(fake_gpu):
+    """llm.c's order: a launch whose output does not verify is reported, never timed."""
     plans, state = fake_gpu
-    prob = problems.patch_embed("small")
-    inputs = prob.make_inputs(seed=0)
-    state["fill"] = _fill_patch_embed(inputs)
-    res = fp8_persistent.run(name, inputs, prob, iters=3, warmup=1)
-    assert res["ok"] is True
-    _assert_timed(res, plans)
+    s = Stage("fp8/06_stages")
+    inputs = s.inputs("small")
+    state["fill"] = lambda: inputs["out"].zero_()
+    res = s.run("small", inputs=inputs, iters=3)
+    assert res["ok"] is False and "ms" not in res and plans[-1].runs == 1
 
 
-def test_fp8_variant_timed_run(fake_gpu):
-    from pelib import variants
+def test_timing_run_decodes_its_buffer(fake_gpu):
+    """run_timing launches the TIMING build with a buffer of the decoded layout's size, warm-up first."""
     plans, state = fake_gpu
-    prob = problems.patch_embed("small")
-    inputs = prob.make_inputs(seed=0)
-    state["fill"] = _fill_patch_embed(inputs)
-    orig = problems.PatchEmbed.make_inputs
-    # variants.run draws its own inputs: hand it the ones whose reference the fake plan writes
-    problems.PatchEmbed.make_inputs = lambda self, seed=0, device="cpu": inputs
-    try:
-        res = variants.run("F22", prob, iters=3, warmup=1)
-    finally:
-        problems.PatchEmbed.make_inputs = orig
-    assert res["ok"] is True
-    _assert_timed(res, plans)
-
-
-def test_sm90_timed_run(fake_gpu, monkeypatch):
-    from pelib import hopper
-    plans, state = fake_gpu
-    monkeypatch.setattr(hopper, "max_active_clusters", lambda b, cfg, device_index=0: 66)
-    prob = hopper.check_problem("small")
-    t = prob.make_inputs(seed=0)
-    state["fill"] = _fill_patch_embed(t)
-    res = hopper.run("06", prob, tensors=t, iters=3)
-    assert res["ok"] is True
-    _assert_timed(res, plans, key="median_ms")
-
-
-def test_nvfp4_timed_run(fake_gpu, monkeypatch):
-    from pelib import nvfp4
-    plans, _ = fake_gpu
-    prob = problems.nvfp4_gemm("small")
-    x = prob.make_inputs(0)
-    res = nvfp4.time_stage("small", "01_pipelined", 2, iters=3, warmup=1, inputs=x)
-    assert res["median_ms"] > 0
-    assert plans[-1].runs > 1 and plans[-1].waits >= 1
+    s = Stage("sm90/06_permuted_b")
+    t = s.run_timing("small")
+    assert plans[-1].runs == 2 and plans[-1].build.defines.get("TIMING") == 1
+    assert plans[-1].args[-1] is not None and t.layout.ctas == plans[-1].grid[0]

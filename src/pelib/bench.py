@@ -1,9 +1,8 @@
 """Time kernels with CUDA events (warm-up, L2 flush, median and p10/p90) and write JSON results.
 
-`python -m pelib.bench [names...]` runs the registered benchmarks and writes one JSON file under
-results/<date>-<device>/. A benchmark is a function registered with `@register("name")` that returns a
-result dict (usually from `result()`); modules named in BENCH_MODULES are imported first so
-they can register theirs.
+The stages are benchmarked by `python -m pelib.sweep` (`make bench`), which enumerates the stage files;
+`python -m pelib.bench [names...]` runs the few built-in device benchmarks registered here (the copy
+bandwidth the memory floor is measured against) and writes one JSON file under results/<date>-<device>/.
 """
 from __future__ import annotations
 
@@ -22,9 +21,6 @@ import numpy as np
 from . import device as _device
 from . import results
 from .paths import RESULTS, ROOT
-
-# Modules that register benchmarks when imported (e.g. the Hopper twin's). Add yours here.
-BENCH_MODULES: tuple[str, ...] = ("pelib.hopper_bench", "pelib.fp8", "pelib.fp8_persistent", "pelib.nvfp4")
 
 MIN_FLUSH_BYTES = 64 * 2**20
 
@@ -52,14 +48,7 @@ def register(name: str, arch: str | None = None):
 
 
 def registry() -> dict[str, Benchmark]:
-    """All benchmarks, after importing BENCH_MODULES (an import error is reported, not fatal)."""
-    import importlib
-    for mod in BENCH_MODULES:
-        try:
-            importlib.import_module(mod)
-        except Exception as e:
-            print(f"pelib.bench: could not import {mod} ({type(e).__name__}: {e}); "
-                  "its benchmarks are skipped", file=sys.stderr)
+    """The built-in benchmarks (the stages are enumerated from their files by pelib.sweep)."""
     return dict(_REGISTRY)
 
 
@@ -194,6 +183,53 @@ def bench_memcpy(iters: int = 50, nbytes: int = 1 << 30) -> dict:
     return result("memcpy_d2d", times, bytes_moved=2.0 * nbytes, params={"nbytes": nbytes}, verified=ok)
 
 
+def copy_bandwidth_gb_s(iters: int = 20) -> dict:
+    """The device-to-device copy (bytes read + written): the bandwidth of the memory floor."""
+    r = bench_memcpy(iters=iters)
+    return {"gbps": r["gbps"], "median_ms": r["median_ms"], "nbytes": r["params"]["nbytes"]}
+
+
+# ---- ours against the baselines -------------------------------------------------------------------
+
+def derived(problem, ms: float, copy_gb_s: float | None = None) -> dict:
+    """TFLOPS, GB/s of minimum traffic, and the fraction of the memory floor at the copy bandwidth."""
+    d = {"tflops": problem.flops / (ms * 1e-3) / 1e12, "gbps": problem.min_bytes / (ms * 1e-3) / 1e9}
+    if copy_gb_s:
+        floor_ms = problem.min_bytes / (copy_gb_s * 1e9) * 1e3
+        d.update(floor_ms=floor_ms, floor_frac=floor_ms / ms)
+    return d
+
+
+def compare_rows(ours: dict, baselines: dict, copy_gb_s: float, problem) -> list[dict]:
+    """Rows of the comparison table: ours first, then each baseline with our speed-up over it."""
+    rows = []
+    for name, r in [("ours: " + ours.get("stage", "best"), ours)] + list(baselines.items()):
+        if "median_ms" not in r:
+            rows.append({"name": name, "ms": None, "note": "FAILED: " + str(r.get("error", "not timed"))})
+            continue
+        d = derived(problem, r["median_ms"], copy_gb_s)
+        if r.get("ok") is False:   # timed, but its output did not verify
+            name += " (WRONG OUTPUT)"
+        rows.append({"name": name, "ms": r["median_ms"], "tflops": d["tflops"], "gbps": d["gbps"],
+                     "floor_frac": d["floor_frac"],
+                     "speedup": r["median_ms"] / ours["median_ms"] if "median_ms" in ours else None})
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    """A compact text table of compare_rows."""
+    lines = [f"{'':<34}{'ms':>8}{'TFLOPS':>8}{'GB/s':>8}{'floor':>7}{'ours x':>8}"]
+    for r in rows:
+        if r["ms"] is None:
+            lines.append(f"{r['name']:<34}  {r['note'][:110]}")
+            continue
+        sp = f"{r['speedup']:.2f}" if r.get("speedup") else "-"
+        lines.append(f"{r['name']:<34}{r['ms']:>8.4f}{r['tflops']:>8.0f}{r['gbps']:>8.0f}"
+                     f"{100 * r['floor_frac']:>6.0f}%{sp:>8}")
+    lines.append("floor = (minimum bytes / measured copy bandwidth) / time; ours x = baseline time / our time")
+    return "\n".join(lines)
+
+
 # ---- running and writing ------------------------------------------------------------------------
 
 def run(names=None, *, iters: int = 50, info: _device.DeviceInfo | None = None) -> dict:
@@ -266,7 +302,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    # Run through the imported module, so this run and the BENCH_MODULES (which import pelib.bench)
-    # share one registry instead of __main__ holding a second copy.
-    from pelib.bench import main as _main
-    sys.exit(_main())
+    sys.exit(main())

@@ -7,6 +7,7 @@ book/data/inconsistencies.yaml, and unexplained() returns any mismatch between t
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -506,6 +507,43 @@ def tma_store_estimates() -> list[EpilogueEstimate]:
 # ---------------------------------------------------------------------------------------------
 # Facts for pelib.gonogo
 # ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Recorded:
+    """The lab's B200 number for one stage's idea: time and/or throughput, where it is written, what changed."""
+
+    ms: float | None
+    tflops: float | None
+    what: str
+    source: Source
+
+    def describe(self) -> str:
+        parts = [f"{self.ms:.3f} ms" if self.ms else None, f"{self.tflops:.0f} TFLOPS" if self.tflops else None]
+        return f"{' / '.join(p for p in parts if p)} — recorded (B200, {self.source.note}: {self.what})"
+
+
+def stage_record(stage_key: str, recorded_text: str = "", pipeline_stages: int | None = None) -> Recorded | None:
+    """The record a stage's header points at: a commit of the FP8 history, a later kernel state (F18...),
+    or for an NVFP4 stage the log's K=16384 time at its pipeline depth. None where the notes have none."""
+    text = recorded_text or ""
+    family = stage_key.split("/")[0]
+    if family == "nvfp4":
+        st = pipeline_stages or 1
+        hit = next((t for t in nvfp4_stage_times() if t.shape == "k16384" and t.stages == st), None)
+        if hit is None:
+            return None
+        return Recorded(hit.us / 1e3, None, f"M=128, N=7168, K=16384, num_ab_stage {st}", hit.source)
+    if family != "fp8":
+        return None
+    for h in history():
+        if re.search(rf"\b{h.commit}\b", text):
+            return Recorded(h.ms, h.tflops, f"{h.commit}: {h.change}", h.source)
+    for st in later_states():
+        tag = st.state.split(" ")[0]
+        if re.search(rf"\b{re.escape(tag)}\b", text):
+            return Recorded(st.ms, st.tflops, st.state, st.source)
+    return None
+
 
 def facts() -> list:
     """The recorded facts the go/no-go rules can use (pelib.gonogo.Fact, kind 'recorded')."""

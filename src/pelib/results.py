@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .paths import KERNELS, RESULTS
 
-SWEEP_GLOB = "hopper-sweep-*.json"
+SWEEP_GLOB = "*sweep-*.json"   # hopper-sweep-<time>-<device>.json (sm90 only) or sweep-<time>-<device>.json
 NOT_MEASURED = "not yet measured"
 
 

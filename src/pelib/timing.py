@@ -173,3 +173,16 @@ def plot(t: Timing, evidence: str, ax=None, phase_names=None, warp_labels=None):
     ax.set_title(f"Per-warp phases ({evidence})")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
+
+
+def summary_rows(summary: dict) -> list[dict]:
+    """Compact rows of a clock64 summary ({phase: {avg, spread, warps}}): one row per phase, the spread
+    of the per-warp averages beside the overall average."""
+    rows = []
+    for ph, row in summary.items():
+        avgs = [float(v) if not isinstance(v, dict) else float(v["avg"]) for v in row["warps"].values()]
+        ws = sorted(int(w) for w in row["warps"])
+        rows.append({"phase": ph, "warps": f"{ws[0]}-{ws[-1]}" if len(ws) > 1 else str(ws[0]),
+                     "avg (cycles)": round(float(row["avg"])), "min warp avg": round(min(avgs)),
+                     "max warp avg": round(max(avgs))})
+    return rows

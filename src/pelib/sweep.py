@@ -1,24 +1,25 @@
-"""One GPU call for the Hopper twin: build every stage and variant, verify, time, baselines, checks.
+"""The process-isolated sweep of stage files on one GPU (`make bench`): build, verify, time, baselines, checks.
 
-    PYTHONPATH=src python3 -m pelib.hopper_sweep [--quick] [--no-compiled] [--no-sanitize] [--no-ncu]
-                                                 [--iters N] [--budget S] [--out DIR]
+    python -m pelib.sweep [--family sm90,fp8,nvfp4] [--stage family/name ...] [--variants] [--no-compiled]
+                          [--no-sanitize] [--no-ncu] [--iters N] [--budget S] [--out DIR]
 
-Order, most important first (each later step only runs while the time budget lasts):
- 1. compiled facts of every variant (registers, spills, shared memory, QGMMA count, ptxas C75xx);
- 2. the device copy bandwidth; the full SigLIP2 problem's inputs and torch reference (saved once);
- 3. each variant in a worker process: verification on the check shapes of pelib.hopper.check_problem
-    (small, k128, tail, medium), then on the full problem, each with a NaN-poisoned output, then
-    timing (CUDA events, L2 flushed, twice for the spread). A kernel that traps or hangs ends only its
-    worker; its output tail (device printf included) is kept with the result, and the variant is run
-    again on the failing shape built with PE_WAIT_PRINTF, so the timed-out wait names its tag;
- 3a. the baseline (AGAIN) timed once more after all variants, labelled " [again]": the drift of the run;
- 4. the cuBLAS baselines; 5. clock64 TIMING runs of the fastest verified variant and of CLOCK_ALSO;
- 6. compute-sanitizer memcheck (device memory errors only: --report-api-errors no) of every stage
-    (and the fastest variant) on 'small' and 'tail', every "=========" line kept in the JSON;
- 7. torch.compile(max-autotune) of the fused expression;
- 8. Nsight Compute counters (DRAM and L2 bytes, throughputs; only the metrics asked for) of the fastest
-    variant and of cuBLAS.
-The last lines printed are the tables. JSON goes to $PE_GPU_RESULTS (a directory) or results/<date>-<device>/.
+The stages are enumerated from the files (every stage of every family this GPU runs, at its defaults;
+--variants adds each family's VARIANTS of interest). Order, most important first (each later step only
+runs while the time budget lasts):
+ 1. compiled facts of every entry (registers, spills, shared memory, MMA count, ptxas C75xx);
+ 2. the device copy bandwidth; each family's full problem, inputs and torch reference (saved once);
+ 3. each entry in a worker process (pelib.stage.Stage.run): verification on the family's check shapes,
+    then on the full problem, each with a NaN-poisoned output, then timing (CUDA events, L2 flushed,
+    twice for the spread). A kernel that traps or hangs ends only its worker; its output tail (device
+    printf included) is kept with the result, and the entry is run again on the failing shape built
+    with PE_WAIT_PRINTF, so the timed-out wait names its tag;
+ 3a. the entries in AGAIN timed once more after all others, labelled " [again]": the drift of the run;
+ 4. the baselines of the patch-embed problem (cuBLAS, torch.compile at the end);
+ 5. clock64 TIMING runs of the fastest verified entry and of CLOCK_ALSO;
+ 6. compute-sanitizer memcheck (device memory errors only: --report-api-errors no) of every stage on its
+    first two check shapes, every "=========" line kept in the JSON;
+ 7. Nsight Compute counters (DRAM and L2 bytes, throughputs) of the fastest entry and of cuBLAS.
+The last lines printed are the tables. JSON and log go to $PE_GPU_RESULTS or results/<date>-<device>/.
 """
 from __future__ import annotations
 
@@ -35,107 +36,120 @@ import time
 import traceback
 from pathlib import Path
 
-from . import hopper
+from . import bench, device, hopper_bench as baselines, results, stages, timing
+from .stage import Stage, all_stages
 
-# (stage key, defines), most informative first: the time budget may cut the tail of the list.
-VARIANTS = [
-    ("04", {"EPI_STREAM": 1}),          # the best of the previous sweep: the baseline of this one
-    ("06", {}),
-    ("07", {}),
-    ("08", {}),
-    ("09", {}),
-    ("04", {}),
-    ("05", {}),
-    ("03", {}),
-    ("02", {}),
-    ("00", {}),
-    ("01", {}),
-    # 06-09: what each idea is worth, and its neighbours
-    ("06", {"B_PERM_TMA": 0}),          # B permuted in shared memory instead of by the 5-D TMA view
-    ("06", {"EPI_STREAM": 0}),
-    ("06", {"TURN_EARLY": 1}),
-    ("07", {"TURN_EARLY": 1}),
-    ("07", {"PREFETCH_TILES": 1}),
-    ("07", {"PREFETCH_TILES": 3}),
-    ("07", {"BLOCK_N": 192, "NUM_STAGES": 10}),   # a deep A ring without the multicast
-    ("07", {"B_PERM_TMA": 0}),
-    ("08", {"TURN_EARLY": 1}),
-    ("08", {"B_PERM_TMA": 0}),
-    ("09", {"NUM_STAGES": 6}),          # the multicast with a shallow ring
-    ("09", {"TURN_EARLY": 1}),
-    ("09", {"PREFETCH_TILES": 0}),
-    ("09", {"PREFETCH_TILES": 4}),
-    ("09", {"BLOCK_N": 256, "NUM_STAGES": 4, "CLUSTER_N": 3}),   # 05's cluster with 06/07
-    ("09", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 2}),
-    ("09", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 3}),
-    ("09", {"B_PERM_TMA": 0}),
-    # 04: what its ideas were worth
-    ("04", {"EPI_VEC": 0}),
-    ("04", {"COMB_EARLY": 0}),
-    ("04", {"PREFETCH_TILES": 0}),
-    ("04", {"BLOCK_N": 192, "NUM_STAGES": 6}),
-    ("05", {"PREFETCH_TILES": 0}),
-    # 02 / 03: the multicast and the epilogue forms
-    ("03", {"EPI_TMA_STORE": 0}),
-    ("03", {"BLOCK_N": 192, "NUM_STAGES": 4}),
-    # 01 with 1 and 3 consumer warpgroups (the chapter's widget)
-    ("01", {"BLOCK_N": 128, "NUM_CONSUMERS": 1, "WG_M": 2}),
-    ("01", {"BLOCK_N": 192, "NUM_CONSUMERS": 3, "NUM_STAGES": 3}),
-]
-# Timed again after every variant, labelled AGAIN_TAG: the drift of the GPU over the run.
-AGAIN = [("04", {"EPI_STREAM": 1})]
+# (stage, defines) of interest beyond the stage files' defaults, most informative first: the time
+# budget may cut the tail of the list.
+VARIANTS = {
+    "sm90": [
+        ("sm90/04_pingpong_resident_b", {"EPI_STREAM": 1}),   # the best of an earlier sweep
+        ("sm90/06_permuted_b", {"B_PERM_TMA": 0}),            # B permuted in shared memory instead of by TMA
+        ("sm90/06_permuted_b", {"EPI_STREAM": 0}),
+        ("sm90/06_permuted_b", {"TURN_EARLY": 1}),
+        ("sm90/07_comb_resident", {"TURN_EARLY": 1}),
+        ("sm90/07_comb_resident", {"PREFETCH_TILES": 1}),
+        ("sm90/07_comb_resident", {"PREFETCH_TILES": 3}),
+        ("sm90/07_comb_resident", {"BLOCK_N": 192, "NUM_STAGES": 10}),   # a deep A ring without the multicast
+        ("sm90/07_comb_resident", {"B_PERM_TMA": 0}),
+        ("sm90/08_comb_init", {"TURN_EARLY": 1}),
+        ("sm90/08_comb_init", {"B_PERM_TMA": 0}),
+        ("sm90/09_multicast_pairs", {"NUM_STAGES": 6}),       # the multicast with a shallow ring
+        ("sm90/09_multicast_pairs", {"TURN_EARLY": 1}),
+        ("sm90/09_multicast_pairs", {"PREFETCH_TILES": 0}),
+        ("sm90/09_multicast_pairs", {"PREFETCH_TILES": 4}),
+        ("sm90/09_multicast_pairs", {"BLOCK_N": 256, "NUM_STAGES": 4, "CLUSTER_N": 3}),   # 05's cluster with 06/07
+        ("sm90/09_multicast_pairs", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 2}),
+        ("sm90/09_multicast_pairs", {"BLOCK_N": 128, "NUM_STAGES": 16, "CLUSTER_N": 3}),
+        ("sm90/09_multicast_pairs", {"B_PERM_TMA": 0}),
+        ("sm90/04_pingpong_resident_b", {"EPI_VEC": 0}),      # 04: what its ideas were worth
+        ("sm90/04_pingpong_resident_b", {"COMB_EARLY": 0}),
+        ("sm90/04_pingpong_resident_b", {"PREFETCH_TILES": 0}),
+        ("sm90/04_pingpong_resident_b", {"BLOCK_N": 192, "NUM_STAGES": 6}),
+        ("sm90/05_multicast_a", {"PREFETCH_TILES": 0}),
+        ("sm90/03_staged_epilogue", {"EPI_TMA_STORE": 0}),    # 02 / 03: the multicast and the epilogue forms
+        ("sm90/03_staged_epilogue", {"BLOCK_N": 192, "NUM_STAGES": 4}),
+        ("sm90/01_warp_specialized", {"BLOCK_N": 128, "NUM_CONSUMERS": 1, "WG_M": 2}),   # the chapter's widget
+        ("sm90/01_warp_specialized", {"BLOCK_N": 192, "NUM_CONSUMERS": 3, "NUM_STAGES": 3}),
+    ],
+    "fp8": [("fp8/05_epi_warps", {"NUM_EPI_WARPS": w}) for w in (4, 6)]
+           + [("fp8/06_stages", {"NUM_STAGES": n}) for n in (5, 6)],
+    "nvfp4": [("nvfp4/01_pipelined", {"NUM_AB_STAGE": n}) for n in (1, 2, 3, 5, 6)]
+             + [("nvfp4/02_tma_store_epilogue", {"NUM_AB_STAGE": n}) for n in (5, 6)],
+}
+# Timed again after every other entry, labelled AGAIN_TAG: the drift of the GPU over the run.
+AGAIN = [("sm90/06_permuted_b", {})]
 AGAIN_TAG = " [again]"
-QUICK = [("04", {"EPI_STREAM": 1}), ("06", {}), ("07", {}), ("08", {}), ("09", {}), ("04", {}), ("05", {}),
-         ("03", {}), ("02", {}), ("00", {}), ("01", {})]
-CHECK_PROBLEMS = hopper.CHECK_PROBLEMS
+# Whose clock64 phases the sweep records beside the fastest entry's.
+CLOCK_ALSO = [("sm90/04_pingpong_resident_b", {}), ("sm90/06_permuted_b", {}), ("sm90/07_comb_resident", {}),
+              ("sm90/09_multicast_pairs", {}), ("fp8/09_persistent_megakernel", {})]
 DEBUG_DEFINES = {"PE_WAIT_PRINTF": 1, "PE_WAIT_LIMIT": 1 << 20}  # a hang traps in about a second, with its tag
 
 
 def label(key: str, defines: dict) -> str:
-    s = hopper.stage(key).name
-    return s + ("" if not defines else " " + ",".join(f"{k}={v}" for k, v in sorted(defines.items())))
+    return Stage(key, defines).label
 
 
-def check_problem(name: str):
-    """The verification shapes (pelib.hopper.check_problem)."""
-    return hopper.check_problem(name)
+def entries(families, keys=None, variants: bool = False) -> list[tuple[str, dict]]:
+    """(stage, defines) to sweep: every stage file of the families (or the named ones) at its defaults,
+    then (with variants) each family's VARIANTS."""
+    out = [(s.key, {}) for s in all_stages(families) if not keys or s.key in keys]
+    if variants:
+        out += [v for f in families for v in VARIANTS.get(f, []) if not keys or v[0] in keys]
+    return out
 
 
-# ---- worker: runs variants in its own process (a trap or hang ends only this process) ----------
+# ---- worker: runs entries in its own process (a trap or hang ends only this process) ---------------
 
-class _Full:
-    """The full problem's saved inputs and reference, loaded on first use."""
+class _Data:
+    """Each family's full problem: saved inputs and reference, loaded on first use."""
 
     def __init__(self, data_dir: str):
-        self.data_dir, self.t, self.ref = data_dir, None, None
+        self.data_dir, self.cache = Path(data_dir), {}
 
-    def get(self):
-        if self.t is None:
-            import torch
-            from . import problems
-            self.problem = problems.patch_embed("siglip2")
-            d = Path(self.data_dir)
-            self.t = {k: torch.load(d / f"{k}.pt", mmap=True).cuda() for k in ("a", "b", "comb", "bias", "pos")}
-            self.t["out"] = torch.empty(self.problem.m, self.problem.n, dtype=torch.bfloat16, device="cuda")
-            self.ref = torch.load(d / "ref.pt", mmap=True).cuda()
-        return self.problem, self.t, self.ref
+    def full(self, s: Stage):
+        import torch   # the worker runs on the GPU
+        prob = s.problem("full")
+        if prob.name not in self.cache:
+            d = self.data_dir / prob.name
+            t = {k: v.cuda() for k, v in torch.load(d / "inputs.pt", mmap=True).items()}
+            out = json.loads((d / "out.json").read_text())
+            t["out"] = torch.empty(out["shape"], dtype=getattr(torch, out["dtype"]), device="cuda")
+            self.cache = {prob.name: (prob, t, torch.load(d / "ref.pt", mmap=True).cuda())}
+        return self.cache[prob.name]
+
+
+def save_full(s: Stage, data_dir: str) -> None:
+    """The full problem's inputs (seed 0) and reference, saved once per problem for the workers."""
+    import torch
+    prob = s.problem("full")
+    d = Path(data_dir) / prob.name
+    if d.exists():
+        return
+    d.mkdir(parents=True)
+    t = s.inputs(prob, seed=0)
+    ref = s.kind.reference(prob, t)
+    torch.cuda.synchronize()
+    torch.save({k: v.cpu() for k, v in t.items() if k != "out"}, d / "inputs.pt")
+    (d / "out.json").write_text(json.dumps({"shape": list(t["out"].shape),
+                                            "dtype": str(t["out"].dtype).replace("torch.", "")}))
+    torch.save(ref.cpu(), d / "ref.pt")
 
 
 def _worker(jobs_file: str, data_dir: str, start: int, iters: int) -> None:
     jobs = json.loads(Path(jobs_file).read_text())
-    full = _Full(data_dir)
-    small: dict = {}
+    data, small = _Data(data_dir), {}
     for i in range(start, len(jobs)):
         job = jobs[i]
         print(f"START {i}", flush=True)
         res = {"index": i, **job}
         try:
             if job["kind"] == "variant":
-                _run_variant(job, small, full, iters, res)   # fills res as it goes: a fault keeps the checks
+                _run_variant(job, small, data, iters, res)   # fills res as it goes: a fault keeps the checks
             elif job["kind"] == "debug":
                 _run_debug(job, small, res)
             else:
-                res.update(_run_clock(job, full))
+                res.update(_run_clock(job, data))
         except Exception as e:  # a launch error or fault: report it; a fault leaves the context dead
             res.update(ok=False, error=f"{type(e).__name__}: {e}"[:2000], trace=traceback.format_exc()[-2000:])
             print("JOB " + json.dumps(res, default=str), flush=True)
@@ -146,74 +160,64 @@ def _worker(jobs_file: str, data_dir: str, start: int, iters: int) -> None:
         print("JOB " + json.dumps(res, default=str), flush=True)
 
 
-def _small(small: dict, name: str):
-    if name not in small:
-        p = check_problem(name)
-        t = hopper.make_tensors(p, seed=7)
-        small[name] = (p, t, hopper.reference(p, t))
-    return small[name]
+def _small(small: dict, s: Stage, name: str):
+    key = (s.family, name)
+    if key not in small:
+        p = s.problem(name)
+        t = s.inputs(p, seed=7)
+        small[key] = (p, t, s.kind.reference(p, t))
+    return small[key]
 
 
-def _check(b, name, small, job, out) -> bool:
-    from . import verify as _verify
-    p, t, ref = _small(small, name)
+def _check(s: Stage, name: str, small: dict, out: dict) -> bool:
+    p, t, ref = _small(small, s, name)
     out["checking"] = name
-    _verify.poison(t["out"])
-    r = hopper.Runner(b, p, t)
-    r()
-    r.wait(20.0)
-    rep = hopper.check(b, p, t, ref, label=f"{job['label']} on {name}")
+    r = s.run(p, inputs=t, ref=ref, time=False)
+    rep = r["verify"]
     out["checks"][name] = {"ok": rep.ok, "n_bad": rep.n_bad, "n_nan": rep.n_nan, "max_abs": rep.max_abs,
-                           "grid": r.cfg.grid, "report": str(rep) if not rep.ok else ""}
+                           "grid": r["launch"]["grid"], "report": str(rep) if not rep.ok else ""}
     return rep.ok
 
 
-def _run_variant(job, small, full, iters, out: dict) -> dict:
-    from . import verify as _verify
-    key, defines = job["key"], job["defines"]
-    b = hopper.build(key, defines)
+def _run_variant(job, small, data, iters, out: dict) -> dict:
+    s = Stage(job["stage"], job["defines"])
     out["checks"] = {}
-    for name in CHECK_PROBLEMS:
-        _check(b, name, small, job, out)
+    for name in s.kind.CHECK_PROBLEMS:
+        _check(s, name, small, out)
     out.pop("checking", None)
     if not all(c["ok"] for c in out["checks"].values()):
         out["ok"] = False
         return out
-    fp, t_full, ref_full = full.get()
-    out["checking"] = "siglip2"
-    _verify.poison(t_full["out"])
-    r = hopper.Runner(b, fp, t_full)
-    r()
-    r.wait(30.0)
-    rep = hopper.check(b, fp, t_full, ref_full, label=f"{job['label']} on siglip2")
+    prob, t, ref = data.full(s)
+    out["checking"] = prob.name
+    r = s.run(prob, inputs=t, ref=ref, iters=iters)
+    rep = r["verify"]
     out.pop("checking", None)
     out.update(ok=rep.ok, n_bad=rep.n_bad, n_nan=rep.n_nan, max_abs=rep.max_abs, max_rel=rep.max_rel,
-               atol=rep.atol, rtol=rep.rtol, report=str(rep),
-               launch={**r.cfg.as_dict(), "active_clusters": r.active_clusters})
+               atol=rep.atol, rtol=rep.rtol, report=str(rep), launch=r["launch"])
     if rep.ok:
-        out.update(hopper.time_runner(r, iters=iters))
-        out["repeat_median_ms"] = hopper.time_runner(r, iters=iters)["median_ms"]  # the spread between runs
+        out.update({k: r[k] for k in ("median_ms", "p10_ms", "p90_ms", "n", "tflops", "gbps") if k in r})
+        out["repeat_median_ms"] = s.run(prob, inputs=t, verify=False, iters=iters)["median_ms"]  # run-to-run spread
     return out
 
 
 def _run_debug(job, small, out: dict) -> dict:
     """The failing shape again, built with PE_WAIT_PRINTF: a timed-out wait prints its tag."""
-    b = hopper.build(job["key"], {**job["defines"], **DEBUG_DEFINES})
+    s = Stage(job["stage"], {**job["defines"], **DEBUG_DEFINES})
     out["checks"] = {}
-    ok = _check(b, job["shape"], small, job, out)
-    out["ok"] = ok
+    out["ok"] = _check(s, job["shape"], small, out)
     return out
 
 
-def _run_clock(job, full) -> dict:
-    """A TIMING build of the variant on the full problem; per-warp phase statistics (cycles)."""
-    fp, t_full, _ = full.get()
-    tm = hopper.clock_breakdown(job["key"], fp, job["defines"], tensors=t_full)
-    summ = tm.summary()
+def _run_clock(job, data) -> dict:
+    """A TIMING build of the entry on its full problem; per-warp phase statistics (cycles)."""
+    s = Stage(job["stage"], job["defines"])
+    prob, t, _ = data.full(s)
+    tm = s.run_timing(prob, inputs=t)
     return {"ok": True, "unit": tm.layout.unit, "table": tm.table(),
             "summary": {ph: {"avg": row["avg"], "spread": row["spread"],
-                             "warps": {str(w): s["avg"] for w, s in row["warps"].items()}}
-                        for ph, row in summ.items()}}
+                             "warps": {str(w): st["avg"] for w, st in row["warps"].items()}}
+                        for ph, row in tm.summary().items()}}
 
 
 def run_jobs(jobs: list[dict], data_dir: str, iters: int, budget_s: float, job_timeout_s: float = 90.0) -> list[dict]:
@@ -226,7 +230,7 @@ def run_jobs(jobs: list[dict], data_dir: str, iters: int, budget_s: float, job_t
     results: dict[int, dict] = {}
     start, t0 = 0, time.time()
     while start < len(jobs) and budget_s - (time.time() - t0) > 5:
-        cmd = [sys.executable, "-m", "pelib.hopper_sweep", "--worker", str(jf), "--data", data_dir,
+        cmd = [sys.executable, "-m", "pelib.sweep", "--worker", str(jf), "--data", data_dir,
                "--start", str(start), "--iters", str(iters)]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -305,10 +309,15 @@ def fail_reason(r: dict) -> str:
         return "wrong on " + "; ".join(bad)[:150]
     err = r.get("error", "") or r.get("report", "")
     if "KernelFault" in err:
-        where = r.get("checking") or next((k for k in CHECK_PROBLEMS if k not in r.get("checks", {})), "?")
+        where = r.get("checking") or _first_unchecked(r, "?")
         return f"KernelFault on {where}: " + ("trap (bounded wait or range check)" if "trap" in err.lower()
                                               or "LAUNCH_FAILED" in err else err.split(":")[-1][:80])
     return err.replace("\n", " ")[:150]
+
+
+def _first_unchecked(r: dict, default: str) -> str:
+    checks = Stage(r["stage"]).kind.CHECK_PROBLEMS if r.get("stage") else ()
+    return next((k for k in checks if k not in r.get("checks", {})), default)
 
 
 def _print_job(r: dict) -> None:
@@ -327,17 +336,13 @@ def _print_job(r: dict) -> None:
             print(f"    | {ln[:200]}", flush=True)
 
 
-# The variants whose clock64 phases the sweep records beside the fastest one's.
-CLOCK_ALSO = [("04", {"EPI_STREAM": 1}), ("06", {}), ("07", {}), ("08", {}), ("09", {})]
-
-
 def clock_jobs(best: dict, timed: list[dict]) -> list[dict]:
-    """The clock jobs: the fastest verified variant first, then each of CLOCK_ALSO that verified."""
-    out = [{"kind": "clock", "key": best["key"], "defines": best["defines"], "label": best["label"]}]
-    ok = {(r["key"], json.dumps(r["defines"], sort_keys=True)) for r in timed}
+    """The clock jobs: the fastest verified entry first, then each of CLOCK_ALSO that verified."""
+    out = [{"kind": "clock", "stage": best["stage"], "defines": best["defines"], "label": best["label"]}]
+    ok = {(r["stage"], json.dumps(r["defines"], sort_keys=True)) for r in timed}
     for k, d in CLOCK_ALSO:
-        if (k, d) != (best["key"], best["defines"]) and (k, json.dumps(d, sort_keys=True)) in ok:
-            out.append({"kind": "clock", "key": k, "defines": d, "label": label(k, d)})
+        if (k, d) != (best["stage"], best["defines"]) and (k, json.dumps(d, sort_keys=True)) in ok:
+            out.append({"kind": "clock", "stage": k, "defines": d, "label": label(k, d)})
     return out
 
 
@@ -350,28 +355,27 @@ def _tool(name: str) -> str | None:
     return None
 
 
-def _sanitize(keys: list[str] | None = None, extra: list | None = None) -> int:
-    """Each stage once on 'small' and 'tail', verified: the body to run under
+def _sanitize(entries_: list) -> int:
+    """Each entry once on its family's first two check shapes, verified: the body to run under
     `compute-sanitizer --tool memcheck` (no timing; the sanitizer slows kernels by orders of magnitude)."""
     bad = 0
-    variants = [(s.key, {}) for s in hopper.available() if not keys or s.key in keys] + list(extra or [])
-    for key, defines in variants:
-        for name in ("small", "tail"):
-            p = check_problem(name)
+    for key, defines in entries_:
+        s = Stage(key, defines)
+        for name in s.kind.CHECK_PROBLEMS[:2]:
             try:
-                rep = hopper.verify(key, p, defines, seed=1)
+                rep = s.run(name, seed=1, time=False)["verify"]
                 ok, what = rep.ok, f"max abs {rep.max_abs:.3g}, bad {rep.n_bad}, NaN {rep.n_nan}"
             except Exception as e:
                 ok, what = False, f"{type(e).__name__}: {e}"[:300]
             bad += not ok
-            print(f"[sanitize] {label(key, defines)} on {name}: {'ok' if ok else 'FAIL'} ({what})", flush=True)
+            print(f"[sanitize] {s.label} on {name}: {'ok' if ok else 'FAIL'} ({what})", flush=True)
             if not ok and "KernelFault" in what:
                 print("[sanitize] the CUDA context is dead: the remaining stages are not checked", flush=True)
                 return 1
     return 1 if bad else 0
 
 
-def run_memcheck(best: tuple | None, timeout_s: float) -> dict:
+def run_memcheck(entries_: list, timeout_s: float) -> dict:
     """compute-sanitizer --tool memcheck over _sanitize; its per-stage lines and error summary."""
     cs = _tool("compute-sanitizer")
     if not cs:
@@ -380,9 +384,7 @@ def run_memcheck(best: tuple | None, timeout_s: float) -> dict:
     # cuEventQuery, whose CUDA_ERROR_NOT_READY answers the default (explicit) mode reports as API errors
     # (the 2026-11-23 sweep: "ERROR SUMMARY: 48 errors" with every checked run correct).
     cmd = [cs, "--tool", "memcheck", "--report-api-errors", "no", "--error-exitcode", "9", sys.executable,
-           "-m", "pelib.hopper_sweep", "--sanitize"]
-    if best and best[1]:
-        cmd += ["--extra", json.dumps([list(best)])]
+           "-m", "pelib.sweep", "--sanitize", json.dumps([list(e) for e in entries_])]
     t0 = time.time()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
@@ -411,15 +413,14 @@ NCU_OPTIONAL = ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained
 
 
 def _ncu_target(key: str, defines: dict) -> None:
-    """Body profiled by Nsight Compute: our kernel once, then cuBLAS's fast-accumulation GEMM once."""
-    import torch
-    from . import hopper_bench, problems
-    prob = problems.patch_embed("siglip2")
-    t = hopper.make_tensors(prob, seed=0)
-    r = hopper.Runner(hopper.build(key, defines), prob, t)
-    r()
-    r.wait(30.0)
-    hopper_bench.scaled_mm_fns(prob, t)["cublas_gemm_fastacc"]()
+    """Body profiled by Nsight Compute: our kernel once, then (patch embed) cuBLAS's fast-accumulation GEMM once."""
+    import torch   # the GPU subprocess only
+    s = Stage(key, defines)
+    prob = s.problem("full")
+    t = s.inputs(prob)
+    s.run(prob, inputs=t, verify=True, time=False)
+    if s.family in ("fp8", "sm90"):
+        baselines.scaled_mm_fns(prob, t)["cublas_gemm_fastacc"]()
     torch.cuda.synchronize()
 
 
@@ -431,13 +432,13 @@ def run_ncu(best: tuple, timeout_s: float) -> dict:
     metrics = list(NCU_METRICS)
     try:
         q = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=60)
-        have = q.stdout
-        metrics += [m for m in NCU_OPTIONAL if m.split(".")[0] in have]
+        metrics += [m for m in NCU_OPTIONAL if m.split(".")[0] in q.stdout]
     except Exception:
         pass
+    kernel = Stage(best[0]).build.kernel
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--page", "raw",
-           "-k", "regex:patch_embed_sm90|gemm|xmma|cutlass|nvjet", "-c", "2", "--metrics", ",".join(metrics),
-           sys.executable, "-m", "pelib.hopper_sweep", "--ncu-target", json.dumps([best[0], best[1]])]
+           "-k", f"regex:{kernel}|gemm|xmma|cutlass|nvjet", "-c", "2", "--metrics", ",".join(metrics),
+           sys.executable, "-m", "pelib.sweep", "--ncu-target", json.dumps([best[0], best[1]])]
     t0 = time.time()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
@@ -481,8 +482,7 @@ def format_ncu(res: dict) -> str:
              "sm__inst_executed_pipe_tensor_op_gmma.sum": "GMMA inst"}
     lines = ["Nsight Compute (clock control none):"]
     for k in res["kernels"]:
-        vals = ", ".join(f"{short[m]} {k[m]}" for m in short if m in k)
-        lines.append(f"  {k['kernel'][:40]}: {vals}")
+        lines.append(f"  {k['kernel'][:40]}: " + ", ".join(f"{short[m]} {k[m]}" for m in short if m in k))
     return "\n".join(lines)
 
 
@@ -492,18 +492,27 @@ def _left(t_start: float, budget: float) -> float:
     return budget - (time.time() - t_start)
 
 
+def _facts(s: Stage) -> dict:
+    f = s.facts_row()
+    warns = sorted(set(__import__("re").findall(r"C75\d\d", s.build.log)))
+    return {"label": s.label, "stage": s.key, "defines": dict(s.defines), "registers": f["registers"],
+            "spills": f["spills (B)"], "smem": f["smem (B)"], "tile": f["tile"], "ptxas_warnings": ",".join(warns),
+            **{k: v for k, v in f.items() if k.isupper()},
+            **{op: s.build.histogram.get(op, 0) for op in ("UTMASTG", "STG", "STS")}}
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pelib.hopper_sweep", description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="only the committed stages")
+    ap = argparse.ArgumentParser(prog="python -m pelib.sweep", description=__doc__.splitlines()[0])
+    ap.add_argument("--family", default=None, help="comma-separated families (default: every one this GPU runs)")
+    ap.add_argument("--stage", action="append", default=None, help="only these stage files (family/name)")
+    ap.add_argument("--variants", action="store_true", help="also each family's VARIANTS (and the AGAIN runs)")
     ap.add_argument("--no-compiled", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--no-sanitize", action="store_true", help="skip the compute-sanitizer memcheck step")
     ap.add_argument("--no-ncu", action="store_true", help="skip the Nsight Compute step")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for the whole run")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--sanitize", action="store_true",
-                    help="only run each stage once on the small shapes (run under compute-sanitizer)")
-    ap.add_argument("--extra", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--sanitize", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ncu-target", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
@@ -513,135 +522,130 @@ def main(argv=None) -> int:
         _worker(a.worker, a.data, a.start, a.iters)
         return 0
     if a.sanitize:
-        extra = [tuple(x) for x in json.loads(a.extra)] if a.extra else None
-        return _sanitize(extra=extra)
+        return _sanitize([tuple(x) for x in json.loads(a.sanitize)])
     if a.ncu_target:
         key, defines = json.loads(a.ncu_target)
         _ncu_target(key, defines)
         return 0
 
     t_start = time.time()
-    import torch
-    from . import bench, device, hopper_bench, problems
+    import torch   # the sweep runs on a GPU
     info = device.current()
-    print(device.banner_text(hopper.ARCH, info), flush=True)
-    device.require(hopper.ARCH, info)
+    print(device.banner_text(info=info), flush=True)
+    fams = [f for f in (a.family.split(",") if a.family else ("sm90", "fp8", "nvfp4"))
+            if device.can_run(Stage(stages.family_stages(f)[0]).arch, info)]
+    if not fams:
+        device.require("sm_90a", info)   # raises UnsupportedGPU naming what is here
     env = bench.environment(info)
-    variants = QUICK if a.quick else VARIANTS
-    variants = [(k, d) for k, d in variants if (hopper.STAGES.get(k) and k in {s.key for s in hopper.available()})]
+    todo = entries(fams, a.stage, a.variants)
 
     # 1. compiled facts (this also fills the build cache the workers use)
-    facts = []
-    for k, d in variants:
+    facts, built = [], []
+    for k, d in todo:
+        s = Stage(k, d)
         try:
-            f = hopper.stage_facts(k, d)
-            f["label"] = label(k, d)
-            facts.append(f)
+            f = _facts(s)
+            built.append((k, d))
             print(f"[build] {f['label']}: {f['registers']} regs, {f['spills']} B spills, smem {f['smem']} B, "
-                  f"tile {f['tile']}, QGMMA {f['QGMMA']}{' ' + f['ptxas_warnings'] if f['ptxas_warnings'] else ''}",
-                  flush=True)
+                  f"tile {f['tile']}{' ' + f['ptxas_warnings'] if f['ptxas_warnings'] else ''}", flush=True)
         except Exception as e:
-            facts.append({"label": label(k, d), "error": f"{type(e).__name__}: {e}"[:1500]})
-            print(f"[build] {label(k, d)}: FAILED {e}", flush=True)
-    built = [(k, d) for (k, d), f in zip(variants, facts) if "error" not in f]
+            f = {"label": s.label, "stage": k, "error": f"{type(e).__name__}: {e}"[:1500]}
+            print(f"[build] {s.label}: FAILED {e}", flush=True)
+        facts.append(f)
 
-    # 2. copy bandwidth, full-problem inputs and reference (saved for the workers)
-    copy = hopper_bench.copy_bandwidth_gb_s()
+    # 2. copy bandwidth, each family's full problem (saved for the workers)
+    copy = bench.copy_bandwidth_gb_s()
     print(f"[copy] device-to-device {copy['gbps']:.0f} GB/s (read + write)", flush=True)
-    full = problems.patch_embed("siglip2")
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    data_dir = tempfile.mkdtemp(prefix="pelib-hopper-", dir=shm)
-    report = {"env": env, "evidence": f"measured ({info.name}, {env['date'][:10]})", "copy": copy,
-              "facts": facts, "variants": [], "debug": [], "baselines": {}, "clock": None,
-              "memcheck": None, "ncu": None}
+    data_dir = tempfile.mkdtemp(prefix="pelib-sweep-", dir=shm)
+    report = {"env": env, "evidence": f"measured ({info.name}, {env['date'][:10]})", "copy": copy, "facts": facts,
+              "variants": [], "debug": [], "baselines": {}, "clock": None, "memcheck": None, "ncu": None}
     try:
         t0 = time.time()
-        t = hopper.make_tensors(full, seed=0)
-        ref = hopper.reference(full, t)
-        torch.cuda.synchronize()
-        for k in ("a", "b", "comb", "bias", "pos"):
-            torch.save(t[k].cpu(), Path(data_dir) / f"{k}.pt")
-        torch.save(ref.cpu(), Path(data_dir) / "ref.pt")
-        print(f"[data] inputs + reference in {time.time() - t0:.1f} s", flush=True)
+        for f in dict.fromkeys(Stage(k).family for k, _ in built):
+            save_full(next(Stage(k) for k, _ in built if Stage(k).family == f), data_dir)
+        torch.cuda.empty_cache()
+        print(f"[data] inputs + references in {time.time() - t0:.1f} s", flush=True)
 
-        # 3. variants in workers (the kernels never run in this process)
-        jobs = [{"kind": "variant", "key": k, "defines": d, "label": label(k, d)} for k, d in built]
-        jobs += [{"kind": "variant", "key": k, "defines": d, "label": label(k, d) + AGAIN_TAG}
-                 for k, d in (AGAIN if not a.quick else []) if (k, d) in built]
-        results = run_jobs(jobs, data_dir, a.iters, _left(t_start, a.budget) - 150)
-        report["variants"] = results
-        # 3b. faulting variants again with PE_WAIT_PRINTF on the shape that failed (their wait tags)
-        faulted = [r for r in results if not r.get("ok") and any(x in (r.get("error") or "")
-                                                                  for x in ("KernelFault", "KernelHang"))]
+        # 3. entries in workers (the kernels never run in this process)
+        jobs = [{"kind": "variant", "stage": k, "defines": d, "label": label(k, d)} for k, d in built]
+        jobs += [{"kind": "variant", "stage": k, "defines": d, "label": label(k, d) + AGAIN_TAG}
+                 for k, d in (AGAIN if a.variants else []) if (k, d) in built]
+        res = run_jobs(jobs, data_dir, a.iters, _left(t_start, a.budget) - 150)
+        report["variants"] = res
+        # 3b. faulting entries again with PE_WAIT_PRINTF on the shape that failed (their wait tags)
+        faulted = [r for r in res if not r.get("ok") and any(x in (r.get("error") or "")
+                                                              for x in ("KernelFault", "KernelHang"))]
         if faulted and _left(t_start, a.budget) > 150:
-            dj = []
-            for r in faulted[:4]:
-                shape = r.get("checking") or next((n for n in CHECK_PROBLEMS if n not in r.get("checks", {})), "small")
-                dj.append({"kind": "debug", "key": r["key"], "defines": r["defines"], "shape": shape,
-                           "label": r["label"] + f" [PE_WAIT_PRINTF, {shape}]"})
+            dj = [{"kind": "debug", "stage": r["stage"], "defines": r["defines"],
+                   "shape": r.get("checking") or _first_unchecked(r, "small"),
+                   "label": r["label"] + " [PE_WAIT_PRINTF]"} for r in faulted[:4]]
             report["debug"] = run_jobs(dj, data_dir, a.iters, min(60.0, _left(t_start, a.budget) - 120), 30.0)
 
-        # 4. baselines (cuBLAS here; torch.compile in a subprocess at the end)
-        try:
-            report["baselines"] = hopper_bench.time_baselines(full, t, ref, iters=a.iters)
-        except Exception as e:
-            report["baselines"] = {"error": f"{type(e).__name__}: {e}"}
-        del ref, t
-        torch.cuda.empty_cache()
-        timed = [r for r in results if r.get("ok") and "median_ms" in r]
+        # 4. baselines of the patch-embed problem (cuBLAS here; torch.compile in a subprocess at the end)
+        pe = next((Stage(k) for k, _ in built if Stage(k).family in ("fp8", "sm90")), None)
+        if pe is not None:
+            full = pe.problem("full")
+            try:
+                t = {k: v.cuda() for k, v in torch.load(Path(data_dir) / full.name / "inputs.pt", mmap=True).items()}
+                ref = torch.load(Path(data_dir) / full.name / "ref.pt", mmap=True).cuda()
+                report["baselines"] = baselines.time_baselines(full, t, ref, iters=a.iters)
+                del t, ref
+            except Exception as e:
+                report["baselines"] = {"error": f"{type(e).__name__}: {e}"}
+            torch.cuda.empty_cache()
+        timed = [r for r in res if r.get("ok") and "median_ms" in r]
         best = min(timed, key=lambda r: r["median_ms"]) if timed else None
-        # 5. clock64 breakdown of the fastest verified variant, then of the baseline and of each newer
-        #    stage's default, for a before/after in one run (CLOCK_ALSO)
+        # 5. clock64 breakdown of the fastest verified entry, then of CLOCK_ALSO
         if best and _left(t_start, a.budget) > 100:
             cj = clock_jobs(best, timed)
             rs = run_jobs(cj, data_dir, a.iters, min(25.0 * len(cj), _left(t_start, a.budget) - 90))
             report["clock"], report["clocks"] = rs[0], rs[1:]
-        # 6. memcheck of every stage (and the best variant) on the small shapes
+        # 6. memcheck of every stage file on its first check shapes
         if not a.no_sanitize and _left(t_start, a.budget) > 120:
             lim = min(120.0, _left(t_start, a.budget) - 100)
             print(f"[memcheck] compute-sanitizer (limit {lim:.0f} s)", flush=True)
-            report["memcheck"] = run_memcheck((best["key"], best["defines"]) if best else None, lim)
+            report["memcheck"] = run_memcheck([(k, d) for k, d in built if not d], lim)
         # 7. torch.compile(max-autotune) of the fused expression
         left = _left(t_start, a.budget) - 50
-        if not a.no_compiled and left > 45:
-            limit = int(min(left, hopper_bench.COMPILE_TIMEOUT_S))
+        if pe is not None and not a.no_compiled and left > 45:
+            limit = int(min(left, baselines.COMPILE_TIMEOUT_S))
             print(f"[compile] torch.compile max-autotune (limit {limit} s)", flush=True)
-            report["baselines"]["compile_fused"] = hopper_bench.time_compiled(full.name, iters=a.iters,
-                                                                              timeout_s=limit, data_dir=data_dir)
-        elif not a.no_compiled:
+            report["baselines"]["compile_fused"] = baselines.time_compiled(full.name, iters=a.iters, timeout_s=limit,
+                                                                           data_dir=str(Path(data_dir) / full.name))
+        elif pe is not None and not a.no_compiled:
             report["baselines"]["compile_fused"] = {"error": f"skipped: {max(left, 0):.0f} s of the time budget left"}
-        # 8. Nsight Compute counters of the best variant and cuBLAS, with what is left
+        # 8. Nsight Compute counters of the best entry and cuBLAS, with what is left
         if not a.no_ncu and best and _left(t_start, a.budget) > 45:
             lim = min(150.0, _left(t_start, a.budget) - 10)
             print(f"[ncu] Nsight Compute (limit {lim:.0f} s)", flush=True)
-            report["ncu"] = run_ncu((best["key"], best["defines"]), lim)
+            report["ncu"] = run_ncu((best["stage"], best["defines"]), lim)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
     # 9. tables (printed last: the tail of the output is what is read)
-    from . import results
     out_dir = Path(a.out or os.environ.get("PE_GPU_RESULTS") or results.run_dir(env))
     out_dir.mkdir(parents=True, exist_ok=True)
     dev = "".join(c if c.isalnum() else "-" for c in info.name).strip("-").lower()
-    path = out_dir / f"hopper-sweep-{env['date'][:19].replace(':', '')}-{dev}.json"
+    path = out_dir / f"{'hopper-' if fams == ['sm90'] else ''}sweep-{env['date'][:19].replace(':', '')}-{dev}.json"
     best = min((r for r in report["variants"] if "median_ms" in r), key=lambda r: r["median_ms"], default=None)
-    if best:
-        rows = hopper_bench.compare_rows({**best, "stage": best["label"]}, report["baselines"], copy["gbps"], full)
-        report["comparison"] = rows
+    if best and pe is not None and Stage(best["stage"]).family in ("fp8", "sm90"):
+        report["comparison"] = bench.compare_rows({**best, "stage": best["label"]}, report["baselines"], copy["gbps"],
+                                                  pe.problem("full"))
     path.write_text(json.dumps(report, indent=1, default=str) + "\n")
 
     print()
     if report.get("clock") and report["clock"].get("summary"):
         print("clock64 phases of " + report["clock"]["label"] + " (cycles per tile, averaged per warp; "
               "full per-warp table in the JSON)")
-        for row in hopper.clock_summary_rows(report["clock"]["summary"]):
+        for row in timing.summary_rows(report["clock"]["summary"]):
             print(f"  {row['phase']:<14}warps {row['warps']:<6}avg {row['avg (cycles)']:>9}  warp avgs "
-                  f"{row['min warp avg']:>9} .. {row['max warp avg']:<9} {row['what']}")
+                  f"{row['min warp avg']:>9} .. {row['max warp avg']}")
     elif report.get("clock"):
         print(f"clock64: {report['clock'].get('error', 'no records')[:300]}")
     for cl in report.get("clocks") or []:
         if cl.get("summary"):
-            avg = {row["phase"]: row["avg (cycles)"] for row in hopper.clock_summary_rows(cl["summary"])}
+            avg = {row["phase"]: row["avg (cycles)"] for row in timing.summary_rows(cl["summary"])}
             print(f"  clock64 {cl['label'][:44]:<44} " + " ".join(f"{ph} {avg[ph]}" for ph in
                   ("tma_wait", "kloop", "epi_wait", "epi_phase1", "tile") if ph in avg))
     for r in report.get("debug", []):
@@ -654,22 +658,22 @@ def main(argv=None) -> int:
               + "; ".join(mc.get("summary", [])[:2] or [mc.get("error", "")]))
         for ln in (mc.get("lines", []) if not mc.get("ok") else []) + mc.get("errors", [])[:6]:
             print("  " + ln[:200])
-    print(f"\n{report['evidence']}; copy {copy['gbps']:.0f} GB/s; floor {full.min_bytes / copy['gbps'] / 1e6:.3f} ms")
-    print(f"{'variant':<60}{'regs':>5}{'smem':>6}{'check':>6}{'ms':>8}{'rep':>8}{'TFLOPS':>7}{'floor':>6}")
+    print(f"\n{report['evidence']}; copy {copy['gbps']:.0f} GB/s")
+    print(f"{'entry':<60}{'regs':>5}{'smem':>6}{'check':>6}{'ms':>9}{'rep':>9}{'TFLOPS':>7}{'floor':>6}")
     fact_of = {f["label"]: f for f in facts}
     for r in report["variants"]:
         f = fact_of.get(r["label"].replace(AGAIN_TAG, ""), {})
         ms = r.get("median_ms")
-        d = hopper.derived(full, ms, copy["gbps"]) if ms else {}
         if ms:
+            d = bench.derived(Stage(r["stage"]).problem("full"), ms, copy["gbps"])
             print(f"{r['label'][:60]:<60}{f.get('registers', '-'):>5}{f.get('smem', 0) // 1024:>5}K{'ok':>6}"
-                  f"{ms:>8.4f}{r['repeat_median_ms']:>8.4f}{d['tflops']:>7.0f}{100 * d['floor_frac']:>5.0f}%")
+                  f"{ms:>9.4f}{r['repeat_median_ms']:>9.4f}{d['tflops']:>7.0f}{100 * d['floor_frac']:>5.0f}%")
         else:
             print(f"{r['label'][:60]:<60}{f.get('registers', '-'):>5}{f.get('smem', 0) // 1024:>5}K{'FAIL':>6}  "
                   f"{fail_reason(r)[:90]}")
-    if best:
+    if report.get("comparison"):
         print()
-        print(hopper_bench.format_rows(report["comparison"]))
+        print(bench.format_rows(report["comparison"]))
     print(f"\nwrote {path} ({time.time() - t_start:.0f} s)")
     return 0
 

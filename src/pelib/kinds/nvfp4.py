@@ -1,0 +1,319 @@
+"""The NVFP4 block-scaled stages: the export relations, the scale-factor maps, alpha, the ring and 02's staging.
+
+The kernels (src/kernels/nvfp4/) take (tmap_a, tmap_b, tmap_sfa, tmap_sfb, out | tmap_c, alpha, M, N, K).
+A and B travel as packed E2M1 bytes; the scale factors as rows of 256 B of the blocked 512-B atoms; 02
+stores the FP16 output through tmap_c from a swizzled staging tile. Everything here is derived from the
+exports; `check_layout` names an export whose relations do not hold.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import descriptors as D, emulate as E, problems, reference
+from .base import Kind, KindError
+
+
+def check_layout(ex: dict) -> list[str]:
+    """The relations the kernel relies on, each violation naming the export."""
+    out = []
+    if ex.get("mma_kind") != 6:
+        out.append(f"mma_kind={ex.get('mma_kind')}: the NVFP4 stages use kind::mxf4nvf4 (6)")
+    dec = D.decode_umma_instr_desc_block_scaled(ex["idesc"], "mxf4nvf4")
+    if (dec["m"], dec["n"]) != (ex["tile_m"], ex["tile_n"]):
+        out.append(f"idesc says M={dec['m']} N={dec['n']}, tiles are {ex['tile_m']}x{ex['tile_n']}")
+    if dec["scale_fmt"] != "ue4m3" or ex["sf_vec"] != 16:
+        out.append("NVFP4 needs UE4M3 scales per 16 elements (idesc bit 23 = 0, sf_vec 16)")
+    if ex["a_box_k"] != ex["block_k"] or ex["block_k"] // 2 != ex["a_swizzle"]:
+        out.append(f"a K tile row ({ex['block_k'] // 2} B) must fill the {ex['a_swizzle']}-B swizzle span")
+    if ex["sf_rows_per_atom"] * ex["sf_row_bytes"] != 512:
+        out.append(f"{ex['sf_rows_per_atom']} SF rows of {ex['sf_row_bytes']} B are not one 512-B atom")
+    if ex["sf_box_rows"] * ex["sf_row_bytes"] != sf_ktile_bytes(ex):
+        out.append(f"SF box {ex['sf_box_rows']} x {ex['sf_row_bytes']} B != {sf_ktile_bytes(ex)} B per K tile")
+    parts = ex["sfb_smem_offset"] - ex["a_smem_offset"] + sf_ktile_bytes(ex)
+    if parts != ex["stage_bytes"] or ex["stage_bytes"] % 1024:
+        out.append(f"stage of {ex['stage_bytes']} B: parts add to {parts} B, SW128 needs 1024-B alignment")
+    if ex["stage_tx_bytes"] != ex["stage_bytes"]:
+        out.append("expect_tx bytes must equal the stage's TMA bytes")
+    if "stage_smem_offset" in ex:   # 02: where the staging tile sits
+        off, size, ring = ex["stage_smem_offset"], ex["staging_bytes"], ex["num_ab_stage"] * ex["stage_bytes"]
+        box = ex["stage_box_rows"] * ex["stage_box_cols"] * ex["out_elem_bytes"]
+        if size != ex["tile_m"] * ex["tile_n"] * ex["out_elem_bytes"] or size % box:
+            out.append(f"staging of {size} B is not the {ex['tile_m']}x{ex['tile_n']} tile in whole boxes of {box} B")
+        if off % 1024 or box % 1024:
+            out.append(f"staging at {off} with boxes of {box} B: swizzled boxes must start 1024-B aligned")
+        if ex["staging_in_ring"] and off + size > ring:
+            out.append(f"staging [{off}, {off + size}) is said to be in the ring but the ring ends at {ring}")
+        if not ex["staging_in_ring"] and off < ring:
+            out.append(f"staging at {off} overlaps the ring [0, {ring}) but is said to have its own buffer")
+        if off + size > ex["barrier_smem_offset"]:
+            out.append(f"staging [{off}, {off + size}) runs into the barriers at {ex['barrier_smem_offset']}")
+    return out
+
+
+def sf_ktile_bytes(ex: dict) -> int:
+    """Scale-factor bytes of one 128-row block per K tile: (block_k / 64) atoms of 512 B."""
+    return ex["block_k"] // (4 * ex["sf_vec"]) * 512
+
+
+def max_stages_that_fit(ex: dict) -> int:
+    """The largest NUM_AB_STAGE whose shared memory fits, from this build's per-stage and fixed bytes."""
+    fixed = ex["smem_bytes"] - ex["num_ab_stage"] * ex["stage_bytes"]
+    return (ex["smem_limit"] - fixed) // ex["stage_bytes"]
+
+
+def sf_rows_view(sf_mma, ex: dict):
+    """The flat 512-B-atom scale factors as the (rows, 256 B) uint8 matrix the SF tensor map reads."""
+    t = sf_mma.view(torch.uint8) if isinstance(sf_mma, torch.Tensor) else np.asarray(sf_mma).view(np.uint8)
+    if t.reshape(-1).shape[0] % ex["sf_row_bytes"]:
+        raise KindError(f"{t.numel()} scale-factor bytes are not whole {ex['sf_row_bytes']}-B rows")
+    return t.reshape(-1, ex["sf_row_bytes"])
+
+
+def sf_box_row(block: int, kt: int, k: int, ex: dict) -> int:
+    """Row coordinate of K tile `kt` of 128-row block `block` in the SF map (the kernel's load_ktile)."""
+    per_ktile = ex["block_k"] // (4 * ex["sf_vec"])          # 64 K-elements per 512-B atom
+    return (block * (k // ex["block_k"]) * per_ktile + kt * per_ktile) * ex["sf_rows_per_atom"]
+
+
+def tile_params(ex: dict, slot: int = 0) -> E.TileParams:
+    """pelib.emulate.TileParams of ring slot `slot` (its offsets, descriptors and TMEM scale columns)."""
+    if not 0 <= slot < ex["num_ab_stage"]:
+        raise KindError(f"ring slot {slot} of a {ex['num_ab_stage']}-stage ring")
+    off, col = slot * ex["stage_bytes"], slot * ex["tmem_stage_cols"]
+    return E.TileParams.from_exports(
+        ex, a_smem_offset=ex["a_smem_offset"] + off, b_smem_offset=ex["b_smem_offset"] + off,
+        a_desc=D.smem_desc_advance(ex["a_desc"], off), b_desc=D.smem_desc_advance(ex["b_desc"], off),
+        sfa_smem_offset=ex["sfa_smem_offset"] + off, sfb_smem_offset=ex["sfb_smem_offset"] + off,
+        sfa_tmem_col=ex["sfa_tmem_col"] + col, sfb_tmem_col=ex["sfb_tmem_col"] + col)
+
+
+def _np_bytes(t) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        return t.detach().cpu().contiguous().view(torch.uint8).numpy()
+    return np.asarray(t).view(np.uint8)
+
+
+def _scalar(x) -> float:
+    return float(x.float().reshape(-1)[0]) if isinstance(x, torch.Tensor) else float(np.asarray(x).reshape(-1)[0])
+
+
+def check_sf_loads(prob, ex: dict, sfa_mma, sfb_mma, m_blk: int, n_blk: int) -> None:
+    """Replay the kernel's SF TMA boxes (rows of 256 B at sf_box_row()) and check each K tile lands as the
+    blocked atoms of that tile (what the MMA replay assumes is in shared memory)."""
+    kt_bytes = sf_ktile_bytes(ex)
+    for name, flat, blk in (("sfa", sfa_mma, m_blk), ("sfb", sfb_mma, n_blk)):
+        g = np.ascontiguousarray(_np_bytes(sf_rows_view(flat, ex)))
+        tm = E.TensorMap2D(8, (ex["sf_row_bytes"], g.shape[0]), (ex["sf_row_bytes"], ex["sf_box_rows"]), ex["sf_swizzle"])
+        blocked = g.reshape(-1)
+        for kt in range(prob.k // ex["block_k"]):
+            sm = E.SmemImage(kt_bytes)
+            E.tma_load_2d(tm, g, (0, sf_box_row(blk, kt, prob.k, ex)), sm, 0)
+            want = E.sf_blocked_offset(128 * blk, kt * ex["block_k"] // ex["sf_vec"], prob.k // ex["sf_vec"])
+            if not np.array_equal(sm.view(0, kt_bytes), blocked[want:want + kt_bytes]):
+                raise KindError(f"{name}: the box of K tile {kt}, block {blk} is not that tile's scale factors")
+
+
+def staging_addresses(p, rows, cols, smem_base: int = 0):
+    """Physical shared addresses (..., out_elem_bytes) where 02's epilogue writes output (row, col) of the tile:
+    box (col // stage_box_cols) * row_boxes + row // stage_box_rows, rows of stage_box_cols elements inside
+    a box, then the stage_swizzle XOR of the address."""
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    eb, bc, br = p.out_elem_bytes, p.stage_box_cols, p.stage_box_rows
+    box = (cols // bc) * (p.mma_m // br) + rows // br
+    logical = smem_base + p.stage_smem_offset + box * br * bc * eb + (rows % br) * bc * eb + (cols % bc) * eb
+    return E.swizzle_addr(logical[..., None] + np.arange(eb), p.stage_swizzle)
+
+
+def staging_layout_hash(p) -> int:
+    """02's staging_layout_hash() from the stage_* exports: h = h * 1000003 + offset of the 16-B chunk of
+    (row, col), rows 0..127, col = 0, 8, .., 120, modulo 2**64 (the kernel's constexpr loop)."""
+    r, c = np.meshgrid(np.arange(p.mma_m), np.arange(0, p.mma_n, 8), indexing="ij")
+    h = 0
+    for o in (staging_addresses(p, r, c)[..., 0] - p.stage_smem_offset).reshape(-1):
+        h = (h * 1000003 + int(o)) % 2**64
+    return h
+
+
+def emulate_staged_epilogue(p, acc, alpha: float, prob, m_blk: int = 0, n_blk: int = 0, report=None,
+                            smem_base: int = 0) -> np.ndarray:
+    """02's epilogue from the summed accumulator on, through pelib.emulate's TMEM, SMEM and TMA models:
+    TMEM (FP32) -> tcgen05.ld per lane quarter, 32 columns at a time -> alpha and FP16 as the kernel rounds
+    -> st.shared at staging_addresses() -> one TMA store per box into a NaN-poisoned FP16 output of the whole
+    problem. Into `report` go: staging bytes a store reads that no thread wrote, output elements nobody
+    stored, bytes stored outside the tile, and a staging swizzle that differs from the map's."""
+    report = report if report is not None else E.TileReport()
+    tile_m, tile_n = acc.shape
+    eb, bc, br, x = p.out_elem_bytes, p.stage_box_cols, p.stage_box_rows, p.epi_ld_x
+    if eb != 2:
+        raise KindError(f"out_elem_bytes={eb}: the NVFP4 stages write FP16 (2 bytes)")
+    if tile_m % br or tile_n % bc:
+        raise KindError(f"boxes of {br} rows x {bc} columns do not tile the {tile_m}x{tile_n} output")
+    if p.stage_swizzle != p.out_swizzle:
+        report.issues.append(f"the epilogue writes the staging tile with a {p.stage_swizzle}-B swizzle but the C map "
+                             f"reads it with {p.out_swizzle} B")
+    tm = E.Tmem(p.tmem_cols)
+    tm.check_cols(p.tmem_acc_col, tile_n, "the accumulator")
+    tm.data[:tile_m, p.tmem_acc_col:p.tmem_acc_col + tile_n] = acc.astype(np.float32)
+    sm = E.SmemImage(p.smem_bytes, smem_base)   # fresh: a byte nobody wrote is reported, not stale
+    for w in range(p.epi_warp0, p.epi_warp0 + p.epi_warps):
+        lane0 = 32 * (w % 4)
+        for c0 in range(0, tile_n, x):
+            regs = E.tcgen05_ld_32x32b(tm, w, lane0 << 16 | (p.tmem_acc_col + c0), x)
+            h = (np.float32(alpha) * regs.astype(np.float32)).astype(np.float16)   # cvt.rn.f16x2.f32
+            rows = lane0 + np.arange(32)[:, None] + np.zeros((1, x), dtype=np.int64)
+            cols = c0 + np.arange(x)[None, :] + np.zeros((32, 1), dtype=np.int64)
+            sm.write(staging_addresses(p, rows, cols, smem_base), h.view(np.uint8).reshape(32, x, 2))
+    gout = np.full((prob.m, prob.n * eb), 0xFF, dtype=np.uint8)     # FP16 0xFFFF is a NaN
+    tmap = E.TensorMap2D(8 * eb, (prob.n, prob.m), (bc, br), p.out_swizzle)
+    row_boxes = tile_m // br
+    for cb in range(tile_n // bc):
+        for rb in range(row_boxes):
+            src = smem_base + p.stage_smem_offset + (cb * row_boxes + rb) * br * bc * eb
+            unwritten = sm.unwritten(E.tma_box_addresses(tmap, src))
+            if unwritten:
+                report.issues.append(f"the TMA store of box ({cb}, {rb}) reads {unwritten} staging bytes "
+                                     "no epilogue thread wrote")
+            # 02's store_tile: column box cb of tile (m_blk, n_blk) goes to (n_blk * tile_n + cb * bc, m_blk * tile_m)
+            gout = E.tma_store_2d(tmap, sm, src, (n_blk * tile_n + cb * bc, m_blk * tile_m + rb * br), gout)
+    full = gout.view(np.float16)
+    r0, c0 = m_blk * tile_m, n_blk * tile_n
+    inside = np.zeros(full.shape, dtype=bool)
+    inside[r0:r0 + tile_m, c0:c0 + tile_n] = True
+    outside = int((~np.isnan(full) & ~inside).sum())
+    if outside:
+        report.issues.append(f"the TMA stores wrote {outside} elements outside tile ({m_blk}, {n_blk})")
+    tile = full[r0:r0 + tile_m, c0:c0 + tile_n].astype(np.float64)
+    report.uncovered_outputs += int(np.isnan(tile).sum() - np.isnan(acc).sum())
+    return tile
+
+
+class Nvfp4(Kind):
+    family = "nvfp4"
+    FULL = "k16384"
+    CHECK_PROBLEMS = ("small", "ring")
+    MMA_OPCODES = ("UTCOMMA", "UTCCP", "UTMASTG")
+    OWNERS = {"a": "a", "b": "b", "sfa": "sfa_mma", "sfb": "sfb_mma", "c": "out"}
+
+    def problem(self, p):
+        if not isinstance(p, str):
+            return p
+        if p == "ring":   # 8 K tiles: every ring of 1..7 stages wraps
+            return problems.NvFp4Gemm("ring", 128, 256, 2048)
+        return problems.nvfp4_gemm(self.FULL if p == "full" else p)
+
+    def check_problem(self, stage, prob) -> None:
+        ex = stage.exports
+        issues = check_layout(ex)
+        if issues:
+            raise KindError(f"inconsistent NVFP4 exports of {stage.label}:\n  - " + "\n  - ".join(issues))
+        bad = [f"{d}={v} is not a multiple of {t}" for d, v, t in
+               (("M", prob.m, ex.tile_m), ("N", prob.n, ex.tile_n), ("K", prob.k, ex.block_k)) if v % t]
+        if bad:
+            raise KindError(f"{prob.name}: " + "; ".join(bad) + " (the NVFP4 stages do whole tiles only: pad)")
+        if ex.smem_bytes > ex.smem_limit:
+            raise KindError(f"{stage.label} needs {ex.smem_bytes} B of shared memory per block; sm_100 allows "
+                            f"{ex.smem_limit} B (227 KB): use at most {max_stages_that_fit(ex)} stages")
+
+    def reference(self, prob, t):
+        return reference.nvfp4_gemm_reference(t["a"], t["sfa"], t["gsa"], t["b"], t["sfb"], t["gsb"],
+                                               out_dtype=prob.out_dtype)
+
+    def absmax(self, t):
+        e2m1 = float(reference.E2M1_MAX)
+        return tuple(e2m1 * float(t[f"sf{o}"].float().abs().max()) * float(t[f"gs{o}"].float().abs().max())
+                     for o in ("a", "b"))
+
+    def map_operand(self, stage, p, prob, tensors):
+        ex = stage.exports
+        if p in ("a", "b"):
+            rows = prob.m if p == "a" else prob.n
+            return "uint8", (rows, prob.k // 2), (tensors or {}).get(p)
+        if p in ("sfa", "sfb"):
+            rows = prob.m if p == "sfa" else prob.n
+            if tensors:
+                return "uint8", None, sf_rows_view(tensors[f"{p}_mma"], ex)
+            nbytes = reference.sf_mma_size(rows, prob.k // ex["sf_vec"])
+            return "uint8", (nbytes // ex["sf_row_bytes"], ex["sf_row_bytes"]), None
+        if p == "c":
+            if ex["out_elem_bytes"] != 2:
+                raise KindError(f"out_elem_bytes={ex['out_elem_bytes']}: the NVFP4 stages write FP16")
+            return "float16", (prob.m, prob.n), (tensors or {}).get("out")
+        raise KindError(f"{stage.label}: no tensor behind tmap_{p}")
+
+    def check_maps(self, stage, specs):
+        # Every K tile delivers exactly what the kernel's expect_tx announces (the C map is a store: not counted).
+        tx = sum(s.box_bytes for k, s in specs.items() if k != "c")
+        if tx != stage.exports["stage_tx_bytes"]:
+            raise KindError(f"the four boxes deliver {tx} B per K tile but the kernel expects "
+                            f"{stage.exports['stage_tx_bytes']} B")
+
+    def map_owner(self, p, tensors):
+        return tensors.get(self.OWNERS[p])
+
+    def scalars(self, stage, prob, tensors):
+        t = tensors or {}
+        alpha = _scalar(t["gsa"]) * _scalar(t["gsb"]) if "gsa" in t and "gsb" in t else 1.0
+        return {"alpha": alpha}
+
+    def grid_dims(self, stage, prob, tiles):
+        return (prob.n // stage.exports.tile_n, prob.m // stage.exports.tile_m, 1)
+
+    def emulate_tile(self, stage, inputs, m0=0, n0=0, *, prob=None, return_report=False, exports=None):
+        """One 128x128 output tile as the stage computes it, FP16 like its epilogue (as float64): K tile kt
+        through ring slot kt % NUM_AB_STAGE, accumulated in FP64, then alpha and the FP16 rounding (02: the
+        staging tile and the TMA store). The SF boxes are replayed too (check_sf_loads)."""
+        ex = dict(exports or stage.exports)
+        issues = check_layout(ex)
+        if issues:
+            raise KindError("inconsistent NVFP4 exports:\n  - " + "\n  - ".join(issues))
+        prob = prob or problems.NvFp4Gemm("tile", inputs["a"].shape[0], inputs["b"].shape[0], 2 * inputs["a"].shape[1])
+        tm, tn, bk = ex["tile_m"], ex["tile_n"], ex["block_k"]
+        m_blk, n_blk = m0 // tm, n0 // tn
+        check_sf_loads(prob, ex, inputs["sfa_mma"], inputs["sfb_mma"], m_blk, n_blk)
+        a, bb, sfa, sfb = (_np_bytes(inputs[k]) for k in ("a", "b", "sfa", "sfb"))
+        kt_bytes, kt_sf = bk // 2, bk // ex["sf_vec"]
+        acc = np.zeros((tm, tn))
+        reports = []
+        params = [tile_params(ex, s) for s in range(ex["num_ab_stage"])]
+        for kt in range(prob.k // bk):
+            # the K tile's own columns, so emulate_tile's K tile 0 is the kernel's K tile kt; the staged
+            # epilogue runs once, below, on the whole sum
+            ksl, ssl = slice(kt * kt_bytes, (kt + 1) * kt_bytes), slice(kt * kt_sf, (kt + 1) * kt_sf)
+            out, rep = E.emulate_tile(params[kt % len(params)].with_(stage_smem_offset=None),
+                                      a[m0:m0 + tm, ksl], bb[n0:n0 + tn, ksl], sfa=sfa[m0:m0 + tm, ssl],
+                                      sfb=sfb[n0:n0 + tn, ssl], return_report=True)
+            acc += out
+            reports.append(rep)
+        alpha = _scalar(inputs.get("gsa", 1.0)) * _scalar(inputs.get("gsb", 1.0))
+        if "stage_smem_offset" in ex:
+            rep = E.TileReport()
+            tile = emulate_staged_epilogue(params[0], acc, alpha, prob, m_blk, n_blk, rep)
+            if "staging_layout_hash" in ex and staging_layout_hash(params[0]) != ex["staging_layout_hash"]:
+                rep.issues.append("the kernel's staging_offset() (export staging_layout_hash) is not the layout "
+                                  "the stage_* exports describe")
+            reports.append(rep)
+        else:
+            tile = (np.float32(alpha) * acc.astype(np.float32)).astype(np.float16).astype(np.float64)
+        return (tile, reports) if return_report else tile
+
+    def emulate_check(self, stage, problem, tile, seed, overrides: dict | None = None, **kw) -> dict:
+        """One tile against pelib.reference (FP16 outputs, within one FP16 ulp); the problem defaults to
+        128 x 256 x 2048 (8 K tiles: every ring wraps); `overrides` replace exports (a wrong layout)."""
+        prob = self.problem(problem or "ring")
+        ex = {**stage.exports, **(overrides or {})}
+        x = prob.make_inputs(seed)
+        ref = self.reference(prob, x).double().numpy()
+        mb, nb = tile
+        want = ref[mb * 128:(mb + 1) * 128, nb * 128:(nb + 1) * 128]
+        out = {"stage": stage.label, "problem": f"{prob.m}x{prob.n}x{prob.k}", "tile": tuple(tile)}
+        try:
+            got, reps = self.emulate_tile(stage, x, mb * ex["tile_m"], nb * ex["tile_n"], prob=prob,
+                                          return_report=True, exports=ex)
+        except Exception as e:  # a layout the modelled hardware rejects
+            return {**out, "ok": False, "error": f"{type(e).__name__}: {e}"}
+        diff = np.abs(np.nan_to_num(got, nan=np.inf) - want)
+        ulp = np.abs(np.spacing(want.astype(np.float16)).astype(np.float64))
+        return {**out, "ok": bool(np.all(diff <= ulp)) and all(r.ok for r in reps), "max_abs_err": float(diff.max()),
+                "elements_off_by_more_than_1ulp": int((diff > ulp).sum()),
+                "issues": sorted({i for r in reps for i in r.issues}), "evidence": "emulated (pelib.emulate)"}

@@ -1,0 +1,153 @@
+"""The sm_90a Hopper twin: its check shapes, the resident-B launch rules, the permuted-B map, its schedules.
+
+Every stage has the signature patch_embed_sm90(tmap_a, tmap_b, tmap_c, comb, c, M, N, K, timing); `c` is
+the output (tmap_c serves only stage 03's TMA store, and every stage carries it to keep one signature).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import emulate, problems, tma
+from .base import Kind, KindError, bf16_bits, bf16_value
+
+# The verification shapes every stage runs (N = 768 suits every BLOCK_N of 128, 192 and 256; on a
+# 132-SM H100 a resident-B grid is 44 CTAs per column block):
+#   small   two K slices; 2 row tiles per resident-B CTA, so both ping-pong warpgroups run (also memcheck's);
+#   k128    one K slice (a ring position is both the first and last of its tile), 5 row tiles per CTA;
+#   tail    the last row tile is partial (TMA zero-fills, the epilogue skips rows);
+#   medium  ~18 row tiles per resident-B CTA, many per persistent 02/03 CTA.
+CHECK_SHAPES = {"small": (5632, 768, 256), "k128": (14080, 768, 128), "tail": (1000, 768, 768)}
+CHECK_PROBLEMS = ("small", "k128", "tail", "medium")
+RESIDUE_PERIOD = 49   # row tiles of 64 rows whose comb rows repeat: 196 / gcd(196, 64)
+
+
+def permuted_b_spec(n: int, k: int, box_rows: int, box_k: int, swizzle: int, address: int = 0):
+    """B [N, K] as the 5-D view of stages 06+: torch order (g, u, q, c, k) with element strides
+    (32K, 2K, 8K, K, 1), so B row 32g + 8q + 2u + c is element (g, u, q, c). A box
+    (box_rows/32, 4, 4, 2, box_k) lands in shared memory with k fastest, then c, q, u, g: shared row
+    c + 2q + 8u + 32g holds B row 32g + 8q + 2u + c (q and u swapped inside each 32-row group)."""
+    if n % 32 or box_rows % 32:
+        raise KindError(f"the permuted B view needs N ({n}) and the box ({box_rows} rows) in 32-row groups")
+    return tma.make_spec("float8_e4m3fn", (n // 32, 4, 4, 2, k), (box_rows // 32, 4, 4, 2, box_k),
+                         strides=(32 * k, 2 * k, 8 * k, k, 1), swizzle=swizzle, address=address)
+
+
+def permuted_b_rows(box_rows: int) -> list[int]:
+    """The B row (relative to the box) that each shared-memory row of a permuted box holds."""
+    return [32 * g + 8 * q + 2 * u + c for g in range(box_rows // 32) for u in range(4)
+            for q in range(4) for c in range(2)]
+
+
+def resident_b_schedule(m: int, n: int, block_n: int, grid: int, block_m: int = 64) -> list[list[tuple[int, int]]]:
+    """Stage 04's static schedule: for each CTA, the (row tile, column block) it computes, in order."""
+    nbs, groups, m_tiles = n // block_n, grid // (n // block_n), -(-m // block_m)
+    out = []
+    for cta in range(grid):
+        g, nb = divmod(cta, nbs)
+        if cta >= groups * nbs or g >= m_tiles:
+            out.append([])
+            continue
+        out.append([(g + i * groups, nb) for i in range((m_tiles - 1 - g) // groups + 1)])
+    return out
+
+
+def residue_tile(j: int, m_tiles: int, period: int = RESIDUE_PERIOD) -> int:
+    """Stages 07+: the row tile at position j of the comb-residue order (classes t % period, then t)."""
+    per, rem = divmod(m_tiles, period)
+    big = rem * (per + 1)
+    if j < big:
+        cls, k = divmod(j, per + 1)
+    else:
+        cls, k = divmod(j - big, per)
+        cls += rem
+    return cls + period * k
+
+
+def residue_schedule(m: int, n: int, block_n: int, grid: int, block_m: int = 64,
+                     period: int = RESIDUE_PERIOD) -> list[list[tuple[int, int]]]:
+    """Stages 07+: for each CTA, the (row tile, column block) it computes, in order. Row group g (CTAs
+    g * NB .. g * NB + NB - 1, one per column block) takes the g-th of `groups` contiguous pieces of the
+    comb-residue order, the first m_tiles % groups pieces one tile longer (residue_first in the kernels).
+    In stage 09 a row group's clusters are its consecutive CTAs, so the order is the same."""
+    nbs = n // block_n
+    groups, m_tiles = grid // nbs, -(-m // block_m)
+    per, rem = divmod(m_tiles, groups)
+
+    def first(g):
+        return g * per + min(g, rem)
+    out = []
+    for cta in range(grid):
+        if cta >= groups * nbs:
+            out.append([])
+            continue
+        g, nb = divmod(cta, nbs)
+        out.append([(residue_tile(j, m_tiles, period), nb) for j in range(first(g), first(g + 1))])
+    return out
+
+
+def comb_loads(schedule: list[list[tuple[int, int]]], period: int = RESIDUE_PERIOD) -> list[int]:
+    """How many times each warpgroup (two per CTA, alternate tiles) reads comb under stage 07's rule:
+    when the residue class of its tile differs from the one its registers hold."""
+    out = []
+    for tiles in schedule:
+        for wg in (0, 1):
+            cur, loads = None, 0
+            for t, _ in tiles[wg::2]:
+                if t % period != cur:
+                    cur, loads = t % period, loads + 1
+            out.append(loads)
+    return out
+
+
+class Sm90(Kind):
+    family = "sm90"
+    CHECK_PROBLEMS = CHECK_PROBLEMS
+    MMA_OPCODES = ("QGMMA", "UTMALDG", "UTMASTG", "STG", "STS")
+    TENSOR_ALIASES = {"c": "out"}
+
+    def problem(self, p):
+        if isinstance(p, str) and p in CHECK_SHAPES:
+            m, n, k = CHECK_SHAPES[p]
+            return problems.PatchEmbed(name=p, m=m, n=n, k=k, positions=196, tile={"m": 8, "n": 64, "k": 128})
+        return super().problem(p)
+
+    def check_problem(self, stage, prob) -> None:
+        """N and K whole blocks (M may end in a partial tile: TMA zero-fills it); the resident-B rules."""
+        ex = stage.exports
+        bn, bk = ex.tile_n, ex.block_k
+        if prob.n % bn or prob.k % bk:
+            raise KindError(f"{prob.name}: N={prob.n}, K={prob.k} must be multiples of the stage's block_n={bn} "
+                            f"and block_k={bk}; pick a stage variant with BLOCK_N dividing N")
+        if "max_k" in ex and prob.k > ex["max_k"]:
+            raise KindError(f"{prob.name}: K={prob.k} exceeds the resident B of this build (max_k={ex['max_k']}); "
+                            f"build it with K_MAX={prob.k} if the shared memory allows")
+        if ex.grid_kind == 2 and ex.cluster_x > 1:
+            nbs, cl = prob.n // bn, ex.cluster_x
+            if ex.get("cluster_split", 0) and nbs % cl:
+                raise KindError(f"{prob.name}: this build's clusters hold CLUSTER_N={cl} column blocks, which does "
+                                f"not divide the {nbs} blocks of block_n={bn} in N={prob.n}; build it with a "
+                                f"CLUSTER_N dividing {nbs}")
+            if not ex.get("cluster_split", 0) and cl != nbs:
+                raise KindError(f"{prob.name}: this build's cluster holds CLUSTER_N={cl} column blocks, but "
+                                f"N={prob.n} has {nbs} of block_n={bn}; build it with CLUSTER_N={nbs}")
+
+    def tensor_map(self, stage, p, prob, tensors):
+        if p == "b" and stage.exports.get("b_perm_tma", 0):
+            rows, cols, sw = stage.exports.box("b")
+            addr = int(tensors["b"].data_ptr()) if tensors else 0
+            return permuted_b_spec(prob.n, prob.k, rows, cols, sw, addr)
+        return None
+
+    def emulate_tile(self, stage, inputs, m0=0, n0=0, *, return_report=False, overrides=None):
+        """The BF16 tile of one consumer warpgroup row block: pelib.emulate's wgmma replay (TMA boxes, GMMA
+        descriptors advanced per K slice) of A and B, plus comb, rounded once (the stage's epilogue)."""
+        ex = stage.exports
+        if "a_desc" not in ex or ex.get("b_perm", 0):
+            raise KindError(f"{stage.label} exports no replayable operand layout (a_desc, unpermuted B): "
+                            "pelib.emulate replays stages 00-05")
+        p = emulate.TileParams.from_exports(ex, **(overrides or {}))
+        acc, rep = emulate.emulate_tile(p, inputs["a"], inputs["b"], m0=m0, n0=n0, return_report=True)
+        comb = inputs["comb"].float().numpy()
+        rows = (m0 + np.arange(acc.shape[0])) % comb.shape[0]
+        out = bf16_value(bf16_bits(acc.astype(np.float32) + comb[rows][:, n0:n0 + acc.shape[1]].astype(np.float32)))
+        return (out, rep) if return_report else out

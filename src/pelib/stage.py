@@ -1,0 +1,687 @@
+"""One stage file as the host sees it: build, exports, launch, verify-then-time, TIMING run, one emulated tile.
+
+    s = Stage("fp8/06_stages", {"NUM_STAGES": 5})
+    s.exports.pipeline_stages, s.exports.smem_bytes      # the export vocabulary of common/export.cuh
+    s.launch_config(problem)                             # grid, block, cluster, shared memory
+    s.run("small")                                       # poison, launch, verify, only then time
+
+Everything a launch needs comes from the stage: the kernel's parameter list (parsed from the source,
+arguments bound by name), the tensor-map boxes and swizzles and the launch shape (from the cubin's
+exports). What only one family needs (scale-factor maps, the epilogue column map, the permuted-B
+view, its problems and reference) is in pelib.kinds. `python -m pelib.stage` is the command line.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import re
+import sys
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from . import bench, build as _build, device as _device, kinds, launch, records, results, sol, stages
+from . import timing as _timing, tma, verify as _verify
+from .facts import Table, evidence_label
+from .paths import KERNELS
+
+ARCH_OF = {"sm90": "sm_90a"}            # every other family builds for sm_100a
+TARGET_GPU = {"sm_100a": "B200", "sm_90a": "H100 SXM"}   # whose SM count a launch assumes without that GPU here
+GRID_KINDS = {0: "one CTA or cluster per tile", 1: "persistent: resident clusters, static schedule",
+              2: "persistent by column block: a multiple of N / tile_n CTAs"}
+DEVICES = ("gpu", "sim", "compile")
+# The export vocabulary every stage publishes (src/kernels/common/export.cuh).
+VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_in_kernel", "grid_kind",
+              "tile_m", "tile_n", "block_k", "pipeline_stages", "epi_warps", "barrier_bytes")
+
+
+class StageError(ValueError):
+    """A stage, a define or a problem does not fit; the message names the fix."""
+
+
+class SimUnavailable(NotImplementedError):
+    """device='sim' needs pelib.sim, the CPU back end, which this tree does not have yet."""
+
+
+# ---- the export vocabulary ---------------------------------------------------------------------
+
+class Exports(dict):
+    """A build's PELIB_EXPORTs: the vocabulary as attributes (s.exports.tile_m), everything by key."""
+
+    def __getattr__(self, name):
+        if name in VOCABULARY:
+            if name not in self:
+                raise StageError(f"the stage exports no {name!r}: every stage publishes the vocabulary of "
+                                 "common/export.cuh (add PELIB_EXPORT({name}, ...))")
+            return self[name]
+        raise AttributeError(name)
+
+    def box(self, param: str) -> tuple[int, int, int]:
+        """(rows, cols, swizzle) of the tensor map `tmap_<param>`: rows = outer dimensions' product,
+        cols = the innermost dimension in elements of the map's type, swizzle in bytes."""
+        keys = [f"tmap_{param}_{k}" for k in ("box_rows", "box_cols", "swizzle")]
+        missing = [k for k in keys if k not in self]
+        if missing:
+            raise StageError(f"the stage exports no {missing}: a CUtensorMap parameter tmap_{param} needs "
+                             "its box and swizzle exported (common/export.cuh)")
+        return tuple(int(self[k]) for k in keys)
+
+
+def _legacy_vocabulary(family: str, ex: dict, source: str) -> dict:
+    """The vocabulary derived from the names the stages exported before common/export.cuh had one.
+    Removed once every stage exports the vocabulary itself."""
+    out = {}
+    if family == "sm90":
+        ren = {"tile_m": "block_m", "tile_n": "block_n", "pipeline_stages": "stages"}
+        out.update({k: ex[v] for k, v in ren.items() if v in ex})
+        out["epi_warps"] = 4 * ex.get("consumers", 1)
+        out["cluster_x"] = ex.get("cluster_n", 1) if ex.get("resident_b") else ex.get("cluster_m", 1)
+        out["grid_kind"] = 2 if ex.get("resident_b") else int(bool(ex.get("persistent")))
+        for p, rows in (("a", "box_a_rows"), ("b", "box_b_rows")):
+            out.update({f"tmap_{p}_box_rows": ex[rows], f"tmap_{p}_box_cols": ex["box_k_bytes"],
+                        f"tmap_{p}_swizzle": ex["swizzle_bytes"]})
+        out.update(tmap_c_box_rows=ex["box_c_rows"], tmap_c_box_cols=ex["box_c_cols"],
+                   tmap_c_swizzle=ex.get("swizzle_c", 128))
+    elif family == "nvfp4":
+        out["pipeline_stages"] = ex["num_ab_stage"]
+        out.update(cluster_x=1, grid_kind=0)
+        for p, rows in (("a", "a_box_m"), ("b", "b_box_n")):
+            out.update({f"tmap_{p}_box_rows": ex[rows], f"tmap_{p}_box_cols": ex[f"{p}_box_k"] // 2,
+                        f"tmap_{p}_swizzle": ex[f"{p}_swizzle"]})
+        for p in ("sfa", "sfb"):
+            out.update({f"tmap_{p}_box_rows": ex["sf_box_rows"], f"tmap_{p}_box_cols": ex["sf_row_bytes"],
+                        f"tmap_{p}_swizzle": ex["sf_swizzle"]})
+        if "stage_box_rows" in ex:
+            out.update(tmap_c_box_rows=ex["stage_box_rows"], tmap_c_box_cols=ex["stage_box_cols"],
+                       tmap_c_swizzle=ex["out_swizzle"])
+    else:
+        out["pipeline_stages"] = ex["num_stages"]
+        out["cluster_x"] = ex.get("cluster_x", ex.get("cta_group", 1))
+        out["grid_kind"] = int(bool(ex.get("persistent")))
+        for p, rows in (("a", "a_box_m"), ("b", "b_box_n")):
+            out.update({f"tmap_{p}_box_rows": ex[rows], f"tmap_{p}_box_cols": ex[f"{p}_box_k"],
+                        f"tmap_{p}_swizzle": ex[f"{p}_swizzle"]})
+        if "out_box_rows" in ex:
+            out.update(tmap_out_box_rows=ex["out_box_rows"] * ex.get("out_box_blocks", 1),
+                       tmap_out_box_cols=ex["out_box_cols"], tmap_out_swizzle=ex["out_swizzle"])
+    out.setdefault("smem_limit", 227 * 1024)
+    out["cluster_in_kernel"] = int("__cluster_dims__" in source)
+    return {k: v for k, v in out.items() if k not in ex}
+
+
+# ---- the kernel's parameter list ----------------------------------------------------------------
+
+_SCALARS = {"int": np.int32, "int32_t": np.int32, "i32": np.int32, "unsigned": np.uint32, "u32": np.uint32,
+            "uint32_t": np.uint32, "float": np.float32, "u64": np.uint64, "uint64_t": np.uint64,
+            "double": np.float64}
+
+
+def parse_signature(source: str) -> tuple[str, list[tuple[str, str]]]:
+    """The extern "C" __global__ kernel's name and [(type, name)] from a stage's source text."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    m = re.search(r'extern\s+"C"\s+__global__', text)
+    if m is None:
+        raise StageError('no extern "C" __global__ kernel in the stage source')
+    pos = m.end()
+    while True:   # skip attributes with arguments (__launch_bounds__(...), __cluster_dims__(...))
+        m = re.compile(r"(\w+)\s*\(").search(text, pos)
+        if m is None:
+            raise StageError("no parameter list after the kernel's extern \"C\" __global__")
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        if not m.group(1).startswith("__"):
+            break
+        pos = i
+    params = []
+    for p in text[m.end():i - 1].split(","):
+        words = p.replace("*", " * ").split()
+        if words:
+            typ = " ".join(w for w in words[:-1] if w not in ("const", "__grid_constant__", "__restrict__"))
+            params.append((typ, words[-1]))
+    return m.group(1), params
+
+
+# ---- launch configuration -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Grid (CTAs), block, cluster and dynamic shared memory of one launch, and where they came from."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    smem: int
+    tiles: int                       # CTA tiles of tile_m x tile_n
+    grid_kind: int
+    unit: int = 1                    # a persistent grid is a multiple of this many CTAs
+    cluster_in_kernel: bool = False  # __cluster_dims__: launched without a cluster attribute
+    sm_count: int = 0
+    sm_source: str = ""
+    active_clusters: int | None = None   # cuOccupancyMaxActiveClusters, where it was asked
+    tile: tuple[int, int] = (0, 0)   # (tile_m, tile_n) of one CTA
+
+    @property
+    def ctas(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def persistent(self) -> bool:
+        return self.grid_kind != 0
+
+    @property
+    def launch_cluster(self) -> tuple[int, int, int]:
+        """The cluster attribute of the launch: none when the kernel declares its cluster itself."""
+        return (1, 1, 1) if self.cluster_in_kernel else self.cluster
+
+    @property
+    def by_cluster(self) -> bool:
+        """True where a cluster shares one tile along M (its CTAs' rows stacked), so work is counted per cluster."""
+        return self.cluster[0] > 1 and self.grid_kind != 2
+
+    @property
+    def work(self) -> tuple[int, int]:
+        """(tiles, workers): cluster tiles and clusters where a cluster shares a tile, else CTA tiles and CTAs."""
+        c = self.cluster[0] if self.by_cluster else 1
+        return self.tiles // c, self.ctas // c
+
+    @property
+    def tiles_per_worker(self) -> tuple[int, int]:
+        """(fewest, most) tiles one cluster (or CTA) computes under the static schedule."""
+        t, w = self.work
+        return t // w, -(-t // w)
+
+    def describe(self) -> str:
+        cx = self.cluster[0]
+        t, w = self.work
+        head = f"grid {self.ctas:,} CTAs" + (f" = {self.ctas // cx:,} clusters of {cx}" if cx > 1 else "")
+        head += f" ({t:,} tiles of {self.tile[0] * (cx if self.by_cluster else 1)} x {self.tile[1]}"
+        if self.persistent:
+            lo, hi = self.tiles_per_worker
+            head += (f", {lo}-{hi} per {'cluster' if self.by_cluster else 'CTA'}; {GRID_KINDS[self.grid_kind]}; "
+                     f"{self.sm_count} SMs ({self.sm_source})")
+            if self.active_clusters:
+                head += f", {self.active_clusters} clusters resident"
+        return f"{head}), block {self.block[0]} threads, {self.smem:,} B dynamic SMEM"
+
+    def as_dict(self) -> dict:
+        return {"grid": list(self.grid), "block": list(self.block), "cluster": list(self.cluster), "smem": self.smem,
+                "tiles": self.tiles, "grid_kind": self.grid_kind, "persistent": self.persistent,
+                "sm_count": self.sm_count, "active_clusters": self.active_clusters}
+
+
+def max_active_clusters(build, kernel: str, cfg: LaunchConfig, device_index: int = 0) -> int | None:
+    """cuOccupancyMaxActiveClusters: how many clusters of this shape are resident at once (None if unknown).
+
+    A persistent grid larger than that runs a second wave that doubles the time of its tiles; an SM
+    whose GPC has no free partner for a multi-CTA cluster stays idle (CUDA Programming Guide,
+    "Thread Block Clusters"; cudaOccupancyMaxActiveClusters). A kernel with __cluster_dims__ is
+    asked with the same cluster shape (the query allows a compile-time shape if it matches).
+    """
+    from cuda.bindings import driver as drv   # the GPU path only; CPU machines never import it
+    kern = launch.load_kernel(build.cubin, kernel, device_index, cfg.smem, cfg.cluster)
+    c = drv.CUlaunchConfig()
+    c.gridDimX, c.gridDimY, c.gridDimZ = cfg.grid
+    c.blockDimX, c.blockDimY, c.blockDimZ = cfg.block
+    c.sharedMemBytes = cfg.smem
+    at = drv.CUlaunchAttribute()
+    at.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = cfg.cluster
+    c.attrs = [at]
+    c.numAttrs = 1
+    try:
+        err, n = drv.cuOccupancyMaxActiveClusters(drv.CUfunction(int(kern.handle)), c)
+    except Exception:
+        return None
+    return int(n) if int(err) == 0 else None
+
+
+# ---- the stage ------------------------------------------------------------------------------------
+
+def _key(path: Path) -> str:
+    return str(path.relative_to(KERNELS).with_suffix(""))
+
+
+@dataclass(frozen=True)
+class Header:
+    """The stage's opening comment: its idea (first line), parent, and the rest as written."""
+
+    idea: str
+    parent: str | None
+    text: str
+    recorded: str = ""
+
+
+def _parse_header(path: Path) -> Header:
+    lines = [ln[3:] if ln.startswith("// ") else ln[2:] for ln in
+             (ln for ln in path.read_text().splitlines()[:80]) if ln.startswith("//")]
+    text = "\n".join(lines)
+    head = lines[0] if lines else path.stem
+    idea = re.sub(r"^(?:NVFP4 |sm90 )?(?:[Ss]tage|Variant F\d+ of stage) \w+\s*(?:—|:|-)\s*", "", head).strip()
+    m = re.search(r"^Parent:\s*(\S+)", text, re.M)
+    parent = m.group(1) if m else None
+    if parent is None:
+        m = (re.search(r"[Cc]hanged from (\d\d)\b", text) or re.search(r"\(against (\d\d)\)", text)
+             or re.search(r"^(?:NVFP4 |sm90 )?[Ss]tage \d\d\w*\s*(?:—|:)\s*(?:stage )?(\d\d)\b with", text, re.M))
+        if m:
+            fam = path.parent.name if path.parent.name != "variants" else path.parent.parent.name
+            hits = sorted((KERNELS / fam).glob(f"{m.group(1)}_*.cu"))
+            parent = _key(hits[0]) if hits else None
+        elif path.parent.name == "variants":
+            hits = sorted((path.parent.parent).glob(f"{path.stem[:2]}_*.cu"))
+            parent = _key(hits[0]) if hits else None
+        else:   # a stage of the line: its predecessor in the family's order
+            line = stages.family_stages(path.parent.name)
+            i = line.index(path) if path in line else 0
+            parent = _key(line[i - 1]) if i > 0 else None
+    m = re.search(r"^Recorded[^:]*:?\s*(.*?)(?:\n\n|\Z)", text, re.M | re.S)
+    return Header(idea=idea, parent=parent, text=text, recorded=" ".join(m.group(1).split()) if m else "")
+
+
+class Stage:
+    """A stage file built with `defines`: the one host path for every family (see the module's doc)."""
+
+    def __init__(self, path: str | Path, defines: dict | None = None):
+        p = stages.resolve(path if str(path).endswith(".cu") else f"{path}.cu")
+        self.path = p
+        self.key = _key(p)
+        parts = self.key.split("/")
+        self.family, self.name = parts[0], parts[-1]
+        self.arch = ARCH_OF.get(self.family, "sm_100a")
+        self.kind = kinds.of(self.family)
+        self.defines = {k: v for k, v in sorted((defines or {}).items())}
+
+    def __repr__(self) -> str:
+        return f"Stage({self.key!r}{', ' + repr(self.defines) if self.defines else ''})"
+
+    @property
+    def label(self) -> str:
+        """'06_stages NUM_STAGES=5': the name and the defines it was built with."""
+        return self.name + ("" if not self.defines else " " + ",".join(f"{k}={v}" for k, v in self.defines.items()))
+
+    def with_defines(self, **defines) -> "Stage":
+        """The same stage with some defines added or changed."""
+        return Stage(self.path, {**self.defines, **defines})
+
+    # ---- what the file says ----------------------------------------------------------------------
+    @cached_property
+    def source(self) -> str:
+        return self.path.read_text()
+
+    @cached_property
+    def header(self) -> Header:
+        return _parse_header(self.path)
+
+    @cached_property
+    def parent(self) -> "Stage | None":
+        return Stage(self.header.parent) if self.header.parent else None
+
+    @cached_property
+    def signature(self) -> list[tuple[str, str]]:
+        """[(C type, name)] of the kernel's parameters, in order."""
+        return parse_signature(self.source)[1]
+
+    # ---- what the compiler says ------------------------------------------------------------------
+    @cached_property
+    def build(self) -> _build.Build:
+        return _build.build(self.path, self.arch, self.defines)
+
+    def timing_build(self) -> _build.Build:
+        """The TIMING=1 build (clock64 records; pelib.timing decodes them)."""
+        return _build.build(self.path, self.arch, {**self.defines, "TIMING": 1})
+
+    @cached_property
+    def exports(self) -> Exports:
+        ex = dict(self.build.exports)
+        ex.update(_legacy_vocabulary(self.family, ex, self.source))
+        return Exports(ex)
+
+    def check_compiles(self) -> str | None:
+        """None if the stage compiles with its defines, else the kernel's static_assert message (or the error)."""
+        try:
+            self.build
+        except _build.BuildError as e:
+            m = re.search(r'static assertion failed with "([^"]+)"', str(e))
+            return m.group(1) if m else str(e).splitlines()[0]
+        return None
+
+    def facts_row(self) -> dict:
+        """Registers, spills, shared memory and the MMA instructions in the SASS (compiled)."""
+        b, ex = self.build, self.exports
+        f = b.facts
+        return {"stage": self.label, "registers": f.registers, "spills (B)": f.spills, "stack (B)": f.stack,
+                "smem (B)": ex.smem_bytes + f.smem_static, "smem limit (B)": ex.smem_limit,
+                "threads": ex.num_threads, "tile": f"{ex.tile_m}x{ex.tile_n}x{ex.block_k}",
+                "pipeline stages": ex.pipeline_stages, "epilogue warps": ex.epi_warps, "cluster": ex.cluster_x,
+                "grid": GRID_KINDS[ex.grid_kind].split(":")[0], **self.kind.sass_facts(b)}
+
+    # ---- launch --------------------------------------------------------------------------------
+    def problem(self, problem="small"):
+        """A problem of this stage's family by name ('small', 'full', ...) or as given."""
+        return self.kind.problem(problem)
+
+    def launch_config(self, problem="small", info: _device.DeviceInfo | None = None,
+                      grid: int | None = None, sm_count: int | None = None) -> LaunchConfig:
+        """Grid, block, cluster and shared memory from the exports; persistent grids are clamped to the
+        clusters cuOccupancyMaxActiveClusters says are resident (on a GPU that runs the stage). `sm_count`
+        sizes a persistent grid for that many SMs instead (no occupancy query)."""
+        prob = self.problem(problem)
+        ex = self.exports
+        self.kind.check_problem(self, prob)
+        if ex.smem_bytes > ex.smem_limit:
+            raise StageError(f"{self.label} needs {ex.smem_bytes:,} B of shared memory per block, more than the "
+                             f"{ex.smem_limit:,} B it was checked against: fewer stages or smaller tiles")
+        cx, tm, tn = ex.cluster_x, ex.tile_m, ex.tile_n
+        info = info or _device.current()
+        here = info.present and _device.can_run(self.arch, info)
+        if sm_count:
+            sms, src, here = int(sm_count), "given", False
+        elif here:
+            sms, src = info.sm_count, f"{info.name}, queried"
+        else:
+            gpu = TARGET_GPU[self.arch]
+            sms, src = sol.spec(gpu).sms, f"{gpu}'s {sol.spec(gpu).sms} SMs assumed (none here)"
+        nbs = prob.n // tn
+        tiles = math.ceil(prob.m / (tm * cx)) * cx * nbs if ex.grid_kind != 2 else math.ceil(prob.m / tm) * nbs
+        common = dict(block=(ex.num_threads, 1, 1), cluster=(cx, 1, 1), smem=ex.smem_bytes, tiles=tiles,
+                      grid_kind=ex.grid_kind, cluster_in_kernel=bool(ex.cluster_in_kernel), sm_count=sms,
+                      sm_source=src, tile=(tm, tn))
+        if ex.grid_kind == 0:
+            cfg = LaunchConfig(grid=self.kind.grid_dims(self, prob, tiles), unit=cx, **common)
+        elif ex.grid_kind == 1:
+            if sms < cx:
+                raise StageError(f"{sms} SMs cannot hold one {cx}-CTA cluster")
+            cfg = LaunchConfig(grid=(min(tiles, sms // cx * cx), 1, 1), unit=cx, **common)
+        elif ex.grid_kind == 2:
+            cfg = LaunchConfig(grid=(max(nbs, min(tiles, sms // nbs * nbs)), 1, 1), unit=nbs, **common)
+        else:
+            raise StageError(f"grid_kind={ex.grid_kind}: the vocabulary knows {sorted(GRID_KINDS)}")
+        if cfg.persistent and here:
+            active = max_active_clusters(self.build, self.build.kernel, cfg, info.ordinal)
+            if active:   # one wave: never more clusters than can be resident
+                cfg = replace(cfg, active_clusters=active,
+                              grid=(max(cfg.unit, min(cfg.grid[0], active * cx // cfg.unit * cfg.unit)), 1, 1))
+        if grid is not None:
+            cfg = replace(cfg, grid=(grid, 1, 1))
+        return cfg
+
+    def tensor_map_specs(self, problem="small", tensors: dict | None = None) -> dict:
+        """{param: pelib.tma.TensorMapSpec} for every CUtensorMap parameter, from the exported boxes (a
+        kind may give a map of its own, e.g. sm90's permuted B). With `tensors`, bound to their addresses."""
+        prob = self.problem(problem)
+        self.kind.check_problem(self, prob)
+        specs = {}
+        for typ, name in self.signature:
+            if not name.startswith("tmap_"):
+                continue
+            p = name[len("tmap_"):]
+            own = self.kind.tensor_map(self, p, prob, tensors)
+            if own is None:
+                rows, cols, sw = self.exports.box(p)
+                dtype, shape, t = self.kind.map_operand(self, p, prob, tensors)
+                own = (tma.spec_from_tensor(t, (rows, cols), swizzle=sw) if t is not None
+                       else tma.make_spec(dtype, shape, (rows, cols), swizzle=sw))
+            specs[p] = own.validate()
+        self.kind.check_maps(self, specs)
+        return specs
+
+    def args(self, problem, tensors: dict, maps: dict, timing=None) -> tuple:
+        """The kernel's arguments, bound by parameter name: tmap_<p> -> maps[p], a pointer -> the tensor of
+        that name (timing -> the TIMING buffer or null), a scalar -> the problem's M, N, K or the kind's
+        value (e.g. NVFP4's alpha), with the C type's width."""
+        prob = self.problem(problem)
+        scalars = {"M": prob.m, "N": prob.n, "K": prob.k, **self.kind.scalars(self, prob, tensors)}
+        alias = self.kind.TENSOR_ALIASES
+        out = []
+        for typ, name in self.signature:
+            if name.startswith("tmap_"):
+                if name[5:] not in maps:
+                    raise StageError(f"{self.label}: no tensor map for parameter {name} (have {sorted(maps)})")
+                out.append(maps[name[5:]])
+            elif "*" in typ:
+                if name == "timing":
+                    out.append(timing)
+                    continue
+                key = alias.get(name, name)
+                if key not in tensors:
+                    raise StageError(f"{self.label}: parameter {name} needs tensors[{key!r}] (have {sorted(tensors)})")
+                out.append(tensors[key])
+            else:
+                if typ not in _SCALARS:
+                    raise StageError(f"{self.label}: parameter {typ} {name} has a type pelib does not bind")
+                if name not in scalars:
+                    raise StageError(f"{self.label}: no value for scalar parameter {typ} {name}")
+                out.append(_SCALARS[typ](scalars[name]))
+        return tuple(out)
+
+    def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None):
+        """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim')."""
+        prob = self.problem(problem)
+        if device == "sim":
+            sim = _sim()
+            cfg = self.launch_config(prob, info=_device.DeviceInfo(False, "simulated"), grid=grid)
+            specs = self.tensor_map_specs(prob, tensors)
+            maps = {k: tma.TensorMap(s, cumap=None, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
+            return sim.prepare(self.build, self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
+                               cluster=cfg.cluster, smem=cfg.smem, kernel=self.build.kernel, arch=self.arch,
+                               defines=self.defines)
+        if device != "gpu":
+            raise StageError(f"device={device!r}: plan() launches on 'gpu' or 'sim'")
+        cfg = self.launch_config(prob, info=info, grid=grid)
+        specs = self.tensor_map_specs(prob, tensors)
+        maps = {k: tma.encode(s, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
+        plan = launch.prepare(self.build if timing is None else self.timing_build(),
+                              self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
+                              cluster=cfg.launch_cluster, smem=cfg.smem, kernel=self.build.kernel, info=info)
+        plan.config = cfg
+        return plan
+
+    # ---- run -------------------------------------------------------------------------------------
+    def inputs(self, problem="small", seed: int = 0, device: str = "gpu", info=None) -> dict:
+        """The problem's seeded inputs (pelib.problems), on the GPU the stage runs on or on the CPU (sim)."""
+        prob = self.problem(problem)
+        where = "cpu" if device == "sim" else f"cuda:{(info or _device.current()).ordinal}"
+        return self.kind.inputs(prob, seed, where)
+
+    def check(self, problem, tensors: dict, ref=None) -> _verify.VerifyReport:
+        """The output in tensors['out'] against the torch reference (tolerance from the formats and the
+        inputs' finite maxima), with the stage's tile for locating bad tiles."""
+        prob = self.problem(problem)
+        ref = self.kind.reference(prob, tensors) if ref is None else ref
+        a_max, b_max = self.kind.absmax(tensors)
+        return _verify.verify_gemm(tensors["out"], ref, K=prob.k, a_absmax=a_max, b_absmax=b_max,
+                                   tile=(self.exports.tile_m, self.exports.tile_n),
+                                   label=f"{self.key} {self.label.split(' ', 1)[1] if self.defines else ''} "
+                                         f"on {prob.name}".replace("  ", " "))
+
+    def run(self, problem="small", device: str = "gpu", *, seed: int = 0, verify: bool = True, time: bool = True,
+            iters: int = 20, warmup: int = 3, inputs: dict | None = None, ref=None, hook=None) -> dict:
+        """llm.c's order: poison the output, launch, verify against the torch reference, and only then time.
+
+        device='gpu' launches through pelib.launch (the stage's GPU only), 'sim' through pelib.sim (the
+        CPU model: protocol and data, never a time), 'compile' only builds and configures. `hook`, if
+        given, is entered around the launches (e.g. an L2 access-policy window). Returns a result dict
+        with the launch config, the verification report, and the timing statistics (measured)."""
+        if device not in DEVICES:
+            raise StageError(f"device={device!r}: one of {DEVICES}")
+        prob = self.problem(problem)
+        res = {"stage": self.key, "label": self.label, "defines": dict(self.defines), "problem": prob.name,
+               "ok": None}
+        if device == "compile":
+            cfg = self.launch_config(prob)
+            return {**res, "config": cfg, "launch": cfg.as_dict(), "facts": self.facts_row(),
+                    "evidence": evidence_label(self.build)}
+        info = _device.require(self.arch) if device == "gpu" else None
+        t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
+        plan = self.plan(prob, t, device, info=info)
+        cfg = getattr(plan, "config", None)
+        res.update(device=info.describe() if info else "pelib.sim (CPU model)",
+                   evidence=f"measured ({info.name})" if info else "simulated (pelib.sim)",
+                   config=cfg, launch=cfg.as_dict() if cfg else None)
+        with hook or _nothing():
+            if verify:
+                _verify.poison(t["out"])
+                plan.run()
+                plan.wait()
+                rep = self.check(prob, t, ref)
+                res.update(ok=rep.ok, verify=rep, max_abs=rep.max_abs, n_bad=rep.n_bad)
+            if time and device == "gpu" and res["ok"] is not False:
+                times = bench.time_fn(plan.run, iters=iters, warmup=warmup, wait=plan.wait)
+                r = bench.result(f"{self.key}", times, flops=prob.flops, bytes_moved=prob.min_bytes)
+                res.update({k: r[k] for k in ("median_ms", "p10_ms", "p90_ms", "n", "tflops", "gbps") if k in r})
+                res["ms"] = r["median_ms"]
+        return res
+
+    def run_timing(self, problem="small", device: str = "gpu", *, seed: int = 0, inputs: dict | None = None):
+        """The TIMING=1 build launched once after a warm-up; its clock64 records decoded (pelib.timing)."""
+        prob = self.problem(problem)
+        info = _device.require(self.arch) if device == "gpu" else None
+        t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
+        tb = self.timing_build()
+        cfg = self.launch_config(prob, info=info or _device.DeviceInfo(False, "simulated"))
+        lay = _timing.layout(tb, cfg.ctas)
+        buf = _timing.alloc(lay, device=t["out"].device)     # beside the inputs (the GPU's, or the CPU's for sim)
+        plan = self.plan(prob, t, device, timing=buf, info=info, grid=cfg.grid[0])
+        plan.run()          # warm-up: caches, TLBs, the module load
+        plan.wait()
+        buf.zero_()
+        plan.run()
+        plan.wait()
+        return _timing.decode(buf, lay)
+
+    # ---- emulated ------------------------------------------------------------------------------
+    def emulate_tile(self, inputs: dict, m0: int = 0, n0: int = 0, **kw):
+        """One output tile at (m0, n0) as the stage computes it, from its exports (pelib.emulate and the
+        kind's epilogue); with return_report=True also what the emulator found."""
+        return self.kind.emulate_tile(self, inputs, m0, n0, **kw)
+
+    def emulate_check(self, problem=None, tile=(1, 0), seed: int = 0, **kw) -> dict:
+        """One tile emulated and compared with the torch reference (the verdict: within one ulp of the output format)."""
+        return self.kind.emulate_check(self, problem, tile, seed, **kw)
+
+    # ---- what is recorded and measured about it ----------------------------------------------------------
+    def recorded(self):
+        """The lab's B200 record of this stage's idea (pelib.records), or None."""
+        return records.stage_record(self.key, self.header.recorded, self.exports.get("pipeline_stages"))
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _sim():
+    """pelib.sim, the CPU back end, if this tree has it."""
+    try:  # pelib.sim may be absent: device='sim' then says so instead of failing at import
+        return importlib.import_module("pelib.sim")
+    except ModuleNotFoundError as e:
+        if e.name != "pelib.sim":
+            raise
+        raise SimUnavailable("device='sim' runs the stage's own source on pelib.sim, the CPU model of TMA, "
+                             "mbarrier, TMEM and the MMAs, which this tree does not have yet: use "
+                             "device='compile' here, or 'gpu' on the stage's GPU") from None
+
+
+# ---- many stages ---------------------------------------------------------------------------------------
+
+def all_stages(families=("nvfp4", "fp8", "sm90"), variants: bool = True) -> list[Stage]:
+    """Every stage file of the families, in name order (and the go/no-go variants, whose parent is 09)."""
+    out = []
+    for fam in families:
+        out += [Stage(p) for p in stages.family_stages(fam)]
+        if variants and (KERNELS / fam / "variants").is_dir():
+            out += [Stage(p) for p in sorted((KERNELS / fam / "variants").glob("[0-9][0-9]*_*.cu"))]
+    return out
+
+
+def table(stage_list=None, measured: dict | None = None) -> Table:
+    """One row per stage: idea, parent, registers, shared memory (compiled), the lab's B200 record,
+    the newest committed H100/H200 time and its share of cuBLAS where there is one (measured)."""
+    rows = []
+    measured = measured if measured is not None else results.stage_times()
+    for s in stage_list or all_stages():
+        f = s.build.facts
+        rec = s.recorded()
+        row = {"stage": s.key, "idea": s.header.idea[:70], "parent": (s.header.parent or "—").split("/")[-1],
+               "registers": f.registers, "smem (KiB)": round((s.exports["smem_bytes"] + f.smem_static) / 1024, 1),
+               "recorded B200": rec.describe() if rec else "—"}
+        m = measured.get(s.key)
+        if m:
+            row["measured"] = f"{m['ms']:.3f} ms ({m['device']}, {m['date']})"
+            if m.get("cublas_ms"):
+                row["% of cuBLAS"] = f"{100 * m['cublas_ms'] / m['ms']:.0f}%"
+        rows.append(row)
+    return Table(rows, f"Stages — registers and SMEM {evidence_label()}; recorded B200 (lab notes); "
+                       "measured where a committed result has the stage")
+
+
+# ---- the command line ---------------------------------------------------------------------------------
+
+def _defines(items) -> dict:
+    out = {}
+    for it in items or []:
+        k, _, v = it.partition("=")
+        out[k] = int(v) if re.fullmatch(r"-?\d+", v) else (v or 1)
+    return out
+
+
+def _sweep(spec: str | None) -> list[dict]:
+    if not spec:
+        return [{}]
+    k, _, vals = spec.partition("=")
+    return [{k: int(v) if re.fullmatch(r"-?\d+", v) else v} for v in vals.split(",")]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pelib.stage", description="Build, run, verify and time one stage.")
+    ap.add_argument("stage", nargs="?", help="family/name, e.g. fp8/06_stages (omit with --table)")
+    ap.add_argument("-D", dest="defines", action="append", metavar="K=V", help="a define (repeatable)")
+    ap.add_argument("--sweep", metavar="K=a,b,c", help="build and run once per value of one define")
+    ap.add_argument("--problem", default="small", help="small, full, or a family problem name")
+    ap.add_argument("--device", default=None, choices=DEVICES,
+                    help="gpu (measured), sim (simulated) or compile (facts only); default: gpu where it runs")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--trace", metavar="OUT.json", help="with --device sim: write the event log")
+    ap.add_argument("--table", action="store_true", help="one row per stage file (idea, parent, facts, results)")
+    a = ap.parse_args(argv)
+    if a.table:
+        print(table([Stage(a.stage)] if a.stage else None))
+        return 0
+    if not a.stage:
+        ap.error("name a stage (family/name) or pass --table")
+    base = Stage(a.stage, _defines(a.defines))
+    device = a.device or ("gpu" if _device.can_run(base.arch) else "compile")
+    print(_device.banner_text(base.arch))
+    ok = True
+    for d in _sweep(a.sweep):
+        s = base.with_defines(**d)
+        why = s.check_compiles()
+        if why:
+            print(f"{s.label}: does not compile: {why}")
+            ok = False
+            continue
+        print(Table([s.facts_row()], f"{s.key} — {evidence_label(s.build)}"))
+        res = s.run(a.problem, device, iters=a.iters)
+        if res.get("config") is not None:
+            print(f"launch on {res['problem']}: {res['config'].describe()}")
+        if "verify" in res:
+            print(res["verify"])
+            ok &= bool(res["ok"])
+        if res.get("ms") is not None:
+            print(f"{res['label']}: median {res['ms']:.4f} ms [p10 {res['p10_ms']:.4f}, p90 {res['p90_ms']:.4f}], "
+                  f"{res.get('tflops', 0):.1f} TFLOPS — {res['evidence']}")
+        if a.trace and device == "sim":
+            import json
+            Path(a.trace).write_text(json.dumps(getattr(res.get("plan"), "events", []), default=str))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+"""The appendix "The same kernel on Hopper": the sm90 stages' facts, the committed sweeps, the live runs, the widget."""
+from __future__ import annotations
+
+import datetime
+import re
+
+from .. import bench, device, hopper_bench as baselines, results, stages, timing
+from ..facts import Table, evidence_label
+from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, permuted_b_rows, permuted_b_spec, resident_b_schedule,  # noqa: F401
+                          residue_schedule)
+from ..stage import Stage
+from . import widgets
+
+ARCH = "sm_90a"
+BEST = ("sm90/06_permuted_b", {})   # fastest verified in the 2026-11-23T062323 H100 sweep: 0.932 ms
+
+
+def sm90(name: str, defines: dict | None = None) -> Stage:
+    """An sm90 stage by number ('04') or name, with defines."""
+    hits = [p for p in stages.family_stages("sm90") if p.stem == name or p.stem.startswith(f"{name}_")]
+    if len(hits) != 1:
+        raise KeyError(f"no single sm90 stage {name!r}; have {[p.stem for p in stages.family_stages('sm90')]}")
+    return Stage(hits[0], defines)
+
+
+def stage_list() -> Table:
+    """The sm90 stage files and the idea each adds (from their headers)."""
+    return Table([{"stage": s.name, "parent": (s.header.parent or "—").split("/")[-1], "idea": s.header.idea}
+                  for s in map(Stage, stages.family_stages("sm90"))], "sm90 stages (src/kernels/sm90)")
+
+
+def stage_facts(s: Stage) -> dict:
+    """Compiled facts of one sm90 build: registers, spills, shared memory, tile, SASS counts, ptxas warnings."""
+    b, ex = s.build, s.exports
+    f, h = b.facts, b.histogram
+    return {"stage": s.name, "defines": dict(s.defines), "registers": f.registers,
+            "ptxas_warnings": ",".join(sorted(set(re.findall(r"C75\d\d", b.log)))),
+            "spills": f.spills, "stack": f.stack, "smem": ex.smem_bytes + f.smem_static,
+            "threads": ex.num_threads, "tile": f"{ex.tile_m}x{ex.tile_n}x{ex.block_k}",
+            "stages": ex.pipeline_stages, "consumers": ex.epi_warps // 4, "cluster": ex.cluster_x,
+            "persistent": ex.grid_kind != 0, "producer_regs": ex.get("producer_regs", "-"),
+            "consumer_regs": ex.get("consumer_regs", "-"),
+            **{op: h.get(op, 0) for op in ("QGMMA", "UTMALDG", "UTMASTG", "STG", "STS")}}
+
+
+def stage_table(variants=None) -> Table:
+    """Compiled facts of every sm90 stage, or of (stage, defines) pairs."""
+    ss = [Stage(p) for p in stages.family_stages("sm90")] if variants is None else \
+        [sm90(k, d) if not isinstance(k, Stage) else k for k, d in variants]
+    return Table([stage_facts(s) for s in ss], f"sm90 stages — {evidence_label(ss[0].build)}")
+
+
+def sass_grep(stage: str, pattern: str, defines: dict | None = None, n: int = 6) -> str:
+    """The first n SASS lines of a stage that contain `pattern` (compiled evidence), addresses stripped."""
+    s = sm90(stage, defines)
+    out = [re.sub(r"\s*/\*[0-9a-fx]+\*/\s*", " ", ln).split(";")[0].strip() for ln in s.build.sass.splitlines()
+           if pattern in ln][:n]
+    return "\n".join(out) or f"(no SASS line of {s.name} contains {pattern!r})"
+
+
+def opcode_table(names=("04", "06"), ops=("SHFL", "SEL", "FADD", "F2FP", "STG")) -> Table:
+    """Static counts of some opcodes per stage (compiled)."""
+    return Table([{"stage": sm90(k).name, **{op: sm90(k).build.histogram.get(op, 0) for op in ops}} for k in names],
+                 "epilogue instructions of one tile per thread (compiled)")
+
+
+def comb_reads_table(sm_count: int = 132) -> Table:
+    """Most comb reads of one warpgroup on the full problem: stage 04's order against 07's comb-residue order."""
+    full = Stage("sm90/07_comb_resident").problem("full")
+    s04 = resident_b_schedule(full.m, full.n, 256, sm_count)
+    s07 = residue_schedule(full.m, full.n, 256, sm_count)
+    groups = sm_count // (full.n // 256)
+    return Table([{"order": f"04: row tiles g, g + {groups}, g + {2 * groups}, ...",
+                   "comb reads per warpgroup (max)": max(comb_loads(s04))},
+                  {"order": f"07: class by class (t mod 49), {groups} contiguous pieces",
+                   "comb reads per warpgroup (max)": max(comb_loads(s07))}],
+                 "comb reads, modelled from the kernels' schedules")
+
+
+def l2_traffic_table(sm_count: int = 132, keys=None) -> Table:
+    """Modelled bytes each stage moves between L2 and the SMs on the full problem: A and B tiles (a tile
+    of BM x BN re-reads A once per column block and B once per row block; multicast divides by the
+    CTAs that share a load; a resident B is read once per CTA), comb read by the epilogue (once per
+    tile, or with the comb-residue order of 07+ once per class change of each warpgroup), C written."""
+    ss = [sm90(k) for k in keys] if keys else [Stage(p) for p in stages.family_stages("sm90")]
+    p = ss[0].problem("full")
+    m, n, k = p.m, p.n, p.k
+    a1, b1, mn2 = m * k, n * k, 2 * m * n
+    rows = []
+    for s in ss:
+        ex = s.exports
+        bm, bn = ex.tile_m, ex.tile_n
+        if ex.grid_kind == 2:
+            a, b = a1 * (n // bn) / ex.cluster_x, sm_count * bn * k
+        else:
+            a, b = a1 * (n // bn), b1 * (m / bm) / ex.cluster_x
+        if ex.get("residue_order"):
+            comb = sum(comb_loads(residue_schedule(m, n, bn, (sm_count // (n // bn)) * (n // bn), bm))) * bm * bn * 2
+        else:
+            comb = mn2
+        rows.append({"stage": s.name, "tile": f"{bm}x{bn}", "A (GB)": round(a / 1e9, 2), "B (GB)": round(b / 1e9, 2),
+                     "comb (GB)": round(comb / 1e9, 3), "C (GB)": round(mn2 / 1e9, 2),
+                     "total (GB)": round((a + b + comb + mn2) / 1e9, 2)})
+    return Table(rows, f"L2 <-> SM traffic, modelled from the tile shapes ({sm_count} SMs); DRAM minimum "
+                       f"{p.min_bytes / 1e9:.2f} GB")
+
+
+# ---- the committed sweeps -------------------------------------------------------------------------
+
+# What this chapter's roles call the clock64 phases of common/timing.cuh in stages 01-05.
+PHASE_ROLES = {
+    "producer_wait": "producer: waiting for a free ring slot",
+    "tma_issue": "producer: one tile's loads, start to last issue",
+    "tma_wait": "consumer: waiting for A/B data (full barriers)",
+    "kloop": "consumer: the mainloop (wgmma issue + waits)",
+    "epi_wait": "consumer (04-09): waiting for its turn on the tensor cores",
+    "epi_phase1": "consumer: epilogue (registers -> comb add -> stores or staging)",
+    "epi_phase2": "consumer (03): staging -> global (TMA store issue)",
+    "tile": "consumer: one tile, start to end",
+}
+
+
+def clock_rows(summary: dict) -> list[dict]:
+    """timing.summary_rows with what each phase means in these stages."""
+    return [{**r, "what": PHASE_ROLES.get(r["phase"], "")} for r in timing.summary_rows(summary)]
+
+
+def sweep_files():
+    return results.sweep_files()
+
+
+def load_sweep(path=None) -> dict:
+    return results.load_sweep(path)
+
+
+def _full():
+    return Stage(BEST[0]).problem("full")
+
+
+def recorded_variants_table(rep: dict) -> Table:
+    """Every variant of a committed sweep: verified?, median ms, TFLOPS, share of the memory floor."""
+    full, gbps = _full(), rep["copy"]["gbps"]
+    facts = {f.get("label"): f for f in rep.get("facts", [])}
+    rows = []
+    for r in rep.get("variants", []):
+        f = facts.get(r["label"].replace(" [again]", ""), {})
+        row = {"variant": r["label"], "regs": f.get("registers", ""), "smem (KiB)": f.get("smem", 0) // 1024,
+               "verified": "yes" if r.get("ok") else "NO"}
+        if r.get("median_ms"):
+            d = bench.derived(full, r["median_ms"], gbps)
+            row.update({"ms": round(r["median_ms"], 4), "TFLOPS": round(d["tflops"]),
+                        "of floor": f"{100 * d['floor_frac']:.0f}%"})
+        else:
+            err = r.get("error") or ""
+            row["note"] = ("trapped (launch failed)" if "KernelFault" in err else
+                           "shape not supported" if ("ShapeError" in err or "KindError" in err) else err[:60])
+        rows.append(row)
+    cols = ["variant", "regs", "smem (KiB)", "verified", "ms", "TFLOPS", "of floor", "note"]
+    return Table(rows, f"sm90 sweep — {results.sweep_evidence(rep)}; floor {full.min_bytes / gbps / 1e6:.3f} ms at "
+                       f"{gbps:.0f} GB/s copy ({rep['_file']})", cols)
+
+
+def _comparison_table(rows: list[dict], caption: str) -> Table:
+    out = []
+    for r in rows:
+        if r["ms"] is None:
+            out.append({"what": r["name"], "note": "FAILED: " + baselines.error_line(r["note"])[:90]})
+        else:
+            out.append({"what": r["name"], "ms": round(r["ms"], 4), "TFLOPS": round(r["tflops"]),
+                        "GB/s": round(r["gbps"]), "of floor": f"{100 * r['floor_frac']:.0f}%",
+                        "ours faster by": f"{r['speedup']:.2f}x" if r.get("speedup") else ""})
+    return Table(out, caption, ["what", "ms", "TFLOPS", "GB/s", "of floor", "ours faster by", "note"])
+
+
+def recorded_comparison_table(rep: dict) -> Table:
+    """The sweep's fastest verified variant against its baselines (same run, same GPU)."""
+    timed = [r for r in rep.get("variants", []) if r.get("median_ms")]
+    best = min(timed, key=lambda r: r["median_ms"])
+    rows = bench.compare_rows({**best, "stage": best["label"]}, rep.get("baselines", {}), rep["copy"]["gbps"], _full())
+    return _comparison_table(rows, f"ours vs baselines — {results.sweep_evidence(rep)}")
+
+
+def recorded_clock(rep: dict):
+    """The sweep's clock64 breakdown as a compact table, or a line saying there is none."""
+    cl = rep.get("clock") or {}
+    if not cl.get("summary"):
+        return (f"No clock64 breakdown in {rep['_file']}: that run timed "
+                f"{cl.get('label', 'no variant')} without TIMING records.")
+    return Table(clock_rows(cl["summary"]), f"clock64 phases of {cl['label']} — {results.sweep_evidence(rep)}")
+
+
+# ---- live on an sm_90 GPU ----------------------------------------------------------------------------
+
+def verification_table(shapes=("small", "tail")) -> Table:
+    """On an sm_90 GPU: every stage verified now on the check shapes (NaN-poisoned output);
+    elsewhere: the verification column of the newest committed sweep."""
+    if not device.can_run(ARCH):
+        return recorded_variants_table(load_sweep())
+    rows = []
+    when = f"measured ({device.current().name}, {datetime.date.today()})"
+    for p in stages.family_stages("sm90"):
+        s = Stage(p)
+        row = {"stage": s.name}
+        for name in shapes:
+            try:
+                r = s.run(name, seed=3, time=False)
+                row[name] = "ok" if r["ok"] else f"WRONG ({r['verify'].n_bad} bad, {r['verify'].n_nan} NaN)"
+            except Exception as e:  # a fault kills the context: say so and stop
+                row[name] = type(e).__name__
+                rows.append(row)
+                return Table(rows, f"verification — {when}; stopped at the first fault")
+        rows.append(row)
+    return Table(rows, f"verification — {when}")
+
+
+def live_comparison(stage: str | None = None, defines: dict | None = None, iters: int = 20) -> Table:
+    """On an sm_90 GPU: verify and time our stage on the full problem, and cuBLAS beside it (measured now)."""
+    s = Stage(stage or BEST[0], defines if stage else BEST[1])
+    prob = s.problem("full")
+    copy = bench.copy_bandwidth_gb_s()
+    t = s.inputs(prob)
+    ref = s.kind.reference(prob, t)
+    ours = s.run(prob, inputs=t, ref=ref, iters=iters)
+    base = baselines.time_baselines(prob, t, ref, iters=iters)
+    rows = bench.compare_rows({**ours, "stage": s.label}, base, copy["gbps"], prob)
+    return _comparison_table(rows, f"measured ({device.current().name}, {datetime.date.today()}) — "
+                                   f"verified: {ours['ok']}")
+
+
+def live_clock(stage: str | None = None, defines: dict | None = None) -> Table:
+    """On an sm_90 GPU: the clock64 phases of a TIMING build on the 'medium' problem (measured now)."""
+    s = Stage(stage or BEST[0], defines if stage else BEST[1])
+    tm = s.run_timing("medium", seed=5)
+    summ = {ph: {"avg": r["avg"], "spread": r["spread"], "warps": {w: st["avg"] for w, st in r["warps"].items()}}
+            for ph, r in tm.summary().items()}
+    return Table(clock_rows(summ), f"clock64 phases of {s.label} — measured ({device.current().name}, "
+                                   f"{datetime.date.today()}), 'medium' problem")
+
+
+def comparison():
+    """Ours against cuBLAS: measured now on an sm_90 GPU, else the newest committed sweep's table."""
+    return live_comparison() if device.can_run(ARCH) else recorded_comparison_table(load_sweep())
+
+
+def clock():
+    """The clock64 breakdown of the best stage: measured now on an sm_90 GPU, else the committed one."""
+    return live_clock() if device.can_run(ARCH) else recorded_clock(load_sweep())
+
+
+# ---- the widget ---------------------------------------------------------------------------------------
+
+# The options: stages, and for 01 the number of consumer warpgroups.
+WIDGET_VARIANTS = [
+    ("00: one warpgroup, no pipeline", ("00", {})),
+    ("01: 1 consumer warpgroup (128x128)", ("01", {"BLOCK_N": 128, "NUM_CONSUMERS": 1, "WG_M": 2})),
+    ("01: 2 consumer warpgroups (128x256)", ("01", {})),
+    ("01: 3 consumer warpgroups (192x192)", ("01", {"BLOCK_N": 192, "NUM_CONSUMERS": 3, "NUM_STAGES": 3})),
+    ("02: persistent, B multicast to a pair", ("02", {})),
+    ("03: staged epilogue, TMA store", ("03", {})),
+    ("04: B resident, ping-pong", ("04", {})),
+    ("05: 04 + A multicast (3-CTA cluster)", ("05", {})),
+    ("06: B rows permuted, no epilogue shuffles", ("06", {})),
+    ("07: comb-residue order, comb stays in registers", ("07", {})),
+    ("08: accumulators start from comb", ("08", {})),
+    ("09: 192-wide blocks, 10-stage ring, A multicast to pairs", ("09", {})),
+]
+
+
+def variant_row(key: str, defines: dict, rep: dict | None = None, live_problem=None) -> dict:
+    """Compiled facts of one variant, its time in the committed sweep `rep` (if it ran there), and
+    with live_problem (on an sm_90 GPU) a verification and timing run now."""
+    s = sm90(key, defines)
+    f = stage_facts(s)
+    row = {"variant": s.label, "tile": f["tile"], "consumers": f["consumers"], "threads": f["threads"],
+           "regs": f["registers"], "consumer regs": f["consumer_regs"], "smem (KiB)": f["smem"] // 1024,
+           "stages": f["stages"], "QGMMA": f["QGMMA"]}
+    if rep:
+        hit = next((r for r in rep.get("variants", []) if r["label"] == row["variant"]), None)
+        if hit is not None:
+            row["recorded ms"] = round(hit["median_ms"], 4) if hit.get("median_ms") else "failed"
+    if live_problem is not None:
+        res = s.run(live_problem, iters=10)
+        row["live ms"] = round(res["ms"], 4) if res.get("ms") else "NOT VERIFIED"
+    return row
+
+
+def stage_widget(live: bool | None = None):
+    """A slider over WIDGET_VARIANTS: compiled facts, the committed H100 time, and (on an sm_90 GPU) a
+    verified, timed run on the 'medium' problem. The static fallback is the table of all options."""
+    if live is None:
+        live = device.can_run(ARCH)
+    rep = results.latest_sweep()
+    medium = "medium" if live else None
+    rows = [variant_row(k, d, rep) for _, (k, d) in WIDGET_VARIANTS]
+    caption = (f"stages and consumer warpgroups — {evidence_label(sm90('00').build)}"
+               + (f"; 'recorded ms' = {results.sweep_evidence(rep)}, full problem" if rep else ""))
+
+    def render(v):
+        k, d = v
+        cap = "compiled" + (f"; recorded = {results.sweep_evidence(rep)}" if rep else "")
+        if medium is not None:
+            cap += f"; live = measured now on {device.current().name}, 'medium' problem"
+        return Table([variant_row(k, d, rep, medium)], cap)
+    return widgets.sweep(WIDGET_VARIANTS, render, static=Table(rows, caption), description="stage", live=live)
+
+
+# ---- Hopper against Blackwell ---------------------------------------------------------------------
+
+# Hopper against Blackwell, point by point; each row names where the fact comes from.
+CONTRAST = [
+    {"topic": "accumulator",
+     "Hopper sm_90a (this chapter)": "wgmma writes FP32 into the issuing warpgroup's registers: 128 per thread "
+                                    "for 64 x 256; setmaxnreg moves registers to the consumers (232)",
+     "Blackwell sm_100a (FP8 chapters)": "tcgen05.mma writes TMEM (128 lanes x 512 columns), no registers; "
+                                         "two 256-column accumulators fit, so MMA and epilogue alternate buffers",
+     "source": "PTX ISA 9.7.15 wgmma / 9.7.16 tcgen05; common/wgmma.cuh, common/tcgen05.cuh"},
+    {"topic": "who issues",
+     "Hopper sm_90a (this chapter)": "all 128 threads of a warpgroup (.sync.aligned); completion by "
+                                    "wgmma.commit_group / wait_group in the same threads",
+     "Blackwell sm_100a (FP8 chapters)": "one thread; completion through tcgen05.commit on an mbarrier that "
+                                         "any warp can wait on",
+     "source": "PTX ISA; CUTLASS mma_sm90_gmma.hpp, mma_sm100_umma.hpp"},
+    {"topic": "sharing operands between SMs",
+     "Hopper sm_90a (this chapter)": "cluster multicast: one TMA load lands in several CTAs' shared memory "
+                                    "(02: B to a pair; 05: A to the three column blocks); every SM still "
+                                    "holds the whole operand it multiplies",
+     "Blackwell sm_100a (FP8 chapters)": "2-SM UMMA (cta_group::2): one MMA of 256 x N spans two SMs, each "
+                                         "holding half of B, so per-SM B traffic and B storage halve",
+     "source": "PTX ISA cp.async.bulk.tensor .multicast::cluster; tcgen05 cta_group::2"},
+    {"topic": "epilogue pressure",
+     "Hopper sm_90a (this chapter)": "the accumulator can only leave through the warpgroup that computed it, "
+                                    "and it cannot start the next tile's wgmma until its registers are free: "
+                                    "a second warpgroup must run the next mainloop meanwhile (ping-pong, 04)",
+     "Blackwell sm_100a (FP8 chapters)": "separate epilogue warps drain TMEM with tcgen05.ld while the MMA "
+                                         "thread fills the other accumulator; the limit is TMEM -> register "
+                                         "bandwidth and the store path",
+     "source": "stages 04 (sm90) and fp8/02-04 (sm100)"},
+    {"topic": "register layout at the store",
+     "Hopper sm_90a (this chapter)": "a thread holds 2 adjacent columns of 2 rows per 8-column group: 4-B "
+                                    "pieces; a quad transpose (4 shuffles per 16 B) makes 16-B stores",
+     "Blackwell sm_100a (FP8 chapters)": "tcgen05.ld 32x32b gives a thread consecutive columns of one row: "
+                                         "16-B stores come for free",
+     "source": "PTX ISA wgmma fragment layout (common/wgmma.cuh NOTES); tcgen05.ld shapes"},
+    {"topic": "shared-memory descriptor",
+     "Hopper sm_90a (this chapter)": "layout type in bits 62-63 (SW128 = 1), no version bit; start address "
+                                    "= (addr & 0x3FFFF) >> 4, so a cluster CTA's rank bits must be masked",
+     "Blackwell sm_100a (FP8 chapters)": "version bit 46 = 1, 3-bit layout type in 61-63 (SW128 = 2); the "
+                                         "same 18-bit address field",
+     "source": "CUTLASS mma_sm90_desc.hpp, mma_sm100_desc.hpp; READING.md trap 1"},
+]
+
+
+def contrast_table() -> Table:
+    """Hopper vs Blackwell for this GEMM, point by point (facts from the PTX ISA and CUTLASS)."""
+    return Table(CONTRAST, "The same kernel on two architectures")
