@@ -61,7 +61,8 @@ EXPORT_DELTA = {
     "F22": ({"epi_add_bf16x2"}, set(), set()),
     "F23": ({"epi_tmem_readers"}, set(), set()),
     "F24": ({"out_box_blocks", "out_box_cols", "out_box_rows", "out_swizzle", "staging_block_cols",
-             "staging_swizzle", "staging_tma_store", "staging_fingerprint"}, {"phase2_unroll"}, {"smem_bytes", "staging_pitch", "staging_warp_bytes"}),
+             "staging_swizzle", "staging_tma_store", "staging_fingerprint", "tmap_out_box_rows", "tmap_out_box_cols",
+             "tmap_out_swizzle", "tmap_out_elem_bytes"}, {"phase2_unroll"}, {"smem_bytes", "staging_pitch", "staging_warp_bytes"}),
     "F28": ({"k_iters"}, set(), set()),
 }
 

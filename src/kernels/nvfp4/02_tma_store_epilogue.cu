@@ -54,6 +54,7 @@
 //   Accumulator: TMEM columns [0,128), lane = row, FP32.
 #include "common/types.cuh"
 #include "common/export.cuh"
+#include "common/cutensormap.cuh"
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
 #include "common/tma.cuh"
@@ -66,10 +67,10 @@ constexpr u32 MMA_K = 64;                                  // kind::mxf4nvf4 den
 constexpr u32 SF_VEC = 16;                                 // NVFP4: one UE4M3 scale per 16 elements
 constexpr u32 MMAS_PER_KTILE = TILE_K / MMA_K;             // 4
 constexpr u32 NUM_THREADS = 128;                           // 4 warps: all read TMEM in the epilogue
-#ifndef NUM_AB_STAGE
-#define NUM_AB_STAGE 4
+#ifndef NUM_STAGES
+#define NUM_STAGES 4
 #endif
-static_assert(NUM_AB_STAGE >= 1 && NUM_AB_STAGE <= 7, "NUM_AB_STAGE: 1..7 (7 x 36 KB already exceeds 227 KB)");
+static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 7, "NUM_STAGES: 1..7 (7 x 36 KB already exceeds 227 KB)");
 
 constexpr u32 ROW_BYTES = TILE_K / 2;                      // 128 B of packed E2M1 per row per K tile
 constexpr u32 SWIZZLE = 128;                               // TMA SWIZZLE_128B == UMMA SW128
@@ -103,7 +104,7 @@ constexpr u32 C_BOX_ROWS = TILE_M;                         // 128 (a TMA box dim
 constexpr u32 C_BOXES = TILE_N / C_BOX_COLS;               // 2 TMA stores per tile
 constexpr u32 C_BOX_BYTES = C_BOX_ROWS * C_BOX_COLS * OUT_ELEM_BYTES;   // 16384
 constexpr u32 STAGING_BYTES = C_BOXES * C_BOX_BYTES;       // 32768
-constexpr u32 RING_BYTES = NUM_AB_STAGE * STAGE_BYTES;
+constexpr u32 RING_BYTES = NUM_STAGES * STAGE_BYTES;
 constexpr u32 OFF_STAGING = STAGING_IN_RING ? 0 : RING_BYTES;
 constexpr u32 OFF_BARRIERS = STAGING_IN_RING ? RING_BYTES : RING_BYTES + STAGING_BYTES;
 constexpr u32 EPI_BARRIER = 1;                             // named barrier of the epilogue threads (0 = __syncthreads)
@@ -124,7 +125,7 @@ __host__ __device__ constexpr u64 staging_layout_hash() {
     for (u32 c = 0; c < TILE_N; c += 8) h = h * 1000003ull + staging_offset(r, c);
   return h;
 }
-constexpr u32 NUM_BARRIERS = 2 * NUM_AB_STAGE + 1;         // full[S], empty[S], acc_full
+constexpr u32 NUM_BARRIERS = 2 * NUM_STAGES + 1;         // full[S], empty[S], acc_full
 constexpr u32 BARRIER_BYTES = (NUM_BARRIERS * 8 + 8 + 63) / 64 * 64;   // + the TMEM address slot
 constexpr u32 ALIGN_SLACK = 1024;                          // dynamic SMEM base rounded up to 1024 B
 constexpr u32 SMEM_BYTES = ALIGN_SLACK + OFF_BARRIERS + BARRIER_BYTES;
@@ -136,7 +137,7 @@ constexpr u32 TMEM_SFA = TILE_N;                           // after the 128 accu
 constexpr u32 TMEM_SFB = TMEM_SFA + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA;
 constexpr u32 TMEM_STAGE_COLS = 2 * MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA;   // 32
 __host__ __device__ constexpr u32 tmem_alloc_cols(u32 used) { return used <= 32 ? 32 : used <= 64 ? 64 : used <= 128 ? 128 : used <= 256 ? 256 : 512; }
-constexpr u32 TMEM_COLS = tmem_alloc_cols(TMEM_SFA + NUM_AB_STAGE * TMEM_STAGE_COLS);
+constexpr u32 TMEM_COLS = tmem_alloc_cols(TMEM_SFA + NUM_STAGES * TMEM_STAGE_COLS);
 
 // Instruction descriptor: M=128, N=128, A/B packed E2M1 (MXF4 format 1), UE4M3 scales, K-major.
 constexpr u32 IDESC = umma_instr_desc_block_scaled(TILE_M, TILE_N, UMMA_FMT_MXF4_E2M1, UMMA_FMT_MXF4_E2M1,
@@ -159,13 +160,24 @@ static_assert(OFF_STAGING % 1024 == 0 && C_BOX_BYTES % 1024 == 0, "the SW128 sta
 static_assert(!STAGING_IN_RING || STAGING_BYTES <= RING_BYTES, "the staging tile must fit in the drained ring");
 // No static_assert on the 227 KB limit here: the 7-stage build must compile so that its SMEM
 // demand can be read back (pelib.nvfp4.stage_table()); the host refuses to launch it.
-constexpr u32 SMEM_LIMIT = 232448;   // 227 KB, sm_100 maximum dynamic shared memory per block
 static_assert(TMEM_SFB + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA <= TMEM_COLS, "TMEM columns");
 
 // ---- what pelib reads back from the cubin ------------------------------------------------------
 // Names of pelib.emulate.EXPORT_NAMES (TileParams.from_exports replays the tile from them), then the
 // ones only pelib.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);
+PELIB_EXPORT(grid_kind, 0);                 // one CTA per output tile: grid (N/128, M/128)
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, BARRIER_BYTES);
+PELIB_EXPORT_TMAP(a, TILE_M, ROW_BYTES, SWIZZLE, 1);          // A [M, K/2] packed E2M1 as uint8
+PELIB_EXPORT_TMAP(b, TILE_N, ROW_BYTES, SWIZZLE, 1);          // B [N, K/2]
+PELIB_EXPORT_TMAP(sfa, SF_BOX_ROWS, SF_ROW_BYTES, 0, 1);      // SFA as rows of 256 B, no swizzle
+PELIB_EXPORT_TMAP(sfb, SF_BOX_ROWS, SF_ROW_BYTES, 0, 1);
+PELIB_EXPORT_TMAP(c, C_BOX_ROWS, C_BOX_COLS, SWIZZLE_C, OUT_ELEM_BYTES);  // C [M, N] FP16
 PELIB_EXPORT(mma_kind, 6);                  // kind::mxf4nvf4
 PELIB_EXPORT(idesc, IDESC);
 PELIB_EXPORT(block_k, TILE_K);
@@ -196,14 +208,13 @@ PELIB_EXPORT(sf_row_bytes, SF_ROW_BYTES);   // SFA/SFB tensor maps: uint8 rows o
 PELIB_EXPORT(sf_box_rows, SF_BOX_ROWS);
 PELIB_EXPORT(sf_rows_per_atom, SF_ROWS_PER_ATOM);
 PELIB_EXPORT(sf_swizzle, 0);
-PELIB_EXPORT(num_ab_stage, NUM_AB_STAGE);
+PELIB_EXPORT(num_ab_stage, NUM_STAGES);
 PELIB_EXPORT(stage_bytes, STAGE_BYTES);     // stage s lives at s * stage_bytes
 PELIB_EXPORT(stage_tx_bytes, STAGE_TX_BYTES);
 PELIB_EXPORT(tmem_stage_cols, TMEM_STAGE_COLS);   // stage s's scale factors at sf*_tmem_col + s * tmem_stage_cols
 PELIB_EXPORT(num_threads, NUM_THREADS);
 PELIB_EXPORT(tile_m, TILE_M);
 PELIB_EXPORT(tile_n, TILE_N);
-PELIB_EXPORT(smem_limit, SMEM_LIMIT);
 // The staged epilogue (pelib.emulate TileParams stage_* / out_* fields; pelib.nvfp4 builds the C map).
 PELIB_EXPORT(stage_smem_offset, OFF_STAGING);     // staging tile, relative to the aligned SMEM base
 PELIB_EXPORT(stage_box_cols, C_BOX_COLS);         // TMA store box: inner (columns) ...
@@ -231,8 +242,8 @@ PE_DEVICE void st_shared_v4_b32(u32 addr, u32 a, u32 b, u32 c, u32 d) {
 }  // st_shared_v4_b32
 
 // Issue the four TMA loads of K tile `kt` into the stage at `stage`; they complete on `bar`.
-PE_DEVICE void load_ktile(u8* stage, u64* bar, const TensorMap* ta, const TensorMap* tb,
-                          const TensorMap* tsfa, const TensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
+PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUtensorMap* tb,
+                          const CUtensorMap* tsfa, const CUtensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
                           u32 k_tiles) {
   mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES);
   tma_load_2d(stage + OFF_A, ta, bar, kt * ROW_BYTES, m_blk * TILE_M);
@@ -289,7 +300,7 @@ PE_DEVICE void stage_tile(u32 tmem, u32 staging, float alpha) {
 }  // stage_tile
 
 // Epilogue, phase 2 (one thread): the boxes of the staging tile to global through the C map.
-PE_DEVICE void store_tile(const TensorMap* tc, const u8* staging, u32 m_blk, u32 n_blk) {
+PE_DEVICE void store_tile(const CUtensorMap* tc, const u8* staging, u32 m_blk, u32 n_blk) {
 #pragma unroll
   for (u32 b = 0; b < C_BOXES; ++b)
     tma_store_2d(tc, staging + b * C_BOX_BYTES, n_blk * TILE_N + b * C_BOX_COLS, m_blk * TILE_M);
@@ -302,14 +313,14 @@ PE_DEVICE void store_tile(const TensorMap* tc, const u8* staging, u32 m_blk, u32
 // needs a map, and the map holds the address): grid (N/128, M/128), block 128, dynamic SMEM =
 // SMEM_BYTES. M, N multiples of 128, K of 256 (host checks).
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
-nvfp4_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b,
-           const __grid_constant__ TensorMap tmap_sfa, const __grid_constant__ TensorMap tmap_sfb,
-           const __grid_constant__ TensorMap tmap_c, float alpha, u32 M, u32 N, u32 K) {
+nvfp4_gemm(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+           const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_sfb,
+           const __grid_constant__ CUtensorMap tmap_c, float alpha, u32 M, u32 N, u32 K) {
   extern __shared__ u8 smem_raw[];
   u8* smem = (u8*)(((u64)smem_raw + ALIGN_SLACK - 1) & ~(u64)(ALIGN_SLACK - 1));
-  u64* full = (u64*)(smem + OFF_BARRIERS);        // [NUM_AB_STAGE] TMA bytes landed in stage s
-  u64* empty = full + NUM_AB_STAGE;               // [NUM_AB_STAGE] MMAs reading stage s finished
-  u64* acc_full = empty + NUM_AB_STAGE;           // the whole accumulator is ready
+  u64* full = (u64*)(smem + OFF_BARRIERS);        // [NUM_STAGES] TMA bytes landed in stage s
+  u64* empty = full + NUM_STAGES;               // [NUM_STAGES] MMAs reading stage s finished
+  u64* acc_full = empty + NUM_STAGES;           // the whole accumulator is ready
   u32* tmem_slot = (u32*)(acc_full + 1);
   const u32 warp = threadIdx.x / 32;
   const u32 n_blk = blockIdx.x, m_blk = blockIdx.y, k_tiles = K / TILE_K;
@@ -318,7 +329,7 @@ nvfp4_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Ten
   if (threadIdx.x == 0) {
     prefetch_tensormap(&tmap_a); prefetch_tensormap(&tmap_b);
     prefetch_tensormap(&tmap_sfa); prefetch_tensormap(&tmap_sfb); prefetch_tensormap(&tmap_c);
-    for (u32 s = 0; s < NUM_AB_STAGE; ++s) {
+    for (u32 s = 0; s < NUM_STAGES; ++s) {
       mbarrier_init(&full[s], 1);
       mbarrier_init(&empty[s], 1);
     }
@@ -338,19 +349,19 @@ nvfp4_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Ten
   // ---- K loop, one thread: fill the ring, then wait full / MMA / release / refill ----
   if (threadIdx.x == 0) {
     // Prologue: fill the pipeline.
-    for (u32 kt = 0; kt < NUM_AB_STAGE && kt < k_tiles; ++kt)
+    for (u32 kt = 0; kt < NUM_STAGES && kt < k_tiles; ++kt)
       load_ktile(smem + kt * STAGE_BYTES, &full[kt], &tmap_a, &tmap_b, &tmap_sfa, &tmap_sfb, kt, m_blk, n_blk,
                  k_tiles);
     for (u32 kt = 0; kt < k_tiles; ++kt) {
-      const u32 s = kt % NUM_AB_STAGE, phase = (kt / NUM_AB_STAGE) & 1;
+      const u32 s = kt % NUM_STAGES, phase = (kt / NUM_STAGES) & 1;
       u8* stage = smem + s * STAGE_BYTES;
       mbarrier_wait_parity(&full[s], phase, /*tag=*/1);        // consumer: acquire the stage
       tcgen05_fence_after_thread_sync();
       mma_ktile(stage, tmem, s * TMEM_STAGE_COLS, kt == 0);
       tcgen05_commit<1>(smem_u32(&empty[s]));                  // consumer: release it
-      if (kt + NUM_AB_STAGE < k_tiles) {
+      if (kt + NUM_STAGES < k_tiles) {
         mbarrier_wait_parity(&empty[s], phase, /*tag=*/2);     // producer: acquire it back
-        load_ktile(stage, &full[s], &tmap_a, &tmap_b, &tmap_sfa, &tmap_sfb, kt + NUM_AB_STAGE, m_blk, n_blk,
+        load_ktile(stage, &full[s], &tmap_a, &tmap_b, &tmap_sfa, &tmap_sfb, kt + NUM_STAGES, m_blk, n_blk,
                    k_tiles);
       }
     }

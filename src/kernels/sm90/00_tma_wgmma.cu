@@ -43,8 +43,22 @@ constexpr u32 DESC_LBO = 16, DESC_SBO = 1024, SWIZZLE = 128;
 
 static_assert(BN % 64 == 0 && BN <= 256, "BLOCK_N: a wgmma N of 64..256 that tiles 768");
 static_assert(BN * BK <= 256 * 128, "TMA box: at most 256 rows");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KiB per-block limit");
 
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);   // no __cluster_dims__: the launch gives the cluster shape
+PELIB_EXPORT(grid_kind, 0);           // one CTA per output tile
+PELIB_EXPORT(tile_m, BM);
+PELIB_EXPORT(tile_n, BN);
+PELIB_EXPORT(pipeline_stages, 1);
+PELIB_EXPORT(epi_warps, 4);
+PELIB_EXPORT(barrier_bytes, 8);  // full_bar, in static shared memory
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
+PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
+PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
 PELIB_EXPORT(block_m, BM);
 PELIB_EXPORT(block_n, BN);

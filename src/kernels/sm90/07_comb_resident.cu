@@ -92,10 +92,23 @@ static_assert(K_MAX % BK == 0 && KB_MAX >= 1, "K_MAX: a multiple of 128");
 static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 16, "NUM_STAGES: 2 to 16");
 static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * NUM_THREADS,
               "setmaxnreg: the consumers would take more registers than the producer gives back");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KiB per-block limit: "
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KiB per-block limit: "
               "fewer NUM_STAGES, a smaller BLOCK_N or K_MAX");
 
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);   // no __cluster_dims__: the launch gives the cluster shape
+PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is a multiple of N / tile_n
+PELIB_EXPORT(tile_m, BM);
+PELIB_EXPORT(tile_n, BN);
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
+PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
+PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
 PELIB_EXPORT(block_m, BM);
 PELIB_EXPORT(block_n, BN);

@@ -91,13 +91,20 @@ static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
 static_assert(K_ITERS >= 1 && (2 * K_ITERS) % NUM_STAGES == 0,
               "F28: a tile must start in one of two ring slots (0 or K_ITERS % NUM_STAGES)");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= ACC_BUFS * TMEM_ACC_STRIDE, "accumulators must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);
