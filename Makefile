@@ -38,7 +38,7 @@ test-gpu: $(SETUP)
 	$(PY) -m pytest -q -m gpu -p no:cacheprovider
 
 bench: $(SETUP)
-	$(PY) -m pelib.bench $(BENCH_ARGS)
+	$(PY) -m pelib.sweep $(BENCH_ARGS)
 
 # JupyterLab on the chapters (MyST notebooks open as notebooks through jupytext).
 lab: $(SETUP)

@@ -70,48 +70,6 @@ class Exports(dict):
         return tuple(int(self[k]) for k in keys)
 
 
-def _legacy_vocabulary(family: str, ex: dict, source: str) -> dict:
-    """The vocabulary derived from the names the stages exported before common/export.cuh had one.
-    Removed once every stage exports the vocabulary itself."""
-    out = {}
-    if family == "sm90":
-        ren = {"tile_m": "block_m", "tile_n": "block_n", "pipeline_stages": "stages"}
-        out.update({k: ex[v] for k, v in ren.items() if v in ex})
-        out["epi_warps"] = 4 * ex.get("consumers", 1)
-        out["cluster_x"] = ex.get("cluster_n", 1) if ex.get("resident_b") else ex.get("cluster_m", 1)
-        out["grid_kind"] = 2 if ex.get("resident_b") else int(bool(ex.get("persistent")))
-        for p, rows in (("a", "box_a_rows"), ("b", "box_b_rows")):
-            out.update({f"tmap_{p}_box_rows": ex[rows], f"tmap_{p}_box_cols": ex["box_k_bytes"],
-                        f"tmap_{p}_swizzle": ex["swizzle_bytes"]})
-        out.update(tmap_c_box_rows=ex["box_c_rows"], tmap_c_box_cols=ex["box_c_cols"],
-                   tmap_c_swizzle=ex.get("swizzle_c", 128))
-    elif family == "nvfp4":
-        out["pipeline_stages"] = ex["num_ab_stage"]
-        out.update(cluster_x=1, grid_kind=0)
-        for p, rows in (("a", "a_box_m"), ("b", "b_box_n")):
-            out.update({f"tmap_{p}_box_rows": ex[rows], f"tmap_{p}_box_cols": ex[f"{p}_box_k"] // 2,
-                        f"tmap_{p}_swizzle": ex[f"{p}_swizzle"]})
-        for p in ("sfa", "sfb"):
-            out.update({f"tmap_{p}_box_rows": ex["sf_box_rows"], f"tmap_{p}_box_cols": ex["sf_row_bytes"],
-                        f"tmap_{p}_swizzle": ex["sf_swizzle"]})
-        if "stage_box_rows" in ex:
-            out.update(tmap_c_box_rows=ex["stage_box_rows"], tmap_c_box_cols=ex["stage_box_cols"],
-                       tmap_c_swizzle=ex["out_swizzle"])
-    else:
-        out["pipeline_stages"] = ex["num_stages"]
-        out["cluster_x"] = ex.get("cluster_x", ex.get("cta_group", 1))
-        out["grid_kind"] = int(bool(ex.get("persistent")))
-        for p, rows in (("a", "a_box_m"), ("b", "b_box_n")):
-            out.update({f"tmap_{p}_box_rows": ex[rows], f"tmap_{p}_box_cols": ex[f"{p}_box_k"],
-                        f"tmap_{p}_swizzle": ex[f"{p}_swizzle"]})
-        if "out_box_rows" in ex:
-            out.update(tmap_out_box_rows=ex["out_box_rows"] * ex.get("out_box_blocks", 1),
-                       tmap_out_box_cols=ex["out_box_cols"], tmap_out_swizzle=ex["out_swizzle"])
-    out.setdefault("smem_limit", 227 * 1024)
-    out["cluster_in_kernel"] = int("__cluster_dims__" in source)
-    return {k: v for k, v in out.items() if k not in ex}
-
-
 # ---- the kernel's parameter list ----------------------------------------------------------------
 
 _SCALARS = {"int": np.int32, "int32_t": np.int32, "i32": np.int32, "unsigned": np.uint32, "u32": np.uint32,
@@ -336,9 +294,7 @@ class Stage:
 
     @cached_property
     def exports(self) -> Exports:
-        ex = dict(self.build.exports)
-        ex.update(_legacy_vocabulary(self.family, ex, self.source))
-        return Exports(ex)
+        return Exports(self.build.exports)
 
     def check_compiles(self) -> str | None:
         """None if the stage compiles with its defines, else the kernel's static_assert message (or the error)."""

@@ -36,7 +36,7 @@ def check_layout(ex: dict) -> list[str]:
     if ex["stage_tx_bytes"] != ex["stage_bytes"]:
         out.append("expect_tx bytes must equal the stage's TMA bytes")
     if "stage_smem_offset" in ex:   # 02: where the staging tile sits
-        off, size, ring = ex["stage_smem_offset"], ex["staging_bytes"], ex["num_ab_stage"] * ex["stage_bytes"]
+        off, size, ring = ex["stage_smem_offset"], ex["staging_bytes"], ex["pipeline_stages"] * ex["stage_bytes"]
         box = ex["stage_box_rows"] * ex["stage_box_cols"] * ex["out_elem_bytes"]
         if size != ex["tile_m"] * ex["tile_n"] * ex["out_elem_bytes"] or size % box:
             out.append(f"staging of {size} B is not the {ex['tile_m']}x{ex['tile_n']} tile in whole boxes of {box} B")
@@ -57,8 +57,8 @@ def sf_ktile_bytes(ex: dict) -> int:
 
 
 def max_stages_that_fit(ex: dict) -> int:
-    """The largest NUM_AB_STAGE whose shared memory fits, from this build's per-stage and fixed bytes."""
-    fixed = ex["smem_bytes"] - ex["num_ab_stage"] * ex["stage_bytes"]
+    """The largest NUM_STAGES whose shared memory fits, from this build's per-stage and fixed bytes."""
+    fixed = ex["smem_bytes"] - ex["pipeline_stages"] * ex["stage_bytes"]
     return (ex["smem_limit"] - fixed) // ex["stage_bytes"]
 
 
@@ -78,8 +78,8 @@ def sf_box_row(block: int, kt: int, k: int, ex: dict) -> int:
 
 def tile_params(ex: dict, slot: int = 0) -> E.TileParams:
     """pelib.emulate.TileParams of ring slot `slot` (its offsets, descriptors and TMEM scale columns)."""
-    if not 0 <= slot < ex["num_ab_stage"]:
-        raise KindError(f"ring slot {slot} of a {ex['num_ab_stage']}-stage ring")
+    if not 0 <= slot < ex["pipeline_stages"]:
+        raise KindError(f"ring slot {slot} of a {ex['pipeline_stages']}-stage ring")
     off, col = slot * ex["stage_bytes"], slot * ex["tmem_stage_cols"]
     return E.TileParams.from_exports(
         ex, a_smem_offset=ex["a_smem_offset"] + off, b_smem_offset=ex["b_smem_offset"] + off,
@@ -261,7 +261,7 @@ class Nvfp4(Kind):
 
     def emulate_tile(self, stage, inputs, m0=0, n0=0, *, prob=None, return_report=False, exports=None):
         """One 128x128 output tile as the stage computes it, FP16 like its epilogue (as float64): K tile kt
-        through ring slot kt % NUM_AB_STAGE, accumulated in FP64, then alpha and the FP16 rounding (02: the
+        through ring slot kt % NUM_STAGES, accumulated in FP64, then alpha and the FP16 rounding (02: the
         staging tile and the TMA store). The SF boxes are replayed too (check_sf_loads)."""
         ex = dict(exports or stage.exports)
         issues = check_layout(ex)
@@ -275,7 +275,7 @@ class Nvfp4(Kind):
         kt_bytes, kt_sf = bk // 2, bk // ex["sf_vec"]
         acc = np.zeros((tm, tn))
         reports = []
-        params = [tile_params(ex, s) for s in range(ex["num_ab_stage"])]
+        params = [tile_params(ex, s) for s in range(ex["pipeline_stages"])]
         for kt in range(prob.k // bk):
             # the K tile's own columns, so emulate_tile's K tile 0 is the kernel's K tile kt; the staged
             # epilogue runs once, below, on the whole sum
