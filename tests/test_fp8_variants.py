@@ -1,6 +1,5 @@
 """The go/no-go variant kernels of stage 09 (F22, F23, F24, F28; F25 = 09 with TIMING=1) and their host side (F21, F26)."""
 import ctypes
-import random
 import re
 import struct
 
@@ -9,6 +8,9 @@ import pytest
 
 from pelib import banks, gonogo, l2policy as L2, sass, sass_account as SA, stages, staging, variants as V
 from pelib import build as B
+from pelib.models import protocol
+from pelib.stage import Stage
+from pelib.views import gonogo as G
 
 CARDS = ("F22", "F23", "F24", "F28")
 SMEM_LIMIT = 227 * 1024
@@ -162,66 +164,12 @@ def test_f23_hands_tmem_over_on_named_barriers():
     assert vbuild("F23").exports["num_threads"] == base().exports["num_threads"] == 192
 
 
-class _NamedBarrier:
-    """bar.sync / bar.arrive on one id: warps add 32 threads; the count completes a generation."""
-
-    def __init__(self, count):
-        self.count, self.arrived, self.gen = count, 0, 0
-
-    def add(self):
-        self.arrived += 32
-        if self.arrived == self.count:
-            self.arrived, self.gen = 0, self.gen + 1
-        assert self.arrived < self.count
-
-
-def wave_protocol(tiles=9, seed=0, bug=None):
-    """F23's epilogue as the variant writes it: wave A = warps 2, 3 (quarters 2, 3), wave B = 4, 5."""
-    rng = random.Random(seed)
-    bars = {"A": _NamedBarrier(128), "B": _NamedBarrier(128)}      # BAR_WAVE_A_DONE, BAR_WAVE_B_DONE
-    reading, most = set(), 0
-
-    def warp(w):
-        nonlocal most
-        wave_a = w % 4 >= 2
-        for it in range(tiles):
-            last = it == tiles - 1
-            if (not wave_a or it > 0) and bug != "a_skips_wait":
-                bar = bars["B" if wave_a else "A"]
-                gen = bar.gen
-                bar.add()
-                while bar.gen == gen:
-                    yield
-            reading.add(w)
-            most = max(most, len(reading))
-            yield
-            reading.discard(w)
-            if wave_a:
-                bars["A"].add()
-            elif not last or bug == "b_hands_over_after_last":
-                bars["B"].add()
-            yield
-    roles = {w: warp(w) for w in (2, 3, 4, 5)}
-    steps = 0
-    while roles:
-        steps += 1
-        if steps > 10 ** 5:
-            return {"ok": False, "why": "deadlock"}
-        w = rng.choice(sorted(roles))
-        try:
-            next(roles[w])
-        except StopIteration:
-            del roles[w]
-    pending = {k: b.arrived for k, b in bars.items() if b.arrived}
-    return {"ok": most <= 2 and not pending, "most readers": most, "pending at exit": pending}
-
-
 def test_f23_wave_protocol_model():
     for seed in range(30):
-        r = wave_protocol(seed=seed)
+        r = protocol.waves(seed=seed)
         assert r["ok"] and r["most readers"] == 2, r
-    assert wave_protocol(bug="a_skips_wait")["most readers"] > 2
-    assert not wave_protocol(bug="b_hands_over_after_last")["ok"]
+    assert protocol.waves(bug="a_skips_wait")["most readers"] > 2
+    assert not protocol.waves(bug="b_hands_over_after_last")["ok"]
 
 
 # ---- F24 ---------------------------------------------------------------------------------------
@@ -336,7 +284,7 @@ def test_f28_kloop_account_before_and_after():
     assert a["total"] < b["total"] and a["other"] < b["other"]
     assert after.tile_loop is None            # no loop left inside the tile loop around the MMAs
     assert not SA.loops_containing(vbuild("F28").sass, "UTCQMMA")[0] == before.kloop
-    rows = {r["class"]: r for r in V.kloop_table().rows}
+    rows = {r["class"]: r for r in G.kloop_table().rows}
     assert rows["total"]["change"] == a["total"] - b["total"]
 
 
@@ -389,15 +337,13 @@ def test_cards_decisions_with_the_variant_evidence():
     assert dec["F27"].status == gonogo.ABORT and dec["F27"].evidence == "recorded"
     assert dec["F25"].status == gonogo.GO and dec["F25"].evidence == "recorded"
     assert ev["F21"].status == ev["F26"].status == V.HOST_SIDE and "pelib.l2policy" in ev["F26"].reason
-    assert "F23" in V.VARIANTS and "lanes 32*(warp%4)" in V.VARIANTS["F23"].what
+    assert "F23" in V.VARIANTS and "lanes 32*(w%4)" in Stage(V.VARIANTS["F23"].file).header.text
 
 
 # ---- F21 / F26: host side ---------------------------------------------------------------------
 
 def test_f21_promotes_only_b():
-    from pelib import fp8_persistent as P, problems
-
-    base_specs = P.tensor_map_specs(L2.FINAL, problems.patch_embed("siglip2"))
+    base_specs = Stage(L2.FINAL).tensor_map_specs("full")
     s = L2.f21_specs("siglip2")
     assert s["a"] == base_specs["a"] and s["a"].l2_promotion == 0
     assert s["b"].l2_promotion == 256 and s["b"].box == base_specs["b"].box and s["b"].dims == (768, 768)
@@ -458,17 +404,27 @@ def test_f26_window_on_a_stream():
 
 # ---- the B200 path, checked without one ------------------------------------------------------
 
-def test_launch_specs_of_every_card():
+def test_every_card_launches_through_the_stage(fake_gpu, monkeypatch):
+    """Each card's kernel up to the launch (a fake plan): its own stage file, stage 09's persistent grid,
+    F21/F26's L2 promotion on B's map only, F26's window over B around the launches, F24's third map."""
+    plans, _ = fake_gpu
+    windows = []
+    monkeypatch.setattr(L2, "apply", lambda w, stream=None, device_index=0: windows.append(w) or {})
+    monkeypatch.setattr(L2, "reset", lambda stream=None, device_index=0: windows.append(None))
     for card in ("F21", "F22", "F23", "F24", "F26", "F28"):
-        s = V.launch_spec(card)
-        assert s["grid"] == (148, 1, 1) and s["block"] == (192, 1, 1) and s["smem"] <= SMEM_LIMIT
-        assert s["specs"]["b"].l2_promotion == (256 if card in ("F21", "F26") else 0)
-        assert s["specs"]["a"].l2_promotion == 0
-        assert (s["window"] is not None) == (card == "F26")
-        assert s["map_order"] == (("a", "b", "out") if card == "F24" else ("a", "b"))
-    assert V.launch_spec("F24")["specs"]["out"].box_bytes == 8192
-    with pytest.raises(ValueError, match="unrolled for K = 768"):
-        V.launch_spec("F28", problem="small")
+        r = V.run(card, "medium", verify=False, time=False)
+        p = plans[-1]
+        maps = [a for a in p.args if isinstance(a, __import__("pelib").tma.TensorMap)]
+        assert r["stage"] == V.stage_of(card).key and p.grid == (148, 1, 1) and p.block == (192, 1, 1)
+        assert p.smem <= SMEM_LIMIT and p.runs == 0
+        assert [m.spec.l2_promotion for m in maps[:2]] == [0, 256 if card in ("F21", "F26") else 0]
+        assert len(maps) == (3 if card == "F24" else 2)
+        if card == "F24":
+            assert maps[2].spec.box_bytes == 8192
+    assert len(windows) == 2 and windows[0].num_bytes == 768 * 768 and windows[1] is None   # F26 only, then reset
+    from pelib.kinds.base import KindError
+    with pytest.raises(KindError, match="unrolled for K = 768"):
+        V.stage_of("F28").launch_config("small")
 
 
 def _timing(phase_avgs: dict, warps=(1, 2, 3, 4, 5), ctas=2, tiles=4, per_warp=None):

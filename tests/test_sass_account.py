@@ -2,7 +2,7 @@
 import pytest
 
 from pelib import build as B
-from pelib import fp8_persistent as P
+from pelib.views import fp8 as P
 from pelib import records
 from pelib import sass_account as SA
 

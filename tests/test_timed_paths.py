@@ -9,35 +9,9 @@ take) fails here, for every family, because every family runs through the one pe
 """
 from __future__ import annotations
 
-import pytest
-
 from pelib.stage import Stage
 
-TIMED = ["fp8/01_cta2", "fp8/04_independent_polling", "fp8/05_epi_warps", "fp8/07_smem_staged_epilogue",
-         "fp8/09_persistent_megakernel", "fp8/variants/09_f22_bf16x2_epilogue", "fp8/variants/09_f24_swizzled_staging",
-         "sm90/06_permuted_b", "sm90/09_multicast_pairs", "nvfp4/01_pipelined", "nvfp4/02_tma_store_epilogue"]
-
-
-def _assert_timed(res, plans):
-    assert res["ok"] is True, res.get("verify")
-    assert res["ms"] > 0 and res["median_ms"] == res["ms"]
-    assert plans and plans[-1].runs > 1, "the timed path never launched the plan repeatedly"
-    assert plans[-1].waits >= 1, "the timed path never waited through the plan's watchdog"
-
-
-@pytest.mark.parametrize("key", TIMED)
-def test_timed_run(fake_gpu, key):
-    plans, state = fake_gpu
-    s = Stage(key, {"NUM_AB_STAGE": 2} if key.startswith("nvfp4") else None)
-    prob = s.problem("small")
-    inputs = s.inputs(prob, seed=0)
-    ref = s.kind.reference(prob, inputs)
-    state["fill"] = lambda: inputs["out"].copy_(ref)
-    res = s.run(prob, inputs=inputs, iters=3, warmup=1)
-    _assert_timed(res, plans)
-    # the launch the plan was prepared with is the stage's own configuration
-    cfg = s.launch_config(prob, info=res["config"] and None)
-    assert plans[-1].grid == res["config"].grid and plans[-1].block == cfg.block and plans[-1].smem == cfg.smem
+# The timed run of every stage file through a fake plan is tests/test_stages.py::test_timed_run_through_a_fake_plan.
 
 
 def test_a_wrong_output_is_not_timed(fake_gpu):

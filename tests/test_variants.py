@@ -80,12 +80,18 @@ def test_cards_without_a_kernel():
         V.card_evidence("F99")
 
 
-def test_registry_files_live_outside_the_stage_list():
+def test_variants_are_stages_whose_parent_is_09():
+    """Each variant file is a stage of its own (fp8/variants/, never in the line's numbered list), its card
+    taken from its name and its base from its header's Parent."""
+    from pelib import stages
+    from pelib.stage import Stage
+    line = stages.family_stages("fp8")
     for card, v in V.VARIANTS.items():
+        assert v.card == card
         if v.path == V.BASE:
             continue
-        assert v.file.parent == KERNELS / V.VARIANT_DIR, card   # fp8/variants/: never globbed as a stage
-        assert v.card == card
+        assert v.file.parent == KERNELS / V.VARIANT_DIR and v.file not in line, card
+        assert Stage(v.file).header.parent == "fp8/09_persistent_megakernel" and v.base_file == KERNELS / V.BASE
 
 
 @pytest.mark.parametrize("card", sorted(V.VARIANTS))
@@ -99,10 +105,11 @@ def test_registered_variants_compile_once_they_exist(card):
 
 
 def test_card_sheet_and_overview():
-    sheet = V.card_sheet("F22")
+    from pelib.views import gonogo as G
+    sheet = G.card_sheet("F22")
     fields = [r["field"] for r in sheet.rows]
     assert fields.count("fail-fast") == 2 and "rollback" in fields
-    ov = V.overview()
+    ov = G.overview()
     rows = {r["card"]: r for r in ov.rows}
     assert set(rows) == {"F21", "F22", "F23", "F24", "F25", "F26", "F27", "F28"}
     assert rows["F27"]["status"] == gonogo.ABORT and rows["F27"]["decided on"] == "recorded"

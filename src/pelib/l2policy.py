@@ -22,14 +22,19 @@ B200: PENDING until one runs them.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+from . import launch, problems, tma
+from .facts import Table
+from .stage import Stage
 
 PROMOTIONS = (64, 128, 256)
 PROPS = {"normal": "CU_ACCESS_PROPERTY_NORMAL", "streaming": "CU_ACCESS_PROPERTY_STREAMING",
          "persisting": "CU_ACCESS_PROPERTY_PERSISTING"}
 RT_PROPS = {"normal": "cudaAccessPropertyNormal", "streaming": "cudaAccessPropertyStreaming",
             "persisting": "cudaAccessPropertyPersisting"}
-FINAL = "09_persistent_megakernel"
+FINAL = "fp8/09_persistent_megakernel"
 
 
 class L2PolicyError(ValueError):
@@ -42,22 +47,16 @@ class L2PolicyError(ValueError):
 
 def f21_specs(problem="siglip2", tensors: dict | None = None, promotion: int = 256, stage: str = FINAL) -> dict:
     """Stage 09's tensor-map specs with B's L2 promotion set to `promotion` bytes (A untouched)."""
-    from . import fp8_persistent, problems
-
     if promotion not in PROMOTIONS:
         raise L2PolicyError(f"L2 promotion {promotion}: one of {PROMOTIONS} bytes (CUtensorMapL2promotion)")
-    prob = problems.patch_embed(problem) if isinstance(problem, str) else problem
-    specs = fp8_persistent.tensor_map_specs(stage, prob, tensors)
+    specs = Stage(stage).tensor_map_specs(problem, tensors)
     return {"a": specs["a"], "b": dataclasses.replace(specs["b"], l2_promotion=promotion).validate()}
 
 
 def f21_table(problem="siglip2", promotion: int = 256):
     """Stage 09's maps and F21's side by side (what changes: B's l2_promotion only)."""
-    from . import fp8_persistent, problems, tma
-    from .facts import Table
-
     prob = problems.patch_embed(problem) if isinstance(problem, str) else problem
-    base = fp8_persistent.tensor_map_specs(FINAL, prob)
+    base = Stage(FINAL).tensor_map_specs(prob)
     f21 = f21_specs(prob, promotion=promotion)
     rows = []
     for k in ("a", "b"):
@@ -161,8 +160,6 @@ def b_window(b=None, *, problem="siglip2", base_ptr: int | None = None, hit_rati
     b: the CUDA tensor (its data_ptr and size); without it, the problem's B size at `base_ptr` (default 0,
     a window not bound to memory yet, for inspection).
     """
-    from . import problems
-
     if b is not None:
         return AccessPolicyWindow(int(b.data_ptr()), int(b.numel() * b.element_size()), hit_ratio).validate()
     prob = problems.patch_embed(problem) if isinstance(problem, str) else problem
@@ -170,8 +167,6 @@ def b_window(b=None, *, problem="siglip2", base_ptr: int | None = None, hit_rati
 
 
 def window_table(w: AccessPolicyWindow):
-    from .facts import Table
-
     rows = [{"field": "base_ptr", "value": f"{w.base_ptr:#x}"}, {"field": "num_bytes", "value": w.num_bytes},
             {"field": "hitRatio", "value": w.hit_ratio}, {"field": "hitProp", "value": PROPS[w.hit_prop]},
             {"field": "missProp", "value": PROPS[w.miss_prop]},
@@ -182,10 +177,8 @@ def window_table(w: AccessPolicyWindow):
 # ---- on a device ------------------------------------------------------------------------------
 
 def _drv():
-    from cuda.bindings import driver as drv
-
-    from .launch import ensure_context
-    ensure_context()
+    from cuda.bindings import driver as drv   # on a device only
+    launch.ensure_context()
     return drv
 
 
@@ -207,9 +200,7 @@ def device_limits(device_index: int = 0) -> dict:
 
 
 def _stream(stream, device_index: int):
-    from .launch import _stream_handle
-
-    return _stream_handle(stream, device_index)
+    return launch._stream_handle(stream, device_index)
 
 
 def apply(window: AccessPolicyWindow, stream=None, device_index: int = 0) -> dict:
@@ -248,3 +239,18 @@ def reset(stream=None, device_index: int = 0) -> None:
            "cuStreamSetAttribute(no window)")
     _check(drv.cuCtxResetPersistingL2Cache()[0], "cuCtxResetPersistingL2Cache")
     _check(drv.cuCtxSetLimit(drv.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)[0], "cuCtxSetLimit(0)")
+
+
+@contextmanager
+def applied(window: AccessPolicyWindow, stream=None, device_index: int = 0):
+    """The window on the stream for the duration of a `with` block (apply, then reset)."""
+    info = apply(window, stream, device_index)
+    try:
+        yield info
+    finally:
+        reset(stream, device_index)
+
+
+def window_on_b(tensors: dict):
+    """F26's host change for pelib.stage.Stage.run(hook=...): the window over the inputs' B while it runs."""
+    return applied(b_window(tensors["b"]))

@@ -328,6 +328,7 @@ class Stage:
         prob = self.problem(problem)
         ex = self.exports
         self.kind.check_problem(self, prob)
+        self.kind.check_launch(self, prob)
         if ex.smem_bytes > ex.smem_limit:
             raise StageError(f"{self.label} needs {ex.smem_bytes:,} B of shared memory per block, more than the "
                              f"{ex.smem_limit:,} B it was checked against: fewer stages or smaller tiles")
@@ -414,13 +415,17 @@ class Stage:
                 out.append(_SCALARS[typ](scalars[name]))
         return tuple(out)
 
-    def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None):
-        """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim')."""
+    def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None,
+             spec_hook=None):
+        """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim').
+        `spec_hook(specs) -> specs` may change the tensor maps first (a host-side change such as F21's L2
+        promotion)."""
         prob = self.problem(problem)
+        hook = spec_hook or (lambda specs: specs)
         if device == "sim":
             sim = _sim()
             cfg = self.launch_config(prob, info=_device.DeviceInfo(False, "simulated"), grid=grid)
-            specs = self.tensor_map_specs(prob, tensors)
+            specs = hook(self.tensor_map_specs(prob, tensors))
             maps = {k: tma.TensorMap(s, cumap=None, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
             return sim.prepare(self.build, self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
                                cluster=cfg.cluster, smem=cfg.smem, kernel=self.build.kernel, arch=self.arch,
@@ -428,7 +433,7 @@ class Stage:
         if device != "gpu":
             raise StageError(f"device={device!r}: plan() launches on 'gpu' or 'sim'")
         cfg = self.launch_config(prob, info=info, grid=grid)
-        specs = self.tensor_map_specs(prob, tensors)
+        specs = hook(self.tensor_map_specs(prob, tensors))
         maps = {k: tma.encode(s, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
         plan = launch.prepare(self.build if timing is None else self.timing_build(),
                               self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
@@ -455,13 +460,15 @@ class Stage:
                                          f"on {prob.name}".replace("  ", " "))
 
     def run(self, problem="small", device: str = "gpu", *, seed: int = 0, verify: bool = True, time: bool = True,
-            iters: int = 20, warmup: int = 3, inputs: dict | None = None, ref=None, hook=None) -> dict:
+            iters: int = 20, warmup: int = 3, inputs: dict | None = None, ref=None, spec_hook=None,
+            hook=None) -> dict:
         """llm.c's order: poison the output, launch, verify against the torch reference, and only then time.
 
         device='gpu' launches through pelib.launch (the stage's GPU only), 'sim' through pelib.sim (the
-        CPU model: protocol and data, never a time), 'compile' only builds and configures. `hook`, if
-        given, is entered around the launches (e.g. an L2 access-policy window). Returns a result dict
-        with the launch config, the verification report, and the timing statistics (measured)."""
+        CPU model: protocol and data, never a time), 'compile' only builds and configures. `spec_hook`
+        changes the tensor maps (see plan); `hook(inputs)`, if given, returns a context entered around the
+        launches (e.g. an L2 access-policy window over B). Returns a result dict with the launch config,
+        the verification report, and the timing statistics (measured)."""
         if device not in DEVICES:
             raise StageError(f"device={device!r}: one of {DEVICES}")
         prob = self.problem(problem)
@@ -473,12 +480,12 @@ class Stage:
                     "evidence": evidence_label(self.build)}
         info = _device.require(self.arch) if device == "gpu" else None
         t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
-        plan = self.plan(prob, t, device, info=info)
+        plan = self.plan(prob, t, device, info=info, spec_hook=spec_hook)
         cfg = getattr(plan, "config", None)
         res.update(device=info.describe() if info else "pelib.sim (CPU model)",
                    evidence=f"measured ({info.name})" if info else "simulated (pelib.sim)",
                    config=cfg, launch=cfg.as_dict() if cfg else None)
-        with hook or _nothing():
+        with hook(t) if hook else _nothing():
             if verify:
                 _verify.poison(t["out"])
                 plan.run()
@@ -492,7 +499,8 @@ class Stage:
                 res["ms"] = r["median_ms"]
         return res
 
-    def run_timing(self, problem="small", device: str = "gpu", *, seed: int = 0, inputs: dict | None = None):
+    def run_timing(self, problem="small", device: str = "gpu", *, seed: int = 0, inputs: dict | None = None,
+                   spec_hook=None, hook=None):
         """The TIMING=1 build launched once after a warm-up; its clock64 records decoded (pelib.timing)."""
         prob = self.problem(problem)
         info = _device.require(self.arch) if device == "gpu" else None
@@ -501,12 +509,13 @@ class Stage:
         cfg = self.launch_config(prob, info=info or _device.DeviceInfo(False, "simulated"))
         lay = _timing.layout(tb, cfg.ctas)
         buf = _timing.alloc(lay, device=t["out"].device)     # beside the inputs (the GPU's, or the CPU's for sim)
-        plan = self.plan(prob, t, device, timing=buf, info=info, grid=cfg.grid[0])
-        plan.run()          # warm-up: caches, TLBs, the module load
-        plan.wait()
-        buf.zero_()
-        plan.run()
-        plan.wait()
+        plan = self.plan(prob, t, device, timing=buf, info=info, grid=cfg.grid[0], spec_hook=spec_hook)
+        with hook(t) if hook else _nothing():
+            plan.run()          # warm-up: caches, TLBs, the module load
+            plan.wait()
+            buf.zero_()
+            plan.run()
+            plan.wait()
         return _timing.decode(buf, lay)
 
     # ---- emulated ------------------------------------------------------------------------------
@@ -515,9 +524,10 @@ class Stage:
         kind's epilogue); with return_report=True also what the emulator found."""
         return self.kind.emulate_tile(self, inputs, m0, n0, **kw)
 
-    def emulate_check(self, problem=None, tile=(1, 0), seed: int = 0, **kw) -> dict:
-        """One tile emulated and compared with the torch reference (the verdict: within one ulp of the output format)."""
-        return self.kind.emulate_check(self, problem, tile, seed, **kw)
+    def emulate_check(self, problem=None, tile=None, seed: int = 0, **kw) -> dict:
+        """One tile (row block, column block; the family's default) emulated and compared with the torch
+        reference (the verdict: within one ulp of the output format)."""
+        return self.kind.emulate_check(self, problem, tile or self.kind.EMULATED_TILE, seed, **kw)
 
     # ---- what is recorded and measured about it ----------------------------------------------------------
     def recorded(self):

@@ -35,6 +35,7 @@ class Kind:
     family = ""
     FULL = "siglip2"                 # the problem 'full' names
     CHECK_PROBLEMS: tuple = ("small", "medium")   # the shapes a sweep verifies before the full problem
+    EMULATED_TILE = (1, 0)           # the (row block, column block) emulate_check replays by default
     MMA_OPCODES: tuple = ()          # SASS opcodes the facts row counts
     TENSOR_ALIASES: dict = {}        # kernel parameter name -> inputs key (sm90's `c` is the output)
 
@@ -51,6 +52,10 @@ class Kind:
         if bad:
             raise KindError(f"{prob.name} does not fit {stage.label}'s tiles: " + "; ".join(bad)
                             + " (pick a problem whose dimensions are multiples: the kernel has no bounds checks)")
+
+    def check_launch(self, stage, prob) -> None:
+        """What a launch needs beyond the tiling (the emulator replays a tile without it)."""
+        return None
 
     def inputs(self, prob, seed: int, device) -> dict:
         return prob.make_inputs(seed=seed, device=device)

@@ -58,6 +58,12 @@ class Fp8(Kind):
     family = "fp8"
     MMA_OPCODES = ("UTCQMMA",)
 
+    def check_launch(self, stage, prob) -> None:
+        ex = stage.exports
+        if "k_iters" in ex and prob.k != ex["k_iters"] * ex.block_k:   # F28: the K-loop unrolled by hand
+            raise KindError(f"{stage.label}'s K-loop is unrolled for K = {ex['k_iters'] * ex.block_k}, the problem "
+                            f"has K = {prob.k}: rebuild with K_ITERS={prob.k // ex.block_k}")
+
     def tensor_map(self, stage, p, prob, tensors):
         if p == "out":   # F24: the output as the 3-D view its TMA stores write
             addr = int(tensors["out"].data_ptr()) if tensors else 0

@@ -192,6 +192,7 @@ class Nvfp4(Kind):
     family = "nvfp4"
     FULL = "k16384"
     CHECK_PROBLEMS = ("small", "ring")
+    EMULATED_TILE = (0, 1)
     MMA_OPCODES = ("UTCOMMA", "UTCCP", "UTMASTG")
     OWNERS = {"a": "a", "b": "b", "sfa": "sfa_mma", "sfb": "sfb_mma", "c": "out"}
 
@@ -311,7 +312,7 @@ class Nvfp4(Kind):
             got, reps = self.emulate_tile(stage, x, mb * ex["tile_m"], nb * ex["tile_n"], prob=prob,
                                           return_report=True, exports=ex)
         except Exception as e:  # a layout the modelled hardware rejects
-            return {**out, "ok": False, "error": f"{type(e).__name__}: {e}"}
+            return {**out, "ok": False, "error": f"{type(e).__name__}: {e}", "issues": [f"{type(e).__name__}: {e}"]}
         diff = np.abs(np.nan_to_num(got, nan=np.inf) - want)
         ulp = np.abs(np.spacing(want.astype(np.float16)).astype(np.float64))
         return {**out, "ok": bool(np.all(diff <= ulp)) and all(r.ok for r in reps), "max_abs_err": float(diff.max()),
