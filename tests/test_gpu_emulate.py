@@ -22,6 +22,7 @@ from pelib import emulate as E
 
 pytestmark = pytest.mark.gpu
 KDIR = Path(__file__).parent / "kernels"
+PROBE = Path(__file__).resolve().parents[1] / "src" / "kernels" / "probes" / "emu_tma_dump.cu"   # the chapter's probe too
 IMAGE_BYTES = 32768
 RESULTS: list[dict] = []
 
@@ -87,7 +88,7 @@ def _tma_load_case(case):
     tm = tma.tensor_map(g, box, swizzle=sw, element_strides=es if es != (1, 1) else None)
     image = torch.empty(IMAGE_BYTES, dtype=torch.uint8, device="cuda")
     info = torch.zeros(4, dtype=torch.int32, device="cuda")
-    b = _build("emu_tma_dump.cu")
+    b = _build(PROBE)
     launch.launch(b, (tm, image, info, np.int32(coords[0]), np.int32(coords[1]), np.uint32(dst),
                       np.uint32(tm.spec.box_bytes)), grid=1, block=128)
     eb = g.element_size()

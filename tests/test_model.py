@@ -1,10 +1,12 @@
-"""pelib.model: calibration on the recorded clock64 phases, structure, and the notes' projections."""
+"""pelib.models.pipeline: calibration on the recorded clock64 phases, structure, the notes' projections, and
+the shared memory it assigns a structure (stage 09's, from its exports)."""
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from pelib import model
+from pelib.models import pipeline as model
+from pelib.stage import Stage
 
 
 @pytest.fixture(scope="module")
@@ -222,8 +224,11 @@ def test_widget_renders_and_follows_its_controls():
     assert table.rows[0]["evidence"] == table.rows[1]["evidence"] == "modelled"
     w = W.equilibrium_widget(live=True)
     n = w.renders
-    w.controls["kloop_delta"].value = -300
-    assert w.renders == n + 1 and w.last.rows[1]["tile"] < w.last.rows[0]["tile"]
+    w.widgets["kloop_delta"].value = -300
+    table = w._last[0]
+    assert w.renders == n + 1 and table.rows[1]["tile"] < table.rows[0]["tile"]
+    assert w.select(stages=3)[0].rows[1]["stages"] == 3 and w.values["kloop_delta"] == -300
+    assert set(w.controls) == {"stages", "epi_warps", "phase1_delta", "kloop_delta", "tmem_share"}
     static = W.static_table()
     assert len(static.rows) == 24 and {"SMEM fits", "speed-up"} <= set(static.rows[0])
 
@@ -237,3 +242,25 @@ def test_tmem_share_sweep_uses_the_shared_widget_and_matches_f23s_ratio():
     assert [r["F23 aborts (>= 1.8)"] for r in t.rows] == ["yes", "no", "no", "no", "no"]
     s = W.tmem_share_sweep(live=False)
     assert isinstance(s, widgets.Sweep) and s.value == 0.5 and len(s.options) == 5
+
+
+def test_shared_memory_is_the_kernels_for_every_structure_offered():
+    """Each fact once: for every (stages, warps) the widget offers, the model's bytes are stage 09's compiled
+    smem_bytes where the kernel builds, and where it does not, the kernel refuses for the reason the model gives
+    (over its smem_limit export, or a warp count its static_assert rejects)."""
+    from pelib.views import model_widgets as W
+    limit = model.smem_limit()
+    assert limit == Stage(model.KERNEL).exports.smem_limit
+    built = 0
+    for stages in W.CONTROLS["stages"]:
+        for warps in W.CONTROLS["epi_warps"]:
+            s = Stage(model.KERNEL, {"NUM_STAGES": stages, "NUM_EPI_WARPS": warps})
+            why = s.check_compiles() if warps in (4, 5, 6) else "NUM_EPI_WARPS"
+            bytes_ = model.Scenario(stages=stages, epi_warps=warps).smem_bytes
+            if why is None:
+                assert bytes_ == s.exports.smem_bytes and bytes_ <= limit, (stages, warps)
+                built += 1
+            elif "NUM_EPI_WARPS" not in why:
+                assert bytes_ > limit and "227 KB" in why, (stages, warps, why)
+    assert built >= 6
+    assert not model.predict(stages=6, epi_warps=2).smem_fits      # 232,584 B: over the 232,448 B limit

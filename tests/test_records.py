@@ -7,6 +7,7 @@ import re
 import pytest
 
 from pelib import records as R
+from pelib import records_audit as A
 
 NOTES = {"fp8-megakernel-experiment-log.md", "fp8-megakernel-future-proposals-F21-F28.md",
          "fp8-megakernel-w1-stall-isolation.md", "nvfp4-dual-gemm-tma-store-epilogue-pitch.md",
@@ -84,10 +85,10 @@ def test_tflops_agrees_with_ms():
     rows = [x for x in R.history() + R.later_states() if x.ms and x.tflops]
     assert len(rows) == 7
     for x in rows:
-        assert R.tflops_consistent(x.ms, x.tflops), x
+        assert A.tflops_consistent(x.ms, x.tflops), x
     # the check can fail: a TFLOPS that no rounding of 0.630 ms explains
-    assert not R.tflops_consistent(0.630, 1745)
-    assert not R.tflops_consistent(0.543, 2030)
+    assert not A.tflops_consistent(0.630, 1745)
+    assert not A.tflops_consistent(0.543, 2030)
 
 
 def test_failed_experiments():
@@ -117,9 +118,9 @@ def test_smem_budget_flags_its_missing_128_bytes():
     assert b.total == 215808 and b.sm_limit == 233472
     assert b.component_sum == 215680 and b.unaccounted == 128
     assert b.headroom == 17664
-    f = {x.check: x for x in R.checks()}["smem.sum"]
+    f = {x.check: x for x in A.checks()}["smem.sum"]
     assert not f.ok
-    assert "smem.sum" in R.flagged()
+    assert "smem.sum" in A.flagged()
 
 
 def test_w1_budget_and_reconciliation():
@@ -171,15 +172,15 @@ def test_tma_store_estimates():
 
 
 def test_checks_and_flags_match_exactly():
-    fs = R.checks()
+    fs = A.checks()
     assert len(fs) > 150
-    assert R.unexplained() == {"failed_not_flagged": [], "flagged_not_failed": []}
-    bad = R.inconsistencies()
+    assert A.unexplained() == {"failed_not_flagged": [], "flagged_not_failed": []}
+    bad = A.inconsistencies()
     assert {b.kind for b in bad} <= {"value", "label", "arithmetic", "rounding"}
     # the stage tables agree except where the log itself disagrees
     assert {b.check for b in bad if b.check.startswith("nvfp4.chain")} == set()
     assert "nvfp4.constexpr.k16384.third" in {b.check for b in bad}
-    assert "24 fail" in R.report() or f"{len(bad)} fail" in R.report()
+    assert "24 fail" in A.report() or f"{len(bad)} fail" in A.report()
 
 
 def test_a_new_inconsistency_is_not_hidden(monkeypatch):
@@ -193,7 +194,7 @@ def test_a_new_inconsistency_is_not_hidden(monkeypatch):
         return raw if name == "history" else real(name)
 
     monkeypatch.setattr(R, "load", fake)
-    u = R.unexplained()
+    u = A.unexplained()
     assert "history.tflops.d882aba" in u["failed_not_flagged"]
     assert "state.headline_is_last_commit" in u["failed_not_flagged"]
 
@@ -205,10 +206,11 @@ def test_a_fixed_inconsistency_is_noticed(monkeypatch):
     raw["budget"]["total"] = 215680
     real = R.load
     monkeypatch.setattr(R, "load", lambda name: raw if name == "smem" else real(name))
-    assert "smem.sum" in R.unexplained()["flagged_not_failed"]
+    assert "smem.sum" in A.unexplained()["flagged_not_failed"]
 
 
 def test_recorded_facts_for_gonogo():
-    f = {x.metric: x for x in R.facts()}
+    from pelib import gonogo
+    f = {x.metric: x for x in gonogo.recorded_facts()}
     assert f["f25.phase1_spread_avg_cycles"].value == 172 and f["f25.phase1_spread_avg_cycles"].kind == "recorded"
     assert f["baseline.registers"].value == 223

@@ -34,6 +34,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import emulate, staging, tma
+from .emulate import tmem_ld_map
+from .facts import Table
+from .gonogo import Fact
+from .staging import TraceReport
+
 BANKS = 32
 WORD = 4
 LANES = 32
@@ -97,7 +103,6 @@ def ideal_wavefronts(width: int, active_lanes: int = LANES) -> int:
 @dataclass(frozen=True)
 class StagingAddresses:
     """Where Phase 1 of an epilogue warp puts BF16 column c of lane l's row, for one staging layout."""
-
     kind: str                # "padded" (rows at a pitch) or "swizzled" (F24's TMA box image)
     offset: int              # epilogue warp epi_warp0's buffer
     warp_bytes: int
@@ -204,7 +209,6 @@ def _warp_cols(ex: dict) -> int:
 @dataclass
 class Phase1Account:
     """The Phase 1 stores of one epilogue warp per tile and what they cost in wavefronts."""
-
     label: str
     kind: str
     instructions: int
@@ -235,7 +239,6 @@ def phase2_account(ex: dict, label: str = "") -> dict:
     if ex.get("staging_tma_store"):
         return {"layout": label, "Phase 2 shared reads": "TMA engine (cp.async.bulk.tensor)", "ld.shared.v4": 0,
                 "wavefronts": 0}
-    from . import staging
 
     lay = staging.StagingLayout.from_exports(ex)
     p2 = staging.phase2_map(lay)
@@ -273,7 +276,6 @@ def compare(ex09: dict, ex24: dict) -> list[Phase1Account]:
 
 class _RowSwizzled(StagingAddresses):
     """F24's bytes with the two column blocks interleaved per row ([row][block][64 columns], 256-B rows)."""
-
     def __init__(self, f24: StagingAddresses):
         super().__init__(**{**f24.__dict__, "label": "256-B rows, 128B swizzle per 128-B segment"})
 
@@ -286,7 +288,6 @@ class _RowSwizzled(StagingAddresses):
 
 
 def compare_table(ex09: dict, ex24: dict):
-    from .facts import Table
 
     return Table([a.row() for a in compare(ex09, ex24)],
                  "Phase 1 st.shared.v4 of one epilogue warp per tile — modelled (32 banks x 4 B, "
@@ -301,8 +302,6 @@ def conflict_ratio(ex09: dict, ex24: dict) -> float:
 
 def f24_fact(ex09: dict, ex24: dict, source: str = ""):
     """The card's fail-fast metric as a modelled fact (the card itself asks for a measured one)."""
-    from .gonogo import Fact
-
     return Fact("f24.phase1b_bank_conflict_ratio", conflict_ratio(ex09, ex24), EVIDENCE,
                 source or "pelib.banks bank model on the exported staging layouts of 09 and F24")
 
@@ -322,8 +321,6 @@ def _tmem_cols(ex: dict) -> list[tuple[int, int, int]]:
 
 def phase1_map(ex: dict) -> dict:
     """Every BF16 Phase 1 writes in a swizzled (F24) layout: arrays warp, lane, tmem_lane, col, smem."""
-    from .emulate import tmem_ld_map
-
     lay = StagingAddresses.from_exports(ex)
     if lay.kind != "swizzled":
         raise BankError("phase1_map models F24's swizzled staging; padded rows are pelib.staging's")
@@ -363,8 +360,6 @@ def run(ex: dict, fused_bf16: np.ndarray, smem_bytes: int | None = None):
     at + b * 4096 going to output columns + 64 b, and the swizzle is a function of the address
     (pelib.emulate.tma_store_2d). Returns (output tile, pelib.staging.TraceReport).
     """
-    from . import emulate
-    from .staging import TraceReport
 
     v = np.asarray(fused_bf16, dtype=np.uint16)
     rows, n = v.shape
@@ -425,7 +420,6 @@ def f24_out_spec(m: int, n: int, ex: dict | None = None, address: int = 0):
     are not increasing, which the driver's rules allow (16-B multiples below 2^40: cuTensorMapEncodeTiled;
     CUTLASS copy_traits_sm90_tma.hpp builds its maps in the shared layout's order the same way).
     """
-    from . import tma
 
     ex = ex or {"out_box_cols": 64, "out_box_rows": 32, "out_box_blocks": 2, "out_swizzle": 128}
     bc, br, nb = ex["out_box_cols"], ex["out_box_rows"], ex["out_box_blocks"]

@@ -162,6 +162,16 @@ def current() -> DeviceInfo:
     return detect(ordinal)
 
 
+def ensure_context(device_index: int | None = None):
+    """Make the device's primary context (the one torch uses) current on this thread."""
+    from cuda.core import Device   # the GPU path only
+    if device_index is None:
+        device_index = current().ordinal
+    dev = Device(device_index)
+    dev.set_current()
+    return dev
+
+
 def mode(stage_arch: str | None = None, info: DeviceInfo | None = None) -> str:
     """The page mode: for a stage of `stage_arch`, live only where that arch runs."""
     info = info or current()

@@ -2,7 +2,7 @@
 
 A card's Success and Fail-fast clauses are rules (data: metric, comparator, threshold, the fact kinds
 they accept). Facts are numbers with an evidence kind: compiled (ptxas, SASS), measured (a run
-here), recorded (a lab note), modelled (pelib.model or a CPU emulation). The evaluator applies the
+here), recorded (a lab note), modelled (pelib.models or a CPU emulation). The evaluator applies the
 fail-fast rules first (ABORT), then the success rules: all met -> GO, one failed -> NO-GO, a fact
 missing -> PENDING (and says whether a B200 is what it takes).
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
+
+from . import records
 
 KINDS = ("compiled", "measured", "recorded", "modelled")
 GO, NO_GO, ABORT, PENDING = "GO", "NO-GO", "ABORT", "PENDING"
@@ -193,8 +195,6 @@ class Edge:
 
 def cards() -> list[Card]:
     """The F21-F28 cards from book/data/fp8_proposals.yaml, in the note's card order."""
-    from pelib import records
-
     raw = records.load("proposals")
     return [Card.from_dict(d, raw["note"]) for d in raw["cards"]]
 
@@ -208,16 +208,14 @@ def card(id_: str) -> Card:
 
 def edges() -> list[Edge]:
     """The dependency graph: F25 -> F23/F27, F21 -> F26, F22 -> F24, F22 <-> F28 (pairs_with)."""
-    from pelib import records
-
     return [Edge(e["from"], e["to"], e["kind"]) for e in records.load("proposals")["edges"]]
 
 
 def recorded_facts() -> list[Fact]:
-    """The lab notes' facts (evidence kind 'recorded')."""
-    from pelib import records
-
-    return records.facts()
+    """The lab notes' facts the go/no-go rules can use (evidence kind 'recorded', book/data/fp8_proposals.yaml)."""
+    raw = records.load("proposals")
+    return [Fact(f["metric"], f["value"], records.EVIDENCE, str(records.Source(raw["note"], f["section"])))
+            for f in raw["facts"]]
 
 
 # How a card's recorded status reads as an evaluator outcome.

@@ -83,7 +83,7 @@ def time_compiled(problem_name: str = "siglip2", *, iters: int = 20, timeout_s: 
                   data_dir: str | None = None) -> dict:
     """torch.compile(max-autotune) of the fused expression, in a subprocess with a time limit.
 
-    data_dir: where pelib.hopper_sweep saved the problem's inputs and reference (a.pt, ..., ref.pt);
+    data_dir: where pelib.sweep saved the problem's inputs and reference (inputs.pt, ref.pt);
     without it the subprocess draws its own and computes the reference."""
     t0 = time.time()
     cmd = [sys.executable, "-m", "pelib.hopper_bench", "--compiled", problem_name, "--iters", str(iters)]
@@ -114,7 +114,8 @@ def _compiled_main(problem_name: str, iters: int, data_dir: str | None = None) -
     try:
         prob = problems.patch_embed(problem_name)
         if data_dir:
-            t = {k: torch.load(Path(data_dir) / f"{k}.pt", mmap=True).cuda() for k in ("a", "b", "comb")}
+            saved = torch.load(Path(data_dir) / "inputs.pt", mmap=True)       # pelib.sweep.save_full
+            t = {k: saved[k].cuda() for k in ("a", "b", "comb")}
         else:
             t = prob.make_inputs(seed=2, device="cuda")
         one = torch.ones((), dtype=torch.float32, device="cuda")

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import device as _device
+from .device import ensure_context
+from .tma import TensorMap
 
 DEFAULT_TIMEOUT_S = 30.0
 STATIC_SMEM_LIMIT = 48 * 1024   # above this a kernel must opt in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
@@ -79,7 +81,6 @@ def _is_cutensormap(a) -> bool:
 
 def pack_arg(i: int, a, device_index: int):
     """One argument as launch takes it, and a short description (for errors and plan.describe())."""
-    from .tma import TensorMap
     strided = isinstance(a, Strided)
     if strided:
         a = a.tensor
@@ -250,16 +251,6 @@ def launch(build, args=(), *, grid, block, cluster=(1, 1, 1), smem: int | None =
 # ---- GPU side ---------------------------------------------------------------------------------
 
 _KERNELS: dict = {}
-
-
-def ensure_context(device_index: int | None = None):
-    """Make the device's primary context (the one torch uses) current on this thread."""
-    from cuda.core import Device
-    if device_index is None:
-        device_index = _device.current().ordinal
-    dev = Device(device_index)
-    dev.set_current()
-    return dev
 
 
 def load_kernel(cubin: bytes, name: str, device_index: int = 0, smem: int = 0,

@@ -26,6 +26,10 @@ from fractions import Fraction
 
 import torch
 
+from . import gonogo, problems
+from .facts import Table
+from .gonogo import Fact
+
 EVIDENCE = "modelled"
 BF16 = torch.bfloat16
 CARD_MAGNITUDE = 1728.0   # the card's "2 ULPs of BF16 at magnitude ~1728"
@@ -108,7 +112,6 @@ def round_bf16_exact(q: Fraction) -> float:
 @dataclass(frozen=True)
 class Sample:
     """What the gate ran on."""
-
     images: int
     rows: int
     cols: int
@@ -130,7 +133,6 @@ def sample_inputs(images: int = 64, seed: int = 0):
     covers every positional row equally. acc = a @ b^T in FP32 (the tensor core's FP32 accumulation; its
     summation order does not matter here: both paths start from the same acc).
     """
-    from pelib import problems
 
     full = problems.patch_embed("siglip2")
     if images < 1:
@@ -154,7 +156,6 @@ def sample_inputs(images: int = 64, seed: int = 0):
 @dataclass(frozen=True)
 class Comparison:
     """F22 path against the FP32-add path at one scale."""
-
     scale: float
     max_abs_err: float
     max_abs_at: tuple          # (row, col, reference value)
@@ -171,7 +172,6 @@ class Comparison:
 @dataclass(frozen=True)
 class F22PrecisionResult:
     """The precision half of F22's fail-fast rule, with what it was computed on."""
-
     sample: Sample
     threshold: float
     threshold_source: str
@@ -196,27 +196,21 @@ class F22PrecisionResult:
 
     def facts(self):
         """The gonogo fact the F22 card's precision rule reads (the larger, card-scale error)."""
-        from pelib.gonogo import Fact
-
         return [Fact("f22.max_abs_err", max(self.problem.max_abs_err, self.card.max_abs_err), EVIDENCE,
                      f"pelib.precision.f22_precision_gate: {self.sample}")]
 
     def card_check(self) -> dict:
         """The F22 card's precision fail-fast rule applied to this result's fact."""
-        from pelib import gonogo
-
         (fact,) = self.facts()
         rule = next(r for r in gonogo.card("F22").fail_fast if r.metric == fact.metric)
         return {"rule": str(rule), "value": fact.value, "evidence": fact.kind, "fires": rule.holds(fact.value)}
 
     def bucket_table(self):
-        from pelib.facts import Table
 
         return Table([dict(b) for b in self.buckets],
                      f"F22 vs FP32-add path by |reference| binade ({self.evidence}: exact CPU emulation)")
 
     def summary_table(self):
-        from pelib.facts import Table
 
         rows = []
         for label, c in (("problem scale", self.problem), (f"card scale (x{self.card.scale:g})", self.card)):
@@ -239,7 +233,6 @@ class F22PrecisionResult:
 def card_threshold() -> tuple[float, str]:
     """The F22 card's precision threshold (its fail-fast rule on f22.max_abs_err) and where it is stated."""
     try:
-        from pelib import gonogo
 
         c = gonogo.card("F22")
         for r in c.fail_fast:

@@ -7,9 +7,8 @@ from typing import Mapping
 
 import torch
 
-FP8 = torch.float8_e4m3fn
-BF16 = torch.bfloat16
-FP16 = torch.float16
+from . import reference
+from .reference import BF16, FP8, FP16, SF_VEC
 ALIGN_BYTES = 16  # TMA: global address and row strides are multiples of 16 B (CUDA driver API, cuTensorMapEncodeTiled)
 
 # Rows are generated in slices of this many so a full-size input never needs a full-size FP32 temporary;
@@ -174,7 +173,6 @@ def patch_embed(name: str = "siglip2") -> PatchEmbed:
 # NVFP4 block-scaled GEMM
 # ---------------------------------------------------------------------------------------------
 
-SF_VEC = 16  # NVFP4: one UE4M3 scale per 16 consecutive K elements (cudnn-frontend docs, NVFP4 table)
 
 
 @dataclass(frozen=True)
@@ -221,7 +219,6 @@ class NvFp4Gemm:
         the tcgen05 block-scaled MMA, see pelib.reference.sf_to_mma_layout), gsa, gsb (FP32 decode
         scales, shape (1,)) and out (NaN-filled). The global scales put out's spread near 1.
         """
-        from pelib import reference  # local import: reference imports this module
 
         g = _generator(seed)
         a = torch.randint(0, 256, (self.m, self.k // 2), generator=g, dtype=torch.uint8)
@@ -247,7 +244,6 @@ class NvFp4Gemm:
 
     def validate(self, tensors: Mapping[str, torch.Tensor], device=None) -> torch.device:
         """Check packed a, b, scales (row-major or MMA layout), global scales and out."""
-        from pelib import reference
 
         kb = self.k // SF_VEC
         need = {"a": ((self.m, self.k // 2), torch.uint8), "b": ((self.n, self.k // 2), torch.uint8)}

@@ -26,7 +26,11 @@ from dataclasses import dataclass
 
 import torch
 
-from pelib.problems import BF16, FP8, FP16, SF_VEC
+# The number formats of the problems (pelib.problems takes them from here).
+FP8 = torch.float8_e4m3fn
+BF16 = torch.bfloat16
+FP16 = torch.float16
+SF_VEC = 16  # NVFP4: one UE4M3 scale per 16 consecutive K elements (cudnn-frontend docs, NVFP4 table)
 
 # ---------------------------------------------------------------------------------------------
 # FP8 patch embed

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from . import sass as _sass
+from .facts import Table
 
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
@@ -182,7 +183,6 @@ def fast_path(instrs: list[Instr], region: tuple[int, int], skip: tuple[int, int
 @dataclass
 class Account:
     """Instructions per pass of the K-loop and of the rest of the tile loop, by class, and per tile."""
-
     kloop: tuple[int, int]
     tile_loop: tuple[int, int] | None
     k_blocks: int
@@ -245,8 +245,6 @@ def account(sass: str, k_blocks: int) -> Account:
 
 def account_table(acc: Account, recorded=None):
     """The account as a Table, with the lab's recorded budget beside it when given (an InstructionBudget)."""
-    from .facts import Table
-
     rows = acc.rows()
     if recorded is not None:
         rec = {}

@@ -7,6 +7,7 @@ from functools import lru_cache
 import yaml
 
 from pelib import paths, problems
+from pelib import records
 
 SPECS_FILE = "gpu_specs.yaml"
 GPUS = ("B200", "H100 SXM", "H200")
@@ -19,7 +20,6 @@ _PEAK_FIELD = {"fp8": "fp8_dense_tflops", "nvfp4": "fp4_dense_tflops", "bf16": "
 @dataclass(frozen=True)
 class GpuSpec:
     """One GPU's numbers, dense Tensor Core peaks in TFLOPS, each field with its source."""
-
     name: str
     arch: str
     sms: int
@@ -68,7 +68,6 @@ def lab_sol_assumption() -> dict:
 @dataclass(frozen=True)
 class Floor:
     """A speed-of-light floor for one problem on one GPU (modelled)."""
-
     problem: str
     gpu: str
     flops: int
@@ -121,7 +120,6 @@ def lab_problems() -> list:
 
 class SolTable(list):
     """A list of Floor rows that prints as a text table and renders as Markdown in a notebook."""
-
     COLUMNS = ("problem", "gpu", "GFLOP", "MB", "peak TFLOPS", "TB/s", "compute us", "memory us", "floor us", "bound")
 
     def rows(self) -> list[tuple]:
@@ -161,7 +159,6 @@ def floor_table(probs=None, gpus=GPUS) -> SolTable:
 @dataclass(frozen=True)
 class SolCheck:
     """Our NVFP4 floor against the figure the NVFP4 log quotes."""
-
     problem: str
     recorded_us: float
     floor_us: float
@@ -178,8 +175,6 @@ class SolCheck:
 
 def nvfp4_sol_check(bw_tb_s: float | None = None) -> list[SolCheck]:
     """B200 NVFP4 floors (datasheet 8 TB/s, or bw_tb_s) against the log's 8.994 / 2.354 / 1.333 us."""
-    from pelib import records
-
     recorded = records.nvfp4_sol_us()
     out = []
     for p in problems.nvfp4_log_shapes():

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from . import device
+
 # name -> (CUtensorMapDataType member, bytes per element, floating point?)
 DTYPES = {
     "uint8": ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 1, False),
@@ -263,7 +265,6 @@ def _driver():
         from cuda.bindings import driver as drv
     except Exception as e:  # pragma: no cover - cuda-bindings is a dependency
         raise DriverUnavailable(f"cuda-bindings is not importable ({e})") from e
-    from . import device
     info = device.current()
     if not info.present:
         raise DriverUnavailable(f"encoding a tensor map needs the CUDA driver: {info.reason}. "
@@ -275,8 +276,7 @@ def encode(spec: TensorMapSpec, owner=None) -> TensorMap:
     """Check every rule, then call cuTensorMapEncodeTiled; needs a CUDA driver and a context."""
     spec.validate()
     drv = _driver()
-    from .launch import ensure_context
-    ensure_context()
+    device.ensure_context()
     E = drv
     # Older cuda-bindings (13.3) take only the cuuintXX_t wrappers; newer ones take both.
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t

@@ -114,6 +114,12 @@ def check_sf_loads(prob, ex: dict, sfa_mma, sfb_mma, m_blk: int, n_blk: int) -> 
                 raise KindError(f"{name}: the box of K tile {kt}, block {blk} is not that tile's scale factors")
 
 
+def c_box_coords(box: int, m_blk: int, n_blk: int, tile_m: int = 128, tile_n: int = 128,
+                 box_cols: int = 64) -> tuple[int, int]:
+    """(column, row) where column box `box` of tile (m_blk, n_blk) is stored: 02's store_tile formula."""
+    return n_blk * tile_n + box * box_cols, m_blk * tile_m
+
+
 def staging_addresses(p, rows, cols, smem_base: int = 0):
     """Physical shared addresses (..., out_elem_bytes) where 02's epilogue writes output (row, col) of the tile:
     box (col // stage_box_cols) * row_boxes + row // stage_box_rows, rows of stage_box_cols elements inside
@@ -174,8 +180,8 @@ def emulate_staged_epilogue(p, acc, alpha: float, prob, m_blk: int = 0, n_blk: i
             if unwritten:
                 report.issues.append(f"the TMA store of box ({cb}, {rb}) reads {unwritten} staging bytes "
                                      "no epilogue thread wrote")
-            # 02's store_tile: column box cb of tile (m_blk, n_blk) goes to (n_blk * tile_n + cb * bc, m_blk * tile_m)
-            gout = E.tma_store_2d(tmap, sm, src, (n_blk * tile_n + cb * bc, m_blk * tile_m + rb * br), gout)
+            c, r = c_box_coords(cb, m_blk, n_blk, tile_m, tile_n, bc)
+            gout = E.tma_store_2d(tmap, sm, src, (c, r + rb * br), gout)
     full = gout.view(np.float16)
     r0, c0 = m_blk * tile_m, n_blk * tile_n
     inside = np.zeros(full.shape, dtype=bool)

@@ -1,10 +1,15 @@
 """Pictures of the emulated data path for the chapter "How we know it is right": all modelled evidence."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from .. import descriptors as D
 from .. import emulate as E
+from .. import launch, results, tma
+from ..build import build
+from ..paths import KERNELS
 
 MODELLED = "modelled (pelib.emulate, from the PTX ISA and CUTLASS)"
 
@@ -158,8 +163,6 @@ def fp8_stage_params(cta_group: int = 1, **changes) -> E.TileParams:
 
 def hopper_proof_record(path=None) -> dict | None:
     """The committed summary of tests/test_gpu_emulate.py (results/*/gpu_emulate.json), if there is one."""
-    import json
-    from .. import results
     if path is None:
         return results.gpu_emulate_proof()
     try:
@@ -180,18 +183,15 @@ def hopper_proof_table(record: dict | None) -> str:
 
 
 def prove_tma_here(swizzle: int = 128) -> dict:
-    """Live rung 3 on a Hopper GPU: one TMA load through tests/kernels/emu_tma_dump.cu, compared byte for byte."""
-    import torch
+    """Live rung 3 on a Hopper GPU: one TMA load through src/kernels/probes/emu_tma_dump.cu, compared byte for byte."""
+    import torch   # the GPU path only
 
-    from .. import launch, tma
-    from ..build import build
-    from ..paths import ROOT
     g = torch.randint(0, 256, (64, 256), dtype=torch.uint8, device="cuda")
     box = (64, swizzle or 64)
     tm = tma.tensor_map(g, box, swizzle=swizzle)
     image = torch.empty(32768, dtype=torch.uint8, device="cuda")
     info = torch.zeros(4, dtype=torch.int32, device="cuda")
-    b = build(ROOT / "tests" / "kernels" / "emu_tma_dump.cu", "sm_90a")
+    b = build(KERNELS / "probes" / "emu_tma_dump.cu", "sm_90a")
     launch.launch(b, (tm, image, info, np.int32(0), np.int32(0), np.uint32(1024), np.uint32(tm.spec.box_bytes)),
                   grid=1, block=128)
     img = E.SmemImage(32768)

@@ -1,4 +1,4 @@
-"""Figures and the ipywidgets control of the pipeline-equilibrium model (pelib.model); all modelled.
+"""Figures and the ipywidgets control of the pipeline-equilibrium model (pelib.models.pipeline); all modelled.
 
 The widget sweeps stages, epilogue warps, the Phase 1 and K-loop deltas (and the TMEM-bandwidth
 assumption); the rendered book has no live kernel, so `equilibrium_widget` shows a static table and a
@@ -6,14 +6,18 @@ speed-up map first and the live controls under them.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 import numpy as np
 
-from pelib import model
+from pelib.facts import Table
+from pelib.models import pipeline as model
+from pelib.views import widgets
 
 _COL = {"epi_wait": "#c0392b", "tma0_wait": "#e67e22", "kloop": "#2980b9", "ml_wait": "#95a5a6",
         "phase1": "#27ae60", "phase2b": "#8e44ad"}
-TITLE_TAG = "modelled (pelib.model, calibrated on recorded clock64 phases)"
+TITLE_TAG = "modelled (pelib.models.pipeline, calibrated on recorded clock64 phases)"
 
 
 def timeline_figure(pred: model.Prediction | None = None, tiles: int = 4, ax=None):
@@ -76,7 +80,7 @@ def calibration_figure(report: model.CalibrationReport | None = None):
     rec = [r.recorded for r in rows]
     mod = [r.modelled for r in rows]
     ax.bar(x - 0.2, rec, 0.4, label="recorded (lab notes)", color="#7f8c8d")
-    ax.bar(x + 0.2, mod, 0.4, label="modelled (pelib.model)", color="#2980b9")
+    ax.bar(x + 0.2, mod, 0.4, label="modelled (pelib.models.pipeline)", color="#2980b9")
     ax.errorbar(x - 0.2, rec, yerr=[0.1 * v for v in rec], fmt="none", ecolor="k", capsize=3, lw=0.8,
                 label="±10 % of recorded")
     ax.set_xticks(x)
@@ -120,11 +124,8 @@ def speedup_map(phase1_deltas=range(-400, 201, 50), kloop_deltas=range(-400, 201
 def render(stages: int = 4, epi_warps: int = 4, phase1_delta: float = 0.0, kloop_delta: float = 0.0,
            tmem_share: float = 0.5):
     """One widget state: the prediction as a table row and its timeline."""
-    from pelib.facts import Table
-
     p = model.default_params()
     if tmem_share != p.tmem_share:
-        from dataclasses import replace
         p = replace(p, tmem_share=tmem_share)
     base = model.predict(params=p)
     pr = model.predict(kloop_delta, phase1_delta, stages=stages, epi_warps=epi_warps, params=p, trace=True)
@@ -141,82 +142,34 @@ def render(stages: int = 4, epi_warps: int = 4, phase1_delta: float = 0.0, kloop
 
 def static_table(params=None):
     """The widget's static fallback: a grid of structures and deltas."""
-    from pelib.facts import Table
-
     rows = model.sweep_table(stages=(3, 4, 5), epi_warps=(4, 8), phase1_deltas=(0, -200),
                              kloop_deltas=(0, -300), params=params)
     return Table(rows, "Model sweep (static fallback of the widget) — modelled; "
                        "8 warps and 5 stages exceed the SMEM budget")
 
 
-class EquilibriumWidget:
-    """Static table + speed-up map, then live sliders (stages, epilogue warps, deltas, TMEM share)."""
-
-    def __init__(self, live: bool = True, static: bool = True):
-        self.static = static
-        self.box = None
-        self.renders = 0
-        self.last = None
-        if live:
-            import ipywidgets as w
-
-            self.controls = {
-                "stages": w.IntSlider(4, 2, 6, description="stages", continuous_update=False),
-                "epi_warps": w.SelectionSlider(options=[2, 3, 4, 5, 6, 8], value=4, description="epilogue warps",
-                                               continuous_update=False),
-                "phase1_delta": w.IntSlider(0, -600, 300, 25, description="Phase 1 delta", continuous_update=False),
-                "kloop_delta": w.IntSlider(0, -600, 300, 25, description="K-loop delta", continuous_update=False),
-                "tmem_share": w.FloatSlider(0.5, min=0.0, max=1.0, step=0.1, description="TMEM share",
-                                            continuous_update=False),
-            }
-            for c in self.controls.values():
-                c.style = {"description_width": "initial"}
-                c.observe(lambda _: self.update(), names="value")
-            self.out = w.Output()
-            self.box = w.VBox([w.HBox(list(self.controls.values())[:3]), w.HBox(list(self.controls.values())[3:]),
-                               self.out])
-            self.update()
-
-    def values(self) -> dict:
-        return {k: c.value for k, c in self.controls.items()}
-
-    def update(self):
-        from IPython.display import display
-
-        table, fig, notes = render(**self.values())
-        self.renders += 1
-        self.last = table
-        with self.out:
-            self.out.clear_output(wait=True)
-            display(table)
-            if notes:
-                print(notes)
-            display(fig)
-        plt.close(fig)
-
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        if self.static:
-            display(static_table())
-            fig = speedup_map()
-            display(fig)
-            plt.close(fig)
-        if self.box is not None:
-            display(self.box)
+# The equilibrium widget's controls: structure (the model offers what stage 09 can be built with; its SMEM
+# comes from the kernel's exports) and the deltas and assumption it projects.
+CONTROLS = {"stages": [2, 3, 4, 5, 6], "epi_warps": [2, 3, 4, 5, 6, 8],
+            "phase1_delta": list(range(-600, 301, 25)), "kloop_delta": list(range(-600, 301, 25)),
+            "tmem_share": [round(0.1 * i, 1) for i in range(11)]}
+DEFAULTS = {"stages": 4, "epi_warps": 4, "phase1_delta": 0, "kloop_delta": 0, "tmem_share": 0.5}
 
 
-def equilibrium_widget(live: bool = True, static: bool = True) -> EquilibriumWidget:
-    """The model's widget; display it (last expression of a cell)."""
-    return EquilibriumWidget(live=live, static=static)
+def equilibrium_widget(live: bool = True, static: bool = True):
+    """The model's widget: one slider per control (pelib.views.widgets.sweep_grid), the prediction's table,
+    notes and timeline for the chosen values; above it, the static table and speed-up map."""
+    def show(**v):
+        table, fig, notes = render(**v)
+        return [table, notes, fig] if notes else [table, fig]
+
+    def fallback():
+        return [static_table(), speedup_map()]
+    return widgets.sweep_grid(CONTROLS, show, static=fallback if static else None, values=DEFAULTS, live=live)
 
 
 def tmem_share_table(shares=(0.0, 0.25, 0.5, 0.75, 1.0), epi_warps=(2, 4, 8)):
     """How the TMEM-share assumption moves the warp-count predictions (F23's fail-fast ratio is 2 - s)."""
-    from dataclasses import replace
-
-    from pelib.facts import Table
-
     p0 = model.default_params()
     rows = []
     for s in shares:
@@ -232,9 +185,7 @@ def tmem_share_table(shares=(0.0, 0.25, 0.5, 0.75, 1.0), epi_warps=(2, 4, 8)):
 
 
 def tmem_share_sweep(live: bool = True):
-    """A pelib.widgets sweep over the TMEM-share assumption, with tmem_share_table as its static part."""
-    from pelib.views import widgets
-
+    """A pelib.views.widgets sweep over the TMEM-share assumption, with tmem_share_table as its static part."""
     def one(s):
         return tmem_share_table(shares=(s,))
 

@@ -7,6 +7,8 @@ from typing import Iterable
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from .. import gonogo, records, sol
+
 KINDS = ("compiled", "measured", "recorded", "modelled")
 
 _VERDICT_COLOR = {"REJECTED": "#c0392b", "IMPOSSIBLE": "#7f8c8d", "REPLACED": "#e67e22"}
@@ -39,8 +41,6 @@ def _notes(sources: Iterable) -> str:
 
 def waterfall(include_later: bool = True):
     """ms and TFLOPS per commit of the FP8 history, later states, and the two cuBLAS lines."""
-    from pelib import records
-
     hist = records.history()
     later = records.later_states() if include_later else []
     refs = records.cublas()[:2]
@@ -81,8 +81,6 @@ def waterfall(include_later: bool = True):
 
 def failed_experiments():
     """F1-F9: change in time against each experiment's own baseline, coloured by verdict."""
-    from pelib import records
-
     exps = records.experiments()
     fig, ax = plt.subplots(figsize=(10, 4.6))
     y = list(range(len(exps)))[::-1]
@@ -165,8 +163,6 @@ def phase_bars(data, evidence: str, source: str | None = None, title: str = "Per
 
 def clock64_phase_bars():
     """The lab notes' clock64 tile: W1 (TMA wait, K-loop, epilogue wait) and W3's epilogue phases."""
-    from pelib import records
-
     rec = records.w1_reconciliation()
     data = {"W1 (MMA)": {"TMA stage-0 wait": rec["W1"]["tma0_wait"], "K-loop": rec["W1"]["kloop"],
                          "epilogue-barrier wait": rec["W1"]["epi_wait"]},
@@ -178,8 +174,6 @@ def clock64_phase_bars():
 
 def f25_bars():
     """F25: Phase 1 avg and p95 per epilogue warp."""
-    from pelib import records
-
     w = records.f25_warps()
     data = {x.warp: {"Phase 1 avg": x.avg, "p95 - avg": x.p95 - x.avg} for x in w}
     return phase_bars(data, "recorded", w[0].source.note, title="F25: Phase 1 per epilogue warp (timing build)")
@@ -187,8 +181,6 @@ def f25_bars():
 
 def smem_budget_bar(budget=None):
     """The SMEM budget as one stacked bar against the SM limit; any unaccounted bytes shown apart."""
-    from pelib import records
-
     b = budget or records.smem_budget()
     fig, ax = plt.subplots(figsize=(9, 3.4))
     left = 0
@@ -215,8 +207,6 @@ def smem_budget_bar(budget=None):
 
 def sol_bars(gpus=None, recorded: bool = True):
     """Speed-of-light floors (modelled) per lab problem and GPU, with the notes' best times (recorded)."""
-    from pelib import records, sol
-
     gpus = gpus or sol.GPUS
     probs = sol.lab_problems()
     fig, axes = plt.subplots(1, len(probs), figsize=(3.0 * len(probs), 3.6))
@@ -251,7 +241,6 @@ def roofline(gpu: str = "B200", precision: str = "fp8", points: Mapping | None =
     """Roofline of one GPU at one precision with the lab problems placed at their intensity (modelled)."""
     import numpy as np
 
-    from pelib import sol
 
     g = sol.spec(gpu)
     peak = g.peak_tflops(precision)
@@ -277,8 +266,6 @@ def roofline(gpu: str = "B200", precision: str = "fp8", points: Mapping | None =
 
 def stage_sweep():
     """NVFP4 time vs num_ab_stage for the three shapes, with the 6-stage and adaptive points."""
-    from pelib import records
-
     sweep = records.nvfp4_stage_sweep()
     extra = [t for t in records.nvfp4_stage_times() if t.table in ("additional", "adaptive")]
     sol_us = records.nvfp4_sol_us()
@@ -306,8 +293,6 @@ def stage_sweep():
 
 def epilogue_estimates():
     """The TMA-store pitch's per-tile epilogue estimates (510 vs 130 cycles), stacked."""
-    from pelib import records
-
     est = records.tma_store_estimates()
     data: dict = {}
     for e in est:
@@ -346,8 +331,6 @@ def _layout(ids: list[str], deps: Mapping[str, tuple]) -> dict[str, tuple[int, i
 
 def gonogo_dashboard(facts=None):
     """Cards as boxes coloured by the evaluator's status, with the note's dependency arrows."""
-    from pelib import gonogo
-
     pairs = gonogo.dashboard(facts)
     ids = [c.id for c, _ in pairs]
     deps = {c.id: c.depends_on for c, _ in pairs}

@@ -130,3 +130,78 @@ def sweep(options: Sequence, render: Callable[[Any], Any], *, static=None, descr
             s.box = w.VBox([s.control, s.output])
     s._update(value)
     return s
+
+
+@dataclass
+class Grid:
+    """A live sweep of several parameters: one slider per control, the render of the chosen values, and the
+    static fallback (what the rendered book shows)."""
+
+    controls: dict
+    render: Callable[..., Any]
+    static: Any = None
+    values: dict = field(default_factory=dict)
+    widgets: dict = field(default_factory=dict, repr=False)
+    output: Any = field(default=None, repr=False)
+    box: Any = field(default=None, repr=False)
+    renders: int = 0
+
+    def select(self, **values) -> Any:
+        """Set some controls (as their sliders would) and return what render made of all of them."""
+        for k, v in values.items():
+            if k not in self.controls:
+                raise WidgetError(f"no control {k!r}; the controls are {list(self.controls)}")
+            if v not in [o for _, o in self.controls[k]]:
+                raise WidgetError(f"{k}={v!r} is not one of the options {[o for _, o in self.controls[k]]}")
+        return self._update({**self.values, **values})
+
+    def _update(self, values: dict):
+        self.values = dict(values)
+        self.renders += 1
+        result = self.render(**self.values)
+        self._last = result
+        if self.output is not None:
+            with self.output:
+                self.output.clear_output(wait=True)
+                _display(result)
+        return result
+
+    def _ipython_display_(self):
+        if self.static is not None:
+            _display(self.static() if callable(self.static) else self.static)
+        if self.box is not None:
+            from IPython.display import publish_display_data
+            data = dict(self.box._repr_mimebundle_() or {})
+            data["text/plain"] = Sweep.PLACEHOLDER
+            publish_display_data(data)
+
+
+def sweep_grid(controls: dict, render: Callable[..., Any], *, static=None, values: dict | None = None,
+               live: bool = True) -> Grid:
+    """Sliders over several parameters: `controls` maps each name to its options (values or (label, value)
+    pairs), `render(**chosen)` turns the chosen values into a table/plot/text. `values` gives initial
+    values (default: each control's first option). static and live: as for sweep()."""
+    opts = {k: _options(v) for k, v in controls.items()}
+    if not callable(render):
+        raise WidgetError("render must be a function of the chosen options")
+    start = {k: o[0][1] for k, o in opts.items()}
+    for k, v in (values or {}).items():
+        if k not in opts or v not in [x for _, x in opts[k]]:
+            raise WidgetError(f"initial {k}={v!r} is not one of its options")
+        start[k] = v
+    g = Grid(controls=opts, render=render, static=static)
+    if live:
+        try:
+            import ipywidgets as w
+        except ImportError:  # pragma: no cover - ipywidgets is a dependency
+            live = False
+        else:
+            for k, o in opts.items():
+                g.widgets[k] = w.SelectionSlider(options=o, value=start[k], description=k, continuous_update=False,
+                                                 style={"description_width": "initial"})
+                g.widgets[k].observe(lambda change, k=k: g._update({**g.values, k: change["new"]}), names="value")
+            g.output = w.Output()
+            sliders = list(g.widgets.values())
+            g.box = w.VBox([w.HBox(sliders[i:i + 3]) for i in range(0, len(sliders), 3)] + [g.output])
+    g._update(start)
+    return g

@@ -57,14 +57,39 @@ from functools import lru_cache
 
 import numpy as np
 
+from .. import records
+from ..facts import Table
+from ..stage import Stage
+
 EVIDENCE = "modelled"
 TILE_ROWS = 32                   # rows of a TMEM lane quarter (one warp's row group)
 UNITS_PER_QUARTER = 8            # 256 accumulator columns / 32 columns per tcgen05.ld .x32
-STAGE_BYTES = 32768              # A 16 KB + B 16 KB per stage (experiment log, SMEM budget)
-STAGING_BYTES_PER_WARP = 17408   # 272-B padded rows x 32 rows x 2 halves (F24 section)
-BARRIER_BYTES = 128              # TMEM address + mbarriers (experiment log, SMEM budget)
-SMEM_LIMIT = 233472              # 228 KB, the note's SM limit (experiment log, SMEM budget)
 LINEAR_AMPLIFICATION = 4.1       # the notes' epi_wait ~= deficit x 4.1 (F28 section)
+KERNEL = "fp8/09_persistent_megakernel"   # the stage the model's structure is (its SMEM comes from its exports)
+
+
+@lru_cache(maxsize=None)
+def _smem_line() -> tuple[int, int, int, int, int, int]:
+    """Stage 09's shared memory as a line in (stages, warps), read from two of its builds: the default one
+    and one stage fewer (the kernel's layout is linear in both: a ring slot with its two mbarriers per
+    stage, one staging buffer per epilogue warp). Returns (stages0, warps0, bytes0, per stage, per warp, limit)."""
+    s0 = Stage(KERNEL)
+    e0 = s0.exports
+    e1 = s0.with_defines(NUM_STAGES=e0.pipeline_stages - 1).exports
+    return (e0.pipeline_stages, e0.epi_warps, e0.smem_bytes, e0.smem_bytes - e1.smem_bytes,
+            e0["staging_warp_bytes"], e0.smem_limit)
+
+
+def smem_bytes(stages: int, epi_warps: int) -> int:
+    """Dynamic shared memory of stage 09 built with NUM_STAGES=stages, NUM_EPI_WARPS=epi_warps (its exports'
+    arithmetic; equal to the compiled smem_bytes wherever the kernel compiles, tests/test_model.py)."""
+    s0, w0, b0, per_stage, per_warp, _ = _smem_line()
+    return b0 + (stages - s0) * per_stage + (epi_warps - w0) * per_warp
+
+
+def smem_limit() -> int:
+    """The per-block limit stage 09 checks itself against (its smem_limit export)."""
+    return _smem_line()[5]
 
 
 class ModelError(ValueError):
@@ -78,7 +103,6 @@ class ModelError(ValueError):
 @dataclass(frozen=True)
 class RecordedPoint:
     """One recorded operating point: phase inputs and the waits the notes measured there."""
-
     name: str
     label: str
     inputs: dict          # kloop, phase1, phase2b (cycles, recorded)
@@ -101,8 +125,6 @@ def _phase(rows, phase: str, section: str, exclude: str | None = None):
 @lru_cache(maxsize=None)
 def recorded_points() -> dict:
     """The three recorded operating points: A (F28's equilibrium), A' (W1 note), B (header / F25 build)."""
-    from pelib import records
-
     rows = records.phases()
     eq = {e.label: e for e in records.equilibria()}
     f28 = "Why this must be paired"
@@ -146,8 +168,6 @@ def recorded_points() -> dict:
 @lru_cache(maxsize=None)
 def f25_profile() -> tuple:
     """F25's per-warp Phase 1 averages (W2..W5) relative to W3's (the warp the other phases time)."""
-    from pelib import records
-
     w = {x.ew: x.avg for x in records.f25_warps()}
     return tuple(w[e] / w[1] for e in sorted(w))
 
@@ -159,7 +179,6 @@ def f25_profile() -> tuple:
 @dataclass(frozen=True)
 class Scenario:
     """The kernel's structure and its phase inputs (cycles per tile; phase1 is W3's with 4 warps)."""
-
     kloop: float = 4154.0
     phase1: float = 4129.0
     phase2b: float = 899.0
@@ -186,14 +205,13 @@ class Scenario:
 
     @property
     def smem_bytes(self) -> int:
-        """Stages + padded staging + barriers (the experiment log's budget arithmetic)."""
-        return self.stages * STAGE_BYTES + self.epi_warps * STAGING_BYTES_PER_WARP + BARRIER_BYTES
+        """Stage 09's dynamic shared memory with this many stages and epilogue warps (from its exports)."""
+        return smem_bytes(self.stages, self.epi_warps)
 
 
 @dataclass(frozen=True)
 class Params:
     """Calibrated latencies and labelled assumptions."""
-
     handoff: float                    # calibrated: K-loop end -> epilogue starts Phase 1
     stage0_after_stores: float        # calibrated: last Phase 2B store -> next stage-0 data lands
     notify: float = 0.0               # assumption: release -> W1 passes its wait
@@ -218,7 +236,6 @@ class Params:
 @dataclass(frozen=True)
 class Prediction:
     """What the model predicts for one scenario: per-tile time and waits (cycles), labelled modelled."""
-
     scenario: Scenario
     params: Params
     tile: float                 # per-tile period (cycles)
@@ -250,7 +267,7 @@ class Prediction:
 
     @property
     def smem_fits(self) -> bool:
-        return self.smem_bytes <= SMEM_LIMIT
+        return self.smem_bytes <= smem_limit()
 
     @property
     def deficit(self) -> float:
@@ -398,8 +415,8 @@ def simulate(s: Scenario, p: Params, tiles: int | None = None, warmup: int = 150
     if not feasible:
         notes.append(f"{E} epilogue warps cannot read all 4 TMEM lane quarters (a warp reads lanes "
                      f"32*(warp%4)..+31: PTX ISA 9.7.16.8.1); computed as if the split were even")
-    if s.smem_bytes > SMEM_LIMIT:
-        notes.append(f"shared memory {s.smem_bytes:,} B exceeds the {SMEM_LIMIT:,} B limit")
+    if s.smem_bytes > smem_limit():
+        notes.append(f"shared memory {s.smem_bytes:,} B exceeds the {smem_limit():,} B limit")
     tr = None
     if trace:
         tr = {c: v.copy() for c, v in rec.items()} | {"p1start_w3": p1start_w3}
@@ -455,8 +472,6 @@ def default_params() -> Params:
 
 def calibrate_dispersion(target_spread: float | None = None, lo: float = 0.0, hi: float = 0.6) -> float:
     """The lognormal sigma whose per-tile Phase 1 spread (max - min over 4 warps) averages F25's 615 cycles."""
-    from pelib import records
-
     f = records.load("w1")["f25"]
     target = float(target_spread if target_spread is not None else f["per_tile_spread"]["avg"])
     s = scenario_of("B")                     # F25's own build (W3 Phase 1 = 4,288)
@@ -498,7 +513,6 @@ def sensitivity(base: str = "A", step: float = 50.0, params: Params | None = Non
 @dataclass(frozen=True)
 class RuleProjection:
     """The notes' linear model: epi_wait = 4.1 x deficit, with ml_wait and TMA0 held at the recorded values."""
-
     kloop_delta: float
     phase1_delta: float
     deficit: float
@@ -528,7 +542,6 @@ def linear_rule(kloop_delta: float = 0.0, phase1_delta: float = 0.0, point: str 
 @dataclass(frozen=True)
 class Projection:
     """One of the notes' projections, the linear rule's numbers and the model's."""
-
     name: str
     kloop_delta: float
     phase1_delta: float
@@ -617,7 +630,6 @@ class CalibrationRow:
 @dataclass(frozen=True)
 class CalibrationReport:
     """Recorded vs modelled at every recorded point, the calibrated parameters and what they mean."""
-
     params: Params
     rows: tuple
     checks: tuple                 # (name, recorded, modelled, note) extra consistency checks
@@ -630,16 +642,12 @@ class CalibrationReport:
         return all(r.within_10pct for r in self.rows if r.kind == "recorded")
 
     def table(self):
-        from pelib.facts import Table
-
         rows = [{"point": r.point, "quantity": r.quantity, "recorded": r.recorded, "modelled": round(r.modelled, 1),
                  "error": f"{100 * r.rel_error:+.1f} %", "within 10 %": "yes" if r.within_10pct else "NO",
                  "kind": r.kind, "source": r.source} for r in self.rows]
-        return Table(rows, "Calibration: recorded (lab notes) vs modelled (pelib.model)")
+        return Table(rows, "Calibration: recorded (lab notes) vs modelled (pelib.models.pipeline)")
 
     def params_table(self):
-        from pelib.facts import Table
-
         p = self.params
         rows = [
             {"parameter": "handoff", "value": round(p.handoff, 1), "kind": "calibrated",
@@ -657,7 +665,7 @@ class CalibrationReport:
         return Table(rows, f"Model parameters (calibrated on point {p.calibrated_on})")
 
     def __str__(self) -> str:
-        lines = [f"Calibration of pelib.model on point {self.params.calibrated_on} ({self.evidence}):"]
+        lines = [f"Calibration of pelib.models.pipeline on point {self.params.calibrated_on} ({self.evidence}):"]
         for r in self.rows:
             lines.append(f"  {r.point:3} {r.quantity:10} recorded {r.recorded:7.0f}  modelled {r.modelled:7.1f}  "
                          f"{100 * r.rel_error:+6.1f} %  {'ok' if r.within_10pct else 'OFF'}  ({r.kind})")

@@ -1,0 +1,390 @@
+"""The part "NVFP4 on B200": the single-stage kernel and the pipelined one, their facts, records and model."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import bench, descriptors as D, device, problems, records, sass, sol
+from ..facts import Table, evidence_label
+from ..kinds.nvfp4 import max_stages_that_fit, sf_ktile_bytes  # noqa: F401  (the chapter shows the refusal)
+from ..models.overlap import SHAPES, STAGE_COUNTS, modelled_sweep, recorded_sweep, simulate
+from ..stage import Stage
+from ..stages import Rendered
+from . import plots, widgets
+
+RECORD_NOTE = "nvfp4-gemm-optimization-log.md"
+# The SASS opcode of tcgen05.mma.kind::mxf4nvf4.block_scale.block16, as nvdisasm (CUDA 13) prints it:
+# "UTCOMMA.4X gdesc[..], gdesc[..], tmem[..], tmem[..], idesc[..], tmem[..], UP0" (.4X = scale_vec::4X).
+MMA_OPCODE = "UTCOMMA"
+SF_COPY_OPCODE = "UTCCP"
+
+
+def stage(name: str = "01_pipelined", stages: int | None = None, **defines) -> Stage:
+    """An NVFP4 stage; 01 and 02 take NUM_STAGES (their default unless given), 02 also STAGING_IN_RING."""
+    d = dict(defines)
+    if stages is not None and not name.startswith("00"):
+        d["NUM_STAGES"] = int(stages)
+    return Stage(f"nvfp4/{name}", d)
+
+
+def build(name: str = "01_pipelined", stages: int | None = None, **defines):
+    return stage(name, stages, **defines).build
+
+
+def _label(name: str, stages: int | None) -> str:
+    return name if name.startswith("00") else f"{name} (NUM_STAGES={stages})"
+
+
+# ---- compiled facts ------------------------------------------------------------------------------
+
+def facts(s: Stage) -> dict:
+    """What the compiler says about one build (compiled): registers, spills, shared memory against its limit."""
+    b, ex = s.build, s.exports
+    smem = ex.smem_bytes + b.facts.smem_static
+    return {"stages": ex.pipeline_stages, "registers": b.facts.registers, "spills": b.facts.spills,
+            "stack": b.facts.stack, "smem_total": smem, "smem_limit": ex.smem_limit, "fits": smem <= ex.smem_limit,
+            "tmem_cols": ex["tmem_cols"], "mma_instructions": b.histogram.get(MMA_OPCODE, 0),
+            "sf_copies": b.histogram.get(SF_COPY_OPCODE, 0)}
+
+
+def stage_facts(stages: int) -> dict:
+    """Compiled facts of 01_pipelined.cu at NUM_STAGES = stages (builds are cached on disk)."""
+    return facts(stage("01_pipelined", stages))
+
+
+def _facts_row(f: dict) -> dict:
+    return {"NUM_STAGES": f["stages"], "registers": f["registers"], "spills (B)": f["spills"],
+            "smem (B)": f["smem_total"], "smem (KB)": f"{f['smem_total'] / 1024:.1f}",
+            "limit (KB)": f["smem_limit"] // 1024, "fits 227 KB": "yes" if f["fits"] else "NO",
+            "TMEM cols": f["tmem_cols"], f"{MMA_OPCODE} in SASS": f["mma_instructions"]}
+
+
+def stage_table(counts=STAGE_COUNTS) -> Table:
+    """Registers, spills, shared memory and the 227 KB verdict per NUM_STAGES (evidence: compiled)."""
+    return Table([_facts_row(stage_facts(s)) for s in counts],
+                 f"01_pipelined.cu per NUM_STAGES — {evidence_label(build('01_pipelined', counts[0]))}")
+
+
+def seven_stages() -> str:
+    """Why 7 stages never ran: the build fits the kernel's own checks but not the launch (compiled)."""
+    s7 = stage("01_pipelined", 7)
+    ex = s7.exports
+    lines = [f"7 stages: {ex.smem_bytes:,} B > {ex.smem_limit:,} B; at most {max_stages_that_fit(ex)} stages fit"]
+    try:  # the launch is refused before it reaches a GPU
+        s7.launch_config("k16384")
+    except ValueError as e:
+        lines.append(f"{type(e).__name__}: {e}")
+    return "\n".join(lines)
+
+
+def descriptor_table(name: str = "00_single_stage", stages: int | None = None) -> Table:
+    """The three descriptors the stage issues, field by field (compiled): A/B operand, SF copy, instruction."""
+    ex = stage(name, stages).exports
+    rows = []
+    for what, word, kind in (("A operand (stage 0)", ex["a_desc"], "umma_smem"),
+                             ("SFA copy source (stage 0, atom 0)", ex["sf_desc"], "umma_smem"),
+                             ("instruction", ex["idesc"], "umma_instr_block_scaled")):
+        rows += [{"descriptor": what, "bits": b, "field": f, "raw": r, "meaning": m} for b, f, r, m in D.describe(word, kind)]
+    return Table(rows, f"{_label(name, stages)}: a_desc = {ex['a_desc']:#018x}, sf_desc = {ex['sf_desc']:#018x}, "
+                       f"idesc = {ex['idesc']:#010x} — compiled")
+
+
+def _pick(stages: int, name: str | None):
+    name = name or ("00_single_stage" if stages == 1 else "01_pipelined")
+    return name, stage(name, None if name.startswith("00") else stages)
+
+
+def smem_budget(stages: int = 1, name: str | None = None) -> Table:
+    """Where the dynamic shared memory goes, from the exports (compiled)."""
+    name, s = _pick(stages, name)
+    ex = s.exports
+    n = ex.pipeline_stages
+    a, b, sf = ex["b_smem_offset"] - ex["a_smem_offset"], ex["sfa_smem_offset"] - ex["b_smem_offset"], sf_ktile_bytes(ex)
+    ring = n * ex["stage_bytes"]
+    rows = [{"part": f"A: {n} x 128 rows x 128 B (packed E2M1, SW128)", "bytes": n * a},
+            {"part": f"B: {n} x 128 rows x 128 B", "bytes": n * b},
+            {"part": f"SFA + SFB: {n} x 2 x {sf} B (4 atoms of 512 B each)", "bytes": 2 * n * sf},
+            {"part": "1024-B alignment slack, mbarriers, TMEM address slot", "bytes": ex.smem_bytes - ring},
+            {"part": "total (smem_bytes)", "bytes": ex.smem_bytes},
+            {"part": f"per-block limit on sm_100 ({ex.smem_limit // 1024} KB)", "bytes": ex.smem_limit}]
+    return Table(rows, f"{_label(name, n)}: dynamic shared memory — compiled")
+
+
+def tmem_table(stages: int = 1, name: str | None = None) -> Table:
+    """Which TMEM columns hold what (compiled): the FP32 accumulator and each stage's scale factors."""
+    name, s = _pick(stages, name)
+    ex = s.exports
+    mmas = ex.block_k // 64                     # MMAs per K tile (K = 64 each)
+    rows = [{"columns": f"{ex['tmem_acc_col']}..{ex['tmem_acc_col'] + ex.tile_n - 1}",
+             "holds": "accumulator D, FP32: lane = output row, column = output column"}]
+    for st in range(ex.pipeline_stages):
+        c = st * ex["tmem_stage_cols"]
+        for op, col in (("SFA", ex["sfa_tmem_col"] + c), ("SFB", ex["sfb_tmem_col"] + c)):
+            rows.append({"columns": f"{col}..{col + mmas * ex['sf_tmem_step_cols'] - 1}",
+                         "holds": f"stage {st} {op}: MMA k reads columns {col}+4k..{col}+4k+3; lane r of each "
+                                  f"32-lane quarter = rows r, r+32, r+64, r+96 (one column each)"})
+    rows.append({"columns": f"(allocated {ex['tmem_cols']})", "holds": "tcgen05.alloc takes a power of two >= 32"})
+    return Table(rows, f"{_label(name, ex.pipeline_stages)}: tensor memory — compiled")
+
+
+def sass_lines(name: str = "00_single_stage", stages: int | None = None,
+               prefixes=("UTMALDG", "UTCCP", "UTCOMMA", "UTCBAR"), limit: int = 24) -> Rendered:
+    """The SASS lines of the data path (TMA loads, SF copies, block-scaled MMAs, commit), compiled."""
+    keep = [f"/*{off:04x}*/  {text.split(';')[0].split('*/', 1)[-1].strip()} ;"
+            for off, op, text in sass.instructions(build(name, stages).sass) if op.startswith(tuple(prefixes))]
+    more = f"\n... {len(keep) - limit} more" if len(keep) > limit else ""
+    return Rendered("\n".join(keep[:limit]) + more, "text", f"{_label(name, stages)}: SASS ({', '.join(prefixes)}) — compiled")
+
+
+def map_lines(name: str = "00_single_stage", problem="k16384", stages: int | None = None) -> str:
+    """One line per tensor map of a launch (pelib.tma specs from the exported boxes) and its bytes per box."""
+    specs = stage(name, stages).tensor_map_specs(problem)
+    return "\n".join(f"{k:3s} {s.describe()}  -> {s.box_bytes} B per box" for k, s in specs.items())
+
+
+def data_path_table(problem="k16384") -> Table:
+    """Bytes through each hop of the single-stage kernel, per K tile and per CTA (derived from the exports)."""
+    s = stage("00_single_stage")
+    prob, ex = s.problem(problem), s.exports
+    kt = prob.k // ex.block_k
+    a, b, sf = ex["b_smem_offset"] - ex["a_smem_offset"], ex["sfa_smem_offset"] - ex["b_smem_offset"], sf_ktile_bytes(ex)
+    rows = [{"hop": "global -> SMEM (TMA: A, B boxes 128 B x 128 rows, SW128)", "per K tile (B)": a + b,
+             "per CTA (B)": kt * (a + b)},
+            {"hop": "global -> SMEM (TMA: SFA, SFB boxes 256 B x 8 rows)", "per K tile (B)": 2 * sf, "per CTA (B)": kt * 2 * sf},
+            {"hop": "SMEM -> TMEM (tcgen05.cp 32x128b.warpx4, 8 per K tile)", "per K tile (B)": 2 * sf,
+             "per CTA (B)": kt * 2 * sf},
+            {"hop": "SMEM -> tensor core (4 x tcgen05.mma K=64 through descriptors)", "per K tile (B)": a + b,
+             "per CTA (B)": kt * (a + b)},
+            {"hop": "TMEM -> registers (tcgen05.ld 32x32b.x32, 4 per warp)", "per K tile (B)": "",
+             "per CTA (B)": ex.tile_m * ex.tile_n * 4},
+            {"hop": "registers -> global (FP16, 16-B stores)", "per K tile (B)": "", "per CTA (B)": ex.tile_m * ex.tile_n * 2}]
+    return Table(rows, f"{prob.name}: {kt} K tiles per CTA, {s.launch_config(prob).ctas} CTAs — derived from the "
+                       "exports (compiled)")
+
+
+def emulate_check(name: str = "00_single_stage", stages: int | None = None, problem=None, tile=(0, 1), seed: int = 3,
+                  overrides: dict | None = None, defines: dict | None = None) -> dict:
+    """One tile emulated from the stage's exports against pelib.reference (FP16 outputs, within one ulp);
+    the problem defaults to 128 x 256 x 2048 (8 K tiles: every ring wraps); overrides change exports."""
+    r = stage(name, stages, **(defines or {})).emulate_check(problem, tile, seed, overrides=overrides)
+    return {**r, "stage": _label(name, stages)}
+
+
+# ---- recorded and modelled ------------------------------------------------------------------------
+
+def sol_table() -> Table:
+    """Recorded times against the floors: the log's SOL and pelib.sol's B200 floor (µs)."""
+    rec, logsol = recorded_sweep(), records.nvfp4_sol_us()
+    rows = []
+    for prob in problems.nvfp4_log_shapes():
+        f = sol.floor(prob, "B200")
+        rows.append({"shape": prob.name, "CTAs (148 SMs)": (prob.n // 128) * (prob.m // 128),
+                     "MB moved (min)": f"{prob.min_bytes / 1e6:.1f}", "floor (µs, pelib.sol)": f"{f.t_floor_s * 1e6:.2f}",
+                     "log's SOL (µs)": logsol[prob.name], "1 stage (µs)": f"{rec[prob.name][1]:.1f}",
+                     "x SOL (1 stage)": f"{rec[prob.name][1] / logsol[prob.name]:.1f}",
+                     "5 stages (µs)": f"{rec[prob.name][5]:.1f}", "x SOL (5 stages)": f"{rec[prob.name][5] / logsol[prob.name]:.1f}"})
+    return Table(rows, f"Speed of light vs recorded — floors: modelled (datasheet bandwidth); times: recorded ({RECORD_NOTE})")
+
+
+def breakdown_table(stages: int = 1) -> Table:
+    """Where the time goes at NUM_STAGES = stages, per shape (evidence: modelled, fitted to recorded)."""
+    mod, rec = modelled_sweep(), recorded_sweep()
+    rows = []
+    for shape in SHAPES:
+        p, kt = mod[shape]["params"], mod[shape]["k_tiles"]
+        per = {"load round trip / S": (p.t_load + p.t_mma) / stages, "bandwidth share": p.t_stream, "tensor core": p.t_mma}
+        bound = max(per, key=per.get)
+        loop = kt * per[bound]
+        rows.append({"shape": shape, "K tiles": kt, "fixed µs": f"{p.t_fixed:.1f}", "K loop µs": f"{loop:.1f}",
+                     "bound by": bound, "tensor core busy µs": f"{kt * p.t_mma:.1f}",
+                     "total µs (model)": f"{p.t_fixed + loop:.1f}",
+                     "recorded µs": f"{rec[shape][stages]:.1f}" if stages in rec[shape] else ""})
+    return Table(rows, f"NUM_STAGES = {stages}: modelled (t_mma from the datasheet FP4 rate; t_fixed, t_load, "
+                       f"t_stream fitted to the recorded 1..5 sweep of {RECORD_NOTE})")
+
+
+def model_params_table() -> Table:
+    """The fitted overlap-model parameters per shape (evidence: modelled)."""
+    rows = []
+    for shape, v in modelled_sweep().items():
+        p = v["params"]
+        rows.append({"shape": shape, "K tiles": v["k_tiles"], "t_load µs": f"{p.t_load:.2f}", "t_mma µs": f"{p.t_mma:.2f}",
+                     "t_stream µs": f"{p.t_stream:.2f}", "t_fixed µs": f"{p.t_fixed:.1f}",
+                     "stages to hide the load": f"{(p.t_load + p.t_mma) / max(p.t_stream, p.t_mma):.1f}"})
+    return Table(rows, "Overlap model per shape — modelled (fitted to the recorded sweep)")
+
+
+def attempts_table() -> Table:
+    """The lab log's failed attempts, with split-K numbers (evidence: recorded)."""
+    return Table([{"attempt": a.name, "outcome": a.outcome, "what the log says": a.label, "section": a.source.section}
+                  for a in records.nvfp4_attempts()], f"Attempts that did not help — recorded ({RECORD_NOTE})")
+
+
+def split_k_table() -> Table:
+    """Split-K 2 and 4 against 5 stages, µs (evidence: recorded)."""
+    return Table([{"split": r.split, "shape": r.shape, "5-stage (µs)": f"{r.base_us:.1f}", "split-K (µs)": f"{r.us:.1f}",
+                   "slower (%)": r.recorded_pct} for r in records.nvfp4_split_k()],
+                 f"Split-K with an FP32 workspace — recorded ({RECORD_NOTE})")
+
+
+# ---- the pipelining sweep: compiled, recorded, modelled (and measured on a B200) -------------------------------
+
+def sweep_rows(measured: dict | None = None, counts=STAGE_COUNTS) -> list[dict]:
+    """One row per NUM_STAGES: compiled facts, recorded µs, modelled µs (and measured µs if given)."""
+    rec, mod = recorded_sweep(), modelled_sweep(counts)
+    rows = []
+    for s in counts:
+        f = stage_facts(s)
+        row = {"NUM_STAGES": s, "regs": f["registers"], "spills": f["spills"], "smem KB": f"{f['smem_total'] / 1024:.1f}",
+               "fits": "yes" if f["fits"] else "NO"}
+        for shape in SHAPES:
+            row[f"{shape} rec"] = f"{rec[shape][s]:.1f}" if s in rec[shape] else ""
+        for shape in SHAPES:
+            row[f"{shape} model"] = f"{float(mod[shape]['us'][s]):.1f}" if f["fits"] else ""
+        if measured:
+            for shape in SHAPES:
+                v = measured.get("us", {}).get(shape, {}).get(s)
+                row[f"{shape} meas"] = f"{v:.1f}" if v is not None else ("no fit" if not f["fits"] else "")
+        rows.append(row)
+    return rows
+
+
+def sweep_table(measured: dict | None = None) -> Table:
+    """The static table of the pipelining chapter: compiled, recorded, modelled (and measured) per stage count."""
+    kinds = f"compiled ({evidence_label().split('(', 1)[1]}; recorded ({RECORD_NOTE}); modelled (fit to the recorded 1..5)"
+    if measured:
+        env = measured.get("env", {})
+        kinds += f"; measured ({env.get('device', '?')}, {env.get('date', '?')[:10]})"
+    return Table(sweep_rows(measured), f"NVFP4 GEMM per NUM_STAGES, µs — {kinds}")
+
+
+def sweep_figure(measured: dict | None = None, counts=STAGE_COUNTS):
+    """Time vs NUM_STAGES per shape: recorded (solid), modelled (dashed), measured (squares) if given."""
+    import matplotlib.pyplot as plt   # figures only
+    rec, mod = recorded_sweep(), modelled_sweep(counts)
+    fig, axes = plt.subplots(1, len(SHAPES), figsize=(11, 3.4), sharey=False)
+    fits = [s for s in counts if stage_facts(s)["fits"]]
+    for ax, shape in zip(axes, SHAPES):
+        r = rec[shape]
+        ax.plot(sorted(r), [r[s] for s in sorted(r)], "o-", color="C0", label=plots.evidence_label("recorded", RECORD_NOTE))
+        ax.plot(fits, [mod[shape]["us"][s] for s in fits], "--", color="C1", label=plots.evidence_label("modelled"))
+        if measured and measured.get("us", {}).get(shape):
+            m, env = measured["us"][shape], measured.get("env", {})
+            ax.plot(sorted(m), [m[s] for s in sorted(m)], "s-", color="C2",
+                    label=plots.evidence_label("measured", f"{env.get('device', '?')}, {env.get('date', '?')[:10]}"))
+        for s in counts:
+            if not stage_facts(s)["fits"]:
+                ax.axvspan(s - 0.5, s + 0.5, color="0.85")
+                ax.text(s, 0.5, "> 227 KB of SMEM (compiled)", transform=ax.get_xaxis_transform(), ha="center",
+                        va="center", rotation=90, fontsize=7)
+        ax.set_title(shape, fontsize=9)
+        ax.set_xlabel("NUM_STAGES")
+        ax.set_xticks(list(counts))
+    axes[0].set_ylabel("µs")
+    axes[0].legend(fontsize=7, loc="upper center")
+    fig.suptitle("NVFP4 GEMM, M=128: time per stage count", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def timeline_figure(shape: str = "k16384", counts=(1, 2, 4), tiles: int = 10):
+    """The modelled K loop of one CTA: each stage slot's TMA loads and the MMAs, first `tiles` K tiles."""
+    import matplotlib.pyplot as plt   # figures only
+    mod = modelled_sweep()[shape]
+    p = mod["params"]
+    heights = [s + 1 for s in counts]
+    fig, axes = plt.subplots(len(counts), 1, figsize=(9, 0.45 * sum(heights) + 1.0), sharex=True,
+                             gridspec_kw={"height_ratios": heights})
+    for ax, s in zip(np.atleast_1d(axes), counts):
+        ev = simulate(min(tiles, mod["k_tiles"]), s, p)
+        for k in range(len(ev["mma_start"])):
+            ax.barh(1 + k % s, ev["load_end"][k] - ev["load_start"][k], left=ev["load_start"][k], height=0.6,
+                    color=f"C{k % 10}", alpha=0.7, edgecolor="k", lw=0.3)
+            ax.text(ev["load_start"][k] + 0.02, 1 + k % s, str(k), va="center", fontsize=6)
+            ax.barh(0, ev["mma_end"][k] - ev["mma_start"][k], left=ev["mma_start"][k], height=0.6,
+                    color=f"C{k % 10}", edgecolor="k", lw=0.5)
+        ax.set_yticks(range(s + 1), ["MMA"] + [f"load, slot {i}" for i in range(s)], fontsize=7)
+        ax.set_ylabel(f"S={s}", rotation=0, labelpad=18)
+    np.atleast_1d(axes)[-1].set_xlabel("µs from the first load (number and colour = K tile)")
+    fig.suptitle(f"{shape}: first {tiles} K tiles of one CTA — {plots.evidence_label('modelled')}: t_load="
+                 f"{p.t_load:.2f} µs, t_mma={p.t_mma:.2f} µs, t_stream={p.t_stream:.2f} µs", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def stage_view(stages: int, measured: dict | None = None) -> Table:
+    """The widget's render of one NUM_STAGES: compiled facts and the time per shape (measured, recorded, modelled)."""
+    f, rec, mod = stage_facts(stages), recorded_sweep(), modelled_sweep()
+    rows = [{"what": "registers / thread", "value": f["registers"], "evidence": "compiled"},
+            {"what": "spills (B)", "value": f["spills"], "evidence": "compiled"},
+            {"what": "dynamic shared memory (B)", "value": f["smem_total"], "evidence": "compiled"},
+            {"what": "fits the 227 KB per block", "value": "yes" if f["fits"] else "NO: the launch is refused",
+             "evidence": "compiled"},
+            {"what": "TMEM columns allocated", "value": f["tmem_cols"], "evidence": "compiled"}]
+    for shape in SHAPES:
+        if measured and stages in measured.get("us", {}).get(shape, {}):
+            env = measured.get("env", {})
+            rows.append({"what": f"{shape} time (µs)", "value": f"{measured['us'][shape][stages]:.1f}",
+                         "evidence": f"measured ({env.get('device', '?')}, {env.get('date', '?')[:10]})"})
+        if stages in rec[shape]:
+            rows.append({"what": f"{shape} time (µs)", "value": f"{rec[shape][stages]:.1f}", "evidence": f"recorded ({RECORD_NOTE})"})
+        if f["fits"]:
+            rows.append({"what": f"{shape} time (µs)", "value": f"{float(mod[shape]['us'][stages]):.1f}", "evidence": "modelled"})
+    return Table(rows, f"NUM_STAGES = {stages}")
+
+
+def stage_widget(measured: dict | None = None, counts=STAGE_COUNTS, value: int = 5):
+    """The pipelining chapter's slider over NUM_STAGES (pelib.views.widgets.sweep), static table above it."""
+    return widgets.sweep(list(counts), lambda s: stage_view(s, measured), static=lambda: sweep_table(measured),
+                         description="NUM_STAGES", value=value)
+
+
+# ---- on a B200 (evidence: measured) -----------------------------------------------------------------------
+
+def live() -> bool:
+    """True where the sm_100a stages run (a B200-class GPU): the pages take the measured path."""
+    return device.can_run("sm_100a")
+
+
+def measure_sweep(shapes=SHAPES, counts=STAGE_COUNTS, *, iters: int = 50, name: str = "01_pipelined") -> dict:  # pragma: no cover - GPU
+    """Verify (poisoned output, full shape) then time every shape x stage count that fits (pelib.stage.Stage.run).
+    Returns {"env", "us": {shape: {stages: µs}}, "verified": {shape: {stages: bool}}, "skipped": {stages: why}}."""
+    out = {"env": bench.environment(), "us": {s: {} for s in shapes}, "verified": {s: {} for s in shapes}, "skipped": {}}
+    for shape in shapes:
+        x = None
+        for n in counts:
+            s = stage(name, n)
+            f = facts(s)
+            if not f["fits"]:
+                out["skipped"][n] = f"needs {f['smem_total']} B of shared memory, more than {f['smem_limit']} B"
+                continue
+            x = x or s.inputs(shape)
+            r = s.run(shape, inputs=x, iters=iters, warmup=5)
+            out["verified"][shape][n] = r["ok"]
+            if r.get("ms") is not None:
+                out["us"][shape][n] = r["ms"] * 1e3
+    return out
+
+
+def results_table(name: str = "00_single_stage", stages: int | None = None, shapes=SHAPES, *, iters: int = 30) -> Table:
+    """Measured (verified first, poisoned output) beside recorded on a B200; recorded only, said so, elsewhere."""
+    rec = recorded_sweep()
+    n = 1 if name.startswith("00") else stages
+    rows, env = [], None
+    for shape in shapes:
+        row = {"shape": shape, f"recorded µs (S={n})": f"{rec[shape][n]:.1f}" if n in rec[shape] else ""}
+        if live():  # pragma: no cover - GPU
+            env = env or bench.environment()
+            r = stage(name, stages).run(shape, iters=iters)
+            row.update({"verified": "PASS" if r["ok"] else "FAIL"})
+            if r.get("ms") is not None:
+                row.update({"measured µs": f"{r['ms'] * 1e3:.1f}",
+                            "p10-p90 µs": f"{r['p10_ms'] * 1e3:.1f}-{r['p90_ms'] * 1e3:.1f}",
+                            "TB/s (min bytes)": f"{r.get('gbps', 0) / 1e3:.2f}"})
+        rows.append(row)
+    if env:
+        cap = f"{_label(name, stages)}: measured ({env['device']}, {env['date'][:10]}) beside recorded ({RECORD_NOTE})"
+    else:
+        cap = (f"{_label(name, stages)}: recorded ({RECORD_NOTE}); no sm_100 GPU here, so nothing is measured on "
+               "this page")
+    return Table(rows, cap)
+

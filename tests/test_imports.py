@@ -1,0 +1,126 @@
+"""pelib's import graph: no cycles, and no function-local import of a pelib module without a comment saying why.
+
+The graph is read from the sources (ast), so an import hidden inside a function counts like one at
+the top: a cycle held together by a local import is still a cycle.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PELIB = Path(__file__).resolve().parents[1] / "src" / "pelib"
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(PELIB.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _targets(node, mod: str, is_pkg: bool, modules: set[str]) -> list[str]:
+    """The pelib modules an import statement names (a package's submodule when it names one)."""
+    out = []
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            if a.name.startswith("pelib"):
+                out.append(a.name)
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+            base = base[:len(base) - node.level + 1]
+            pkg = ".".join(base + ([node.module] if node.module else []))
+        else:
+            pkg = node.module or ""
+        if not pkg.startswith("pelib"):
+            return out
+        for a in node.names:
+            sub = f"{pkg}.{a.name}"
+            out.append(sub if sub in modules else pkg)
+    return [t for t in out if t in modules]
+
+
+def graph():
+    """{module: {imported module: [(line, local?)]}} and the local imports without a 'why' comment."""
+    files = sorted(PELIB.rglob("*.py"))
+    modules = {_module(p) for p in files}
+    edges: dict[str, dict[str, list]] = {m: {} for m in modules}
+    bare_local = []
+    for p in files:
+        mod = _module(p)
+        src = p.read_text()
+        lines = src.splitlines()
+        tree = ast.parse(src)
+        funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        local_ids = {id(n) for f in funcs for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for t in _targets(node, mod, p.name == "__init__.py", modules):
+                if t == mod:
+                    continue
+                local = id(node) in local_ids
+                edges[mod].setdefault(t, []).append((node.lineno, local))
+                if local and "#" not in lines[node.lineno - 1] and "#" not in lines[node.lineno - 2]:
+                    bare_local.append(f"{p.relative_to(PELIB.parent)}:{node.lineno} imports {t}")
+    return edges, bare_local
+
+
+def cycles(edges) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def figures() -> dict:
+    edges, bare = graph()
+    n_local = len({(m, line) for m, ts in edges.items() for uses in ts.values() for line, loc in uses if loc})
+    return {"modules": len(edges), "edges": sum(len(m) for m in edges.values()), "cycles": cycles(edges),
+            "local imports": n_local, "local imports without a why": bare}
+
+
+def test_no_import_cycles():
+    cyc = cycles(graph()[0])
+    assert cyc == [], f"pelib has import cycles: {cyc}"
+
+
+def test_the_cycle_check_can_fail():
+    edges = {"a": {"b": []}, "b": {"c": []}, "c": {"a": []}, "d": {"a": []}}
+    assert cycles(edges) == [["a", "b", "c"]]
+
+
+def test_function_local_pelib_imports_say_why():
+    _, bare = graph()
+    assert bare == [], ("function-local imports of pelib modules without a comment saying why "
+                        "(move them to the top of the module):\n  " + "\n  ".join(bare))
+
+
+if __name__ == "__main__":  # python tests/test_imports.py: the figures the README quotes
+    import json
+    print(json.dumps(figures(), indent=1))
