@@ -6,6 +6,7 @@ import struct
 import pytest
 
 from pelib import build as B
+from pelib import stages
 from pelib.paths import KERNELS
 
 VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_in_kernel", "grid_kind",
@@ -13,7 +14,7 @@ VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_i
 TMAP_FIELDS = ("box_rows", "box_cols", "swizzle", "elem_bytes")
 SMEM_LIMIT = 227 * 1024   # CUDA C++ Programming Guide, technical specifications: 227 KB per block on sm_90 / sm_100
 
-STAGE_FILES = sorted(KERNELS.glob("*/[0-9][0-9]*_*.cu")) + sorted(KERNELS.glob("fp8/variants/[0-9][0-9]*_*.cu"))
+STAGE_FILES = stages.all_stages()
 IDS = [str(p.relative_to(KERNELS)) for p in STAGE_FILES]
 
 
@@ -87,6 +88,79 @@ def signature(path) -> list[tuple[str, str]]:
 def test_every_family_has_stages():
     fams = {p.relative_to(KERNELS).parts[0] for p in STAGE_FILES}
     assert fams == {"nvfp4", "fp8", "sm90"} and any("variants" in str(p) for p in STAGE_FILES)
+    on_disk = set(KERNELS.glob("*/[0-9][0-9]*.cu")) | set(KERNELS.glob("*/*/[0-9][0-9]*.cu"))
+    assert on_disk == set(STAGE_FILES), "every numbered .cu is a stage of a listed family"
+
+
+# ---- the header grammar (pelib.stages) --------------------------------------------------------------
+
+def family_of(path) -> str:
+    return str(path.parent.relative_to(KERNELS))
+
+
+@pytest.mark.parametrize("path", STAGE_FILES, ids=IDS)
+def test_header_grammar(path):
+    h = stages.read_header(path)
+    assert h.number == path.name.split("_")[0] and h.idea and h.what and h.why and (h.recorded or h.measured)
+    assert h.run.split()[:4] == ["python", "-m", "pelib.stage", stages.name(path)], \
+        f"the Run line names the stage itself: {h.run!r}"
+    assert all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=[\w.,]+", a) for a in h.run.split()[5::2]), h.run
+
+
+@pytest.mark.parametrize("path", STAGE_FILES, ids=IDS)
+def test_parent_is_an_earlier_existing_stage(path):
+    h = stages.read_header(path)
+    fam = stages.family_stages(family_of(path))
+    if family_of(path) != "fp8/variants" and path == fam[0]:
+        assert h.parent is None, f"{path.name} is its family's first stage: it declares no parent"
+        return
+    assert h.parent, f"{path.name} declares no Parent line"
+    parent = stages.parent_of(path)
+    assert parent.is_file() and stages.name(parent) == h.parent
+    if family_of(parent) == family_of(path):
+        assert fam.index(parent) < fam.index(path), "a parent sorts before its child"
+
+
+def test_diff_defaults_to_the_declared_parent():
+    one = stages.diff("fp8/03_x32_loads.cu", skip_header=True)
+    assert one == stages.diff("fp8/02_tn256.cu", "fp8/03_x32_loads.cu", skip_header=True)
+    assert one.title == "fp8/02_tn256.cu → fp8/03_x32_loads.cu"
+    assert stages.diff_stats("fp8/03_x32_loads.cu") == stages.diff_stats("fp8/02_tn256.cu", "fp8/03_x32_loads.cu")
+    with pytest.raises(stages.HeaderError, match="first stage"):
+        stages.diff("fp8/00_ws_cta1.cu")
+
+
+GOOD = """// Stage 03 — an idea.
+// Parent: fp8/02_tn256
+//
+// What changes: a thing,
+//   continued.
+// Why: a reason.
+// Recorded: a-note.md, commit abc: 1 ms.
+// Run: python -m pelib.stage fp8/03_x32_loads -D NUM_STAGES=4
+#include "common/types.cuh"
+"""
+
+
+def test_header_parser_reads_and_refuses():
+    h = stages.Header.parse(GOOD)
+    assert (h.number, h.idea, h.parent, h.what, h.why) == ("03", "an idea.", "fp8/02_tn256", "a thing, continued.",
+                                                           "a reason.")
+    assert h.recorded == "a-note.md, commit abc: 1 ms." and h.measured is None
+    bad = {
+        "em dash": GOOD.replace(" — ", " - "),
+        "order": GOOD.replace("// Why: a reason.\n", "").replace("// Run:", "// Why: a reason.\n// Run:", 1)
+                     .replace("// Recorded:", "// Run: x\n// Recorded:"),
+        "no Why": GOOD.replace("// Why: a reason.\n", ""),
+        "no evidence": GOOD.replace("// Recorded: a-note.md, commit abc: 1 ms.\n", ""),
+        "Run": GOOD.replace("python -m pelib.stage", "make"),
+        "twice": GOOD.replace("// Why: a reason.", "// Why: a reason.\n// Why: again."),
+        "text before a key": GOOD.replace("// Parent: fp8/02_tn256\n", "// Parent: fp8/02_tn256\n// stray\n").replace(
+            "// Parent: fp8/02_tn256", "// stray first"),
+    }
+    for what, text in bad.items():
+        with pytest.raises(stages.HeaderError):
+            stages.Header.parse(text, what)
 
 
 def test_exports_the_whole_vocabulary(stage):

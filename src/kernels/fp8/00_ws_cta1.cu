@@ -1,7 +1,7 @@
 // Stage 00 — warp-specialized FP8 patch embed, cta_group::1, one 128x128 tile per CTA.
 //
-// What: C[M,N] = A[M,K] . B[N,K]^T + comb[m % 196, N]; A, B FP8 E4M3 K-major, FP32 accumulate in
-// TMEM, BF16 out. Three roles connected by mbarriers:
+// What changes: the family's first stage. C[M,N] = A[M,K] . B[N,K]^T + comb[m % 196, N]; A, B FP8
+// E4M3 K-major, FP32 accumulate in TMEM, BF16 out. Three roles connected by mbarriers:
 //   warp 0     producer: TMA loads of A (128 x 128 B) and B (128 x 128 B) into a NUM_STAGES ring
 //              (128-B swizzle), full[s] gets the bytes, empty[s] says the MMA has read the slot;
 //   warp 1     MMA issuer: one thread issues 4 x tcgen05.mma.cta_group::1.kind::f8f6f4
@@ -12,8 +12,10 @@
 //              inline from global, rounds to BF16 and stores.
 // Why: the TMA, the tensor core and the epilogue each get a warp that only waits on its own
 // barrier, so loads for the next stage overlap the MMAs of this one.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): cta_group::1 with inline BF16 comb
-// loads is commit 892766c at 1043 TFLOPS (persistent kernel; this stage is its one-tile-per-CTA core).
+// Recorded: fp8-megakernel-experiment-log.md, commit 892766c "Replace SMEM prefetch with inline BF16
+// loads": 1043 TFLOPS on a B200 with cta_group::1 (a persistent kernel; this stage is its
+// one-tile-per-CTA core).
+// Run: python -m pelib.stage fp8/00_ws_cta1
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,6 +1,7 @@
 // Stage 01 — cta_group::2: a cluster of two CTAs on two SMs computes one 256 x 128 tile.
+// Parent: fp8/00_ws_cta1
 //
-// What changes (against 00): the MMA becomes tcgen05.mma.cta_group::2 with M = 256. Each CTA of a
+// What changes: the MMA becomes tcgen05.mma.cta_group::2 with M = 256. Each CTA of a
 // __cluster_dims__(2,1,1) pair loads its own 128 rows of A and HALF of B (64 rows); the leader CTA
 // (rank 0) issues the MMAs for the pair, reading A and B from both CTAs' shared memory at the same
 // offsets, and each CTA's TMEM receives its own 128 rows of the accumulator. Therefore:
@@ -15,8 +16,9 @@
 //     synchronizes with barrier.cluster around setup and before the free.
 // Why: the MMA instruction moves twice the work per issue and each SM loads only half of B, so the
 // B traffic per output tile halves and the single issuing thread keeps the tensor cores busier.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit fca9178 "Upgrade
-// cta_group::1 -> cta_group::2", 1043 -> 1190 TFLOPS.
+// Recorded: fp8-megakernel-experiment-log.md, commit fca9178 "Upgrade cta_group::1 -> cta_group::2":
+// 1043 -> 1190 TFLOPS on a B200.
+// Run: python -m pelib.stage fp8/01_cta2
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,17 +1,18 @@
-// Stage 02 — TN = 256: the pair computes a 256 x 256 tile, its accumulator in one 512-column TMEM
-// allocation.
+// Stage 02 — TN = 256: the pair computes a 256 x 256 tile, its accumulator in one 512-column TMEM allocation.
+// Parent: fp8/01_cta2
 //
-// What changes (against 01): UMMA N and the tile width go from 128 to 256, so each CTA now loads
-// 128 rows of B per stage (its half of 256) and holds a 128 x 256 FP32 accumulator = 256 TMEM
-// columns. TMEM is allocated once, all 512 columns of the SM: the accumulator uses [0, 256), and a
-// whole-TMEM allocation can neither fail nor wait on another CTA's columns (the allocator hands out
-// powers of two from 32 to 512: CUTLASS tmem_allocator_sm100.hpp).
+// What changes: UMMA N and the tile width go from 128 to 256, so each CTA now loads 128 rows of B per
+// stage (its half of 256) and holds a 128 x 256 FP32 accumulator = 256 TMEM columns. TMEM is
+// allocated once, all 512 columns of the SM: the accumulator uses [0, 256), and a whole-TMEM
+// allocation can neither fail nor wait on another CTA's columns (the allocator hands out powers of two
+// from 32 to 512: CUTLASS tmem_allocator_sm100.hpp) as long as shared memory keeps one CTA per SM.
 // Why: with N = 256 every byte of A loaded into shared memory feeds twice as many MMA columns, and
 // each tcgen05.mma issue does twice the work: the issuing thread's ~20 instructions of overhead per
 // MMA (lab note fp8-megakernel-w1-stall-isolation.md) are spread over twice the FLOPs. The price is
 // 32 KB of shared memory per stage instead of 24 KB.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit 9557e0b "TN=128->256, single
-// TMEM alloc of 512 cols", 1190 -> 1433 TFLOPS.
+// Recorded: fp8-megakernel-experiment-log.md, commit 9557e0b "TN=128->256, single TMEM alloc of 512
+// cols": 1190 -> 1433 TFLOPS on a B200.
+// Run: python -m pelib.stage fp8/02_tn256
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,13 +1,15 @@
 // Stage 03 — tcgen05.ld 32x32b.x32: each epilogue step reads 32 accumulator columns instead of 16.
+// Parent: fp8/02_tn256
 //
-// What changes (against 02): TMEM_LD_COLS 16 -> 32, so a warp's 256-column row slice takes 8
-// tcgen05.ld + tcgen05.wait::ld pairs instead of 16, each landing 32 registers per thread; the comb
-// loads and the BF16 stores widen with it (4 x 16 B each per step).
+// What changes: TMEM_LD_COLS 16 -> 32, so a warp's 256-column row slice takes 8 tcgen05.ld +
+// tcgen05.wait::ld pairs instead of 16, each landing 32 registers per thread; the comb loads and the
+// BF16 stores widen with it (4 x 16 B each per step).
 // Why: half the TMEM-load instructions and half the wait::ld fences per tile. The lab found it
-// neutral: the epilogue is bound by TMEM read bandwidth, not by instruction issue, so the same
-// bytes take the same time (experiment log F8); it was kept as the simpler code.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit abf04a5 "x16->x32 TMEM loads
-// (no double-buffer)", 0.764 ms / 1433 TFLOPS, the same as with x16 (F8: "performance-neutral").
+// neutral: the epilogue is bound by TMEM read bandwidth, not by instruction issue, so the same bytes
+// take the same time (experiment log F8); it was kept as the simpler code.
+// Recorded: fp8-megakernel-experiment-log.md, commit abf04a5 "x16->x32 TMEM loads (no double-buffer)":
+// 0.764 ms / 1433 TFLOPS on a B200, the same as with x16 (F8: "performance-neutral").
+// Run: python -m pelib.stage fp8/03_x32_loads
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,14 +1,16 @@
 // Stage 04 — every epilogue warp polls the MMA-done mbarrier itself.
+// Parent: fp8/03_x32_loads
 //
-// What changes (against 03): stages 00-03 let warp 2 alone wait on mma_done and then release
-// warps 3-5 with a named barrier (bar.sync); here each epilogue warp waits on mma_done itself and
-// the named barrier is gone. An mbarrier phase can be observed by any number of waiters, and each
-// waiter then needs only its own tcgen05.fence::after_thread_sync before reading TMEM.
+// What changes: stages 00-03 let warp 2 alone wait on mma_done and then release warps 3-5 with a
+// named barrier (bar.sync); here each epilogue warp waits on mma_done itself and the named barrier is
+// gone. An mbarrier phase can be observed by any number of waiters, and each waiter then needs only
+// its own tcgen05.fence::after_thread_sync before reading TMEM.
 // Why: with one poller, three warps sleep in bar.sync until the poller has seen the phase flip and
-// reached the barrier, and all four leave together; with four pollers each warp starts reading
-// TMEM as soon as it sees the flip. The lab measured the centralized broadcast at 10.3% stall.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit 6319928 "Remove centralized
-// mainloop_mbar bar.sync", 0.764 -> 0.743 ms (experiment F7).
+// reached the barrier, and all four leave together; with four pollers each warp starts reading TMEM
+// as soon as it sees the flip. The lab measured the centralized broadcast at 10.3% stall.
+// Recorded: fp8-megakernel-experiment-log.md, commit 6319928 "Remove centralized mainloop_mbar
+// bar.sync": 0.764 -> 0.743 ms on a B200 (experiment F7).
+// Run: python -m pelib.stage fp8/04_independent_polling
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

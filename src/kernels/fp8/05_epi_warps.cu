@@ -1,17 +1,19 @@
 // Stage 05 — the epilogue warp count is a compile-time parameter (4, 5 or 6); 5 by default.
+// Parent: fp8/04_independent_polling
 //
-// What changes (against 04): NUM_EPI_WARPS may be 5 or 6. A warp can read only the 32 TMEM lanes
-// of its sub-partition, warp % 4 (PTX ISA 9.7.16.8.1, "Access restrictions"), so a 5th warp cannot
-// take rows of its own: warp 6 shares lane quarter 2 with warp 2, and the two split the 256 columns
-// of those 32 rows, 128 each (with 6 warps, warps 3 and 7 also split quarter 3). The column range is
-// a template argument: drain<C0, C1> is instantiated for [0, 256), [0, 128) and [128, 256), and a
-// warp picks its instantiation once, by its warp id.
+// What changes: NUM_EPI_WARPS may be 5 or 6. A warp can read only the 32 TMEM lanes of its
+// sub-partition, warp % 4 (PTX ISA 9.7.16.8.1, "Access restrictions"), so a 5th warp cannot take rows
+// of its own: warp 6 shares lane quarter 2 with warp 2, and the two split the 256 columns of those 32
+// rows, 128 each (with 6 warps, warps 3 and 7 also split quarter 3). The column range is a template
+// argument: drain<C0, C1> is instantiated for [0, 256), [0, 128) and [128, 256), and a warp picks its
+// instantiation once, by its warp id.
 // Why: more warps issue more TMEM reads and global stores at once. The bounds must be compile-time
 // constants: the lab first passed them at run time and the epilogue loop stopped unrolling, with no
 // gain (experiment F4, ~0.826 ms both ways); templated bounds gave 0.722 ms. Six warps were slower
 // (F3, 0.747 ms: TMEM read bandwidth saturates).
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit 521ad55 "5th epilogue warp via
-// column-split", 0.722 ms / 1517 TFLOPS; F3 (6 warps) 0.747 ms; F4 (runtime bounds) ~0.826 ms.
+// Recorded: fp8-megakernel-experiment-log.md, commit 521ad55 "5th epilogue warp via column-split":
+// 0.722 ms / 1517 TFLOPS on a B200; F3 (6 warps) 0.747 ms; F4 (runtime bounds) ~0.826 ms.
+// Run: python -m pelib.stage fp8/05_epi_warps -D NUM_EPI_WARPS=5
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

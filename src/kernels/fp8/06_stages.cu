@@ -1,17 +1,19 @@
 // Stage 06 — a shallower ring: NUM_STAGES 6 -> 4 (4, 5 or 6 are the values worth building).
+// Parent: fp8/05_epi_warps
 //
-// What changes (against 05): the default pipeline depth. K = 768 is six k-blocks of 128, so six
-// stages held a whole tile's operands and the producer never waited; four stages make it wait for
-// the MMAs to free slot 0 before loading k-block 4, which the TMA has time for while the tensor
-// core works through k-blocks 1-3.
+// What changes: the default pipeline depth. K = 768 is six k-blocks of 128, so six stages held a
+// whole tile's operands and the producer never waited; four stages make it wait for the MMAs to free
+// slot 0 before loading k-block 4, which the TMA has time for while the tensor core works through
+// k-blocks 1-3.
 // Why: each stage is 32 KB of shared memory per CTA (16 KB of A, 16 KB of B); two fewer free 64 KB,
-// which the staged epilogue of stage 07 needs (its buffers do not fit beside six stages). The lab
-// also saw registers fall with the depth, because its kernel kept per-stage state (phase bits,
-// addresses) in arrays; this kernel derives stage and parity from the k-block counter, so here the
-// depth changes shared memory only (compare the builds).
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit cefc59d "Reduce pipeline
-// stages 6->4", 0.700 ms / 1564 TFLOPS / 216 regs / 131 KB; F6: 6 stages 0.722 ms / 247 regs /
-// 192 KB, 5 stages 0.715 ms / 236 regs.
+// which the staged epilogue of stage 07 needs (its buffers do not fit beside six stages). The lab also
+// saw registers fall with the depth, because its kernel kept per-stage state (phase bits, addresses)
+// in arrays; this kernel derives stage and parity from the k-block counter, so here the depth changes
+// shared memory only (compare the builds).
+// Recorded: fp8-megakernel-experiment-log.md, commit cefc59d "Reduce pipeline stages 6->4": 0.700 ms
+// / 1564 TFLOPS / 216 regs / 131 KB on a B200; F6: 6 stages 0.722 ms / 247 regs / 192 KB, 5 stages
+// 0.715 ms / 236 regs.
+// Run: python -m pelib.stage fp8/06_stages --sweep NUM_STAGES=4,5,6
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,18 +1,20 @@
 // Stage 07 — the epilogue stages its BF16 results in shared memory, then stores them coalesced.
+// Parent: fp8/06_stages
 //
-// What changes (against 06): Phase 1 (TMEM -> registers -> + comb -> BF16) no longer stores to
-// global; each lane writes its row into its warp's shared-memory buffer (32 rows of 528 B: 512 B of
-// BF16 plus a 16-B pad, common/staging.cuh). After a __syncwarp, Phase 2 copies the buffer out with
-// 16-B stores in which consecutive lanes write consecutive 16 B of one row: one instruction writes a
-// whole 512-B row (a split warp: two 256-B half rows). Four pipeline stages (06) leave room for the
-// five 16,896-B buffers; with six stages they would not fit (a compile error here).
+// What changes: Phase 1 (TMEM -> registers -> + comb -> BF16) no longer stores to global; each lane
+// writes its row into its warp's shared-memory buffer (32 rows of 528 B: 512 B of BF16 plus a 16-B
+// pad, common/staging.cuh). After a __syncwarp, Phase 2 copies the buffer out with 16-B stores in
+// which consecutive lanes write consecutive 16 B of one row: one instruction writes a whole 512-B row
+// (a split warp: two 256-B half rows). Four pipeline stages (06) leave room for the five 16,896-B
+// buffers; with six stages they would not fit (a compile error here).
 // Why: a lane-per-row store touches 32 cache lines per instruction and fills a quarter of each 128-B
 // line, which costs the L1 a read-modify-write; the lab's ncu A/B found the issue rate up 35% and
 // TMEM-wait stalls down 30% with staging, at the price of SMEM traffic and 2.5x as many (narrower)
 // store instructions.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit c32ab7a "Epilogue SMEM staging
-// -> coalesced stores", 0.700 -> 0.633 ms / 1729 TFLOPS, 216 -> 222 regs, 0 spills; SMEM budget
+// Recorded: fp8-megakernel-experiment-log.md, commit c32ab7a "Epilogue SMEM staging -> coalesced
+// stores": 0.700 -> 0.633 ms / 1729 TFLOPS on a B200, 216 -> 222 regs, 0 spills; SMEM budget
 // 215,808 B (4 stages + 5 x 16,896 B staging).
+// Run: python -m pelib.stage fp8/07_smem_staged_epilogue
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,13 +1,15 @@
 // Stage 08 — the Phase 2 copy loop unrolled 8 times instead of 4.
+// Parent: fp8/07_smem_staged_epilogue
 //
-// What changes (against 07): PHASE2_UNROLL 4 -> 8. A full-row warp copies its buffer out in 32
-// ld.shared.v4 + st.global.v4 pairs; unrolled by 8, the compiler can issue eight shared loads back
-// to back and then their eight stores, so more 16-B stores are in flight per loop trip and there
-// are half as many loop branches.
-// Why: Phase 2 is a latency chain (the store waits for its shared load); a longer unroll hides more
-// of it. The lab measured a small gain at unchanged registers.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit d882aba "Phase 2 unroll 4->8",
-// 0.633 -> 0.630 ms / 1739 TFLOPS, 222 regs (its best in that log).
+// What changes: PHASE2_UNROLL 4 -> 8. A full-row warp copies its buffer out in 32 ld.shared.v4 +
+// st.global.v4 pairs; unrolled by 8, the compiler can issue eight shared loads back to back and then
+// their eight stores, so more 16-B stores are in flight per loop trip and there are half as many loop
+// branches.
+// Why: Phase 2 is a latency chain (the store waits for its shared load); a longer unroll hides more of
+// it. The lab measured a small gain at unchanged registers.
+// Recorded: fp8-megakernel-experiment-log.md, commit d882aba "Phase 2 unroll 4->8": 0.633 -> 0.630 ms
+// / 1739 TFLOPS on a B200, 222 regs (its best in that log).
+// Run: python -m pelib.stage fp8/08_unroll
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,8 +1,9 @@
 // Stage 09 — the persistent megakernel: one CTA per SM, each 2-SM cluster walking a static list of tiles.
+// Parent: fp8/08_unroll
 //
-// What changes (against 08): the grid is no longer one cluster per tile but sm_count / 2 clusters
-// (74 on a B200), and every role loops over its cluster's tiles with common/scheduler.cuh (tiles c,
-// c + 74, ...). That needs four more things:
+// What changes: the grid is no longer one cluster per tile but sm_count / 2 clusters (74 on a B200),
+// and every role loops over its cluster's tiles with common/scheduler.cuh (tiles c, c + 74, ...).
+// That needs four more things:
 //   - two accumulators in TMEM (columns 0-255 and 256-511 of the 512 allocated since stage 02), so
 //     the MMA warp computes tile i+1 while the epilogue drains tile i; acc_full[b] (MMA -> epilogue,
 //     a multicast commit) and acc_empty[b] (epilogue -> MMA, one arrival per epilogue warp of both
@@ -17,10 +18,11 @@
 // Why: with one tile per cluster, every tile pays the prologue (barrier init, TMEM alloc, pipeline
 // fill) and its epilogue runs while the SM's tensor core idles; persistent clusters overlap the
 // epilogue of one tile with the K-loop of the next.
-// Recorded (B200, lab note fp8-megakernel-future-proposals-F21-F28.md, kernel state): F18 0.543 ms /
-// 2018 TFLOPS, F19a (early mbarrier signal) 0.542 ms / 2020 TFLOPS, 223 regs, 0 spills; the lab's
-// kernel is persistent throughout fp8-megakernel-experiment-log.md (148 SMs, cta_group::2, 10,878
-// tiles), so its numbers for stages 00-08 already include this idea.
+// Recorded: fp8-megakernel-future-proposals-F21-F28.md, kernel state: F18 0.543 ms / 2018 TFLOPS,
+// F19a (early mbarrier signal) 0.542 ms / 2020 TFLOPS, 223 regs, 0 spills on a B200; the lab's kernel
+// is persistent throughout fp8-megakernel-experiment-log.md (148 SMs, cta_group::2, 10,878 tiles), so
+// its numbers for stages 00-08 already include this idea.
+// Run: python -m pelib.stage fp8/09_persistent_megakernel
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

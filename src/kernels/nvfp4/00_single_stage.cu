@@ -1,18 +1,14 @@
-// NVFP4 stage 00: one stage, no overlap. The baseline of the NVFP4 chapters.
+// Stage 00 — NVFP4 block-scaled GEMM, one shared-memory stage, no overlap: the baseline.
 //
-// What it does: C[M,N] = fp16( alpha * sum_k (A[m,k] * SFA[m,k/16]) * (B[n,k] * SFB[n,k/16]) )
-// with A, B packed E2M1 (two values per byte, K-major), SFA/SFB UE4M3 scale factors (one per 16
-// K-elements) and alpha the FP32 global scale (product of A's and B's tensor scales).
-// One CTA per 128x128 output tile; K tiles of 256. Per K tile one thread:
+// What changes: the family's first stage. C[M,N] = fp16( alpha * sum_k (A[m,k] * SFA[m,k/16]) *
+// (B[n,k] * SFB[n,k/16]) ) with A, B packed E2M1 (two values per byte, K-major), SFA/SFB UE4M3 scale
+// factors (one per 16 K-elements) and alpha the FP32 global scale (product of A's and B's tensor
+// scales). One CTA per 128x128 output tile; K tiles of 256. Per K tile one thread:
 //   TMA: A (128 rows x 128 B), B (128 x 128 B), SFA (2 KB), SFB (2 KB) -> SMEM, one mbarrier
 //   wait -> tcgen05.cp the scale factors SMEM -> TMEM -> 4 x tcgen05.mma kind::mxf4nvf4 (K = 64 each)
 //   -> tcgen05.commit to an mbarrier -> wait for the MMAs before the next load reuses the buffers.
 // Epilogue: 4 warps, tcgen05.ld 32x32b (warp w reads TMEM lanes 32w..32w+31 = rows), x alpha,
 // cvt to FP16, 16-B stores.
-// Recorded (lab note nvfp4-gemm-optimization-log.md, "Baseline", num_ab_stage = 1, B200):
-// 96.8 / 51.6 / 37.6 us for M=128 and N,K = 7168,16384 / 4096,7168 / 7168,2048; the load and the
-// MMA never overlap, which 01_pipelined.cu fixes.
-//
 // Layouts (every one exported below with PELIB_EXPORT; pelib.nvfp4 builds tensor maps from them,
 // pelib.emulate replays them):
 //   A, B in global: uint8 [rows][K/2]; element k of a row in byte k/2, even k in the low nibble
@@ -34,6 +30,11 @@
 //     SFB at TMEM_SFB + 4k; a_sf_id = b_sf_id = 0 (bits 30-31 of those addresses; CUTLASS
 //     make_runtime_instr_desc_block_scaled).
 //   Accumulator: TMEM columns [0,128), lane = row, FP32.
+// Why: the smallest correct block-scaled tcgen05 GEMM; the load and the MMA never overlap, which
+// 01_pipelined.cu fixes.
+// Recorded: nvfp4-gemm-optimization-log.md, "Baseline" (num_ab_stage = 1): 96.8 / 51.6 / 37.6 us on
+// a B200 for M=128 and N,K = 7168,16384 / 4096,7168 / 7168,2048.
+// Run: python -m pelib.stage nvfp4/00_single_stage
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

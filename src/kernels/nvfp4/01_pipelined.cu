@@ -1,6 +1,7 @@
-// NVFP4 stage 01: the same kernel with NUM_STAGES shared-memory stages (1..7) in a ring.
+// Stage 01 — the same kernel with NUM_STAGES shared-memory stages (1..7) in a ring.
+// Parent: nvfp4/00_single_stage
 //
-// The one idea: while the tensor core works on K tile k, the TMA engine is already loading tiles
+// What changes: while the tensor core works on K tile k, the TMA engine is already loading tiles
 // k+1 .. k+NUM_STAGES-1 into the other stages. Each stage s has two mbarriers:
 //   full[s]  - TMA -> MMA: armed with arrive.expect_tx(STAGE_TX_BYTES), completes when the bytes land;
 //   empty[s] - MMA -> TMA: tcgen05.commit arrives when the MMAs reading stage s have finished.
@@ -14,31 +15,12 @@
 // exports and the emulated tile agree). Each stage has its own TMEM scale-factor columns because
 // tcgen05.mma -> tcgen05.cp is not a pipelined pair (PTX ISA 9.7.16.6.2): without the empty wait of
 // the last tiles, a shared column set could be overwritten while an earlier MMA still reads it.
-// Recorded (lab note nvfp4-gemm-optimization-log.md, num_ab_stage 1 -> 2 -> 3 -> 4 -> 5, B200):
-// 96.8 -> 64.9 -> 54.4 -> 50.1 -> 49.3 us (M=128, N=7168, K=16384); 6 stages no better;
-// 7 stages "timeout (too much shared memory)". smem_bytes below is what decides that.
-//
-// Layouts (every one exported below with PELIB_EXPORT; pelib.nvfp4 builds tensor maps from them,
-// pelib.emulate replays them):
-//   A, B in global: uint8 [rows][K/2]; element k of a row in byte k/2, even k in the low nibble
-//     (CUTLASS float_e2m1_t sub-byte packing, include/cutlass/subbyte_reference.h).
-//   A, B tiles in SMEM: TMA box 128 B x 128 rows, SWIZZLE_128B; UMMA K-major SW128 descriptor,
-//     SBO = 1024 (8 rows x 128 B), LBO unused for swizzled K-major (16), 1024-B aligned base;
-//     the k-th MMA of a K tile starts 32 B (64 E2M1) further: descriptor start address + 2 (16-B units)
-//     (CUTLASS mma_sm100_desc.hpp make_umma_desc / DescriptorIterator; PTX ISA 9.7.16.4.1).
-//   SFA, SFB in global: the CUTLASS block-scaled atom, uint8 [MN/128][K/64][512]: inside an atom
-//     byte (m%32)*16 + ((m%128)/32)*4 + (k/16)%4 (include/cutlass/detail/sm100_blockscaled_layout.hpp,
-//     Sm1xxBlockScaledBasicChunk SfKMajorAtom; cudnn-frontend "mxfp8 scale factor 128x4 layout").
-//     One K tile of one 128-row block = 4 atoms = 2048 contiguous bytes; the tensor map views the
-//     buffer as rows of 256 B and loads a box of 256 B x 8 rows, no swizzle.
-//   Scale factors in TMEM: tcgen05.cp 32x128b.warpx4 copies one 512-B atom (32 rows x 16 B) into 4
-//     columns x 32 lanes and replicates it to all four 32-lane groups: lane (m%32)+32j, column (m/32),
-//     byte (k/16)%4 (CUTLASS mma_traits_sm100_frag.hpp tmem_sf_frg, copy_traits_sm100.hpp
-//     SM100_UTCCP_4x32dp128bit_1cta). Source descriptor: no swizzle, SBO = 128 (8 rows x 16 B),
-//     LBO = 128 (one 16-B column: unused). MMA k of a K tile reads SFA at column TMEM_SFA + 4k and
-//     SFB at TMEM_SFB + 4k; a_sf_id = b_sf_id = 0 (bits 30-31 of those addresses; CUTLASS
-//     make_runtime_instr_desc_block_scaled).
-//   Accumulator: TMEM columns [0,128), lane = row, FP32.
+// Why: the load of the next K tiles overlaps the MMAs of this one; smem_bytes (below) decides how
+// many stages fit.
+// Recorded: nvfp4-gemm-optimization-log.md, Optimizations 1-4 (num_ab_stage 1 -> 2 -> 3 -> 4 -> 5):
+// 96.8 -> 64.9 -> 54.4 -> 50.1 -> 49.3 us on a B200 (M=128, N=7168, K=16384); 6 stages no better;
+// 7 stages "timeout (too much shared memory)".
+// Run: python -m pelib.stage nvfp4/01_pipelined --sweep NUM_STAGES=1,2,3,4,5
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,8 +1,7 @@
-// sm90 stage 01: warp specialization. A producer warp and NUM_CONSUMERS consumer warpgroups share a
-// NUM_STAGES-deep ring of shared-memory stages through full/empty mbarriers; setmaxnreg moves the
-// producer's registers to the consumers.
+// Stage 01 — warp specialization: a producer warp and NUM_CONSUMERS consumer warpgroups share a ring.
+// Parent: sm90/00_tma_wgmma
 //
-// Changed from 00: in 00 the warpgroup that multiplies also waits for every load, so copy and math
+// What changes: in 00 the warpgroup that multiplies also waits for every load, so copy and math
 // take turns. Here warpgroup 0 only loads: one elected thread waits for a free stage (empty[s]),
 // announces its bytes (arrive.expect_tx on full[s]) and starts the TMA loads of A (BM x 128 B) and
 // B (BN x 128 B); it runs up to NUM_STAGES slices ahead. Each consumer warpgroup waits for full[s],
@@ -11,20 +10,21 @@
 // producer keeps 40 registers per thread (setmaxnreg.dec), the consumers take 232 (setmaxnreg.inc):
 // 128 FP32 accumulators of an m64n256 tile per thread fit with room for addresses and the epilogue.
 // Still one tile per CTA and the same register epilogue as 00.
-//
-// Why the default (BN = 256, one CTA per SM) is slower than 00 (measured on an H100, 2026-11-23:
-// 1.958 ms against 1.728 ms): with K = 768 a tile is only 6 slices, and a CTA of 384 threads x 168
-// registers and 193 KiB of shared memory is alone on its SM. Every tile pays, one after the other,
-// the CTA launch and barrier set-up, the first TMA round trip into an empty ring, a 6-slice
-// mainloop, and the epilogue's 64 stores per thread, while the tensor cores idle outside the
-// mainloop. 00 (128 threads, 33 KiB) keeps three CTAs per SM, whose phases overlap. The wgmma
-// issue itself is fine: the SASS has the four QGMMA.64x256x32 of a slice back to back and one
-// WARPGROUP.DEPBAR.LE gsb0, 0x1 after them, and ptxas reports no C7510 serialization.
+// Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh and CUTLASS
+// KernelTmaWarpSpecializedCooperative (BF16 there; FP8 K-major e4m3 here).
+// Why: copy and math overlap, the producer running up to NUM_STAGES slices ahead. Yet the default
+// (BN = 256, one CTA per SM) is slower than 00: with K = 768 a tile is only 6
+// slices, and a CTA of 384 threads x 168 registers and 193 KiB of shared memory is alone on its SM.
+// Every tile pays, one after the other, the CTA launch and barrier set-up, the first TMA round trip
+// into an empty ring, a 6-slice mainloop, and the epilogue's 64 stores per thread, while the tensor
+// cores idle outside the mainloop. 00 (128 threads, 33 KiB) keeps three CTAs per SM, whose phases
+// overlap. The wgmma issue itself is fine: the SASS has the four QGMMA.64x256x32 of a slice back to
+// back and one WARPGROUP.DEPBAR.LE gsb0, 0x1 after them, and ptxas reports no C7510 serialization.
 // Two resident CTAs per SM would restore that overlap, but not with these tiles: ptxas checks each
 // wgmma against the register cap at entry (64 Ki / (threads x CTAs)), which setmaxnreg does not
 // raise, and m64n256 needs about 154 registers. Stage 02 keeps one CTA per SM and makes it persistent.
-// Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh and CUTLASS
-// KernelTmaWarpSpecializedCooperative (BF16 there; FP8 K-major e4m3 here).
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.936 ms (H100 80GB HBM3, 2026-11-23).
+// Run: python -m pelib.stage sm90/01_warp_specialized
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,7 +1,8 @@
-// sm90 stage 04: B resident in shared memory, two consumer warpgroups in ping-pong, persistent.
+// Stage 04 — B resident in shared memory, two consumer warpgroups in ping-pong, persistent.
+// Parent: sm90/03_staged_epilogue
 //
-// Changed from 03: there, every 128 x 256 tile streams its A rows AND its 256 x 768 slice of B from
-// L2 (half of B with the multicast), 4.3 GB of L2 -> SM traffic over the problem, and both consumer
+// What changes: in 03, every 128 x 256 tile streams its A rows AND its 256 x 768 slice of B from L2
+// (half of B with the multicast), 4.3 GB of L2 -> SM traffic over the problem, and both consumer
 // warpgroups finish their tile together, so the tensor cores idle during every epilogue. Here:
 //  * A CTA owns one BLOCK_N-column block of the output for its whole life. Its producer loads that
 //    block's B (BLOCK_N x K, 192 KiB at 256 x 768) into shared memory once; afterwards only A
@@ -18,18 +19,20 @@
 //    each lane writes one 16-B vector and a quad writes 64 contiguous bytes.
 //  * The producer asks L2 for the A rows of the tile PREFETCH_TILES ahead (cp.async.bulk.prefetch),
 //    so the ring's TMA loads hit L2 instead of waiting on DRAM.
-//
 // Schedule: grid = G CTAs, a multiple of the column blocks NB = N / BLOCK_N; CTA c takes column block
 // c % NB and row tiles g, g + G/NB, g + 2G/NB, ... (g = c / NB) of 64 rows: the NB CTAs that read the
 // same A rows run side by side, so A comes from DRAM once and from L2 for the other NB - 1.
 // Ring slot of (local tile i, K slice kb) = i * num_kb + kb; slot s = it % NUM_STAGES, lap it / NUM_STAGES.
-//
 // Shared memory: B at 0 (K/128 boxes of BLOCK_N rows x 128 B, SW128), the A ring after it, then the
 // barriers: full[s], empty[s] (one arrive: the one warpgroup that read the slot), b_full (B landed),
 // turn[2] (turn[w]: one arrive per mainloop of the other warpgroup).
 // TIMING phases: producer tma_issue / producer_wait per tile; consumers tma_wait (full waits), kloop,
 // epi_wait (= waiting for the turn: the other warpgroup still issues wgmma), epi_phase1 (the register
 // epilogue), tile.
+// Why: B is read from L2 once per CTA instead of once per tile, and one warpgroup's epilogue runs
+// under the other's mainloop.
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.015 ms (H100 80GB HBM3, 2026-11-23).
+// Run: python -m pelib.stage sm90/04_pingpong_resident_b
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,16 +1,19 @@
-// Variant F22 of stage 09 — the epilogue's add in packed BF16 (go/no-go card F22).
+// Stage 09 — go/no-go variant F22: the epilogue's add in packed BF16.
+// Parent: fp8/09_persistent_megakernel
 //
-// The change (one function): stage 09 adds comb in FP32 — each packed BF16 comb pair is widened to
+// What changes: one function. Stage 09 adds comb in FP32: each packed BF16 comb pair is widened to
 // two floats, added to the two FP32 accumulators, and the sums are rounded once (cvt.rn.bf16x2.f32).
-// Here each accumulator pair is rounded to a packed BF16x2 first (the same cvt.rn.bf16x2.f32) and
-// comb is added to it with one add.rn.bf16x2 (PTX ISA, half-precision add: .rn, sm_90 and later), as
+// Here each accumulator pair is rounded to a packed BF16x2 first (the same cvt.rn.bf16x2.f32) and comb
+// is added to it with one add.rn.bf16x2 (PTX ISA, half-precision add: .rn, sm_90 and later), as
 // loaded, without widening: out = rn_bf16(rn_bf16(acc) + comb) instead of rn_bf16(acc + comb).
-// The card's hypothesis: fewer instructions after each TMEM load shorten Phase 1 (two FADDs and
-// the comb unpacking become one packed add per pair). Precision: pelib.precision emulates both
-// paths exactly (the card's fail-fast, max abs error > 16 at ~1728, does not fire); a tile of this
-// variant replays through pelib.emulate with the F22 rounding (exported epi_add_bf16x2 = 1).
-// Gate (card F22): Phase 1 -200 cycles and wall clock +1 % (measured on a B200; PENDING here).
-// Everything else is stage 09 unchanged: `diff 09_persistent_megakernel.cu` shows the idea.
+// Precision: pelib.precision emulates both paths exactly (the card's fail-fast, max abs error > 16 at
+// ~1728, does not fire); a tile of this variant replays through pelib.emulate with the F22 rounding
+// (exported epi_add_bf16x2 = 1).
+// Why: the card's hypothesis: fewer instructions after each TMEM load shorten Phase 1 (two FADDs and
+// the comb unpacking become one packed add per pair).
+// Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F22 sets the gate (Phase 1
+// -200 cycles and wall clock +1 % on a B200); not measured.
+// Run: python -m pelib.stage fp8/variants/09_f22_bf16x2_epilogue
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

@@ -1,18 +1,21 @@
-// Variant F28 of stage 09 — precomputed descriptors and a K-loop unrolled at compile time (card F28).
+// Stage 09 — go/no-go variant F28: precomputed descriptors and a K-loop unrolled at compile time.
+// Parent: fp8/09_persistent_megakernel
 //
-// The card's changes A and C: the MMA warp computes the shared-memory descriptors of every ring slot
-// once, before the tile loop, instead of twice per k-block; and the six k-blocks of a tile are
-// unrolled so that each one's ring slot, barrier address, parity flip and accumulate flag are
+// What changes: the card's changes A and C. The MMA warp computes the shared-memory descriptors of
+// every ring slot once, before the tile loop, instead of twice per k-block; and the six k-blocks of a
+// tile are unrolled so that each one's ring slot, barrier address, parity flip and accumulate flag are
 // compile-time constants. The K-loop count becomes a compile-time K_ITERS = K / BK (6 for the patch
 // embed's K = 768; exported as k_iters; the kernel traps on any other K). One thing the card did not
 // have to deal with: the ring runs on across tiles here (PipelineState), so with 6 k-blocks and 4
 // slots a tile starts in slot 0 or slot 2 - the unrolled K-loop exists twice, once per start slot,
 // and the tile picks one with a single uniform branch; the lap parity stays one run-time bit.
-// The card's hypothesis: W1's bookkeeping between MMAs leaves tensor-core gaps; fewer instructions
-// per tile shorten the K-loop. Its static fail-fast (ptxas registers > 240, or any spill) is settled
-// at compile time; pelib.sass_account counts the K-loop's instructions per tile before and after.
-// Gate (card F28): K-loop -150 cycles and wall clock +0.5 % with F22 (measured; PENDING here).
-// Everything else is stage 09 unchanged: `diff 09_persistent_megakernel.cu` shows the idea.
+// Why: the card's hypothesis: W1's bookkeeping between MMAs leaves tensor-core gaps; fewer
+// instructions per tile shorten the K-loop. Its static fail-fast (ptxas registers > 240, or any
+// spill) is settled at compile time; pelib.sass_account counts the K-loop's instructions per tile
+// before and after.
+// Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F28 sets the gate (K-loop -150
+// cycles and wall clock +0.5 % with F22); not measured.
+// Run: python -m pelib.stage fp8/variants/09_f28_kloop_unroll
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
