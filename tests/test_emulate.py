@@ -476,7 +476,7 @@ def test_nvfp4_stage_exports_reproduce_the_reference(stage):
 def test_plot_helpers_run_and_say_what_they_show():
     import matplotlib
     matplotlib.use("Agg")
-    from pelib import emulate_plots as P
+    from pelib.views import emulate_plots as P
     assert P.bank_groups(0)[:, 3].tolist() == [3] * 8                 # 8-way conflict without swizzle
     assert sorted(P.bank_groups(128)[:, 3].tolist()) == list(range(8))  # conflict-free with 128B
     for fig in (P.swizzle_bank_heatmap(), P.descriptor_bits_figure(D.umma_smem_desc(1024, 16, 1024, 128)),

@@ -215,7 +215,7 @@ def test_card_projections_are_modelled_and_flag_f23(params):
 def test_widget_renders_and_follows_its_controls():
     import matplotlib
     matplotlib.use("Agg")
-    from pelib import model_widgets as W
+    from pelib.views import model_widgets as W
 
     table, fig, notes = W.render(stages=3, epi_warps=2, phase1_delta=-200)
     assert table.rows[1]["stages"] == 3 and "lane" in notes
@@ -229,7 +229,7 @@ def test_widget_renders_and_follows_its_controls():
 
 
 def test_tmem_share_sweep_uses_the_shared_widget_and_matches_f23s_ratio():
-    from pelib import model_widgets as W, widgets
+    from pelib.views import model_widgets as W, widgets
 
     t = W.tmem_share_table()
     ratios = {r["TMEM share s"]: r["2-warp / 4-warp Phase 1"] for r in t.rows}

@@ -35,8 +35,8 @@ def ring_reference(ring_inputs):
 def test_pipelined_compiles_within_budgets(stages):
     f = nvfp4.stage_facts(stages)
     assert f.stages == stages
-    assert f.spills == 0, f"NUM_AB_STAGE={stages} spills {f.spills} B"
-    assert f.registers <= 96, f"NUM_AB_STAGE={stages} uses {f.registers} registers (budget 96)"
+    assert f.spills == 0, f"NUM_STAGES={stages} spills {f.spills} B"
+    assert f.registers <= 96, f"NUM_STAGES={stages} uses {f.registers} registers (budget 96)"
     assert f.stack <= 32            # only the bounded wait's printf frame
     assert f.smem_static == 0       # everything lives in the exported dynamic shared memory
     # The shared memory is the ring plus a fixed part (alignment slack, barriers): derived, not read back.
@@ -77,7 +77,7 @@ def test_sass_has_the_block_scaled_mma(stage, stages):
 
 
 def test_stage_one_of_01_is_stage_00():
-    """Same exports (so the same layout and launch) for 01 at NUM_AB_STAGE=1 and 00."""
+    """Same exports (so the same layout and launch) for 01 at NUM_STAGES=1 and 00."""
     b0 = nvfp4.build("00_single_stage")
     b1 = nvfp4.build("01_pipelined", 1)
     assert b0.exports == b1.exports
@@ -86,7 +86,7 @@ def test_stage_one_of_01_is_stage_00():
 
 def test_stage_table_lists_every_count():
     t = nvfp4.stage_table()
-    assert [r["NUM_AB_STAGE"] for r in t.rows] == list(COUNTS)
+    assert [r["NUM_STAGES"] for r in t.rows] == list(COUNTS)
     assert t.rows[-1]["fits 227 KB"] == "NO" and "compiled" in t.caption
 
 

@@ -17,7 +17,7 @@ STAGE_BYTES = 2 * 128 * 128 + 2 * 2048   # one ring stage: A, B (128 rows x 128 
 STAGING_BYTES = 128 * 128 * 2      # the FP16 output tile
 STAGING_KEYS = {"stage_smem_offset", "stage_box_cols", "stage_box_rows", "stage_swizzle", "out_swizzle",
                 "out_elem_bytes", "out_fmt", "staging_bytes", "staging_in_ring", "barrier_smem_offset",
-                "staging_layout_hash"}
+                "staging_layout_hash", "tmap_c_box_rows", "tmap_c_box_cols", "tmap_c_swizzle", "tmap_c_elem_bytes"}
 
 
 def ring_problem():
@@ -46,8 +46,8 @@ def _barrier_bytes(stages):
 def test_compiles_within_budgets(stages):
     b = nvfp4.tma_store_build(stages)
     f = b.facts
-    assert f.spills == 0, f"NUM_AB_STAGE={stages} spills {f.spills} B"
-    assert f.registers <= 96, f"NUM_AB_STAGE={stages} uses {f.registers} registers (budget 96)"
+    assert f.spills == 0, f"NUM_STAGES={stages} spills {f.spills} B"
+    assert f.registers <= 96, f"NUM_STAGES={stages} uses {f.registers} registers (budget 96)"
     assert f.stack <= 32 and f.smem_static == 0
     # The staging tile lives in stage 0 of the drained ring: the shared memory is exactly stage 01's.
     assert b.exports["smem_bytes"] == 1024 + stages * STAGE_BYTES + _barrier_bytes(stages)
@@ -301,9 +301,9 @@ def test_epilogue_sass_listing():
 
 def test_replay_table_shows_good_and_wrong_layouts():
     t = nvfp4.tma_store_replay_table(counts=(2,))
-    assert {r["case"]: r["kernel code = exports"] for r in t.rows}["NUM_AB_STAGE=2"] == "yes"
+    assert {r["case"]: r["kernel code = exports"] for r in t.rows}["NUM_STAGES=2"] == "yes"
     got = {r["case"]: r["matches the reference"] for r in t.rows}
-    assert got["NUM_AB_STAGE=2"] == "yes" and got["NUM_AB_STAGE=5, STAGING_IN_RING=0"] == "yes"
+    assert got["NUM_STAGES=2"] == "yes" and got["NUM_STAGES=5, STAGING_IN_RING=0"] == "yes"
     assert all(v == "NO" for k, v in got.items() if k.startswith("wrong"))
     assert "emulated" in t.caption
 
@@ -396,7 +396,9 @@ def test_pitch_estimates_are_labelled_as_claims():
 
 def _sweep(tmp_path, name, date, variants, facts=()):
     data = {"env": {"device": "NVIDIA H100 80GB HBM3", "date": date}, "facts": list(facts), "variants": variants}
-    (tmp_path / name).write_text(json.dumps(data))
+    run = tmp_path / f"{date[:10]}-h100"
+    run.mkdir(exist_ok=True)
+    (run / name).write_text(json.dumps(data))
 
 
 def test_hopper_results_none(tmp_path):

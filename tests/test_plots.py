@@ -1,4 +1,4 @@
-"""pelib.plots: every figure draws and names its evidence kind (and a recorded one its note)."""
+"""pelib.views.plots: every figure draws and names its evidence kind (and a recorded one its note)."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -6,7 +6,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from pelib import gonogo, plots  # noqa: E402
+from pelib import gonogo  # noqa: E402
+from pelib.views import plots  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

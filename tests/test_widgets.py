@@ -1,8 +1,8 @@
-"""pelib.widgets.sweep: renders the chosen option, follows the slider, shows its static fallback."""
+"""pelib.views.widgets.sweep: renders the chosen option, follows the slider, shows its static fallback."""
 import pytest
 
-from pelib import widgets
-from pelib.widgets import WidgetError
+from pelib.views import widgets
+from pelib.views.widgets import WidgetError
 
 
 def test_initial_render_and_selection():

@@ -1,7 +1,7 @@
 """Time kernels with CUDA events (warm-up, L2 flush, median and p10/p90) and write JSON results.
 
 `python -m pelib.bench [names...]` runs the registered benchmarks and writes one JSON file under
-bench/results/. A benchmark is a function registered with `@register("name")` that returns a
+results/<date>-<device>/. A benchmark is a function registered with `@register("name")` that returns a
 result dict (usually from `result()`); modules named in BENCH_MODULES are imported first so
 they can register theirs.
 """
@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from . import device as _device
+from . import results
 from .paths import RESULTS, ROOT
 
 # Modules that register benchmarks when imported (e.g. the Hopper twin's). Add yours here.
@@ -219,9 +220,9 @@ def run(names=None, *, iters: int = 50, info: _device.DeviceInfo | None = None) 
 
 
 def write(report: dict, out_dir=None) -> "Path":
-    """Write a run's JSON as <date>-<device>-<git>.json under bench/results/ (or `out_dir`)."""
+    """Write a run's JSON as <date>-<device>-<git>.json under results/<date>-<device>/ (or `out_dir`)."""
     from pathlib import Path
-    out_dir = Path(out_dir or RESULTS)
+    out_dir = Path(out_dir) if out_dir else results.run_dir(report["env"])
     out_dir.mkdir(parents=True, exist_ok=True)
     env = report["env"]
     dev = "".join(c if c.isalnum() else "-" for c in env.get("device", "none")).strip("-").lower()
@@ -246,7 +247,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m pelib.bench", description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--out", default=None, help=f"result directory (default {RESULTS})")
+    p.add_argument("--out", default=None, help=f"result directory (default {RESULTS}/<date>-<device>/)")
     p.add_argument("--list", action="store_true", help="list the registered benchmarks")
     a = p.parse_args(argv)
     if a.list:

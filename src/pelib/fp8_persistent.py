@@ -781,7 +781,7 @@ def stages_table(live: bool | None = None):
 
 def sweep_widget(which: str, live: bool = True):
     """pelib.widgets sweep over 4/5/6 epilogue warps ('warps') or pipeline stages ('stages'), static table above."""
-    from . import widgets
+    from .views import widgets
     from .facts import Table
 
     if which == "warps":
@@ -878,7 +878,7 @@ def timing_layout_table(problem="siglip2", sm_count: int | None = None):
 
 def timing_bars(t, evidence_source: str):
     """Measured per-warp phase averages of a decoded Timing, as stacked bars (pelib.plots.phase_bars)."""
-    from . import plots
+    from .views import plots
 
     summ = t.summary()
     data = {}
@@ -982,7 +982,8 @@ def bank_table(names=("07_smem_staged_epilogue", FINAL_STAGE)):
 
 def recorded_timing_bars():
     """The lab's clock64 tile (recorded) in the same shape as timing_bars."""
-    from . import plots, records
+    from . import records
+    from .views import plots
 
     rec = records.w1_reconciliation()
     lo, hi = records.phase_range("epi_wait")

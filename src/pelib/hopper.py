@@ -632,21 +632,15 @@ def clock_summary_rows(summary: dict) -> list[dict]:
 
 
 def sweep_files() -> list:
-    """The committed sweep results (bench/results/hopper-sweep-*.json), oldest first."""
-    from .paths import RESULTS
-    return sorted(RESULTS.glob("hopper-sweep-*.json"))
+    """The committed sweep results (results/*/hopper-sweep-*.json), oldest first."""
+    from . import results
+    return results.sweep_files()
 
 
 def load_sweep(path=None) -> dict:
     """One committed sweep (the newest by default), with its file name under '_file'."""
-    import json
-    files = [path] if path else sweep_files()
-    if not files or files[-1] is None:
-        raise FileNotFoundError("no bench/results/hopper-sweep-*.json: run `python -m pelib.hopper_sweep` "
-                                "on an H100 and commit its JSON")
-    rep = json.loads(open(files[-1]).read())
-    rep["_file"] = str(files[-1]).rsplit("/", 1)[-1]
-    return rep
+    from . import results
+    return results.load_sweep(path)
 
 
 def sweep_evidence(rep: dict) -> str:
@@ -806,7 +800,8 @@ def variant_row(key: str, defines: dict, rep: dict | None = None, live_problem=N
 def stage_widget(live: bool | None = None):
     """A slider over WIDGET_VARIANTS: compiled facts, the committed H100 time, and (on an sm_90 GPU) a
     verified, timed run on the 'medium' problem. The static fallback is the table of all options."""
-    from . import device, widgets
+    from . import device
+    from .views import widgets
     from .facts import Table, evidence_label
     if live is None:
         live = device.can_run(ARCH)

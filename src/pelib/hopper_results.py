@@ -1,4 +1,4 @@
-"""The committed Hopper-twin sweeps (bench/results/hopper-sweep-*.json): the newest one, one variant's result.
+"""The committed Hopper-twin sweeps (results/*/hopper-sweep-*.json): the newest one, one variant's result.
 
 `python -m pelib.hopper_sweep` writes one JSON per H100/H200 run: {"env": {device, date, ...},
 "facts": [compiled facts per variant], "variants": [{"key", "defines", "label", "ok", "median_ms",
@@ -29,8 +29,8 @@ NOT_MEASURED = "not yet measured"
 
 def sweep_files(results_dir: str | Path | None = None) -> list[Path]:
     """The committed sweep JSONs, oldest first (their names start with the run's UTC date and time)."""
-    d = Path(results_dir) if results_dir is not None else RESULTS
-    return sorted(d.glob(SWEEP_GLOB)) if d.is_dir() else []
+    from . import results
+    return results.sweep_files(Path(results_dir) if results_dir is not None else RESULTS)
 
 
 def latest_sweep(results_dir: str | Path | None = None) -> dict | None:
@@ -102,7 +102,7 @@ class VariantResult:
         """'measured (NVIDIA H100 80GB HBM3, 2026-11-23)' or 'not yet measured: <why>'."""
         if self.measured:
             return f"measured ({self.device}, {self.date})"
-        why = {"no sweep": "no Hopper sweep is committed under bench/results/",
+        why = {"no sweep": "no Hopper sweep is committed under results/",
                "absent": f"the newest sweep ({self.device}, {self.date}) did not run this variant",
                "failed": f"the run on {self.device} ({self.date}) failed: {self.error}"}[self.status]
         return f"{NOT_MEASURED}: {why}"

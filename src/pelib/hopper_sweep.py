@@ -18,7 +18,7 @@ Order, most important first (each later step only runs while the time budget las
  7. torch.compile(max-autotune) of the fused expression;
  8. Nsight Compute counters (DRAM and L2 bytes, throughputs; only the metrics asked for) of the fastest
     variant and of cuBLAS.
-The last lines printed are the tables. JSON goes to $PE_GPU_RESULTS (a directory) or bench/results/.
+The last lines printed are the tables. JSON goes to $PE_GPU_RESULTS (a directory) or results/<date>-<device>/.
 """
 from __future__ import annotations
 
@@ -621,7 +621,8 @@ def main(argv=None) -> int:
         shutil.rmtree(data_dir, ignore_errors=True)
 
     # 9. tables (printed last: the tail of the output is what is read)
-    out_dir = Path(a.out or os.environ.get("PE_GPU_RESULTS") or hopper_bench.bench.RESULTS)
+    from . import results
+    out_dir = Path(a.out or os.environ.get("PE_GPU_RESULTS") or results.run_dir(env))
     out_dir.mkdir(parents=True, exist_ok=True)
     dev = "".join(c if c.isalnum() else "-" for c in info.name).strip("-").lower()
     path = out_dir / f"hopper-sweep-{env['date'][:19].replace(':', '')}-{dev}.json"

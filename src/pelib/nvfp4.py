@@ -8,10 +8,10 @@ every layout parameter with PELIB_EXPORT; everything here is derived from those 
     TMA store writes (FP16, boxes of 64 columns x 128 rows, 128-B swizzle);
   * `plan()` is the launch up to the boundary: specs, grid, block, shared memory, scalar arguments;
   * `emulate_tile()` replays one output tile through pelib.emulate with the stage ring the kernel
-    uses (K tile kt in stage kt % NUM_AB_STAGE), and for 02 the staging tile and the TMA store
+    uses (K tile kt in stage kt % NUM_STAGES), and for 02 the staging tile and the TMA store
     (`emulate_staged_epilogue()`);
   * `run()` / `check()` / `time_stage()` / `measure_sweep()` need an sm_100 GPU (`python -m pelib.nvfp4`);
-  * `stage_table()` compiles NUM_AB_STAGE = 1..7 and reports registers, spills, shared memory;
+  * `stage_table()` compiles NUM_STAGES = 1..7 and reports registers, spills, shared memory;
   * `overlap_time()` / `simulate()` / `fit_overlap()` are the modelled pipeline of the pipelining chapter;
   * the *_table / *_figure functions are the chapters' cells.
 """
@@ -28,7 +28,7 @@ from . import descriptors as D
 STAGES = {"00_single_stage": "nvfp4/00_single_stage.cu", "01_pipelined": "nvfp4/01_pipelined.cu",
           "02_tma_store_epilogue": "nvfp4/02_tma_store_epilogue.cu"}
 KERNEL = "nvfp4_gemm"
-STAGE_COUNTS = tuple(range(1, 8))     # the NUM_AB_STAGE values 01_pipelined.cu accepts
+STAGE_COUNTS = tuple(range(1, 8))     # the NUM_STAGES values 01_pipelined.cu accepts
 SHAPES = ("k16384", "k7168", "k2048")  # the lab log's shapes (pelib.problems names)
 # The SASS opcode of tcgen05.mma.kind::mxf4nvf4.block_scale.block16, as nvdisasm (CUDA 13) prints it:
 # "UTCOMMA.4X gdesc[..], gdesc[..], tmem[..], tmem[..], idesc[..], tmem[..], UP0" (.4X = scale_vec::4X).
@@ -54,16 +54,16 @@ def stage_path(stage: str) -> str:
 
 
 def build(stage: str = "01_pipelined", num_ab_stage: int | None = None, **defines) -> _build.Build:
-    """Compile an NVFP4 stage for sm_100a; 01 and 02 take NUM_AB_STAGE (default 4), 02 also STAGING_IN_RING."""
+    """Compile an NVFP4 stage for sm_100a; 01 and 02 take NUM_STAGES (default 4), 02 also STAGING_IN_RING."""
     defs = dict(defines)
     if stage == "00_single_stage":
         if num_ab_stage not in (None, 1):
-            raise Nvfp4Error("00_single_stage has exactly one stage; use 01_pipelined for NUM_AB_STAGE > 1")
+            raise Nvfp4Error("00_single_stage has exactly one stage; use 01_pipelined for NUM_STAGES > 1")
     else:
         s = 4 if num_ab_stage is None else int(num_ab_stage)
         if s not in STAGE_COUNTS:
-            raise Nvfp4Error(f"NUM_AB_STAGE={s}: {stage} accepts {STAGE_COUNTS[0]}..{STAGE_COUNTS[-1]}")
-        defs["NUM_AB_STAGE"] = s
+            raise Nvfp4Error(f"NUM_STAGES={s}: {stage} accepts {STAGE_COUNTS[0]}..{STAGE_COUNTS[-1]}")
+        defs["NUM_STAGES"] = s
     return _build.build(stage_path(stage), "sm_100a", defs)
 
 
@@ -258,7 +258,7 @@ class Plan:
         return (maps["a"], maps["b"], maps["sfa"], maps["sfb"], fifth) + self.scalars()
 
     def describe(self) -> str:
-        return (f"{self.build.source.name} NUM_AB_STAGE={self.layout.stages}: grid={self.grid} block={self.block} "
+        return (f"{self.build.source.name} NUM_STAGES={self.layout.stages}: grid={self.grid} block={self.block} "
                 f"smem={self.smem} B; maps: " + "; ".join(f"{k}: {s.describe()}" for k, s in self.specs.items()))
 
 
@@ -266,7 +266,7 @@ def plan(problem, b: _build.Build, tensors: dict | None = None, alpha: float | N
     """Check a launch of build `b` on `problem` (no GPU needed): maps, grid (N/128, M/128), 128 threads."""
     lay = Layout.of(b)
     if not lay.fits:
-        raise Nvfp4Error(f"{b.source.name} with NUM_AB_STAGE={lay.stages} needs {lay.smem_total} B of shared "
+        raise Nvfp4Error(f"{b.source.name} with NUM_STAGES={lay.stages} needs {lay.smem_total} B of shared "
                          f"memory per block; sm_100 allows {lay.smem_limit} B (227 KB): use at most "
                          f"{max_stages_that_fit(lay)} stages")
     specs = tensor_map_specs(problem, lay, tensors)
@@ -279,7 +279,7 @@ def plan(problem, b: _build.Build, tensors: dict | None = None, alpha: float | N
 
 
 def max_stages_that_fit(lay: Layout) -> int:
-    """The largest NUM_AB_STAGE whose shared memory fits, from this build's per-stage and fixed bytes."""
+    """The largest NUM_STAGES whose shared memory fits, from this build's per-stage and fixed bytes."""
     fixed = lay.smem_total - lay.stages * lay.stage_bytes
     return (lay.smem_limit - fixed) // lay.stage_bytes
 
@@ -339,7 +339,7 @@ def emulate_tile(b: _build.Build, problem, inputs: dict, m_blk: int = 0, n_blk: 
                  return_report: bool = False):
     """One 128x128 output tile as the stage computes it, FP16 like the kernel's epilogue (as float64).
 
-    K tile kt goes through ring slot kt % NUM_AB_STAGE (its SMEM offsets, descriptors and TMEM scale
+    K tile kt goes through ring slot kt % NUM_STAGES (its SMEM offsets, descriptors and TMEM scale
     columns), accumulating in FP64; then alpha = gsa * gsb and the FP16 rounding of the epilogue.
     The SF tensor-map boxes are replayed too (check_sf_loads). inputs: pelib.problems make_inputs().
     """
@@ -505,7 +505,7 @@ class StageFacts:
         return self.smem_total <= self.smem_limit
 
     def row(self) -> dict:
-        return {"NUM_AB_STAGE": self.stages, "registers": self.registers, "spills (B)": self.spills,
+        return {"NUM_STAGES": self.stages, "registers": self.registers, "spills (B)": self.spills,
                 "smem (B)": self.smem_total, "smem (KB)": f"{self.smem_total / 1024:.1f}",
                 "limit (KB)": self.smem_limit // 1024, "fits 227 KB": "yes" if self.fits else "NO",
                 "TMEM cols": self.tmem_cols, f"{MMA_OPCODE} in SASS": self.mma_instructions}
@@ -522,15 +522,15 @@ def facts(b: _build.Build) -> StageFacts:
 
 @lru_cache(maxsize=None)
 def stage_facts(stages: int) -> StageFacts:
-    """Compiled facts of 01_pipelined.cu at NUM_AB_STAGE = stages (builds are cached on disk)."""
+    """Compiled facts of 01_pipelined.cu at NUM_STAGES = stages (builds are cached on disk)."""
     return facts(build("01_pipelined", stages))
 
 
 def stage_table(counts=STAGE_COUNTS):
-    """Registers, spills, shared memory and the 227 KB verdict per NUM_AB_STAGE (evidence: compiled)."""
+    """Registers, spills, shared memory and the 227 KB verdict per NUM_STAGES (evidence: compiled)."""
     from .facts import Table, evidence_label
     rows = [stage_facts(s).row() for s in counts]
-    return Table(rows, f"01_pipelined.cu per NUM_AB_STAGE — {evidence_label(build('01_pipelined', counts[0]))}")
+    return Table(rows, f"01_pipelined.cu per NUM_STAGES — {evidence_label(build('01_pipelined', counts[0]))}")
 
 
 # ---- recorded numbers (evidence: recorded, nvfp4-gemm-optimization-log.md via pelib.records) ------------
@@ -809,7 +809,7 @@ def _register_benchmarks() -> None:
                 r = time_stage(_shape, "01_pipelined", _s, iters=iters)
                 r["verified"] = ok
                 return r
-            fn.__doc__ = f"NVFP4 01_pipelined NUM_AB_STAGE={s}, {shape} (verified, then timed)"
+            fn.__doc__ = f"NVFP4 01_pipelined NUM_STAGES={s}, {shape} (verified, then timed)"
             bench.register(f"nvfp4_s{s}_{shape}", arch="sm_100a")(fn)
 
             def fn_tma(iters: int = 50, _shape=shape, _s=s):
@@ -817,7 +817,7 @@ def _register_benchmarks() -> None:
                 r = time_stage(_shape, "02_tma_store_epilogue", _s, iters=iters)
                 r["verified"] = ok
                 return r
-            fn_tma.__doc__ = f"NVFP4 02_tma_store_epilogue NUM_AB_STAGE={s}, {shape} (verified, then timed)"
+            fn_tma.__doc__ = f"NVFP4 02_tma_store_epilogue NUM_STAGES={s}, {shape} (verified, then timed)"
             bench.register(f"nvfp4_tma_s{s}_{shape}", arch="sm_100a")(fn_tma)
 
 
@@ -828,13 +828,13 @@ if __name__ == "pelib.nvfp4":  # not again when run as python -m pelib.nvfp4 (__
 # ---- tables and figures for the chapters -------------------------------------------------------------------
 
 def sweep_rows(measured: dict | None = None, counts=STAGE_COUNTS) -> list[dict]:
-    """One row per NUM_AB_STAGE: compiled facts, recorded µs, modelled µs (and measured µs if given)."""
+    """One row per NUM_STAGES: compiled facts, recorded µs, modelled µs (and measured µs if given)."""
     rec = recorded_sweep()
     mod = modelled_sweep(counts)
     rows = []
     for s in counts:
         f = stage_facts(s)
-        row = {"NUM_AB_STAGE": s, "regs": f.registers, "spills": f.spills, "smem KB": f"{f.smem_total / 1024:.1f}",
+        row = {"NUM_STAGES": s, "regs": f.registers, "spills": f.spills, "smem KB": f"{f.smem_total / 1024:.1f}",
                "fits": "yes" if f.fits else "NO"}
         for shape in SHAPES:
             row[f"{shape} rec"] = f"{rec[shape][s]:.1f}" if s in rec[shape] else ""
@@ -855,13 +855,13 @@ def sweep_table(measured: dict | None = None):
     if measured:
         env = measured.get("env", {})
         kinds += f"; measured ({env.get('device', '?')}, {env.get('date', '?')[:10]})"
-    return Table(sweep_rows(measured), f"NVFP4 GEMM per NUM_AB_STAGE, µs — {kinds}")
+    return Table(sweep_rows(measured), f"NVFP4 GEMM per NUM_STAGES, µs — {kinds}")
 
 
 def sweep_figure(measured: dict | None = None, counts=STAGE_COUNTS):
-    """Time vs NUM_AB_STAGE per shape: recorded (solid), modelled (dashed), measured (squares) if given."""
+    """Time vs NUM_STAGES per shape: recorded (solid), modelled (dashed), measured (squares) if given."""
     import matplotlib.pyplot as plt
-    from .plots import evidence_label
+    from .views.plots import evidence_label
     rec = recorded_sweep()
     mod = modelled_sweep(counts)
     fig, axes = plt.subplots(1, len(SHAPES), figsize=(11, 3.4), sharey=False)
@@ -882,7 +882,7 @@ def sweep_figure(measured: dict | None = None, counts=STAGE_COUNTS):
                 ax.text(s, 0.5, "> 227 KB of SMEM (compiled)", transform=ax.get_xaxis_transform(), ha="center",
                         va="center", rotation=90, fontsize=7)
         ax.set_title(shape, fontsize=9)
-        ax.set_xlabel("NUM_AB_STAGE")
+        ax.set_xlabel("NUM_STAGES")
         ax.set_xticks(list(counts))
     axes[0].set_ylabel("µs")
     axes[0].legend(fontsize=7, loc="upper center")
@@ -894,7 +894,7 @@ def sweep_figure(measured: dict | None = None, counts=STAGE_COUNTS):
 def timeline_figure(shape: str = "k16384", counts=(1, 2, 4), tiles: int = 10):
     """The modelled K loop of one CTA: each stage slot's TMA loads and the MMAs, first `tiles` K tiles."""
     import matplotlib.pyplot as plt
-    from .plots import evidence_label
+    from .views.plots import evidence_label
     mod = modelled_sweep()[shape]
     p = mod["params"]
     heights = [s + 1 for s in counts]
@@ -918,7 +918,7 @@ def timeline_figure(shape: str = "k16384", counts=(1, 2, 4), tiles: int = 10):
 
 
 def stage_view(stages: int, measured: dict | None = None):
-    """The widget's render of one NUM_AB_STAGE: compiled facts and the time per shape (measured live on a
+    """The widget's render of one NUM_STAGES: compiled facts and the time per shape (measured live on a
     B200 if `measured` is None there, else recorded and modelled)."""
     from .facts import Table, evidence_label
     f = stage_facts(stages)
@@ -941,14 +941,14 @@ def stage_view(stages: int, measured: dict | None = None):
         if f.fits:
             rows.append({"what": f"{shape} time (µs)", "value": f"{float(mod[shape]['us'][stages]):.1f}",
                          "evidence": "modelled"})
-    return Table(rows, f"NUM_AB_STAGE = {stages}")
+    return Table(rows, f"NUM_STAGES = {stages}")
 
 
 def stage_widget(measured: dict | None = None, counts=STAGE_COUNTS, value: int = 5):
-    """The pipelining chapter's slider over NUM_AB_STAGE (pelib.widgets.sweep), static table above it."""
-    from . import widgets
+    """The pipelining chapter's slider over NUM_STAGES (pelib.widgets.sweep), static table above it."""
+    from .views import widgets
     return widgets.sweep(list(counts), lambda s: stage_view(s, measured), static=lambda: sweep_table(measured),
-                         description="NUM_AB_STAGE", value=value)
+                         description="NUM_STAGES", value=value)
 
 
 def attempts_table():
@@ -972,7 +972,7 @@ def split_k_table():
 # ---- chapter helpers: the single-stage kernel -----------------------------------------------------------
 
 def _label(stage: str, stages: int | None) -> str:
-    return stage if stage == "00_single_stage" else f"{stage} (NUM_AB_STAGE={stages})"
+    return stage if stage == "00_single_stage" else f"{stage} (NUM_STAGES={stages})"
 
 
 def descriptor_table(stage: str = "00_single_stage", stages: int | None = None):
@@ -1145,7 +1145,7 @@ def results_table(stage: str = "00_single_stage", stages: int | None = None, sha
 
 
 def breakdown_table(stages: int = 1):
-    """Where the time goes at NUM_AB_STAGE = stages, per shape (evidence: modelled, fitted to recorded)."""
+    """Where the time goes at NUM_STAGES = stages, per shape (evidence: modelled, fitted to recorded)."""
     from .facts import Table
     mod = modelled_sweep()
     rec = recorded_sweep()
@@ -1161,7 +1161,7 @@ def breakdown_table(stages: int = 1):
                      "tensor core busy µs": f"{kt * p.t_mma:.1f}",
                      "total µs (model)": f"{p.t_fixed + loop:.1f}",
                      "recorded µs": f"{rec[shape][stages]:.1f}" if stages in rec[shape] else ""})
-    return Table(rows, f"NUM_AB_STAGE = {stages}: modelled (t_mma from the datasheet FP4 rate; t_fixed, t_load, "
+    return Table(rows, f"NUM_STAGES = {stages}: modelled (t_mma from the datasheet FP4 rate; t_fixed, t_load, "
                        f"t_stream fitted to the recorded 1..5 sweep of {RECORD_NOTE})")
 
 
@@ -1199,13 +1199,13 @@ EPILOGUE_OPCODES = {
 
 
 def tma_store_build(stages: int = 4, staging_in_ring: int = 1) -> _build.Build:
-    """02 at NUM_AB_STAGE = stages, the staging tile in stage 0 of the ring (1) or in its own 32 KB (0)."""
+    """02 at NUM_STAGES = stages, the staging tile in stage 0 of the ring (1) or in its own 32 KB (0)."""
     return build(TMA_STAGE, stages, STAGING_IN_RING=int(staging_in_ring))
 
 
 @lru_cache(maxsize=None)
 def tma_store_facts(stages: int, staging_in_ring: int = 1) -> dict:
-    """Compiled facts of 02 beside 01 at the same NUM_AB_STAGE: registers, spills, SMEM, epilogue opcodes."""
+    """Compiled facts of 02 beside 01 at the same NUM_STAGES: registers, spills, SMEM, epilogue opcodes."""
     from . import sass
     b2, b1 = tma_store_build(stages, staging_in_ring), build("01_pipelined", stages)
     f2, h2, h1 = facts(b2), b2.histogram, b1.histogram
@@ -1226,7 +1226,7 @@ def _smem(b: _build.Build) -> tuple[int, bool]:
 
 
 def tma_store_budget(counts=STAGE_COUNTS):
-    """Shared memory per NUM_AB_STAGE: 01, 02 with the staging tile in the drained ring, 02 with its own (compiled)."""
+    """Shared memory per NUM_STAGES: 01, 02 with the staging tile in the drained ring, 02 with its own (compiled)."""
     from .facts import Table, evidence_label
     rows = []
     for s in counts:
@@ -1234,26 +1234,26 @@ def tma_store_budget(counts=STAGE_COUNTS):
                                        _smem(tma_store_build(s, 0)))
         r = {"smem_01": m1, "smem": m2, "fits": f2}
         o = {"smem": m0, "fits": f0}
-        rows.append({"NUM_AB_STAGE": s, "01 smem (B)": r["smem_01"],
+        rows.append({"NUM_STAGES": s, "01 smem (B)": r["smem_01"],
                      "02, staging in the ring (B)": r["smem"], "fits (in the ring)": "yes" if r["fits"] else "NO",
                      "02, own 32 KB staging (B)": o["smem"], "fits (own)": "yes" if o["fits"] else "NO"})
     lim = tma_store_build(counts[0]).exports["smem_limit"]
-    return Table(rows, f"Dynamic shared memory per NUM_AB_STAGE, limit {lim} B (227 KB) — "
+    return Table(rows, f"Dynamic shared memory per NUM_STAGES, limit {lim} B (227 KB) — "
                        f"{evidence_label(tma_store_build(counts[0]))}")
 
 
 def tma_store_fitting(staging_in_ring: int = 1, counts=STAGE_COUNTS) -> list[int]:
-    """The NUM_AB_STAGE values whose 02 build fits the 227 KB per block (compiled)."""
+    """The NUM_STAGES values whose 02 build fits the 227 KB per block (compiled)."""
     return [s for s in counts if _smem(tma_store_build(s, staging_in_ring))[1]]
 
 
 def tma_store_compare_table(counts=STAGE_COUNTS):
-    """01 vs 02 per NUM_AB_STAGE: registers, spills, the epilogue's stores and the MMA (compiled)."""
+    """01 vs 02 per NUM_STAGES: registers, spills, the epilogue's stores and the MMA (compiled)."""
     from .facts import Table, evidence_label
     rows = []
     for s in counts:
         f = tma_store_facts(s)
-        rows.append({"NUM_AB_STAGE": s, "regs 01": f["registers_01"], "regs 02": f["registers"],
+        rows.append({"NUM_STAGES": s, "regs 01": f["registers_01"], "regs 02": f["registers"],
                      "spills 02": f["spills"], "STG 01": f["STG_01"], "STG 02": f["STG"],
                      "STS.128 02": f["STS.128"], "UTMASTG 02": f["UTMASTG"],
                      f"{MMA_OPCODE} 02": f["mma"], "smem 02 (B)": f["smem"], "fits": "yes" if f["fits"] else "NO"})
@@ -1262,11 +1262,11 @@ def tma_store_compare_table(counts=STAGE_COUNTS):
 
 
 def epilogue_opcode_table(stages: int = 5):
-    """The epilogue's SASS opcodes in 01 and 02 at one NUM_AB_STAGE, with what each is (compiled)."""
+    """The epilogue's SASS opcodes in 01 and 02 at one NUM_STAGES, with what each is (compiled)."""
     from .facts import Table, evidence_label
     f = tma_store_facts(stages)
     rows = [{"opcode": op, "01": f[f"{op}_01"], "02": f[op], "what": what} for op, what in EPILOGUE_OPCODES.items()]
-    return Table(rows, f"NUM_AB_STAGE={stages}: static instruction counts (the tcgen05.ld loop runs 4 times) — "
+    return Table(rows, f"NUM_STAGES={stages}: static instruction counts (the tcgen05.ld loop runs 4 times) — "
                        f"{evidence_label(tma_store_build(stages))}")
 
 
@@ -1325,8 +1325,8 @@ def store_traffic_table(stages: int = 5):
 def tma_store_replay_table(counts=(1, 2, 5, 6)):
     """The emulator's replay of 02 (K loop, staging tile, TMA store) against the reference, and wrong layouts."""
     from .facts import Table
-    cases = [(f"NUM_AB_STAGE={s}", dict(stages=s)) for s in counts]
-    cases += [("NUM_AB_STAGE=5, STAGING_IN_RING=0", dict(stages=5, defines={"STAGING_IN_RING": 0})),
+    cases = [(f"NUM_STAGES={s}", dict(stages=s)) for s in counts]
+    cases += [("NUM_STAGES=5, STAGING_IN_RING=0", dict(stages=5, defines={"STAGING_IN_RING": 0})),
               ("wrong: stage_swizzle = 0 (map still 128 B)", dict(stages=5, overrides={"stage_swizzle": 0})),
               ("wrong: stage_swizzle = 64", dict(stages=5, overrides={"stage_swizzle": 64})),
               ("wrong: stage_box_cols = 32 (64-B box rows)", dict(stages=5, overrides={"stage_box_cols": 32})),
@@ -1350,7 +1350,7 @@ def tma_store_replay_table(counts=(1, 2, 5, 6)):
 
 
 def tma_store_live_table(stages: int = 5, shapes=SHAPES, *, iters: int = 30):
-    """On a B200: 01 and 02 verified (poisoned output) and timed at one NUM_AB_STAGE per shape (measured).
+    """On a B200: 01 and 02 verified (poisoned output) and timed at one NUM_STAGES per shape (measured).
     Elsewhere: one row per shape saying it is not measured yet, and why."""
     from .facts import Table
     if not live():
@@ -1360,7 +1360,7 @@ def tma_store_live_table(stages: int = 5, shapes=SHAPES, *, iters: int = 30):
         rows = [{"shape": sh, "01 µs": "—", "02 µs": "—",
                  "evidence": f"not yet measured: needs an sm_100 GPU (B200), this machine has {here}"}
                 for sh in shapes]
-        return Table(rows, f"01 vs 02 at NUM_AB_STAGE={stages} on a B200 — not measured on this machine")
+        return Table(rows, f"01 vs 02 at NUM_STAGES={stages} on a B200 — not measured on this machine")
     from . import bench
     env = bench.environment()
     rows = []
@@ -1373,7 +1373,7 @@ def tma_store_live_table(stages: int = 5, shapes=SHAPES, *, iters: int = 30):
             row[f"{tag} µs"] = f"{r['us']:.2f}" + ("" if ok else " (FAILED verification)")
         row["evidence"] = f"measured ({env['device']}, {env['date'][:10]})"
         rows.append(row)
-    return Table(rows, f"01 vs 02 at NUM_AB_STAGE={stages}, verified then timed (L2 flushed, median of {iters})")
+    return Table(rows, f"01 vs 02 at NUM_STAGES={stages}, verified then timed (L2 flushed, median of {iters})")
 
 
 def epilogue_sass(stage: str = TMA_STAGE, stages: int = 5, ops=("LDTM", "STG", "STS.128", "MEMBAR", "FENCE",
@@ -1407,7 +1407,8 @@ def pitch_estimates_table():
 
 def pitch_estimates_figure():
     """pelib.plots' stacked bars of the pitch's estimates, labelled as the pitch's claims."""
-    from . import plots, records
+    from . import records
+    from .views import plots
     data: dict = {}
     for e in records.tma_store_estimates():
         data.setdefault(e.variant, {})[e.operation] = e.cycles
@@ -1451,7 +1452,7 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--no-save", action="store_true", help="do not write bench/results/*.json")
     ap.add_argument("--stage", default="01_pipelined", choices=[k for k in STAGES if k != "00_single_stage"],
-                    help="the stage whose NUM_AB_STAGE sweep is verified and timed")
+                    help="the stage whose NUM_STAGES sweep is verified and timed")
     a = ap.parse_args(argv)
     if not live():
         from . import device
@@ -1471,7 +1472,7 @@ def main(argv=None) -> int:
         print(sweep_table(res))
     else:
         env = res["env"]
-        print(f"{a.stage}: measured ({env['device']}, {env['date'][:10]}), µs per shape and NUM_AB_STAGE")
+        print(f"{a.stage}: measured ({env['device']}, {env['date'][:10]}), µs per shape and NUM_STAGES")
     print(json.dumps({"us": res["us"], "verified": res["verified"], "path": res.get("path")}, indent=1, default=str))
     return 0 if ok and all(v for d in res["verified"].values() for v in d.values()) else 1
 

@@ -1,7 +1,7 @@
 // Stage 00 — warp-specialized FP8 patch embed, cta_group::1, one 128x128 tile per CTA.
 //
-// What: C[M,N] = A[M,K] . B[N,K]^T + comb[m % 196, N]; A, B FP8 E4M3 K-major, FP32 accumulate in
-// TMEM, BF16 out. Three roles connected by mbarriers:
+// What changes: the family's first stage. C[M,N] = A[M,K] . B[N,K]^T + comb[m % 196, N]; A, B FP8
+// E4M3 K-major, FP32 accumulate in TMEM, BF16 out. Three roles connected by mbarriers:
 //   warp 0     producer: TMA loads of A (128 x 128 B) and B (128 x 128 B) into a NUM_STAGES ring
 //              (128-B swizzle), full[s] gets the bytes, empty[s] says the MMA has read the slot;
 //   warp 1     MMA issuer: one thread issues 4 x tcgen05.mma.cta_group::1.kind::f8f6f4
@@ -12,8 +12,10 @@
 //              inline from global, rounds to BF16 and stores.
 // Why: the TMA, the tensor core and the epilogue each get a warp that only waits on its own
 // barrier, so loads for the next stage overlap the MMAs of this one.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): cta_group::1 with inline BF16 comb
-// loads is commit 892766c at 1043 TFLOPS (persistent kernel; this stage is its one-tile-per-CTA core).
+// Recorded: fp8-megakernel-experiment-log.md, commit 892766c "Replace SMEM prefetch with inline BF16
+// loads": 1043 TFLOPS on a B200 with cta_group::1 (a persistent kernel; this stage is its
+// one-tile-per-CTA core).
+// Run: python -m pelib.stage fp8/00_ws_cta1
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -68,13 +70,22 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 
 static_assert(NUM_EPI_WARPS == 4, "this stage maps one epilogue warp per TMEM sub-partition: 4 warps");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

@@ -1,6 +1,7 @@
 // Stage 01 — cta_group::2: a cluster of two CTAs on two SMs computes one 256 x 128 tile.
+// Parent: fp8/00_ws_cta1
 //
-// What changes (against 00): the MMA becomes tcgen05.mma.cta_group::2 with M = 256. Each CTA of a
+// What changes: the MMA becomes tcgen05.mma.cta_group::2 with M = 256. Each CTA of a
 // __cluster_dims__(2,1,1) pair loads its own 128 rows of A and HALF of B (64 rows); the leader CTA
 // (rank 0) issues the MMAs for the pair, reading A and B from both CTAs' shared memory at the same
 // offsets, and each CTA's TMEM receives its own 128 rows of the accumulator. Therefore:
@@ -15,8 +16,9 @@
 //     synchronizes with barrier.cluster around setup and before the free.
 // Why: the MMA instruction moves twice the work per issue and each SM loads only half of B, so the
 // B traffic per output tile halves and the single issuing thread keeps the tensor cores busier.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit fca9178 "Upgrade
-// cta_group::1 -> cta_group::2", 1043 -> 1190 TFLOPS.
+// Recorded: fp8-megakernel-experiment-log.md, commit fca9178 "Upgrade cta_group::1 -> cta_group::2":
+// 1043 -> 1190 TFLOPS on a B200.
+// Run: python -m pelib.stage fp8/01_cta2
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -71,13 +73,21 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 
 static_assert(NUM_EPI_WARPS == 4, "this stage maps one epilogue warp per TMEM sub-partition: 4 warps");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

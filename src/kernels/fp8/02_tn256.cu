@@ -1,17 +1,18 @@
-// Stage 02 — TN = 256: the pair computes a 256 x 256 tile, its accumulator in one 512-column TMEM
-// allocation.
+// Stage 02 — TN = 256: the pair computes a 256 x 256 tile, its accumulator in one 512-column TMEM allocation.
+// Parent: fp8/01_cta2
 //
-// What changes (against 01): UMMA N and the tile width go from 128 to 256, so each CTA now loads
-// 128 rows of B per stage (its half of 256) and holds a 128 x 256 FP32 accumulator = 256 TMEM
-// columns. TMEM is allocated once, all 512 columns of the SM: the accumulator uses [0, 256), and a
-// whole-TMEM allocation can neither fail nor wait on another CTA's columns (the allocator hands out
-// powers of two from 32 to 512: CUTLASS tmem_allocator_sm100.hpp).
+// What changes: UMMA N and the tile width go from 128 to 256, so each CTA now loads 128 rows of B per
+// stage (its half of 256) and holds a 128 x 256 FP32 accumulator = 256 TMEM columns. TMEM is
+// allocated once, all 512 columns of the SM: the accumulator uses [0, 256), and a whole-TMEM
+// allocation can neither fail nor wait on another CTA's columns (the allocator hands out powers of two
+// from 32 to 512: CUTLASS tmem_allocator_sm100.hpp) as long as shared memory keeps one CTA per SM.
 // Why: with N = 256 every byte of A loaded into shared memory feeds twice as many MMA columns, and
 // each tcgen05.mma issue does twice the work: the issuing thread's ~20 instructions of overhead per
 // MMA (lab note fp8-megakernel-w1-stall-isolation.md) are spread over twice the FLOPs. The price is
 // 32 KB of shared memory per stage instead of 24 KB.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit 9557e0b "TN=128->256, single
-// TMEM alloc of 512 cols", 1190 -> 1433 TFLOPS.
+// Recorded: fp8-megakernel-experiment-log.md, commit 9557e0b "TN=128->256, single TMEM alloc of 512
+// cols": 1190 -> 1433 TFLOPS on a B200.
+// Run: python -m pelib.stage fp8/02_tn256
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -66,13 +67,21 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 
 static_assert(NUM_EPI_WARPS == 4, "this stage maps one epilogue warp per TMEM sub-partition: 4 warps");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

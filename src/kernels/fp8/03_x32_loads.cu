@@ -1,13 +1,15 @@
 // Stage 03 — tcgen05.ld 32x32b.x32: each epilogue step reads 32 accumulator columns instead of 16.
+// Parent: fp8/02_tn256
 //
-// What changes (against 02): TMEM_LD_COLS 16 -> 32, so a warp's 256-column row slice takes 8
-// tcgen05.ld + tcgen05.wait::ld pairs instead of 16, each landing 32 registers per thread; the comb
-// loads and the BF16 stores widen with it (4 x 16 B each per step).
+// What changes: TMEM_LD_COLS 16 -> 32, so a warp's 256-column row slice takes 8 tcgen05.ld +
+// tcgen05.wait::ld pairs instead of 16, each landing 32 registers per thread; the comb loads and the
+// BF16 stores widen with it (4 x 16 B each per step).
 // Why: half the TMEM-load instructions and half the wait::ld fences per tile. The lab found it
-// neutral: the epilogue is bound by TMEM read bandwidth, not by instruction issue, so the same
-// bytes take the same time (experiment log F8); it was kept as the simpler code.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit abf04a5 "x16->x32 TMEM loads
-// (no double-buffer)", 0.764 ms / 1433 TFLOPS, the same as with x16 (F8: "performance-neutral").
+// neutral: the epilogue is bound by TMEM read bandwidth, not by instruction issue, so the same bytes
+// take the same time (experiment log F8); it was kept as the simpler code.
+// Recorded: fp8-megakernel-experiment-log.md, commit abf04a5 "x16->x32 TMEM loads (no double-buffer)":
+// 0.764 ms / 1433 TFLOPS on a B200, the same as with x16 (F8: "performance-neutral").
+// Run: python -m pelib.stage fp8/03_x32_loads
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -62,13 +64,21 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 
 static_assert(NUM_EPI_WARPS == 4, "this stage maps one epilogue warp per TMEM sub-partition: 4 warps");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

@@ -1,14 +1,16 @@
 // Stage 04 — every epilogue warp polls the MMA-done mbarrier itself.
+// Parent: fp8/03_x32_loads
 //
-// What changes (against 03): stages 00-03 let warp 2 alone wait on mma_done and then release
-// warps 3-5 with a named barrier (bar.sync); here each epilogue warp waits on mma_done itself and
-// the named barrier is gone. An mbarrier phase can be observed by any number of waiters, and each
-// waiter then needs only its own tcgen05.fence::after_thread_sync before reading TMEM.
+// What changes: stages 00-03 let warp 2 alone wait on mma_done and then release warps 3-5 with a
+// named barrier (bar.sync); here each epilogue warp waits on mma_done itself and the named barrier is
+// gone. An mbarrier phase can be observed by any number of waiters, and each waiter then needs only
+// its own tcgen05.fence::after_thread_sync before reading TMEM.
 // Why: with one poller, three warps sleep in bar.sync until the poller has seen the phase flip and
-// reached the barrier, and all four leave together; with four pollers each warp starts reading
-// TMEM as soon as it sees the flip. The lab measured the centralized broadcast at 10.3% stall.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit 6319928 "Remove centralized
-// mainloop_mbar bar.sync", 0.764 -> 0.743 ms (experiment F7).
+// reached the barrier, and all four leave together; with four pollers each warp starts reading TMEM
+// as soon as it sees the flip. The lab measured the centralized broadcast at 10.3% stall.
+// Recorded: fp8-megakernel-experiment-log.md, commit 6319928 "Remove centralized mainloop_mbar
+// bar.sync": 0.764 -> 0.743 ms on a B200 (experiment F7).
+// Run: python -m pelib.stage fp8/04_independent_polling
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -62,13 +64,21 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 
 static_assert(NUM_EPI_WARPS == 4, "this stage maps one epilogue warp per TMEM sub-partition: 4 warps");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

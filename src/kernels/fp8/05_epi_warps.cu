@@ -1,17 +1,19 @@
 // Stage 05 — the epilogue warp count is a compile-time parameter (4, 5 or 6); 5 by default.
+// Parent: fp8/04_independent_polling
 //
-// What changes (against 04): NUM_EPI_WARPS may be 5 or 6. A warp can read only the 32 TMEM lanes
-// of its sub-partition, warp % 4 (PTX ISA 9.7.16.8.1, "Access restrictions"), so a 5th warp cannot
-// take rows of its own: warp 6 shares lane quarter 2 with warp 2, and the two split the 256 columns
-// of those 32 rows, 128 each (with 6 warps, warps 3 and 7 also split quarter 3). The column range is
-// a template argument: drain<C0, C1> is instantiated for [0, 256), [0, 128) and [128, 256), and a
-// warp picks its instantiation once, by its warp id.
+// What changes: NUM_EPI_WARPS may be 5 or 6. A warp can read only the 32 TMEM lanes of its
+// sub-partition, warp % 4 (PTX ISA 9.7.16.8.1, "Access restrictions"), so a 5th warp cannot take rows
+// of its own: warp 6 shares lane quarter 2 with warp 2, and the two split the 256 columns of those 32
+// rows, 128 each (with 6 warps, warps 3 and 7 also split quarter 3). The column range is a template
+// argument: drain<C0, C1> is instantiated for [0, 256), [0, 128) and [128, 256), and a warp picks its
+// instantiation once, by its warp id.
 // Why: more warps issue more TMEM reads and global stores at once. The bounds must be compile-time
 // constants: the lab first passed them at run time and the epilogue loop stopped unrolling, with no
 // gain (experiment F4, ~0.826 ms both ways); templated bounds gave 0.722 ms. Six warps were slower
 // (F3, 0.747 ms: TMEM read bandwidth saturates).
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit 521ad55 "5th epilogue warp via
-// column-split", 0.722 ms / 1517 TFLOPS; F3 (6 warps) 0.747 ms; F4 (runtime bounds) ~0.826 ms.
+// Recorded: fp8-megakernel-experiment-log.md, commit 521ad55 "5th epilogue warp via column-split":
+// 0.722 ms / 1517 TFLOPS on a B200; F3 (6 warps) 0.747 ms; F4 (runtime bounds) ~0.826 ms.
+// Run: python -m pelib.stage fp8/05_epi_warps -D NUM_EPI_WARPS=5
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -74,13 +76,21 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
               "NUM_EPI_WARPS must be 4, 5 or 6: 4 cover the lane quarters, warps 6 and 7 split one each");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

@@ -1,17 +1,19 @@
 // Stage 06 — a shallower ring: NUM_STAGES 6 -> 4 (4, 5 or 6 are the values worth building).
+// Parent: fp8/05_epi_warps
 //
-// What changes (against 05): the default pipeline depth. K = 768 is six k-blocks of 128, so six
-// stages held a whole tile's operands and the producer never waited; four stages make it wait for
-// the MMAs to free slot 0 before loading k-block 4, which the TMA has time for while the tensor
-// core works through k-blocks 1-3.
+// What changes: the default pipeline depth. K = 768 is six k-blocks of 128, so six stages held a
+// whole tile's operands and the producer never waited; four stages make it wait for the MMAs to free
+// slot 0 before loading k-block 4, which the TMA has time for while the tensor core works through
+// k-blocks 1-3.
 // Why: each stage is 32 KB of shared memory per CTA (16 KB of A, 16 KB of B); two fewer free 64 KB,
-// which the staged epilogue of stage 07 needs (its buffers do not fit beside six stages). The lab
-// also saw registers fall with the depth, because its kernel kept per-stage state (phase bits,
-// addresses) in arrays; this kernel derives stage and parity from the k-block counter, so here the
-// depth changes shared memory only (compare the builds).
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit cefc59d "Reduce pipeline
-// stages 6->4", 0.700 ms / 1564 TFLOPS / 216 regs / 131 KB; F6: 6 stages 0.722 ms / 247 regs /
-// 192 KB, 5 stages 0.715 ms / 236 regs.
+// which the staged epilogue of stage 07 needs (its buffers do not fit beside six stages). The lab also
+// saw registers fall with the depth, because its kernel kept per-stage state (phase bits, addresses)
+// in arrays; this kernel derives stage and parity from the k-block counter, so here the depth changes
+// shared memory only (compare the builds).
+// Recorded: fp8-megakernel-experiment-log.md, commit cefc59d "Reduce pipeline stages 6->4": 0.700 ms
+// / 1564 TFLOPS / 216 regs / 131 KB on a B200; F6: 6 stages 0.722 ms / 247 regs / 192 KB, 5 stages
+// 0.715 ms / 236 regs.
+// Run: python -m pelib.stage fp8/06_stages --sweep NUM_STAGES=4,5,6
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -74,13 +76,21 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
               "NUM_EPI_WARPS must be 4, 5 or 6: 4 cover the lane quarters, warps 6 and 7 split one each");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

@@ -1,18 +1,20 @@
 // Stage 07 — the epilogue stages its BF16 results in shared memory, then stores them coalesced.
+// Parent: fp8/06_stages
 //
-// What changes (against 06): Phase 1 (TMEM -> registers -> + comb -> BF16) no longer stores to
-// global; each lane writes its row into its warp's shared-memory buffer (32 rows of 528 B: 512 B of
-// BF16 plus a 16-B pad, common/staging.cuh). After a __syncwarp, Phase 2 copies the buffer out with
-// 16-B stores in which consecutive lanes write consecutive 16 B of one row: one instruction writes a
-// whole 512-B row (a split warp: two 256-B half rows). Four pipeline stages (06) leave room for the
-// five 16,896-B buffers; with six stages they would not fit (a compile error here).
+// What changes: Phase 1 (TMEM -> registers -> + comb -> BF16) no longer stores to global; each lane
+// writes its row into its warp's shared-memory buffer (32 rows of 528 B: 512 B of BF16 plus a 16-B
+// pad, common/staging.cuh). After a __syncwarp, Phase 2 copies the buffer out with 16-B stores in
+// which consecutive lanes write consecutive 16 B of one row: one instruction writes a whole 512-B row
+// (a split warp: two 256-B half rows). Four pipeline stages (06) leave room for the five 16,896-B
+// buffers; with six stages they would not fit (a compile error here).
 // Why: a lane-per-row store touches 32 cache lines per instruction and fills a quarter of each 128-B
 // line, which costs the L1 a read-modify-write; the lab's ncu A/B found the issue rate up 35% and
 // TMEM-wait stalls down 30% with staging, at the price of SMEM traffic and 2.5x as many (narrower)
 // store instructions.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit c32ab7a "Epilogue SMEM staging
-// -> coalesced stores", 0.700 -> 0.633 ms / 1729 TFLOPS, 216 -> 222 regs, 0 spills; SMEM budget
+// Recorded: fp8-megakernel-experiment-log.md, commit c32ab7a "Epilogue SMEM staging -> coalesced
+// stores": 0.700 -> 0.633 ms / 1729 TFLOPS on a B200, 216 -> 222 regs, 0 spills; SMEM budget
 // 215,808 B (4 stages + 5 x 16,896 B staging).
+// Run: python -m pelib.stage fp8/07_smem_staged_epilogue
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -82,13 +84,20 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
               "NUM_EPI_WARPS must be 4, 5 or 6: 4 cover the lane quarters, warps 6 and 7 split one each");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

@@ -1,13 +1,15 @@
 // Stage 08 — the Phase 2 copy loop unrolled 8 times instead of 4.
+// Parent: fp8/07_smem_staged_epilogue
 //
-// What changes (against 07): PHASE2_UNROLL 4 -> 8. A full-row warp copies its buffer out in 32
-// ld.shared.v4 + st.global.v4 pairs; unrolled by 8, the compiler can issue eight shared loads back
-// to back and then their eight stores, so more 16-B stores are in flight per loop trip and there
-// are half as many loop branches.
-// Why: Phase 2 is a latency chain (the store waits for its shared load); a longer unroll hides more
-// of it. The lab measured a small gain at unchanged registers.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit d882aba "Phase 2 unroll 4->8",
-// 0.633 -> 0.630 ms / 1739 TFLOPS, 222 regs (its best in that log).
+// What changes: PHASE2_UNROLL 4 -> 8. A full-row warp copies its buffer out in 32 ld.shared.v4 +
+// st.global.v4 pairs; unrolled by 8, the compiler can issue eight shared loads back to back and then
+// their eight stores, so more 16-B stores are in flight per loop trip and there are half as many loop
+// branches.
+// Why: Phase 2 is a latency chain (the store waits for its shared load); a longer unroll hides more of
+// it. The lab measured a small gain at unchanged registers.
+// Recorded: fp8-megakernel-experiment-log.md, commit d882aba "Phase 2 unroll 4->8": 0.633 -> 0.630 ms
+// / 1739 TFLOPS on a B200, 222 regs (its best in that log).
+// Run: python -m pelib.stage fp8/08_unroll
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -77,13 +79,20 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
               "NUM_EPI_WARPS must be 4, 5 or 6: 4 cover the lane quarters, warps 6 and 7 split one each");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

@@ -1,8 +1,9 @@
 // Stage 09 — the persistent megakernel: one CTA per SM, each 2-SM cluster walking a static list of tiles.
+// Parent: fp8/08_unroll
 //
-// What changes (against 08): the grid is no longer one cluster per tile but sm_count / 2 clusters
-// (74 on a B200), and every role loops over its cluster's tiles with common/scheduler.cuh (tiles c,
-// c + 74, ...). That needs four more things:
+// What changes: the grid is no longer one cluster per tile but sm_count / 2 clusters (74 on a B200),
+// and every role loops over its cluster's tiles with common/scheduler.cuh (tiles c, c + 74, ...).
+// That needs four more things:
 //   - two accumulators in TMEM (columns 0-255 and 256-511 of the 512 allocated since stage 02), so
 //     the MMA warp computes tile i+1 while the epilogue drains tile i; acc_full[b] (MMA -> epilogue,
 //     a multicast commit) and acc_empty[b] (epilogue -> MMA, one arrival per epilogue warp of both
@@ -17,10 +18,11 @@
 // Why: with one tile per cluster, every tile pays the prologue (barrier init, TMEM alloc, pipeline
 // fill) and its epilogue runs while the SM's tensor core idles; persistent clusters overlap the
 // epilogue of one tile with the K-loop of the next.
-// Recorded (B200, lab note fp8-megakernel-future-proposals-F21-F28.md, kernel state): F18 0.543 ms /
-// 2018 TFLOPS, F19a (early mbarrier signal) 0.542 ms / 2020 TFLOPS, 223 regs, 0 spills; the lab's
-// kernel is persistent throughout fp8-megakernel-experiment-log.md (148 SMs, cta_group::2, 10,878
-// tiles), so its numbers for stages 00-08 already include this idea.
+// Recorded: fp8-megakernel-future-proposals-F21-F28.md, kernel state: F18 0.543 ms / 2018 TFLOPS,
+// F19a (early mbarrier signal) 0.542 ms / 2020 TFLOPS, 223 regs, 0 spills on a B200; the lab's kernel
+// is persistent throughout fp8-megakernel-experiment-log.md (148 SMs, cta_group::2, 10,878 tiles), so
+// its numbers for stages 00-08 already include this idea.
+// Run: python -m pelib.stage fp8/09_persistent_megakernel
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -94,13 +96,20 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
               "NUM_EPI_WARPS must be 4, 5 or 6: 4 cover the lane quarters, warps 6 and 7 split one each");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= ACC_BUFS * TMEM_ACC_STRIDE, "accumulators must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

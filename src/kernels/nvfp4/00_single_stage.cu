@@ -1,18 +1,14 @@
-// NVFP4 stage 00: one stage, no overlap. The baseline of the NVFP4 chapters.
+// Stage 00 — NVFP4 block-scaled GEMM, one shared-memory stage, no overlap: the baseline.
 //
-// What it does: C[M,N] = fp16( alpha * sum_k (A[m,k] * SFA[m,k/16]) * (B[n,k] * SFB[n,k/16]) )
-// with A, B packed E2M1 (two values per byte, K-major), SFA/SFB UE4M3 scale factors (one per 16
-// K-elements) and alpha the FP32 global scale (product of A's and B's tensor scales).
-// One CTA per 128x128 output tile; K tiles of 256. Per K tile one thread:
+// What changes: the family's first stage. C[M,N] = fp16( alpha * sum_k (A[m,k] * SFA[m,k/16]) *
+// (B[n,k] * SFB[n,k/16]) ) with A, B packed E2M1 (two values per byte, K-major), SFA/SFB UE4M3 scale
+// factors (one per 16 K-elements) and alpha the FP32 global scale (product of A's and B's tensor
+// scales). One CTA per 128x128 output tile; K tiles of 256. Per K tile one thread:
 //   TMA: A (128 rows x 128 B), B (128 x 128 B), SFA (2 KB), SFB (2 KB) -> SMEM, one mbarrier
 //   wait -> tcgen05.cp the scale factors SMEM -> TMEM -> 4 x tcgen05.mma kind::mxf4nvf4 (K = 64 each)
 //   -> tcgen05.commit to an mbarrier -> wait for the MMAs before the next load reuses the buffers.
 // Epilogue: 4 warps, tcgen05.ld 32x32b (warp w reads TMEM lanes 32w..32w+31 = rows), x alpha,
 // cvt to FP16, 16-B stores.
-// Recorded (lab note nvfp4-gemm-optimization-log.md, "Baseline", num_ab_stage = 1, B200):
-// 96.8 / 51.6 / 37.6 us for M=128 and N,K = 7168,16384 / 4096,7168 / 7168,2048; the load and the
-// MMA never overlap, which 01_pipelined.cu fixes.
-//
 // Layouts (every one exported below with PELIB_EXPORT; pelib.nvfp4 builds tensor maps from them,
 // pelib.emulate replays them):
 //   A, B in global: uint8 [rows][K/2]; element k of a row in byte k/2, even k in the low nibble
@@ -34,8 +30,14 @@
 //     SFB at TMEM_SFB + 4k; a_sf_id = b_sf_id = 0 (bits 30-31 of those addresses; CUTLASS
 //     make_runtime_instr_desc_block_scaled).
 //   Accumulator: TMEM columns [0,128), lane = row, FP32.
+// Why: the smallest correct block-scaled tcgen05 GEMM; the load and the MMA never overlap, which
+// 01_pipelined.cu fixes.
+// Recorded: nvfp4-gemm-optimization-log.md, "Baseline" (num_ab_stage = 1): 96.8 / 51.6 / 37.6 us on
+// a B200 for M=128 and N,K = 7168,16384 / 4096,7168 / 7168,2048.
+// Run: python -m pelib.stage nvfp4/00_single_stage
 #include "common/types.cuh"
 #include "common/export.cuh"
+#include "common/cutensormap.cuh"
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
 #include "common/tma.cuh"
@@ -48,7 +50,7 @@ constexpr u32 MMA_K = 64;                                  // kind::mxf4nvf4 den
 constexpr u32 SF_VEC = 16;                                 // NVFP4: one UE4M3 scale per 16 elements
 constexpr u32 MMAS_PER_KTILE = TILE_K / MMA_K;             // 4
 constexpr u32 NUM_THREADS = 128;                           // 4 warps: all read TMEM in the epilogue
-constexpr u32 NUM_AB_STAGE = 1;
+constexpr u32 NUM_STAGES = 1;
 
 constexpr u32 ROW_BYTES = TILE_K / 2;                      // 128 B of packed E2M1 per row per K tile
 constexpr u32 SWIZZLE = 128;                               // TMA SWIZZLE_128B == UMMA SW128
@@ -70,7 +72,7 @@ constexpr u32 SBO_SF = 128, LBO_SF = 128;                  // tcgen05.cp source:
 constexpr u32 OFF_A = 0, OFF_B = OFF_A + A_BYTES, OFF_SFA = OFF_B + B_BYTES, OFF_SFB = OFF_SFA + SFA_BYTES;
 constexpr u32 STAGE_BYTES = OFF_SFB + SFB_BYTES;           // 36864
 constexpr u32 STAGE_TX_BYTES = STAGE_BYTES;                // every byte of a stage arrives by TMA
-constexpr u32 OFF_BARRIERS = NUM_AB_STAGE * STAGE_BYTES;
+constexpr u32 OFF_BARRIERS = NUM_STAGES * STAGE_BYTES;
 constexpr u32 NUM_BARRIERS = 2;                            // full (TMA -> MMA), mma_done (MMA -> TMA/epilogue)
 constexpr u32 BARRIER_BYTES = (NUM_BARRIERS * 8 + 8 + 63) / 64 * 64;   // + the TMEM address slot
 constexpr u32 ALIGN_SLACK = 1024;                          // dynamic SMEM base rounded up to 1024 B
@@ -83,7 +85,7 @@ constexpr u32 TMEM_SFA = TILE_N;                           // after the 128 accu
 constexpr u32 TMEM_SFB = TMEM_SFA + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA;
 constexpr u32 TMEM_STAGE_COLS = 2 * MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA;   // 32
 __host__ __device__ constexpr u32 tmem_alloc_cols(u32 used) { return used <= 32 ? 32 : used <= 64 ? 64 : used <= 128 ? 128 : used <= 256 ? 256 : 512; }
-constexpr u32 TMEM_COLS = tmem_alloc_cols(TMEM_SFA + NUM_AB_STAGE * TMEM_STAGE_COLS);
+constexpr u32 TMEM_COLS = tmem_alloc_cols(TMEM_SFA + NUM_STAGES * TMEM_STAGE_COLS);
 
 // Instruction descriptor: M=128, N=128, A/B packed E2M1 (MXF4 format 1), UE4M3 scales, K-major.
 constexpr u32 IDESC = umma_instr_desc_block_scaled(TILE_M, TILE_N, UMMA_FMT_MXF4_E2M1, UMMA_FMT_MXF4_E2M1,
@@ -98,14 +100,24 @@ static_assert(TILE_N == 128, "one 512-B SF atom per MMA covers exactly 128 colum
 static_assert(ROW_BYTES == SWIZZLE, "a K tile row must fill one 128-B swizzle atom");
 static_assert(SF_ROW_BYTES <= 256 && SF_ATOM_BYTES % SF_ROW_BYTES == 0, "SF map rows: a TMA box row is <= 256 elements, whole rows per atom");
 static_assert(STAGE_BYTES % 1024 == 0, "stages must stay 1024-B aligned for SW128");
-constexpr u32 SMEM_LIMIT = 232448;   // 227 KB, sm_100 maximum dynamic shared memory per block
-static_assert(SMEM_BYTES <= SMEM_LIMIT, "exceeds the 227 KB per-block shared memory of sm_100");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "exceeds the 227 KB per-block shared memory of sm_100");
 static_assert(TMEM_SFB + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA <= TMEM_COLS, "TMEM columns");
 
 // ---- what pelib reads back from the cubin ------------------------------------------------------
 // Names of pelib.emulate.EXPORT_NAMES (TileParams.from_exports replays the tile from them), then the
 // ones only pelib.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);
+PELIB_EXPORT(grid_kind, 0);                 // one CTA per output tile: grid (N/128, M/128)
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, BARRIER_BYTES);
+PELIB_EXPORT_TMAP(a, TILE_M, ROW_BYTES, SWIZZLE, 1);          // A [M, K/2] packed E2M1 as uint8
+PELIB_EXPORT_TMAP(b, TILE_N, ROW_BYTES, SWIZZLE, 1);          // B [N, K/2]
+PELIB_EXPORT_TMAP(sfa, SF_BOX_ROWS, SF_ROW_BYTES, 0, 1);      // SFA as rows of 256 B, no swizzle
+PELIB_EXPORT_TMAP(sfb, SF_BOX_ROWS, SF_ROW_BYTES, 0, 1);
 PELIB_EXPORT(mma_kind, 6);                  // kind::mxf4nvf4
 PELIB_EXPORT(idesc, IDESC);
 PELIB_EXPORT(block_k, TILE_K);
@@ -136,14 +148,13 @@ PELIB_EXPORT(sf_row_bytes, SF_ROW_BYTES);   // SFA/SFB tensor maps: uint8 rows o
 PELIB_EXPORT(sf_box_rows, SF_BOX_ROWS);
 PELIB_EXPORT(sf_rows_per_atom, SF_ROWS_PER_ATOM);
 PELIB_EXPORT(sf_swizzle, 0);
-PELIB_EXPORT(num_ab_stage, NUM_AB_STAGE);
+PELIB_EXPORT(num_ab_stage, NUM_STAGES);
 PELIB_EXPORT(stage_bytes, STAGE_BYTES);     // stage s lives at s * stage_bytes
 PELIB_EXPORT(stage_tx_bytes, STAGE_TX_BYTES);
 PELIB_EXPORT(tmem_stage_cols, TMEM_STAGE_COLS);   // stage s's scale factors at sf*_tmem_col + s * tmem_stage_cols
 PELIB_EXPORT(num_threads, NUM_THREADS);
 PELIB_EXPORT(tile_m, TILE_M);
 PELIB_EXPORT(tile_n, TILE_N);
-PELIB_EXPORT(smem_limit, SMEM_LIMIT);
 
 // ---- small helpers -----------------------------------------------------------------------------
 // PTX ISA cvt (.f16x2.f32): input a goes to the UPPER half, b to the lower half.
@@ -159,8 +170,8 @@ PE_DEVICE void st_global_v4_b32(void* p, u32 a, u32 b, u32 c, u32 d) {
 }  // st_global_v4_b32
 
 // Issue the four TMA loads of K tile `kt` into the stage at `stage`; they complete on `bar`.
-PE_DEVICE void load_ktile(u8* stage, u64* bar, const TensorMap* ta, const TensorMap* tb,
-                          const TensorMap* tsfa, const TensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
+PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUtensorMap* tb,
+                          const CUtensorMap* tsfa, const CUtensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
                           u32 k_tiles) {
   mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES);
   tma_load_2d(stage + OFF_A, ta, bar, kt * ROW_BYTES, m_blk * TILE_M);
@@ -219,8 +230,8 @@ PE_DEVICE void store_tile(u32 tmem, u16* out, u32 N, u32 m_blk, u32 n_blk, float
 // ---- the kernel ----------------------------------------------------------------------------------
 // grid (N/128, M/128), block 128, dynamic SMEM = SMEM_BYTES. M, N multiples of 128, K of 256 (host checks).
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
-nvfp4_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b,
-           const __grid_constant__ TensorMap tmap_sfa, const __grid_constant__ TensorMap tmap_sfb,
+nvfp4_gemm(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+           const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_sfb,
            u16* __restrict__ out, float alpha, u32 M, u32 N, u32 K) {
   extern __shared__ u8 smem_raw[];
   u8* smem = (u8*)(((u64)smem_raw + ALIGN_SLACK - 1) & ~(u64)(ALIGN_SLACK - 1));

@@ -1,46 +1,29 @@
-// NVFP4 stage 01: the same kernel with NUM_AB_STAGE shared-memory stages (1..7) in a ring.
+// Stage 01 — the same kernel with NUM_STAGES shared-memory stages (1..7) in a ring.
+// Parent: nvfp4/00_single_stage
 //
-// The one idea: while the tensor core works on K tile k, the TMA engine is already loading tiles
-// k+1 .. k+NUM_AB_STAGE-1 into the other stages. Each stage s has two mbarriers:
+// What changes: while the tensor core works on K tile k, the TMA engine is already loading tiles
+// k+1 .. k+NUM_STAGES-1 into the other stages. Each stage s has two mbarriers:
 //   full[s]  - TMA -> MMA: armed with arrive.expect_tx(STAGE_TX_BYTES), completes when the bytes land;
 //   empty[s] - MMA -> TMA: tcgen05.commit arrives when the MMAs reading stage s have finished.
-// Use u of stage s (u = k / NUM_AB_STAGE) waits on both barriers with parity u & 1 (the phase bit).
+// Use u of stage s (u = k / NUM_STAGES) waits on both barriers with parity u & 1 (the phase bit).
 // One thread runs it all, as the lab's kernel did (no warp specialization yet):
-//   prologue: load K tiles 0 .. NUM_AB_STAGE-1 into stages 0 .. NUM_AB_STAGE-1 (fill the pipeline);
+//   prologue: load K tiles 0 .. NUM_STAGES-1 into stages 0 .. NUM_STAGES-1 (fill the pipeline);
 //   K tile k: wait full[s]; tcgen05.cp scale factors; 4 MMAs; commit -> empty[s] (release);
-//             if k + NUM_AB_STAGE < K tiles: wait empty[s] (acquire), load K tile k + NUM_AB_STAGE into s.
+//             if k + NUM_STAGES < K tiles: wait empty[s] (acquire), load K tile k + NUM_STAGES into s.
 //   after the loop: commit -> acc_full; all 128 threads wait on it and run the epilogue of stage 00.
-// With NUM_AB_STAGE = 1 this is stage 00 instruction for instruction (tests/test_nvfp4.py checks the
+// With NUM_STAGES = 1 this is stage 00 instruction for instruction (tests/test_nvfp4.py checks the
 // exports and the emulated tile agree). Each stage has its own TMEM scale-factor columns because
 // tcgen05.mma -> tcgen05.cp is not a pipelined pair (PTX ISA 9.7.16.6.2): without the empty wait of
 // the last tiles, a shared column set could be overwritten while an earlier MMA still reads it.
-// Recorded (lab note nvfp4-gemm-optimization-log.md, num_ab_stage 1 -> 2 -> 3 -> 4 -> 5, B200):
-// 96.8 -> 64.9 -> 54.4 -> 50.1 -> 49.3 us (M=128, N=7168, K=16384); 6 stages no better;
-// 7 stages "timeout (too much shared memory)". smem_bytes below is what decides that.
-//
-// Layouts (every one exported below with PELIB_EXPORT; pelib.nvfp4 builds tensor maps from them,
-// pelib.emulate replays them):
-//   A, B in global: uint8 [rows][K/2]; element k of a row in byte k/2, even k in the low nibble
-//     (CUTLASS float_e2m1_t sub-byte packing, include/cutlass/subbyte_reference.h).
-//   A, B tiles in SMEM: TMA box 128 B x 128 rows, SWIZZLE_128B; UMMA K-major SW128 descriptor,
-//     SBO = 1024 (8 rows x 128 B), LBO unused for swizzled K-major (16), 1024-B aligned base;
-//     the k-th MMA of a K tile starts 32 B (64 E2M1) further: descriptor start address + 2 (16-B units)
-//     (CUTLASS mma_sm100_desc.hpp make_umma_desc / DescriptorIterator; PTX ISA 9.7.16.4.1).
-//   SFA, SFB in global: the CUTLASS block-scaled atom, uint8 [MN/128][K/64][512]: inside an atom
-//     byte (m%32)*16 + ((m%128)/32)*4 + (k/16)%4 (include/cutlass/detail/sm100_blockscaled_layout.hpp,
-//     Sm1xxBlockScaledBasicChunk SfKMajorAtom; cudnn-frontend "mxfp8 scale factor 128x4 layout").
-//     One K tile of one 128-row block = 4 atoms = 2048 contiguous bytes; the tensor map views the
-//     buffer as rows of 256 B and loads a box of 256 B x 8 rows, no swizzle.
-//   Scale factors in TMEM: tcgen05.cp 32x128b.warpx4 copies one 512-B atom (32 rows x 16 B) into 4
-//     columns x 32 lanes and replicates it to all four 32-lane groups: lane (m%32)+32j, column (m/32),
-//     byte (k/16)%4 (CUTLASS mma_traits_sm100_frag.hpp tmem_sf_frg, copy_traits_sm100.hpp
-//     SM100_UTCCP_4x32dp128bit_1cta). Source descriptor: no swizzle, SBO = 128 (8 rows x 16 B),
-//     LBO = 128 (one 16-B column: unused). MMA k of a K tile reads SFA at column TMEM_SFA + 4k and
-//     SFB at TMEM_SFB + 4k; a_sf_id = b_sf_id = 0 (bits 30-31 of those addresses; CUTLASS
-//     make_runtime_instr_desc_block_scaled).
-//   Accumulator: TMEM columns [0,128), lane = row, FP32.
+// Why: the load of the next K tiles overlaps the MMAs of this one; smem_bytes (below) decides how
+// many stages fit.
+// Recorded: nvfp4-gemm-optimization-log.md, Optimizations 1-4 (num_ab_stage 1 -> 2 -> 3 -> 4 -> 5):
+// 96.8 -> 64.9 -> 54.4 -> 50.1 -> 49.3 us on a B200 (M=128, N=7168, K=16384); 6 stages no better;
+// 7 stages "timeout (too much shared memory)".
+// Run: python -m pelib.stage nvfp4/01_pipelined --sweep NUM_STAGES=1,2,3,4,5
 #include "common/types.cuh"
 #include "common/export.cuh"
+#include "common/cutensormap.cuh"
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
 #include "common/tma.cuh"
@@ -53,10 +36,10 @@ constexpr u32 MMA_K = 64;                                  // kind::mxf4nvf4 den
 constexpr u32 SF_VEC = 16;                                 // NVFP4: one UE4M3 scale per 16 elements
 constexpr u32 MMAS_PER_KTILE = TILE_K / MMA_K;             // 4
 constexpr u32 NUM_THREADS = 128;                           // 4 warps: all read TMEM in the epilogue
-#ifndef NUM_AB_STAGE
-#define NUM_AB_STAGE 4
+#ifndef NUM_STAGES
+#define NUM_STAGES 4
 #endif
-static_assert(NUM_AB_STAGE >= 1 && NUM_AB_STAGE <= 7, "NUM_AB_STAGE: 1..7 (7 x 36 KB already exceeds 227 KB)");
+static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 7, "NUM_STAGES: 1..7 (7 x 36 KB already exceeds 227 KB)");
 
 constexpr u32 ROW_BYTES = TILE_K / 2;                      // 128 B of packed E2M1 per row per K tile
 constexpr u32 SWIZZLE = 128;                               // TMA SWIZZLE_128B == UMMA SW128
@@ -78,8 +61,8 @@ constexpr u32 SBO_SF = 128, LBO_SF = 128;                  // tcgen05.cp source:
 constexpr u32 OFF_A = 0, OFF_B = OFF_A + A_BYTES, OFF_SFA = OFF_B + B_BYTES, OFF_SFB = OFF_SFA + SFA_BYTES;
 constexpr u32 STAGE_BYTES = OFF_SFB + SFB_BYTES;           // 36864
 constexpr u32 STAGE_TX_BYTES = STAGE_BYTES;                // every byte of a stage arrives by TMA
-constexpr u32 OFF_BARRIERS = NUM_AB_STAGE * STAGE_BYTES;
-constexpr u32 NUM_BARRIERS = 2 * NUM_AB_STAGE + 1;         // full[S], empty[S], acc_full
+constexpr u32 OFF_BARRIERS = NUM_STAGES * STAGE_BYTES;
+constexpr u32 NUM_BARRIERS = 2 * NUM_STAGES + 1;         // full[S], empty[S], acc_full
 constexpr u32 BARRIER_BYTES = (NUM_BARRIERS * 8 + 8 + 63) / 64 * 64;   // + the TMEM address slot
 constexpr u32 ALIGN_SLACK = 1024;                          // dynamic SMEM base rounded up to 1024 B
 constexpr u32 SMEM_BYTES = ALIGN_SLACK + OFF_BARRIERS + BARRIER_BYTES;
@@ -91,7 +74,7 @@ constexpr u32 TMEM_SFA = TILE_N;                           // after the 128 accu
 constexpr u32 TMEM_SFB = TMEM_SFA + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA;
 constexpr u32 TMEM_STAGE_COLS = 2 * MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA;   // 32
 __host__ __device__ constexpr u32 tmem_alloc_cols(u32 used) { return used <= 32 ? 32 : used <= 64 ? 64 : used <= 128 ? 128 : used <= 256 ? 256 : 512; }
-constexpr u32 TMEM_COLS = tmem_alloc_cols(TMEM_SFA + NUM_AB_STAGE * TMEM_STAGE_COLS);
+constexpr u32 TMEM_COLS = tmem_alloc_cols(TMEM_SFA + NUM_STAGES * TMEM_STAGE_COLS);
 
 // Instruction descriptor: M=128, N=128, A/B packed E2M1 (MXF4 format 1), UE4M3 scales, K-major.
 constexpr u32 IDESC = umma_instr_desc_block_scaled(TILE_M, TILE_N, UMMA_FMT_MXF4_E2M1, UMMA_FMT_MXF4_E2M1,
@@ -108,13 +91,23 @@ static_assert(SF_ROW_BYTES <= 256 && SF_ATOM_BYTES % SF_ROW_BYTES == 0, "SF map 
 static_assert(STAGE_BYTES % 1024 == 0, "stages must stay 1024-B aligned for SW128");
 // No static_assert on the 227 KB limit here: the 7-stage build must compile so that its SMEM
 // demand can be read back (pelib.nvfp4.stage_table()); the host refuses to launch it.
-constexpr u32 SMEM_LIMIT = 232448;   // 227 KB, sm_100 maximum dynamic shared memory per block
 static_assert(TMEM_SFB + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA <= TMEM_COLS, "TMEM columns");
 
 // ---- what pelib reads back from the cubin ------------------------------------------------------
 // Names of pelib.emulate.EXPORT_NAMES (TileParams.from_exports replays the tile from them), then the
 // ones only pelib.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);
+PELIB_EXPORT(grid_kind, 0);                 // one CTA per output tile: grid (N/128, M/128)
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, BARRIER_BYTES);
+PELIB_EXPORT_TMAP(a, TILE_M, ROW_BYTES, SWIZZLE, 1);          // A [M, K/2] packed E2M1 as uint8
+PELIB_EXPORT_TMAP(b, TILE_N, ROW_BYTES, SWIZZLE, 1);          // B [N, K/2]
+PELIB_EXPORT_TMAP(sfa, SF_BOX_ROWS, SF_ROW_BYTES, 0, 1);      // SFA as rows of 256 B, no swizzle
+PELIB_EXPORT_TMAP(sfb, SF_BOX_ROWS, SF_ROW_BYTES, 0, 1);
 PELIB_EXPORT(mma_kind, 6);                  // kind::mxf4nvf4
 PELIB_EXPORT(idesc, IDESC);
 PELIB_EXPORT(block_k, TILE_K);
@@ -145,14 +138,13 @@ PELIB_EXPORT(sf_row_bytes, SF_ROW_BYTES);   // SFA/SFB tensor maps: uint8 rows o
 PELIB_EXPORT(sf_box_rows, SF_BOX_ROWS);
 PELIB_EXPORT(sf_rows_per_atom, SF_ROWS_PER_ATOM);
 PELIB_EXPORT(sf_swizzle, 0);
-PELIB_EXPORT(num_ab_stage, NUM_AB_STAGE);
+PELIB_EXPORT(num_ab_stage, NUM_STAGES);
 PELIB_EXPORT(stage_bytes, STAGE_BYTES);     // stage s lives at s * stage_bytes
 PELIB_EXPORT(stage_tx_bytes, STAGE_TX_BYTES);
 PELIB_EXPORT(tmem_stage_cols, TMEM_STAGE_COLS);   // stage s's scale factors at sf*_tmem_col + s * tmem_stage_cols
 PELIB_EXPORT(num_threads, NUM_THREADS);
 PELIB_EXPORT(tile_m, TILE_M);
 PELIB_EXPORT(tile_n, TILE_N);
-PELIB_EXPORT(smem_limit, SMEM_LIMIT);
 
 // ---- small helpers -----------------------------------------------------------------------------
 // PTX ISA cvt (.f16x2.f32): input a goes to the UPPER half, b to the lower half.
@@ -168,8 +160,8 @@ PE_DEVICE void st_global_v4_b32(void* p, u32 a, u32 b, u32 c, u32 d) {
 }  // st_global_v4_b32
 
 // Issue the four TMA loads of K tile `kt` into the stage at `stage`; they complete on `bar`.
-PE_DEVICE void load_ktile(u8* stage, u64* bar, const TensorMap* ta, const TensorMap* tb,
-                          const TensorMap* tsfa, const TensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
+PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUtensorMap* tb,
+                          const CUtensorMap* tsfa, const CUtensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
                           u32 k_tiles) {
   mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES);
   tma_load_2d(stage + OFF_A, ta, bar, kt * ROW_BYTES, m_blk * TILE_M);
@@ -229,14 +221,14 @@ PE_DEVICE void store_tile(u32 tmem, u16* out, u32 N, u32 m_blk, u32 n_blk, float
 // Same signature and launch as stage 00: grid (N/128, M/128), block 128, dynamic SMEM = SMEM_BYTES.
 // M, N multiples of 128, K of 256 (host checks).
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
-nvfp4_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b,
-           const __grid_constant__ TensorMap tmap_sfa, const __grid_constant__ TensorMap tmap_sfb,
+nvfp4_gemm(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+           const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_sfb,
            u16* __restrict__ out, float alpha, u32 M, u32 N, u32 K) {
   extern __shared__ u8 smem_raw[];
   u8* smem = (u8*)(((u64)smem_raw + ALIGN_SLACK - 1) & ~(u64)(ALIGN_SLACK - 1));
-  u64* full = (u64*)(smem + OFF_BARRIERS);        // [NUM_AB_STAGE] TMA bytes landed in stage s
-  u64* empty = full + NUM_AB_STAGE;               // [NUM_AB_STAGE] MMAs reading stage s finished
-  u64* acc_full = empty + NUM_AB_STAGE;           // the whole accumulator is ready
+  u64* full = (u64*)(smem + OFF_BARRIERS);        // [NUM_STAGES] TMA bytes landed in stage s
+  u64* empty = full + NUM_STAGES;               // [NUM_STAGES] MMAs reading stage s finished
+  u64* acc_full = empty + NUM_STAGES;           // the whole accumulator is ready
   u32* tmem_slot = (u32*)(acc_full + 1);
   const u32 warp = threadIdx.x / 32;
   const u32 n_blk = blockIdx.x, m_blk = blockIdx.y, k_tiles = K / TILE_K;
@@ -245,7 +237,7 @@ nvfp4_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Ten
   if (threadIdx.x == 0) {
     prefetch_tensormap(&tmap_a); prefetch_tensormap(&tmap_b);
     prefetch_tensormap(&tmap_sfa); prefetch_tensormap(&tmap_sfb);
-    for (u32 s = 0; s < NUM_AB_STAGE; ++s) {
+    for (u32 s = 0; s < NUM_STAGES; ++s) {
       mbarrier_init(&full[s], 1);
       mbarrier_init(&empty[s], 1);
     }
@@ -265,19 +257,19 @@ nvfp4_gemm(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ Ten
   // ---- K loop, one thread: fill the ring, then wait full / MMA / release / refill ----
   if (threadIdx.x == 0) {
     // Prologue: fill the pipeline.
-    for (u32 kt = 0; kt < NUM_AB_STAGE && kt < k_tiles; ++kt)
+    for (u32 kt = 0; kt < NUM_STAGES && kt < k_tiles; ++kt)
       load_ktile(smem + kt * STAGE_BYTES, &full[kt], &tmap_a, &tmap_b, &tmap_sfa, &tmap_sfb, kt, m_blk, n_blk,
                  k_tiles);
     for (u32 kt = 0; kt < k_tiles; ++kt) {
-      const u32 s = kt % NUM_AB_STAGE, phase = (kt / NUM_AB_STAGE) & 1;
+      const u32 s = kt % NUM_STAGES, phase = (kt / NUM_STAGES) & 1;
       u8* stage = smem + s * STAGE_BYTES;
       mbarrier_wait_parity(&full[s], phase, /*tag=*/1);        // consumer: acquire the stage
       tcgen05_fence_after_thread_sync();
       mma_ktile(stage, tmem, s * TMEM_STAGE_COLS, kt == 0);
       tcgen05_commit<1>(smem_u32(&empty[s]));                  // consumer: release it
-      if (kt + NUM_AB_STAGE < k_tiles) {
+      if (kt + NUM_STAGES < k_tiles) {
         mbarrier_wait_parity(&empty[s], phase, /*tag=*/2);     // producer: acquire it back
-        load_ktile(stage, &full[s], &tmap_a, &tmap_b, &tmap_sfa, &tmap_sfb, kt + NUM_AB_STAGE, m_blk, n_blk,
+        load_ktile(stage, &full[s], &tmap_a, &tmap_b, &tmap_sfa, &tmap_sfb, kt + NUM_STAGES, m_blk, n_blk,
                    k_tiles);
       }
     }

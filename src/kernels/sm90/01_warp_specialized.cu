@@ -1,8 +1,7 @@
-// sm90 stage 01: warp specialization. A producer warp and NUM_CONSUMERS consumer warpgroups share a
-// NUM_STAGES-deep ring of shared-memory stages through full/empty mbarriers; setmaxnreg moves the
-// producer's registers to the consumers.
+// Stage 01 — warp specialization: a producer warp and NUM_CONSUMERS consumer warpgroups share a ring.
+// Parent: sm90/00_tma_wgmma
 //
-// Changed from 00: in 00 the warpgroup that multiplies also waits for every load, so copy and math
+// What changes: in 00 the warpgroup that multiplies also waits for every load, so copy and math
 // take turns. Here warpgroup 0 only loads: one elected thread waits for a free stage (empty[s]),
 // announces its bytes (arrive.expect_tx on full[s]) and starts the TMA loads of A (BM x 128 B) and
 // B (BN x 128 B); it runs up to NUM_STAGES slices ahead. Each consumer warpgroup waits for full[s],
@@ -11,20 +10,21 @@
 // producer keeps 40 registers per thread (setmaxnreg.dec), the consumers take 232 (setmaxnreg.inc):
 // 128 FP32 accumulators of an m64n256 tile per thread fit with room for addresses and the epilogue.
 // Still one tile per CTA and the same register epilogue as 00.
-//
-// Why the default (BN = 256, one CTA per SM) is slower than 00 (measured on an H100, 2026-11-23:
-// 1.958 ms against 1.728 ms): with K = 768 a tile is only 6 slices, and a CTA of 384 threads x 168
-// registers and 193 KiB of shared memory is alone on its SM. Every tile pays, one after the other,
-// the CTA launch and barrier set-up, the first TMA round trip into an empty ring, a 6-slice
-// mainloop, and the epilogue's 64 stores per thread, while the tensor cores idle outside the
-// mainloop. 00 (128 threads, 33 KiB) keeps three CTAs per SM, whose phases overlap. The wgmma
-// issue itself is fine: the SASS has the four QGMMA.64x256x32 of a slice back to back and one
-// WARPGROUP.DEPBAR.LE gsb0, 0x1 after them, and ptxas reports no C7510 serialization.
+// Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh and CUTLASS
+// KernelTmaWarpSpecializedCooperative (BF16 there; FP8 K-major e4m3 here).
+// Why: copy and math overlap, the producer running up to NUM_STAGES slices ahead. Yet the default
+// (BN = 256, one CTA per SM) is slower than 00: with K = 768 a tile is only 6
+// slices, and a CTA of 384 threads x 168 registers and 193 KiB of shared memory is alone on its SM.
+// Every tile pays, one after the other, the CTA launch and barrier set-up, the first TMA round trip
+// into an empty ring, a 6-slice mainloop, and the epilogue's 64 stores per thread, while the tensor
+// cores idle outside the mainloop. 00 (128 threads, 33 KiB) keeps three CTAs per SM, whose phases
+// overlap. The wgmma issue itself is fine: the SASS has the four QGMMA.64x256x32 of a slice back to
+// back and one WARPGROUP.DEPBAR.LE gsb0, 0x1 after them, and ptxas reports no C7510 serialization.
 // Two resident CTAs per SM would restore that overlap, but not with these tiles: ptxas checks each
 // wgmma against the register cap at entry (64 Ki / (threads x CTAs)), which setmaxnreg does not
 // raise, and m64n256 needs about 154 registers. Stage 02 keeps one CTA per SM and makes it persistent.
-// Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh and CUTLASS
-// KernelTmaWarpSpecializedCooperative (BF16 there; FP8 K-major e4m3 here).
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.936 ms (H100 80GB HBM3, 2026-11-23).
+// Run: python -m pelib.stage sm90/01_warp_specialized
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -84,9 +84,22 @@ static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= ENTRY_REG
               "setmaxnreg: the consumers would take more registers than the producer gives back");
 static_assert(CONSUMER_REGS >= WG_M * BN / 2 + 32, "setmaxnreg: no room for the accumulators");
 static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 8, "NUM_STAGES: 2 to 8");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KiB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KiB per-block limit");
 
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);   // no __cluster_dims__: the launch gives the cluster shape
+PELIB_EXPORT(grid_kind, 0);           // one CTA per output tile
+PELIB_EXPORT(tile_m, BM);
+PELIB_EXPORT(tile_n, BN);
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
+PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
+PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
 PELIB_EXPORT(block_m, BM);
 PELIB_EXPORT(block_n, BN);

@@ -1,7 +1,8 @@
-// sm90 stage 04: B resident in shared memory, two consumer warpgroups in ping-pong, persistent.
+// Stage 04 — B resident in shared memory, two consumer warpgroups in ping-pong, persistent.
+// Parent: sm90/03_staged_epilogue
 //
-// Changed from 03: there, every 128 x 256 tile streams its A rows AND its 256 x 768 slice of B from
-// L2 (half of B with the multicast), 4.3 GB of L2 -> SM traffic over the problem, and both consumer
+// What changes: in 03, every 128 x 256 tile streams its A rows AND its 256 x 768 slice of B from L2
+// (half of B with the multicast), 4.3 GB of L2 -> SM traffic over the problem, and both consumer
 // warpgroups finish their tile together, so the tensor cores idle during every epilogue. Here:
 //  * A CTA owns one BLOCK_N-column block of the output for its whole life. Its producer loads that
 //    block's B (BLOCK_N x K, 192 KiB at 256 x 768) into shared memory once; afterwards only A
@@ -18,18 +19,20 @@
 //    each lane writes one 16-B vector and a quad writes 64 contiguous bytes.
 //  * The producer asks L2 for the A rows of the tile PREFETCH_TILES ahead (cp.async.bulk.prefetch),
 //    so the ring's TMA loads hit L2 instead of waiting on DRAM.
-//
 // Schedule: grid = G CTAs, a multiple of the column blocks NB = N / BLOCK_N; CTA c takes column block
 // c % NB and row tiles g, g + G/NB, g + 2G/NB, ... (g = c / NB) of 64 rows: the NB CTAs that read the
 // same A rows run side by side, so A comes from DRAM once and from L2 for the other NB - 1.
 // Ring slot of (local tile i, K slice kb) = i * num_kb + kb; slot s = it % NUM_STAGES, lap it / NUM_STAGES.
-//
 // Shared memory: B at 0 (K/128 boxes of BLOCK_N rows x 128 B, SW128), the A ring after it, then the
 // barriers: full[s], empty[s] (one arrive: the one warpgroup that read the slot), b_full (B landed),
 // turn[2] (turn[w]: one arrive per mainloop of the other warpgroup).
 // TIMING phases: producer tma_issue / producer_wait per tile; consumers tma_wait (full waits), kloop,
 // epi_wait (= waiting for the turn: the other warpgroup still issues wgmma), epi_phase1 (the register
 // epilogue), tile.
+// Why: B is read from L2 once per CTA instead of once per tile, and one warpgroup's epilogue runs
+// under the other's mainloop.
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.015 ms (H100 80GB HBM3, 2026-11-23).
+// Run: python -m pelib.stage sm90/04_pingpong_resident_b
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -95,10 +98,23 @@ static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 16, "NUM_STAGES: 2 to 16");
 static_assert(CPR % 4 == 0, "EPI_VEC: column groups come in quads of 4");
 static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * NUM_THREADS,
               "setmaxnreg: the consumers would take more registers than the producer gives back");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KiB per-block limit: "
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KiB per-block limit: "
               "fewer NUM_STAGES, a smaller BLOCK_N or K_MAX");
 
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);   // no __cluster_dims__: the launch gives the cluster shape
+PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is a multiple of N / tile_n
+PELIB_EXPORT(tile_m, BM);
+PELIB_EXPORT(tile_n, BN);
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
+PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
+PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
 PELIB_EXPORT(block_m, BM);
 PELIB_EXPORT(block_n, BN);

@@ -1,16 +1,19 @@
-// Variant F22 of stage 09 — the epilogue's add in packed BF16 (go/no-go card F22).
+// Stage 09 — go/no-go variant F22: the epilogue's add in packed BF16.
+// Parent: fp8/09_persistent_megakernel
 //
-// The change (one function): stage 09 adds comb in FP32 — each packed BF16 comb pair is widened to
+// What changes: one function. Stage 09 adds comb in FP32: each packed BF16 comb pair is widened to
 // two floats, added to the two FP32 accumulators, and the sums are rounded once (cvt.rn.bf16x2.f32).
-// Here each accumulator pair is rounded to a packed BF16x2 first (the same cvt.rn.bf16x2.f32) and
-// comb is added to it with one add.rn.bf16x2 (PTX ISA, half-precision add: .rn, sm_90 and later), as
+// Here each accumulator pair is rounded to a packed BF16x2 first (the same cvt.rn.bf16x2.f32) and comb
+// is added to it with one add.rn.bf16x2 (PTX ISA, half-precision add: .rn, sm_90 and later), as
 // loaded, without widening: out = rn_bf16(rn_bf16(acc) + comb) instead of rn_bf16(acc + comb).
-// The card's hypothesis: fewer instructions after each TMEM load shorten Phase 1 (two FADDs and
-// the comb unpacking become one packed add per pair). Precision: pelib.precision emulates both
-// paths exactly (the card's fail-fast, max abs error > 16 at ~1728, does not fire); a tile of this
-// variant replays through pelib.emulate with the F22 rounding (exported epi_add_bf16x2 = 1).
-// Gate (card F22): Phase 1 -200 cycles and wall clock +1 % (measured on a B200; PENDING here).
-// Everything else is stage 09 unchanged: `diff 09_persistent_megakernel.cu` shows the idea.
+// Precision: pelib.precision emulates both paths exactly (the card's fail-fast, max abs error > 16 at
+// ~1728, does not fire); a tile of this variant replays through pelib.emulate with the F22 rounding
+// (exported epi_add_bf16x2 = 1).
+// Why: the card's hypothesis: fewer instructions after each TMEM load shorten Phase 1 (two FADDs and
+// the comb unpacking become one packed add per pair).
+// Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F22 sets the gate (Phase 1
+// -200 cycles and wall clock +1 % on a B200); not measured.
+// Run: python -m pelib.stage fp8/variants/09_f22_bf16x2_epilogue
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -102,13 +105,20 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
               "NUM_EPI_WARPS must be 4, 5 or 6: 4 cover the lane quarters, warps 6 and 7 split one each");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= ACC_BUFS * TMEM_ACC_STRIDE, "accumulators must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

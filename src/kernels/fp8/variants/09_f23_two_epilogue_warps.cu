@@ -1,24 +1,27 @@
-// Variant F23 of stage 09 — two TMEM readers at a time (go/no-go card F23, its option C made feasible).
+// Stage 09 — go/no-go variant F23: two TMEM readers at a time (the card's option C made feasible).
+// Parent: fp8/09_persistent_megakernel
 //
-// The card's option C: 2 epilogue warps of 128 threads, each draining two row groups (lane quarters)
-// one after the other, so that only two warps read TMEM at a time. That cannot be built on sm_100a:
-// warp w may access only TMEM lanes 32*(w%4)..+31 (PTX ISA tcgen05 access restrictions; pelib.emulate
-// refuses any other lane base), so a warp can never read a second lane quarter, and with 128 threads
-// the two epilogue warps are warps 2 and 3: quarters 0 and 1 (rows 0-63 of each CTA) would have no
-// reader. A two-warp epilogue needs all four lane quarters' warps, whatever the count.
-// What the card asks is whether fewer concurrent TMEM readers make each read faster: its fail-fast is
-// "per-warp Phase 1 with 2 warps >= 1.8x the 4-warp Phase 1". This variant keeps one warp per lane
-// quarter and lets only two of them read TMEM at a time: wave A (warps 2 and 3, quarters 2 and 3)
-// drains first; wave B (warps 4 and 5, quarters 0 and 1) waits on a named barrier until wave A's last
-// TMEM load of the tile, and wave A starts the next tile only after wave B's last load of this one.
-// Two row groups are then read one after the other with one other reader at a time, which is option
-// C's per-warp Phase 1: the span from wave A's first TMEM load to wave B's last (per tile, in a
-// TIMING build: wave A's Phase 1 start to wave B's Phase 1 end) is the card's numerator, the 4-warp
-// Phase 1 of stage 09 its denominator. What differs from option C: 192 threads stay (the card's
-// register-file argument does not apply: 201 KB of shared memory already limit the SM to this one
-// CTA), and each warp keeps Phase 2 of its own rows, so wave A's stores overlap wave B's reads.
-// Gate (card F23): wall clock improves; fail-fast on that ratio (measured; PENDING here).
-// Everything else is stage 09 unchanged: `diff 09_persistent_megakernel.cu` shows the idea.
+// What changes: the card's option C is 2 epilogue warps of 128 threads, each draining two row groups
+// (lane quarters) one after the other, so that only two warps read TMEM at a time. That cannot be
+// built on sm_100a: warp w may access only TMEM lanes 32*(w%4)..+31 (PTX ISA tcgen05 access
+// restrictions; pelib.emulate refuses any other lane base), so a warp can never read a second lane
+// quarter, and with 128 threads the two epilogue warps are warps 2 and 3: quarters 0 and 1 (rows 0-63
+// of each CTA) would have no reader. A two-warp epilogue needs all four lane quarters' warps,
+// whatever the count. This variant keeps one warp per lane quarter and lets only two of them read
+// TMEM at a time: wave A (warps 2 and 3, quarters 2 and 3) drains first; wave B (warps 4 and 5,
+// quarters 0 and 1) waits on a named barrier until wave A's last TMEM load of the tile, and wave A
+// starts the next tile only after wave B's last load of this one. What differs from option C: 192
+// threads stay (the card's register-file argument does not apply: 201 KB of shared memory already
+// limit the SM to this one CTA), and each warp keeps Phase 2 of its own rows, so wave A's stores
+// overlap wave B's reads.
+// Why: the card asks whether fewer concurrent TMEM readers make each read faster; its fail-fast is
+// "per-warp Phase 1 with 2 warps >= 1.8x the 4-warp Phase 1". Two row groups are read one after the
+// other with one other reader at a time, which is option C's per-warp Phase 1: the span from wave A's
+// first TMEM load to wave B's last (per tile, in a TIMING build: wave A's Phase 1 start to wave B's
+// Phase 1 end) is the card's numerator, the 4-warp Phase 1 of stage 09 its denominator.
+// Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F23 sets the gate (wall clock
+// improves; fail-fast on that ratio); not measured.
+// Run: python -m pelib.stage fp8/variants/09_f23_two_epilogue_warps
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -99,13 +102,20 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
               "NUM_EPI_WARPS must be 4, 5 or 6: 4 cover the lane quarters, warps 6 and 7 split one each");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= ACC_BUFS * TMEM_ACC_STRIDE, "accumulators must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

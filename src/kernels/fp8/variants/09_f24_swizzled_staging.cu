@@ -1,26 +1,28 @@
-// Variant F24 of stage 09 — unpadded, 128B-swizzled staging and one TMA tensor store per half (card F24).
+// Stage 09 — go/no-go variant F24: unpadded, 128B-swizzled staging and one TMA tensor store per half.
+// Parent: fp8/09_persistent_megakernel
 //
-// Stage 09 pads each staging row to 272 B so that Phase 1's 16-B stores of 32 lanes (one row each)
-// spread over all banks, and copies each half out with ld.shared + st.global (Phase 2), which the lab
-// found contending with the K-loop for the L1/LSU (F19a). Here a staging half is exactly what a TMA
-// box lays out: rows of 256 B without padding, split into two column blocks of 64 columns (one
-// 128-B swizzle row each, since SWIZZLE_128B allows at most 128 B of inner box), block b at
-// + b * 4096, row r at + r * 128, and the 16-B chunk c of a row at chunk c ^ (r % 8) (the 128-B
-// swizzle: address bits [4,7) ^= bits [7,10), CUTLASS Swizzle<3,4,3>, pelib.emulate.swizzle_addr).
-// Phase 1 writes through that swizzle, which keeps every quarter-warp on 32 distinct banks (the
-// count is pelib.banks'), and Phase 2 of each half becomes one cp.async.bulk.tensor.3d store of the
-// box (64 columns, 32 rows, 2 column blocks) through a third tensor map, tmap_out: a 3D view of
-// `out` with dims (64, M, N / 64) and strides (2N B, 128 B) (pelib.banks.f24_out_spec; TMA lays a box
-// out densely, dimension 0 fastest, and its dimensions may take any stride order: CUTLASS
-// copy_traits_sm90_tma.hpp builds its boxes from the shared layout's order the same way). The
-// kernel's signature gains tmap_out after tmap_b. Before a half is written again, the lane that
-// issued the stores waits until the previous store of that half has been read
-// (cp.async.bulk.wait_group.read 1), and before exit until all have landed. The staging shrinks
-// from 4 x 17,408 to 4 x 16,384 B. One lane quarter per warp (NUM_EPI_WARPS = 4) only. In a TIMING
-// build the Phase 2 record ends once lane 0 has issued the half-1 store, which then runs on its own.
-// Gate (card F24): K-loop -5 % and no epilogue regression; fail-fast on Phase 1B bank conflicts worse
-// than the padded rows (measured on a B200; PENDING here).
-// Everything else is stage 09 unchanged: `diff 09_persistent_megakernel.cu` shows the idea.
+// What changes: stage 09 pads each staging row to 272 B so that Phase 1's 16-B stores of 32 lanes
+// (one row each) spread over all banks, and copies each half out with ld.shared + st.global (Phase 2).
+// Here a staging half is exactly what a TMA box lays out: rows of 256 B without padding, split into
+// two column blocks of 64 columns (one 128-B swizzle row each, since SWIZZLE_128B allows at most 128 B
+// of inner box), block b at + b * 4096, row r at + r * 128, and the 16-B chunk c of a row at chunk
+// c ^ (r % 8) (the 128-B swizzle: address bits [4,7) ^= bits [7,10), CUTLASS Swizzle<3,4,3>,
+// pelib.emulate.swizzle_addr). Phase 1 writes through that swizzle, which keeps every quarter-warp on
+// 32 distinct banks (the count is pelib.banks'), and Phase 2 of each half becomes one
+// cp.async.bulk.tensor.3d store of the box (64 columns, 32 rows, 2 column blocks) through a third
+// tensor map, tmap_out: a 3D view of `out` with dims (64, M, N / 64) and strides (2N B, 128 B)
+// (pelib.banks.f24_out_spec; TMA lays a box out densely, dimension 0 fastest, and its dimensions may
+// take any stride order: CUTLASS copy_traits_sm90_tma.hpp builds its boxes from the shared layout's
+// order the same way). The kernel's signature gains tmap_out after tmap_b. Before a half is written
+// again, the lane that issued the stores waits until the previous store of that half has been read
+// (cp.async.bulk.wait_group.read 1), and before exit until all have landed. The staging shrinks from
+// 4 x 17,408 to 4 x 16,384 B. One lane quarter per warp (NUM_EPI_WARPS = 4) only. In a TIMING build
+// the Phase 2 record ends once lane 0 has issued the half-1 store, which then runs on its own.
+// Why: the lab found Phase 2's ld.shared + st.global contending with the K-loop for the L1/LSU (F19a);
+// a TMA store takes the copy off the LSU.
+// Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F24 sets the gate (K-loop -5 %
+// and no epilogue regression; fail-fast on Phase 1B bank conflicts worse than the padded rows).
+// Run: python -m pelib.stage fp8/variants/09_f24_swizzled_staging
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -100,7 +102,7 @@ constexpr int SMEM_BYTES = 1024 + SMEM_USED;
 static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
               "NUM_EPI_WARPS must be 4, 5 or 6: 4 cover the lane quarters, warps 6 and 7 split one each");
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(SMEM_STAGING_OFF % 1024 == 0 && STAGE_BLOCK_BYTES % 1024 == 0,
               "F24: the swizzled staging blocks must start 1024-B aligned (the swizzle reads address bits)");
@@ -109,6 +111,14 @@ static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= ACC_BUFS * TMEM_ACC_STRIDE,
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
+PELIB_EXPORT_TMAP(out, 32 * STAGE_BLOCKS, STAGE_BLOCK_COLS, SWIZZLE, 2);  // out as 3D BF16: box {64, 32, 2}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

@@ -1,18 +1,21 @@
-// Variant F28 of stage 09 — precomputed descriptors and a K-loop unrolled at compile time (card F28).
+// Stage 09 — go/no-go variant F28: precomputed descriptors and a K-loop unrolled at compile time.
+// Parent: fp8/09_persistent_megakernel
 //
-// The card's changes A and C: the MMA warp computes the shared-memory descriptors of every ring slot
-// once, before the tile loop, instead of twice per k-block; and the six k-blocks of a tile are
-// unrolled so that each one's ring slot, barrier address, parity flip and accumulate flag are
+// What changes: the card's changes A and C. The MMA warp computes the shared-memory descriptors of
+// every ring slot once, before the tile loop, instead of twice per k-block; and the six k-blocks of a
+// tile are unrolled so that each one's ring slot, barrier address, parity flip and accumulate flag are
 // compile-time constants. The K-loop count becomes a compile-time K_ITERS = K / BK (6 for the patch
 // embed's K = 768; exported as k_iters; the kernel traps on any other K). One thing the card did not
 // have to deal with: the ring runs on across tiles here (PipelineState), so with 6 k-blocks and 4
 // slots a tile starts in slot 0 or slot 2 - the unrolled K-loop exists twice, once per start slot,
 // and the tile picks one with a single uniform branch; the lap parity stays one run-time bit.
-// The card's hypothesis: W1's bookkeeping between MMAs leaves tensor-core gaps; fewer instructions
-// per tile shorten the K-loop. Its static fail-fast (ptxas registers > 240, or any spill) is settled
-// at compile time; pelib.sass_account counts the K-loop's instructions per tile before and after.
-// Gate (card F28): K-loop -150 cycles and wall clock +0.5 % with F22 (measured; PENDING here).
-// Everything else is stage 09 unchanged: `diff 09_persistent_megakernel.cu` shows the idea.
+// Why: the card's hypothesis: W1's bookkeeping between MMAs leaves tensor-core gaps; fewer
+// instructions per tile shorten the K-loop. Its static fail-fast (ptxas registers > 240, or any
+// spill) is settled at compile time; pelib.sass_account counts the K-loop's instructions per tile
+// before and after.
+// Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F28 sets the gate (K-loop -150
+// cycles and wall clock +0.5 % with F22); not measured.
+// Run: python -m pelib.stage fp8/variants/09_f28_kloop_unroll
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -91,13 +94,20 @@ static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
 static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
 static_assert(K_ITERS >= 1 && (2 * K_ITERS) % NUM_STAGES == 0,
               "F28: a tile must start in one of two ring slots (0 or K_ITERS % NUM_STAGES)");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
 static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
 static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
 static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= ACC_BUFS * TMEM_ACC_STRIDE, "accumulators must fit the TMEM allocation");
 
 // ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
 PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
 PELIB_EXPORT(cta_group, CG);

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import descriptors as D
-from . import emulate as E
+from .. import descriptors as D
+from .. import emulate as E
 
 MODELLED = "modelled (pelib.emulate, from the PTX ISA and CUTLASS)"
 
@@ -157,12 +157,13 @@ def fp8_stage_params(cta_group: int = 1, **changes) -> E.TileParams:
 
 
 def hopper_proof_record(path=None) -> dict | None:
-    """The recorded summary of tests/test_gpu_emulate.py (written to $PE_GPU_RESULTS), if the book has one."""
+    """The committed summary of tests/test_gpu_emulate.py (results/*/gpu_emulate.json), if there is one."""
     import json
-    from .paths import DATA
-    p = path or DATA / "gpu_emulate.json"
+    from .. import results
+    if path is None:
+        return results.gpu_emulate_proof()
     try:
-        return json.loads(open(p).read())
+        return json.loads(open(path).read())
     except OSError:
         return None
 
@@ -170,8 +171,8 @@ def hopper_proof_record(path=None) -> dict | None:
 def hopper_proof_table(record: dict | None) -> str:
     """One line per proven case, labelled measured (device, date); or what to run when there is none."""
     if not record:
-        return ("PENDING: no Hopper proof recorded yet (book/data/gpu_emulate.json). On an H100/H200 run\n"
-                "  PE_GPU_RESULTS=book/data python -m pytest tests/test_gpu_emulate.py -m gpu")
+        return ("PENDING: no Hopper proof committed yet (results/<date>-<device>/gpu_emulate.json). On an H100/H200\n"
+                "  run PE_GPU_RESULTS=results/<date>-<device> python -m pytest tests/test_gpu_emulate.py -m gpu")
     head = (f"measured on {record['device']}, {record['date']}: {record['passed']} cases agree byte for byte, "
             f"{record['failed']} disagree")
     lines = [head] + [f"  [{'ok ' if c['passed'] else 'BAD'}] {c['kind']:<9} {c['case']}" for c in record["cases"]]
@@ -182,9 +183,9 @@ def prove_tma_here(swizzle: int = 128) -> dict:
     """Live rung 3 on a Hopper GPU: one TMA load through tests/kernels/emu_tma_dump.cu, compared byte for byte."""
     import torch
 
-    from . import launch, tma
-    from .build import build
-    from .paths import ROOT
+    from .. import launch, tma
+    from ..build import build
+    from ..paths import ROOT
     g = torch.randint(0, 256, (64, 256), dtype=torch.uint8, device="cuda")
     box = (64, swizzle or 64)
     tm = tma.tensor_map(g, box, swizzle=swizzle)

@@ -233,7 +233,7 @@ def tmem_share_table(shares=(0.0, 0.25, 0.5, 0.75, 1.0), epi_warps=(2, 4, 8)):
 
 def tmem_share_sweep(live: bool = True):
     """A pelib.widgets sweep over the TMEM-share assumption, with tmem_share_table as its static part."""
-    from pelib import widgets
+    from pelib.views import widgets
 
     def one(s):
         return tmem_share_table(shares=(s,))

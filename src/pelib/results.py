@@ -1,0 +1,202 @@
+"""The committed measured results: one tree, results/<YYYY-MM-DD>-<device>/, one folder per run.
+
+Nothing here runs a GPU: it reads what a run left behind (benchmark JSON, Hopper-twin sweeps, the GPU
+tests' summaries) and says so when there is none. A sweep (`python -m pelib.sweep`) is
+{"env": {device, date, ...}, "facts": [...], "variants": [{"stage" or "key", "defines", "label", "ok",
+"median_ms", ...}], "baselines": {...}}; a variant that failed has "error" and no "median_ms".
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .paths import KERNELS, RESULTS
+
+SWEEP_GLOB = "hopper-sweep-*.json"
+NOT_MEASURED = "not yet measured"
+
+
+def run_dir(env: dict, root: Path | None = None) -> Path:
+    """results/<date>-<device>/ for a run's environment (pelib.bench.environment()): where it writes."""
+    dev = "".join(c if c.isalnum() else "-" for c in str(env.get("device", "none"))).strip("-").lower()
+    short = re.sub(r"^nvidia-", "", dev).split("-")[0] or "none"
+    return (root or RESULTS) / f"{str(env['date'])[:10]}-{short}"
+
+
+def runs(root: Path | None = None) -> list[Path]:
+    """The run folders, oldest first (their names start with the date)."""
+    d = root or RESULTS
+    return sorted(p for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+
+
+def files(pattern: str, root: Path | None = None) -> list[Path]:
+    """Every committed file matching `pattern` in any run, oldest run first, then by name."""
+    return [f for r in runs(root) for f in sorted(r.glob(pattern))]
+
+
+def latest(pattern: str, root: Path | None = None) -> Path | None:
+    """The newest committed file matching `pattern` (None if there is none)."""
+    fs = files(pattern, root)
+    return fs[-1] if fs else None
+
+
+def load(path) -> dict:
+    """A result JSON with its file name under "_file" and its path under "_path"."""
+    p = Path(path)
+    data = json.loads(p.read_text())
+    if isinstance(data, dict):
+        data["_file"], data["_path"] = p.name, str(p)
+    return data
+
+
+# ---- sweeps ----------------------------------------------------------------------------------------
+
+def sweep_files(root: Path | None = None) -> list[Path]:
+    """The committed Hopper-twin sweeps, oldest first."""
+    return files(SWEEP_GLOB, root)
+
+
+def latest_sweep(root: Path | None = None) -> dict | None:
+    """The newest readable sweep (by its env date, then file name); None if there is none."""
+    best = None
+    for p in sweep_files(root):
+        try:
+            data = load(p)
+        except (OSError, ValueError):   # a half-written or broken file is not a result
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("variants"), list):
+            continue
+        key = (str(data.get("env", {}).get("date", "")), p.name)
+        if best is None or key > best[0]:
+            best = (key, data)
+    return best[1] if best else None
+
+
+def load_sweep(path=None) -> dict:
+    """One committed sweep (the newest by default); FileNotFoundError saying how to make one."""
+    rep = load(path) if path else latest_sweep()
+    if rep is None:
+        raise FileNotFoundError(f"no {SWEEP_GLOB} under {RESULTS}: run `python -m pelib.sweep` on an H100 "
+                                "and commit the run folder")
+    return rep
+
+
+def sweep_evidence(rep: dict) -> str:
+    """'measured (NVIDIA H100 80GB HBM3, 2026-11-23)': the label a sweep's numbers carry."""
+    return rep.get("evidence") or f"measured ({rep['env']['device']}, {rep['env']['date'][:10]})"
+
+
+def stage_key(entry: dict) -> str | None:
+    """The stage file (family/name) a sweep entry ran: its "stage", or an sm90 number key of older sweeps."""
+    if entry.get("stage") and "/" in str(entry["stage"]):
+        return str(entry["stage"])
+    key = str(entry.get("key", ""))
+    hits = sorted((KERNELS / "sm90").glob(f"{key}_*.cu")) if re.fullmatch(r"\d\d\w?", key) else []
+    return f"sm90/{hits[0].stem}" if hits else None
+
+
+def _norm(defines: dict | None, defaults: dict | None = None) -> dict:
+    return {k: str(v) for k, v in {**(defaults or {}), **(defines or {})}.items()}
+
+
+def find_variant(sweep: dict, stage: str, defines: dict | None = None, defaults: dict | None = None) -> dict | None:
+    """The sweep's entry for `stage` (family/name) built with `defines` (its `defaults` filled in on both sides)."""
+    want = _norm(defines, defaults)
+    for v in sweep.get("variants", []):
+        if stage_key(v) == stage and _norm(v.get("defines"), defaults) == want and "[again]" not in v.get("label", ""):
+            return v
+    return None
+
+
+def find_facts(sweep: dict, label: str) -> dict:
+    """The compiled facts (registers, UTMASTG, STG, STS...) the sweep recorded for a variant label."""
+    return next((f for f in sweep.get("facts", []) if f.get("label") == label), {})
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One variant as the newest sweep has it: measured (with its time), failed, or absent."""
+
+    stage: str
+    defines: dict
+    what: str
+    status: str                     # "measured", "failed", "absent", "no sweep"
+    label: str = ""
+    median_ms: float | None = None
+    p10_ms: float | None = None
+    p90_ms: float | None = None
+    repeat_ms: float | None = None  # the sweep's second timing pass of the same build (its run-to-run check)
+    verified: bool | None = None
+    error: str = ""
+    device: str = ""
+    date: str = ""
+    path: str = ""
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured"
+
+    @property
+    def evidence(self) -> str:
+        """'measured (NVIDIA H100 80GB HBM3, 2026-11-23)' or 'not yet measured: <why>'."""
+        if self.measured:
+            return f"measured ({self.device}, {self.date})"
+        why = {"no sweep": f"no Hopper sweep is committed under {RESULTS.name}/",
+               "absent": f"the newest sweep ({self.device}, {self.date}) did not run this variant",
+               "failed": f"the run on {self.device} ({self.date}) failed: {self.error}"}[self.status]
+        return f"{NOT_MEASURED}: {why}"
+
+
+def _first_line(text: str, limit: int = 160) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    if " grid=" in line:        # a launch description: keep the kind of failure and the kernel's name
+        line = line.split(" grid=")[0]
+    return line[:limit] + ("…" if len(line) > limit else "")
+
+
+def variant_result(stage: str, defines: dict | None, what: str = "", sweep: dict | None = None,
+                   defaults: dict | None = None) -> VariantResult:
+    """The newest sweep's result for one variant (pass `sweep` to read a given one)."""
+    sw = sweep if sweep is not None else latest_sweep()
+    defines = dict(defines or {})
+    if sw is None:
+        return VariantResult(stage, defines, what, "no sweep")
+    env = sw.get("env", {})
+    common = dict(device=str(env.get("device", "?")), date=str(env.get("date", "?"))[:10], path=sw.get("_path", ""))
+    v = find_variant(sw, stage, defines, defaults)
+    if v is None:
+        return VariantResult(stage, defines, what, "absent", **common)
+    label = str(v.get("label", ""))
+    facts = find_facts(sw, label)
+    if v.get("median_ms") is None:
+        return VariantResult(stage, defines, what, "failed", label=label, verified=v.get("ok"),
+                             error=_first_line(str(v.get("error", "no time recorded"))), facts=facts, **common)
+    return VariantResult(stage, defines, what, "measured", label=label, median_ms=float(v["median_ms"]),
+                         p10_ms=v.get("p10_ms"), p90_ms=v.get("p90_ms"), repeat_ms=v.get("repeat_median_ms"),
+                         verified=v.get("ok"), facts=facts, **common)
+
+
+def stage_times(sweep: dict | None = None) -> dict[str, dict]:
+    """{stage key: {ms, device, date, cublas_ms}}: each stage at its default defines in the newest sweep
+    (verified runs only), with cuBLAS's GEMM-only time of the same run."""
+    sw = sweep if sweep is not None else latest_sweep()
+    if not sw:
+        return {}
+    env = sw.get("env", {})
+    cublas = (sw.get("baselines") or {}).get("cublas_gemm", {}).get("median_ms")
+    out = {}
+    for v in sw.get("variants", []):
+        key = stage_key(v)
+        if key and not v.get("defines") and v.get("ok") and v.get("median_ms") and "[again]" not in v.get("label", ""):
+            out[key] = {"ms": float(v["median_ms"]), "device": env.get("device", "?"),
+                        "date": str(env.get("date", "?"))[:10], "cublas_ms": cublas}
+    return out
+
+
+def gpu_emulate_proof() -> dict | None:
+    """The newest committed summary of tests/test_gpu_emulate.py (the emulator against a GPU), or None."""
+    p = latest("gpu_emulate.json")
+    return load(p) if p else None

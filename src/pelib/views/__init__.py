@@ -1,0 +1,1 @@
+"""What the chapters show: tables, figures and widgets, one module per book part."""
