@@ -110,7 +110,7 @@ def launch_config(b, problem, sm_count: int = H100_SMS) -> LaunchConfig:
     (resident_b) a persistent grid of whole column blocks, each CTA holding one block of B."""
     ex = b.exports
     bm, bn, bk = ex["block_m"], ex["block_n"], ex["block_k"]
-    if problem.n % bn or problem.k % bk:
+    if problem.n % bn or problem.k % bk or problem.k % ex.get("box_k_bytes", bk):
         raise ShapeError(f"{problem.name}: N={problem.n}, K={problem.k} must be multiples of the stage's "
                          f"block_n={bn} and block_k={bk}; pick a stage variant with BLOCK_N dividing N")
     if "max_k" in ex and problem.k > ex["max_k"]:

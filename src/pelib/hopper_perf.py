@@ -9,7 +9,7 @@ One process on one H100 or H200, most important first (each later step runs whil
  3. VARIANTS (stage, defines) in workers (a trap or hang ends only its worker): verified on the check
     shapes of pelib.hopper.check_problem and the full problem (NaN-poisoned outputs), timed twice,
     and the precision of the full output (pelib.baselines.precision);
- 4. the speed-of-light probes of 06 (src/kernels/sm90/probes/06_sol_probe.cu): no A, no stores, both;
+ 4. the speed-of-light probes of 06 (src/kernels/sm90/probes/sol_probe_06.cu): no A, no stores, both;
  5. clock64 records of every tile (TIMING, PE_TIMING_TILES = PROFILE_TILES) of PROFILE_STAGES: phase
     averages over the whole run and over its first 16 tiles, cycles per tile of each CTA, and the SM
     clock the kernel ran at (its cycles over its measured time);
@@ -49,7 +49,7 @@ VARIANTS = [
     ("10", {**UNBOUNDED, "PREFETCH_TILES": 1}),
 ]
 AGAIN = [("06", UNBOUNDED)]
-PROBE = "sm90/probes/06_sol_probe.cu"
+PROBE = "sm90/probes/sol_probe_06.cu"
 PROBES = [{"PROBE_NO_STORE": 1}, {"PROBE_NO_A": 1}, {"PROBE_NO_A": 1, "PROBE_NO_STORE": 1}]
 PROFILE_STAGES = [("06", UNBOUNDED)]
 PROFILE_TILES = 336                 # >= the tiles of one CTA on 132 SMs (330): every tile recorded

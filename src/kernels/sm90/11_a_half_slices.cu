@@ -4,20 +4,21 @@
 // 64 rows x 128 B, twice as many stages of half the size (the same 32 KiB), and a consumer frees a
 // stage after its two wgmma (k32 each) instead of four. B, its 128-byte swizzle and every other
 // part of 06 are unchanged; A's descriptor is the SW64 form (layout type 2, SBO = 8 rows x 64 B).
-// Why: with B resident (192 KiB) the A ring cannot grow, so what decides how early a load is issued
-// is how much of the ring the consumer holds. In 06 it holds the slice its wgmma are reading and, while
-// it issues the next, that one too: 8 to 16 KiB of the 32. Halving the stage halves that, so about
-// 4 KiB more of A is in flight ahead of the mainloop (~256 cycles of wgmma at the FP8 rate) to hide the
-// L2 latency that the clock64 records of 06 show as `tma_wait`.
-// Measured: results/2026-11-24-h100/hopper-perf.json
-// Run: python -m pelib.stage sm90/11_a_half_slices
-//
 // Everything else is stage 06: B resident with permuted rows (5-D TMA view), ping-pong warpgroups with
 // turn barriers, comb read into registers before the mainloop, 16-B streaming stores, A prefetched into
 // L2 PREFETCH_TILES ahead. Ring position of (local tile i, A piece ka) = i * num_ka + ka; slot
 // s = it % NUM_STAGES, lap it / NUM_STAGES. Shared memory: B at 0 (K/128 slices of BLOCK_N rows x 128 B,
 // SW128, rows permuted), the A ring (NUM_STAGES x 4 KiB, SW64), then full[s], empty[s], b_full,
 // turn[2]. TIMING phases as 04 (tma_wait sums the waits of a tile's 12 pieces).
+// Why: with B resident (192 KiB) the A ring cannot grow, so what decides how early a load is issued
+// is how much of the ring the consumer holds. In 06 it holds the slice its wgmma are reading and, while
+// it issues the next, that one too: 8 to 16 KiB of the 32. Halving the stage halves that, so about
+// 4 KiB more of A is in flight ahead of the mainloop (~256 cycles of wgmma at the FP8 rate) to hide the
+// L2 latency that the clock64 records of 06 show as `tma_wait`.
+// Measured: results/2026-11-24-h100/hopper-perf.json: 1.165 ms against 0.940 ms for 06 (H100 80GB
+// HBM3, unbounded waits); results/2026-11-24-h200/hopper-perf.json: 0.975 ms against 0.824 ms (H200).
+// Lost on both chips: twice the waits, arrivals and TMA issues per tile cost more than the lookahead gained.
+// Run: python -m pelib.stage sm90/11_a_half_slices
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -88,14 +89,27 @@ static_assert(K_MAX % BK == 0 && KB_MAX >= 1, "K_MAX: a multiple of 128");
 static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 32, "NUM_STAGES: 2 to 32");
 static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * NUM_THREADS,
               "setmaxnreg: the consumers would take more registers than the producer gives back");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KiB per-block limit: "
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KiB per-block limit: "
               "fewer NUM_STAGES, a smaller BLOCK_N or K_MAX");
 
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);   // no __cluster_dims__: the launch gives the cluster shape
+PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is a multiple of N / tile_n
+PELIB_EXPORT(tile_m, BM);
+PELIB_EXPORT(tile_n, BN);
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
+PELIB_EXPORT_TMAP(a, BM, BKA, SWIZZLE_A, 1);        // A [M, K] FP8 as uint8
+PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
+PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
 PELIB_EXPORT(block_m, BM);
 PELIB_EXPORT(block_n, BN);
-PELIB_EXPORT(block_k, BK);
+PELIB_EXPORT(block_k, BKA);             // K per ring stage; B's slices are box_k_bytes = 128
 PELIB_EXPORT(stages, NUM_STAGES);
 PELIB_EXPORT(consumers, NUM_CONSUMERS);
 PELIB_EXPORT(wg_m, 1);
