@@ -48,8 +48,11 @@ def test_stage_header_retells_its_record(name):
     """The header names the lab record it retells; pelib.records has that record (the number lives there)."""
     s = F.stage(name)
     rec = s.recorded()
+    if s.header.recorded.startswith("none"):       # a split sub-version (08a, 08b): its idea has no number of its own
+        assert rec is None and len(s.name.split("_")[0]) == 3 and "fp8-megakernel" in s.header.recorded
+        return
     assert rec is not None and rec.source.note.startswith("fp8-megakernel")
-    assert rec.what.split(":")[0].split(" ")[0] in s.header.text
+    assert rec.what.split(":")[0].split(" ")[0] in s.header.recorded
 
 
 # ---- compiled facts -----------------------------------------------------------------------
@@ -259,7 +262,7 @@ def test_recorded_numbers_are_labelled_and_come_from_records():
     ("00_ws_cta1", "01_cta2", "constexpr int CG = 2;", "constexpr int CG = 1;"),
     ("01_cta2", "02_tn256", "constexpr int TN = 256;", "constexpr int TN = 128;"),
     ("02_tn256", "03_x32_loads", "tcgen05_ld_32x32b_x32(", "tcgen05_ld_32x32b_x16("),
-    ("03_x32_loads", "04_independent_polling", "mbarrier_wait_parity_cluster(mma_done", "named_barrier_sync("),
+    ("03_x32_loads", "04_independent_polling", "mbarrier_wait_parity(mma_done", "named_barrier_sync("),
 ])
 def test_diff_is_the_lesson(a, b, added, removed):
     d = stages.diff(f"fp8/{a}.cu", f"fp8/{b}.cu", skip_header=True)
@@ -367,7 +370,7 @@ def test_runtime_bounds_put_an_exit_test_after_every_step():
 
     ex = F.build("05").exports
     per_range = ex["tile_n"] // ex["epi_ld_x"]          # TMEM loads of one pass over a lane quarter's columns
-    rt = SA.gaps(F.build("05", {"EPI_RUNTIME_BOUNDS": 1}).sass, "LDTM")
+    rt = SA.gaps(Stage("fp8/variants/05_f4_runtime_bounds").build.sass, "LDTM")
     tpl = SA.gaps(F.build("05").sass, "LDTM")
     # run-time bounds: one loop body, a branch between every two loads; templated: a copy per column range
     assert len(rt) + 1 == per_range and all(g["branches"] for g in rt)
@@ -596,7 +599,9 @@ def test_tables_are_labelled():
     ("05_epi_warps", "06_stages", "#define NUM_STAGES 4", "#define NUM_STAGES 6"),
     ("06_stages", "07_smem_staged_epilogue", "stage_copy_out<", "fuse_store<TMEM_LD_COLS>(acc, cb, out_ptr + c);"),
     ("07_smem_staged_epilogue", "08_unroll", "PHASE2_UNROLL = 8", "PHASE2_UNROLL = 4"),
-    ("08_unroll", FINAL, "PersistentTileScheduler<ACC_BUFS> sched(", "mbarrier_wait_parity_cluster(mma_done, 0, 3);"),
+    ("08_unroll", "08a_persistent_tiles", "PersistentTileScheduler<ACC_BUFS> sched(", "mma_done, 0, 3);"),
+    ("08a_persistent_tiles", "08b_double_staging", "stage_copy_some<H, COPIES_PER_LOAD>(", "#define NUM_EPI_WARPS 5"),
+    ("08b_double_staging", FINAL, "u64* acc_empty) {", "PE_DEVICE u64 drain(u32 t_row, const u16* comb_ptr, u32 stage_buf"),
 ])
 def test_diff_is_the_lesson(a, b, added, removed):
     d = stages.diff(f"fp8/{a}.cu", f"fp8/{b}.cu", skip_header=True)

@@ -75,8 +75,8 @@ def test_variant_is_stage_09_plus_its_change(card):
     added, removed, changed = EXPORT_DELTA[card]
     assert set(ev) - set(e9) == added and set(e9) - set(ev) == removed
     assert {k for k in set(ev) & set(e9) if ev[k] != e9[k]} == changed
-    text = V.VARIANTS[card].file.read_text()
-    assert text.startswith(f"// Variant {card} of stage 09")
+    h = stages.read_header(V.VARIANTS[card].file)
+    assert h.idea.startswith(f"go/no-go variant {card}") and h.parent == "fp8/09_persistent_megakernel"
     d = stages.diff(V.BASE, V.VARIANTS[card].path, skip_header=True)
     minus = [ln[1:] for ln in d.splitlines() if ln.startswith("-") and not ln.startswith("---")]
     plus = [ln[1:] for ln in d.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
@@ -87,7 +87,7 @@ def test_variant_is_stage_09_plus_its_change(card):
         assert len(minus) == 2 and all("drain" in m or "acc_empty" in m for m in minus)
     if card == "F28":       # only the MMA warp's K-loop goes
         src = V.VARIANTS["F28"].base_file.read_text()
-        i = src.index("mbarrier_wait_parity_cluster(&full[ring.index]")
+        i = src.index("(&full[s], ring.phase")
         start = src.rindex("\n", 0, src.rindex("for (int kb", 0, i)) + 1
         loop = src[start:src.index("ring.advance();\n        }", i) + 30]
         assert minus and all(m in loop for m in minus), [m for m in minus if m not in loop]
@@ -337,7 +337,7 @@ def test_cards_decisions_with_the_variant_evidence():
     assert dec["F27"].status == gonogo.ABORT and dec["F27"].evidence == "recorded"
     assert dec["F25"].status == gonogo.GO and dec["F25"].evidence == "recorded"
     assert ev["F21"].status == ev["F26"].status == V.HOST_SIDE and "pelib.l2policy" in ev["F26"].reason
-    assert "F23" in V.VARIANTS and "lanes 32*(w%4)" in Stage(V.VARIANTS["F23"].file).header.text
+    assert "F23" in V.VARIANTS and "lanes 32*(w%4)" in Stage(V.VARIANTS["F23"].file).header.what
 
 
 # ---- F21 / F26: host side ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pelib.kinds.base import KindError
 from pelib.models import protocol
 from pelib.views.hopper import sm90 as S
 
-STAGE_KEYS = [p.stem[:2] for p in stages.family_stages("sm90")]
+STAGE_KEYS = [p.stem.split("_")[0] for p in stages.family_stages("sm90")]   # 00, 00a, ..., 11
 FULL = problems.patch_embed("siglip2")
 SM90 = sm90.Sm90()
 
@@ -22,7 +22,8 @@ def stage_build(request):
 
 
 def test_all_stages_exist():
-    assert STAGE_KEYS == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09"]
+    assert [k for k in STAGE_KEYS if len(k) == 2] == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"]
+    assert [k for k in STAGE_KEYS if len(k) == 3] == ["00a", "00b", "00c", "01a", "03a", "03b", "03c", "03d"]
 
 
 def test_stage_compiles_without_spills(stage_build):
@@ -52,9 +53,10 @@ def test_sass_has_fp8_wgmma_of_the_tile(stage_build):
 
 def test_warp_specialized_stages_reallocate_registers(stage_build):
     key, b = stage_build
-    if key == "00":
-        pytest.skip("stage 00 has one warpgroup")
     ex = b.exports
+    if "producer_regs" not in ex:      # 00 to 00c: no setmaxnreg yet (01 adds it)
+        assert key < "01" and b.histogram.get("USETMAXREG", 0) == 0
+        pytest.skip(f"stage {key} does not reallocate registers")
     assert b.histogram["USETMAXREG"] == 2
     assert 128 * (ex["producer_regs"] + ex["consumers"] * ex["consumer_regs"]) <= 65536
 
@@ -67,11 +69,13 @@ def test_tma_store_only_in_staged_epilogue(stage_build):
 def test_descriptor_export_matches_python_encoder(stage_build):
     _, b = stage_build
     ex = b.exports
-    want = descriptors.gmma_smem_desc(0, ex["desc_lbo"], ex["desc_sbo"], ex["swizzle_bytes"])
+    sw_a, ka = ex.get("swizzle_a_bytes", ex["swizzle_bytes"]), ex.get("box_a_k_bytes", 128)  # 11: SW64 A
+    want = descriptors.gmma_smem_desc(0, ex["desc_lbo"], 8 * ka, sw_a)
     assert ex["desc_a_base0"] == want
     d = descriptors.decode_gmma_smem_desc(want)
-    assert d["swizzle"] == 128 and d["sbo"] == 1024  # SW128 K-major: 8 rows x 128 B between groups
-    assert want >> 62 == 1                           # GMMA layout type B128 = 1 at [62,64), no version bit
+    assert d["swizzle"] == sw_a == ka and d["sbo"] == 8 * ka  # K-major: 8 rows x the atom's bytes between groups
+    assert want >> 62 == {128: 1, 64: 2}[sw_a]       # GMMA layout type B128 = 1, B64 = 2 at [62,64), no version bit
+    assert ex["desc_sbo"] == 1024 and ex["swizzle_bytes"] == 128   # B: SW128 in every stage
 
 
 def test_cluster_stages_mask_the_descriptor_address():
@@ -239,15 +243,16 @@ def test_tensor_maps(stage_build):
     specs = S(key).tensor_map_specs(FULL)
     a, bb, c = specs["a"], specs["b"], specs["c"]
     assert a.dtype == bb.dtype == "uint8" and c.dtype == "bfloat16"   # no FP8 TMA type (READING trap 5)
-    assert a.swizzle == bb.swizzle == 128 and a.inner_box_bytes == 128
-    assert a.box_shape == (b.exports["block_m"], 128)
+    ka = b.exports.get("box_a_k_bytes", 128)                          # 11: 64-byte pieces of A
+    assert a.swizzle == ka and bb.swizzle == 128 and a.inner_box_bytes == ka
+    assert a.box_shape == (b.exports["block_m"], ka)
     cl = b.exports.get("cluster_m", 1)
     if b.exports.get("b_perm_tma", 0):                                # the 5-D permuting view (06+)
         assert bb.box_shape == (b.exports["block_n"] // 32, 4, 4, 2, 128) and bb.rank == 5
     else:
         assert bb.box_shape == (b.exports["block_n"] // cl, 128)      # multicast: each CTA loads its share
     # expect_tx bytes of a stage = the boxes that land in it (the peer's share included)
-    assert a.box_bytes + cl * bb.box_bytes == (b.exports["block_m"] + b.exports["block_n"]) * 128
+    assert (128 // ka) * a.box_bytes + cl * bb.box_bytes == (b.exports["block_m"] + b.exports["block_n"]) * 128
     assert c.inner_box_bytes <= 128
 
 
@@ -498,5 +503,5 @@ def test_sweep_memcheck_ignores_api_errors_and_ncu_keeps_named_metrics():
 def test_sweep_lists_the_new_stages_and_the_baseline_twice():
     todo = sweep.entries(["sm90"], variants=True)
     keys = {k.split("/")[1][:2] for k, _ in todo}
-    assert set(NEW_STAGES) <= keys and len(todo) + len(sweep.AGAIN) <= 40
+    assert set(NEW_STAGES) <= keys and len(todo) + len(sweep.AGAIN) <= 50
     assert all(a in todo for a in sweep.AGAIN)      # the drift run repeats an entry of the sweep

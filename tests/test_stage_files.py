@@ -6,14 +6,15 @@ import struct
 import pytest
 
 from pelib import build as B
+from pelib import stages
 from pelib.paths import KERNELS
 
 VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_in_kernel", "grid_kind",
-              "tile_m", "tile_n", "block_k", "pipeline_stages", "epi_warps", "barrier_bytes")
+              "tile_m", "tile_n", "block_k", "pipeline_stages", "epi_warps", "barrier_bytes", "wait_kind")
 TMAP_FIELDS = ("box_rows", "box_cols", "swizzle", "elem_bytes")
 SMEM_LIMIT = 227 * 1024   # CUDA C++ Programming Guide, technical specifications: 227 KB per block on sm_90 / sm_100
 
-STAGE_FILES = sorted(KERNELS.glob("*/[0-9][0-9]*_*.cu")) + sorted(KERNELS.glob("fp8/variants/[0-9][0-9]*_*.cu"))
+STAGE_FILES = stages.all_stages()
 IDS = [str(p.relative_to(KERNELS)) for p in STAGE_FILES]
 
 
@@ -87,6 +88,79 @@ def signature(path) -> list[tuple[str, str]]:
 def test_every_family_has_stages():
     fams = {p.relative_to(KERNELS).parts[0] for p in STAGE_FILES}
     assert fams == {"nvfp4", "fp8", "sm90"} and any("variants" in str(p) for p in STAGE_FILES)
+    on_disk = set(KERNELS.glob("*/[0-9][0-9]*.cu")) | set(KERNELS.glob("*/*/[0-9][0-9]*.cu"))
+    assert on_disk == set(STAGE_FILES), "every numbered .cu is a stage of a listed family"
+
+
+# ---- the header grammar (pelib.stages) --------------------------------------------------------------
+
+def family_of(path) -> str:
+    return str(path.parent.relative_to(KERNELS))
+
+
+@pytest.mark.parametrize("path", STAGE_FILES, ids=IDS)
+def test_header_grammar(path):
+    h = stages.read_header(path)
+    assert h.number == path.name.split("_")[0] and h.idea and h.what and h.why and (h.recorded or h.measured)
+    assert h.run.split()[:4] == ["python", "-m", "pelib.stage", stages.name(path)], \
+        f"the Run line names the stage itself: {h.run!r}"
+    assert all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=[\w.,]+", a) for a in h.run.split()[5::2]), h.run
+
+
+@pytest.mark.parametrize("path", STAGE_FILES, ids=IDS)
+def test_parent_is_an_earlier_existing_stage(path):
+    h = stages.read_header(path)
+    fam = stages.family_stages(family_of(path))
+    if family_of(path) != "fp8/variants" and path == fam[0]:
+        assert h.parent is None, f"{path.name} is its family's first stage: it declares no parent"
+        return
+    assert h.parent, f"{path.name} declares no Parent line"
+    parent = stages.parent_of(path)
+    assert parent.is_file() and stages.name(parent) == h.parent
+    if family_of(parent) == family_of(path):
+        assert fam.index(parent) < fam.index(path), "a parent sorts before its child"
+
+
+def test_diff_defaults_to_the_declared_parent():
+    one = stages.diff("fp8/03_x32_loads.cu", skip_header=True)
+    assert one == stages.diff("fp8/02_tn256.cu", "fp8/03_x32_loads.cu", skip_header=True)
+    assert one.title == "fp8/02_tn256.cu → fp8/03_x32_loads.cu"
+    assert stages.diff_stats("fp8/03_x32_loads.cu") == stages.diff_stats("fp8/02_tn256.cu", "fp8/03_x32_loads.cu")
+    with pytest.raises(stages.HeaderError, match="first stage"):
+        stages.diff("fp8/00_ws_cta1.cu")
+
+
+GOOD = """// Stage 03 — an idea.
+// Parent: fp8/02_tn256
+//
+// What changes: a thing,
+//   continued.
+// Why: a reason.
+// Recorded: a-note.md, commit abc: 1 ms.
+// Run: python -m pelib.stage fp8/03_x32_loads -D NUM_STAGES=4
+#include "common/types.cuh"
+"""
+
+
+def test_header_parser_reads_and_refuses():
+    h = stages.Header.parse(GOOD)
+    assert (h.number, h.idea, h.parent, h.what, h.why) == ("03", "an idea.", "fp8/02_tn256", "a thing, continued.",
+                                                           "a reason.")
+    assert h.recorded == "a-note.md, commit abc: 1 ms." and h.measured is None
+    bad = {
+        "em dash": GOOD.replace(" — ", " - "),
+        "order": GOOD.replace("// Why: a reason.\n", "").replace("// Run:", "// Why: a reason.\n// Run:", 1)
+                     .replace("// Recorded:", "// Run: x\n// Recorded:"),
+        "no Why": GOOD.replace("// Why: a reason.\n", ""),
+        "no evidence": GOOD.replace("// Recorded: a-note.md, commit abc: 1 ms.\n", ""),
+        "Run": GOOD.replace("python -m pelib.stage", "make"),
+        "twice": GOOD.replace("// Why: a reason.", "// Why: a reason.\n// Why: again."),
+        "text before a key": GOOD.replace("// Parent: fp8/02_tn256\n", "// Parent: fp8/02_tn256\n// stray\n").replace(
+            "// Parent: fp8/02_tn256", "// stray first"),
+    }
+    for what, text in bad.items():
+        with pytest.raises(stages.HeaderError):
+            stages.Header.parse(text, what)
 
 
 def test_exports_the_whole_vocabulary(stage):
@@ -127,6 +201,8 @@ def test_values_agree_with_the_cubin(stage):
     assert ex["cluster_x"] >= 1 and ex["grid_kind"] in (0, 1, 2)
     assert 1 <= ex["epi_warps"] and 32 * ex["epi_warps"] <= ex["num_threads"]
     assert ex["pipeline_stages"] >= 1 and ex["barrier_bytes"] >= 8
+    # sm90 waits are the call-free ones (kind 1 by default), the sm_100a stages' the printf ones (kind 0)
+    assert ex["wait_kind"] == (1 if arch_of(path) == "sm_90a" else 0)
 
 
 def test_values_agree_with_each_other(stage):
@@ -139,3 +215,109 @@ def test_values_agree_with_each_other(stage):
     a_stage = ex["tmap_a_box_rows"] * ex["tmap_a_box_cols"] * ex["tmap_a_elem_bytes"]
     assert ex["smem_bytes"] >= ex["pipeline_stages"] * a_stage + ex["barrier_bytes"], \
         "the dynamic shared memory must hold the A ring and the barriers"
+
+
+# ---- one idea per diff ---------------------------------------------------------------------------
+
+WITH_PARENT = [p for p in STAGE_FILES if stages.read_header(p).parent]
+
+
+@pytest.mark.parametrize("path", WITH_PARENT, ids=[str(p.relative_to(KERNELS)) for p in WITH_PARENT])
+def test_one_idea_per_diff(path):
+    """Each stage differs from its declared parent by at most 100 changed code lines on either side of
+    the diff (header excluded; a block that only moved one level deeper is not changed code)."""
+    d = stages.diff_stats(path, ignore_indent=True)
+    assert max(d.values()) <= 100, f"{stages.name(path)} changes +{d['added']}/-{d['removed']} lines against " \
+        f"{stages.read_header(path).parent}: split the idea into sub-versions (NNa, NNb)"
+
+
+def test_the_size_rule_can_fail():
+    """The bundles the sub-versions split apart are far over the limit, so the rule measures something."""
+    assert stages.diff_stats("sm90/00_tma_wgmma.cu", "sm90/01_warp_specialized.cu", ignore_indent=True)["added"] > 100
+    assert stages.diff_stats("sm90/03_staged_epilogue.cu", "sm90/04_pingpong_resident_b.cu", ignore_indent=True)["added"] > 100
+    raw, flat = (stages.diff_stats("sm90/01_warp_specialized.cu", "sm90/01a_persistent.cu", ignore_indent=f)
+                 for f in (False, True))
+    assert raw["added"] > flat["added"], "the mainloop moved into the tile loop: re-indented, not changed"
+
+
+# ---- common/: wrappers hold every asm, building blocks and stages include them by path ----------------
+
+COMMON = KERNELS / "common"
+BUILDING_BLOCKS = ("epilogue", "staging", "scheduler", "tile_map")
+
+
+def _code(path) -> str:
+    return re.sub(r"//[^\n]*", "", path.read_text())
+
+
+@pytest.mark.parametrize("path", STAGE_FILES, ids=IDS)
+def test_stage_files_hold_no_inline_ptx(path):
+    assert not re.search(r"\basm\b", _code(path)), f"{path.name}: move the asm into a common/ wrapper header"
+
+
+@pytest.mark.parametrize("name", BUILDING_BLOCKS)
+def test_building_blocks_hold_no_inline_ptx(name):
+    assert not re.search(r"\basm\b", _code(COMMON / f"{name}.cuh"))
+
+
+@pytest.mark.parametrize("path", STAGE_FILES + sorted(COMMON.glob("*.cuh")), ids=lambda p: p.name)
+def test_includes_name_common_headers(path):
+    incs = re.findall(r'^\s*#\s*include\s*[<"]([^">]+)[">]', path.read_text(), re.M)
+    assert all(re.fullmatch(r"common/\w+\.cuh", i) and (KERNELS / i).is_file() for i in incs), incs
+    assert incs or path.name in ("limits.cuh", "types.cuh"), f"{path.name} includes nothing"
+
+
+def test_readme_lists_every_header():
+    text = (COMMON / "README.md").read_text()
+    assert all(f"`{p.name}`" in text for p in COMMON.glob("*.cuh"))
+
+
+# ---- Blackwell SASS hygiene ---------------------------------------------------------------------------
+
+BLACKWELL = [p for p in STAGE_FILES if arch_of(p) == "sm_100a"]
+BW_IDS = [str(p.relative_to(KERNELS)) for p in BLACKWELL]
+
+
+def _calls(instrs) -> list:
+    """CALLs of the kernel's own code (ptxas adds tcgen05 guardrail calls on dealloc: not ours)."""
+    return [i for i in instrs if i.op.startswith("CALL") and "guardrail" not in i.text]
+
+
+@pytest.mark.parametrize("path", BLACKWELL, ids=BW_IDS)
+def test_steady_state_loops_hold_no_cache_invalidate_or_gpu_fence(path):
+    """The K-loop, the epilogue loop and the producer's loop of every sm_100a stage: no CCTL.IVALL (a
+    cluster-scope acquire's L1 invalidate) and no MEMBAR.ALL.GPU (a cluster-scope release's wait for
+    every outstanding global store). Set-up and teardown (barrier.cluster) may hold them."""
+    from pelib import sass_account as SA
+
+    b = B.build(path, "sm_100a")
+    ins = SA.parse(b.sass)
+    loops = SA.steady_loops(ins)
+    assert loops["mma"], "the MMA issue loop was not found"
+    for name, regions in loops.items():
+        for r in regions:
+            assert SA.fences(ins, r) == {"CCTL.IVALL": 0, "MEMBAR.ALL.GPU": 0}, \
+                f"{path.name}: the {name} loop 0x{r[0]:x}-0x{r[1]:x} holds {SA.fences(ins, r)}"
+
+
+WAIT_BUILD_STAGES = ("nvfp4/01_pipelined.cu", "fp8/00_ws_cta1.cu", "fp8/01_cta2.cu", "fp8/09_persistent_megakernel.cu")
+
+
+@pytest.mark.parametrize("path", [KERNELS / s for s in WAIT_BUILD_STAGES], ids=WAIT_BUILD_STAGES)
+def test_wait_builds(path):
+    """PE_WAIT_KIND 0 (the default) calls the printf on a timeout, 1 traps without a call, 2 spins
+    unbounded; each exports the kind it was built with."""
+    from pelib import sass_account as SA
+
+    builds = {k: B.build(path, "sm_100a", {"PE_WAIT_KIND": k} if k else None) for k in (0, 1, 2)}
+    assert [b.exports["wait_kind"] for b in builds.values()] == [0, 1, 2]
+    calls = {k: len(_calls(SA.parse(b.sass))) for k, b in builds.items()}
+    assert calls[0] > 0 and calls[1] == 0 and calls[2] == 0, calls
+    traps = {k: sum(1 for i in SA.parse(b.sass) if "TRAP" in i.op) for k, b in builds.items()}
+    assert traps[2] < traps[1], f"the bounded call-free waits trap, the unbounded ones cannot: {traps}"
+    assert B.build(path, "sm_100a", {"PE_UNBOUNDED_WAIT": 1}).exports["wait_kind"] == 2
+
+
+def test_wait_kind_out_of_range_is_a_build_error():
+    with pytest.raises(B.BuildError, match="PE_WAIT_KIND"):
+        B.build("fp8/00_ws_cta1.cu", "sm_100a", {"PE_WAIT_KIND": 3})

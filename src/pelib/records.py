@@ -512,6 +512,8 @@ def stage_record(stage_key: str, recorded_text: str = "", pipeline_stages: int |
     """The record a stage's header points at: a commit of the FP8 history, a later kernel state (F18...),
     or for an NVFP4 stage the log's K=16384 time at its pipeline depth. None where the notes have none."""
     text = recorded_text or ""
+    if text.lower().startswith("none"):   # "none separately: ..." / "none yet: ...": the header says it has no number
+        return None
     family = stage_key.split("/")[0]
     if family == "nvfp4":
         st = pipeline_stages or 1

@@ -204,42 +204,6 @@ def _key(path: Path) -> str:
     return str(path.relative_to(KERNELS).with_suffix(""))
 
 
-@dataclass(frozen=True)
-class Header:
-    """The stage's opening comment: its idea (first line), parent, and the rest as written."""
-
-    idea: str
-    parent: str | None
-    text: str
-    recorded: str = ""
-
-
-def _parse_header(path: Path) -> Header:
-    lines = [ln[3:] if ln.startswith("// ") else ln[2:] for ln in
-             (ln for ln in path.read_text().splitlines()[:80]) if ln.startswith("//")]
-    text = "\n".join(lines)
-    head = lines[0] if lines else path.stem
-    idea = re.sub(r"^(?:NVFP4 |sm90 )?(?:[Ss]tage|Variant F\d+ of stage) \w+\s*(?:—|:|-)\s*", "", head).strip()
-    m = re.search(r"^Parent:\s*(\S+)", text, re.M)
-    parent = m.group(1) if m else None
-    if parent is None:
-        m = (re.search(r"[Cc]hanged from (\d\d)\b", text) or re.search(r"\(against (\d\d)\)", text)
-             or re.search(r"^(?:NVFP4 |sm90 )?[Ss]tage \d\d\w*\s*(?:—|:)\s*(?:stage )?(\d\d)\b with", text, re.M))
-        if m:
-            fam = path.parent.name if path.parent.name != "variants" else path.parent.parent.name
-            hits = sorted((KERNELS / fam).glob(f"{m.group(1)}_*.cu"))
-            parent = _key(hits[0]) if hits else None
-        elif path.parent.name == "variants":
-            hits = sorted((path.parent.parent).glob(f"{path.stem[:2]}_*.cu"))
-            parent = _key(hits[0]) if hits else None
-        else:   # a stage of the line: its predecessor in the family's order
-            line = stages.family_stages(path.parent.name)
-            i = line.index(path) if path in line else 0
-            parent = _key(line[i - 1]) if i > 0 else None
-    m = re.search(r"^Recorded[^:]*:?\s*(.*?)(?:\n\n|\Z)", text, re.M | re.S)
-    return Header(idea=idea, parent=parent, text=text, recorded=" ".join(m.group(1).split()) if m else "")
-
-
 class Stage:
     """A stage file built with `defines`: the one host path for every family (see the module's doc)."""
 
@@ -271,8 +235,9 @@ class Stage:
         return self.path.read_text()
 
     @cached_property
-    def header(self) -> Header:
-        return _parse_header(self.path)
+    def header(self) -> stages.Header:
+        """The parsed header (pelib.stages.read_header): idea, parent, what, why, recorded, run."""
+        return stages.read_header(self.path)
 
     @cached_property
     def parent(self) -> "Stage | None":
@@ -453,8 +418,7 @@ class Stage:
         inputs' finite maxima), with the stage's tile for locating bad tiles."""
         prob = self.problem(problem)
         ref = self.kind.reference(prob, tensors) if ref is None else ref
-        a_max, b_max = self.kind.absmax(tensors)
-        return _verify.verify_gemm(tensors["out"], ref, K=prob.k, a_absmax=a_max, b_absmax=b_max,
+        return _verify.verify_gemm(tensors["out"], ref, **self.kind.tolerance_inputs(prob, tensors),
                                    tile=(self.exports.tile_m, self.exports.tile_n),
                                    label=f"{self.key} {self.label.split(' ', 1)[1] if self.defines else ''} "
                                          f"on {prob.name}".replace("  ", " "))
@@ -532,7 +496,7 @@ class Stage:
     # ---- what is recorded and measured about it ----------------------------------------------------------
     def recorded(self):
         """The lab's B200 record of this stage's idea (pelib.records), or None."""
-        return records.stage_record(self.key, self.header.recorded, self.exports.get("pipeline_stages"))
+        return records.stage_record(self.key, self.header.recorded or "", self.exports.get("pipeline_stages"))
 
 
 class _nothing:
@@ -562,8 +526,8 @@ def all_stages(families=("nvfp4", "fp8", "sm90"), variants: bool = True) -> list
     out = []
     for fam in families:
         out += [Stage(p) for p in stages.family_stages(fam)]
-        if variants and (KERNELS / fam / "variants").is_dir():
-            out += [Stage(p) for p in sorted((KERNELS / fam / "variants").glob("[0-9][0-9]*_*.cu"))]
+        if variants and f"{fam}/variants" in stages.FAMILIES:
+            out += [Stage(p) for p in stages.family_stages(f"{fam}/variants")]
     return out
 
 

@@ -1,7 +1,23 @@
-"""Stage files as the chapters show them: listing, source excerpts and the diff between two stages."""
+"""Stage files: their listing, their header (one grammar, parsed), source excerpts, and the diff
+between a stage and its declared parent.
+
+Every stage file opens with one comment block in this grammar (tests/test_stage_files.py checks it):
+
+    // Stage NN — <the idea, one line>
+    // Parent: <family>/<stage name>                  (absent only in a family's first stage)
+    // What changes: <text, continued on the following // lines>
+    // Why: <text>
+    // Recorded: <lab note>, <section or commit>: <numbers>   and/or   // Measured: <results file>
+    // Run: python -m pelib.stage <family>/<stage name> [-D NAME=VALUE ...]
+
+Empty `//` lines may separate the sections; a line that does not open with a key continues the
+section above it. NN is the file's number (`08a` for an inserted sub-version).
+"""
 from __future__ import annotations
 
 import difflib
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import KERNELS
@@ -24,11 +40,28 @@ class Rendered(str):
 
 
 def family_stages(family: str) -> list[Path]:
-    """The numbered stage files of a family (src/kernels/<family>/NN_*.cu), in order."""
+    """The numbered stage files of a family (src/kernels/<family>/NN*_*.cu: 08, 08a, 08b, 09, ...), in
+    name order. `family` may be a subfolder, e.g. "fp8/variants"."""
     d = KERNELS / family
     if not d.is_dir():
         raise FileNotFoundError(f"no kernel family {family!r} under {KERNELS}")
-    return sorted(p for p in d.glob("[0-9][0-9]_*.cu"))
+    return sorted(p for p in d.glob("[0-9][0-9]*_*.cu") if _NUMBER.match(p.name))
+
+
+FAMILIES = ("nvfp4", "fp8", "fp8/variants", "sm90")
+
+
+def all_stages() -> list[Path]:
+    """Every stage file of every family, family by family."""
+    return [p for f in FAMILIES for p in family_stages(f)]
+
+
+def name(stage: str | Path) -> str:
+    """A stage's name as headers and the CLI spell it: <family>/<file stem>, e.g. fp8/08a_persistent_tiles."""
+    return str(resolve(stage).relative_to(KERNELS).with_suffix(""))
+
+
+_NUMBER = re.compile(r"^(\d\d[a-z]?)_")
 
 
 def resolve(stage: str | Path) -> Path:
@@ -53,12 +86,15 @@ def _label(p: Path) -> str:
         return str(p)
 
 
-def diff(a: str | Path, b: str | Path, context: int = 3, skip_header: bool = False) -> Rendered:
+def diff(a: str | Path, b: str | Path | None = None, context: int = 3, skip_header: bool = False) -> Rendered:
     """The unified diff from stage a to stage b, rendered as a ```diff block (the lesson of b).
 
+    With one stage, `diff(stage)` is the diff from its declared parent (its header's Parent line) to it.
     skip_header drops both files' opening comment block (their prose differs by design), so only
     the code change is shown.
     """
+    if b is None:
+        a, b = parent_of(a), a
     pa, pb = resolve(a), resolve(b)
     la, lb = pa.read_text().splitlines(), pb.read_text().splitlines()
     if skip_header:
@@ -103,9 +139,16 @@ def source(stage: str | Path, start: str | None = None, end: str | None = None) 
     return Rendered("\n".join(lines[i0:i1]), "cpp", _label(p))
 
 
-def diff_stats(a: str | Path, b: str | Path) -> dict:
-    """Lines added and removed from a to b, header comment excluded (how big the one idea is)."""
+def diff_stats(a: str | Path, b: str | Path | None = None, ignore_indent: bool = False) -> dict:
+    """Lines added and removed from a to b (with one stage: from its declared parent), header comment
+    excluded (how big the one idea is). ignore_indent compares lines without their leading and
+    trailing blanks, so a block that only moved one level deeper (into a new loop or branch) does
+    not count as changed code (as `git diff -w`)."""
+    if b is None:
+        a, b = parent_of(a), a
     la, lb = _strip_header(resolve(a).read_text().splitlines()), _strip_header(resolve(b).read_text().splitlines())
+    if ignore_indent:
+        la, lb = [x.strip() for x in la], [x.strip() for x in lb]
     added = removed = 0
     for line in difflib.unified_diff(la, lb, n=0, lineterm=""):
         if line.startswith("+") and not line.startswith("+++"):
@@ -113,3 +156,91 @@ def diff_stats(a: str | Path, b: str | Path) -> dict:
         elif line.startswith("-") and not line.startswith("---"):
             removed += 1
     return {"added": added, "removed": removed}
+
+
+# ---- the header grammar -----------------------------------------------------------------------------
+
+class HeaderError(ValueError):
+    """A stage file's opening comment does not follow the header grammar (see the module doc)."""
+
+
+@dataclass(frozen=True)
+class Header:
+    """A stage file's parsed header."""
+
+    number: str                 # "03", "08a": the file's number
+    idea: str                   # the one-line idea
+    parent: str | None          # "fp8/08b_double_staging"; None for a family's first stage
+    what: str
+    why: str
+    recorded: str | None        # "<lab note>, <section or commit>: <numbers>"
+    measured: str | None        # "<results file>: ..."
+    run: str                    # "python -m pelib.stage fp8/03_x32_loads"
+
+    @classmethod
+    def parse(cls, text: str, label: str = "stage") -> "Header":
+        """Parse the leading comment block of a stage file's text (raises HeaderError naming the fix)."""
+        lines = []
+        for line in text.splitlines():
+            if not line.startswith("//"):
+                break
+            lines.append(line[3:] if line.startswith("// ") else line[2:])
+        if not lines:
+            raise HeaderError(f"{label}: no header comment; the file must open with '// Stage NN — <idea>'")
+        m = re.fullmatch(r"Stage (\d\d[a-z]?) — (\S.*)", lines[0].rstrip())
+        if not m:
+            raise HeaderError(f"{label}: the first line must read '// Stage NN — <idea in one line>' "
+                              f"(an em dash), not {lines[0]!r}")
+        fields: dict[str, list[str]] = {}
+        order: list[str] = []
+        key = None
+        for line in lines[1:]:
+            km = re.match(r"(Parent|What changes|Why|Recorded|Measured|Run): ?(.*)", line)
+            if km:
+                key = km.group(1)
+                if key in fields:
+                    raise HeaderError(f"{label}: '{key}:' appears twice in the header")
+                fields[key], _ = [km.group(2).strip()], order.append(key)
+            elif line.strip() == "":
+                continue
+            elif key is None:
+                raise HeaderError(f"{label}: header text before the first key: {line!r}; start it with "
+                                  "'Parent:' or 'What changes:'")
+            else:
+                fields[key].append(line.strip())
+        want = ["Parent", "What changes", "Why", "Recorded", "Measured", "Run"]
+        if [k for k in want if k in order] != order:
+            raise HeaderError(f"{label}: the header keys must come in the order {want} (without the absent "
+                              f"ones), found {order}")
+        for k in ("What changes", "Why", "Run"):
+            if k not in fields or not " ".join(fields[k]).strip():
+                raise HeaderError(f"{label}: the header has no '// {k}: ...' section")
+        if "Recorded" not in fields and "Measured" not in fields:
+            raise HeaderError(f"{label}: the header needs '// Recorded: <note>, <section or commit>' or "
+                              "'// Measured: <results file>' (say 'none' and why when there is no number)")
+        if len(fields["Run"]) != 1 or not fields["Run"][0].startswith("python -m pelib.stage "):
+            raise HeaderError(f"{label}: the Run line must be one command, "
+                              "'// Run: python -m pelib.stage <family>/<name> [-D NAME=VALUE ...]'")
+        if "Parent" in fields and len(fields["Parent"]) != 1:
+            raise HeaderError(f"{label}: the Parent line names one stage and nothing else")
+        join = lambda k: " ".join(fields[k]).strip() if k in fields else None  # noqa: E731
+        return cls(m.group(1), m.group(2).strip(), join("Parent"), join("What changes"), join("Why"),
+                   join("Recorded"), join("Measured"), join("Run"))
+
+
+def read_header(stage: str | Path) -> Header:
+    """The parsed header of a stage file (checks that its number is the file's)."""
+    p = resolve(stage)
+    h = Header.parse(p.read_text(), _label(p))
+    nm = _NUMBER.match(p.name)
+    if nm and nm.group(1) != h.number:
+        raise HeaderError(f"{_label(p)}: the header says Stage {h.number}, the file is number {nm.group(1)}")
+    return h
+
+
+def parent_of(stage: str | Path) -> Path:
+    """The file of a stage's declared parent (error for a family's first stage, which has none)."""
+    h = read_header(stage)
+    if h.parent is None:
+        raise HeaderError(f"{_label(resolve(stage))} declares no parent: it is its family's first stage")
+    return resolve(h.parent + ".cu")

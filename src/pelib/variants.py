@@ -74,12 +74,14 @@ class Variant:
 
 
 def variants() -> dict[str, Variant]:
-    """The cards with a kernel: each variant stage file (card from its name, base from its header's parent),
+    """The cards with a kernel: each variant stage file whose parent is stage 09 (card from its name),
     and F25, stage 09 built with TIMING=1."""
     out = {"F25": Variant("F25", BASE, "per-warp TIMING build (Phase 1 start/end on every epilogue warp)",
                           defines={"TIMING": 1}, watch=WATCH["F25"])}
     for p in sorted((KERNELS / VARIANT_DIR).glob("[0-9][0-9]_f[0-9]*_*.cu")):
         s = Stage(p)
+        if s.header.parent != BASE.removesuffix(".cu"):   # e.g. 05_f4: a recorded experiment on 05, not a card
+            continue
         card = p.stem.split("_")[1].upper()
         out[card] = Variant(card, str(p.relative_to(KERNELS)), s.header.idea,
                             base=f"{s.header.parent}.cu" if s.header.parent else None, watch=WATCH.get(card, ()))

@@ -1,7 +1,7 @@
 // Stage 00 — warp-specialized FP8 patch embed, cta_group::1, one 128x128 tile per CTA.
 //
-// What: C[M,N] = A[M,K] . B[N,K]^T + comb[m % 196, N]; A, B FP8 E4M3 K-major, FP32 accumulate in
-// TMEM, BF16 out. Three roles connected by mbarriers:
+// What changes: the family's first stage. C[M,N] = A[M,K] . B[N,K]^T + comb[m % 196, N]; A, B FP8
+// E4M3 K-major, FP32 accumulate in TMEM, BF16 out. Three roles connected by mbarriers:
 //   warp 0     producer: TMA loads of A (128 x 128 B) and B (128 x 128 B) into a NUM_STAGES ring
 //              (128-B swizzle), full[s] gets the bytes, empty[s] says the MMA has read the slot;
 //   warp 1     MMA issuer: one thread issues 4 x tcgen05.mma.cta_group::1.kind::f8f6f4
@@ -12,8 +12,10 @@
 //              inline from global, rounds to BF16 and stores.
 // Why: the TMA, the tensor core and the epilogue each get a warp that only waits on its own
 // barrier, so loads for the next stage overlap the MMAs of this one.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): cta_group::1 with inline BF16 comb
-// loads is commit 892766c at 1043 TFLOPS (persistent kernel; this stage is its one-tile-per-CTA core).
+// Recorded: fp8-megakernel-experiment-log.md, commit 892766c "Replace SMEM prefetch with inline BF16
+// loads": 1043 TFLOPS on a B200 with cta_group::1 (a persistent kernel; this stage is its
+// one-tile-per-CTA core).
+// Run: python -m pelib.stage fp8/00_ws_cta1
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -81,6 +83,7 @@ PELIB_EXPORT(cluster_x, 1);
 PELIB_EXPORT(cluster_in_kernel, 0);
 PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
 PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
@@ -125,6 +128,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
   extern __shared__ __align__(1024) u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);   // TMA bytes landed in stage s
   u64* empty = full + NUM_STAGES;                             // MMAs finished reading stage s
   u64* mma_done = empty + NUM_STAGES;                         // accumulator complete

@@ -1,17 +1,19 @@
 // Stage 06 — a shallower ring: NUM_STAGES 6 -> 4 (4, 5 or 6 are the values worth building).
+// Parent: fp8/05_epi_warps
 //
-// What changes (against 05): the default pipeline depth. K = 768 is six k-blocks of 128, so six
-// stages held a whole tile's operands and the producer never waited; four stages make it wait for
-// the MMAs to free slot 0 before loading k-block 4, which the TMA has time for while the tensor
-// core works through k-blocks 1-3.
+// What changes: the default pipeline depth. K = 768 is six k-blocks of 128, so six stages held a
+// whole tile's operands and the producer never waited; four stages make it wait for the MMAs to free
+// slot 0 before loading k-block 4, which the TMA has time for while the tensor core works through
+// k-blocks 1-3.
 // Why: each stage is 32 KB of shared memory per CTA (16 KB of A, 16 KB of B); two fewer free 64 KB,
-// which the staged epilogue of stage 07 needs (its buffers do not fit beside six stages). The lab
-// also saw registers fall with the depth, because its kernel kept per-stage state (phase bits,
-// addresses) in arrays; this kernel derives stage and parity from the k-block counter, so here the
-// depth changes shared memory only (compare the builds).
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit cefc59d "Reduce pipeline
-// stages 6->4", 0.700 ms / 1564 TFLOPS / 216 regs / 131 KB; F6: 6 stages 0.722 ms / 247 regs /
-// 192 KB, 5 stages 0.715 ms / 236 regs.
+// which the staged epilogue of stage 07 needs (its buffers do not fit beside six stages). The lab also
+// saw registers fall with the depth, because its kernel kept per-stage state (phase bits, addresses)
+// in arrays; this kernel derives stage and parity from the k-block counter, so here the depth changes
+// shared memory only (compare the builds).
+// Recorded: fp8-megakernel-experiment-log.md, commit cefc59d "Reduce pipeline stages 6->4": 0.700 ms
+// / 1564 TFLOPS / 216 regs / 131 KB on a B200; F6: 6 stages 0.722 ms / 247 regs / 192 KB, 5 stages
+// 0.715 ms / 236 regs.
+// Run: python -m pelib.stage fp8/06_stages --sweep NUM_STAGES=4,5,6
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -86,6 +88,7 @@ PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
 PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
 PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
 PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
@@ -153,29 +156,12 @@ PE_DEVICE void drain(u32 t_row, const u16* comb_ptr, u16* out_ptr) {
   }
 }
 
-#ifdef EPI_RUNTIME_BOUNDS
-// Experiment F4, kept for comparison (build with EPI_RUNTIME_BOUNDS=1): the same loop with the
-// bounds as run-time arguments. The lab found that this blocked unrolling. NVRTC 13 still unrolls
-// it (it can bound the trip count by 8) but must test the bound after every 32-column step: each
-// step ends in a compare and a conditional exit, and the next step's comb loads cannot move above it.
-PE_DEVICE void drain_rt(int c0, int c1, u32 t_row, const u16* comb_ptr, u16* out_ptr) {
-#pragma unroll
-  for (int c = c0; c < c1; c += TMEM_LD_COLS) {
-    u32 cb[TMEM_LD_COLS / 2];
-    load_comb<TMEM_LD_COLS>(comb_ptr + c, cb);
-    u32 acc[TMEM_LD_COLS];
-    tcgen05_ld_32x32b_x32(t_row + c, acc);
-    tcgen05_wait_ld();
-    fuse_store<TMEM_LD_COLS>(acc, cb, out_ptr + c);
-  }
-}
-#endif
-
 extern "C" __global__ void __cluster_dims__(CG, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
   extern __shared__ __align__(1024) u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);   // TMA bytes landed in stage s
   u64* empty = full + NUM_STAGES;                             // MMAs finished reading stage s
   u64* mma_done = empty + NUM_STAGES;                         // accumulator complete
@@ -217,7 +203,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (int kb = 0; kb < num_kb; ++kb) {
         const int s = kb % NUM_STAGES;
         const u32 phase = (kb / NUM_STAGES) & 1;
-        mbarrier_wait_parity_cluster(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once
+        mbarrier_wait_parity(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once
         if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);  // both CTAs' bytes
         // cta_group::2 form: the bytes land here, the completion on the leader's full[s]
         tma_load_2d_cta2(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);
@@ -227,7 +213,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): wait until the MMAs have released
       // every slot, so no commit is still on its way to this CTA's barriers when it exits.
       for (int kb = num_kb; kb < num_kb + NUM_STAGES; ++kb)
-        mbarrier_wait_parity_cluster(&empty[kb % NUM_STAGES], ((kb / NUM_STAGES) & 1) ^ 1, 4);
+        mbarrier_wait_parity(&empty[kb % NUM_STAGES], ((kb / NUM_STAGES) & 1) ^ 1, 4);
     }
     __syncwarp();
   } else if (warp == 1) {
@@ -237,7 +223,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (int kb = 0; kb < num_kb; ++kb) {
         const int s = kb % NUM_STAGES;
         const u32 phase = (kb / NUM_STAGES) & 1;
-        mbarrier_wait_parity_cluster(&full[s], phase, 2);  // bytes from both CTAs
+        mbarrier_wait_parity(&full[s], phase, 2);  // bytes from both CTAs
         tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
         const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
         const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + s * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
@@ -265,19 +251,15 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
     const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL;
 
     const u64 t0 = timing_now();
-    mbarrier_wait_parity_cluster(mma_done, 0, 3);  // each epilogue warp polls on its own
+    mbarrier_wait_parity(mma_done, 0, 3);  // each epilogue warp polls on its own
     tcgen05_fence_after_thread_sync();
     const u64 t1 = timing_now();
-#ifdef EPI_RUNTIME_BOUNDS
-    drain_rt(epi_col_begin(warp), epi_col_end(warp), t_row, comb_ptr, out_ptr);
-#else
     if (NUM_EPI_WARPS == 4 || !epi_shares(warp))
       drain<0, TN>(t_row, comb_ptr, out_ptr);       // a lane quarter of its own: all columns
     else if (warp < 6)
       drain<0, TN / 2>(t_row, comb_ptr, out_ptr);   // first of two warps on this quarter
     else
       drain<TN / 2, TN>(t_row, comb_ptr, out_ptr);  // the 5th / 6th warp: the second half
-#endif
     if (lane == 0) {
       timing_record(timing, 0, PE_PHASE_ACC_WAIT, t0, t1);
       PE_TIMING_END(timing, 0, PE_PHASE_EPI_PHASE1, t1);

@@ -1,18 +1,20 @@
 // Stage 07 — the epilogue stages its BF16 results in shared memory, then stores them coalesced.
+// Parent: fp8/06_stages
 //
-// What changes (against 06): Phase 1 (TMEM -> registers -> + comb -> BF16) no longer stores to
-// global; each lane writes its row into its warp's shared-memory buffer (32 rows of 528 B: 512 B of
-// BF16 plus a 16-B pad, common/staging.cuh). After a __syncwarp, Phase 2 copies the buffer out with
-// 16-B stores in which consecutive lanes write consecutive 16 B of one row: one instruction writes a
-// whole 512-B row (a split warp: two 256-B half rows). Four pipeline stages (06) leave room for the
-// five 16,896-B buffers; with six stages they would not fit (a compile error here).
+// What changes: Phase 1 (TMEM -> registers -> + comb -> BF16) no longer stores to global; each lane
+// writes its row into its warp's shared-memory buffer (32 rows of 528 B: 512 B of BF16 plus a 16-B
+// pad, common/staging.cuh). After a __syncwarp, Phase 2 copies the buffer out with 16-B stores in
+// which consecutive lanes write consecutive 16 B of one row: one instruction writes a whole 512-B row
+// (a split warp: two 256-B half rows). Four pipeline stages (06) leave room for the five 16,896-B
+// buffers; with six stages they would not fit (a compile error here).
 // Why: a lane-per-row store touches 32 cache lines per instruction and fills a quarter of each 128-B
 // line, which costs the L1 a read-modify-write; the lab's ncu A/B found the issue rate up 35% and
 // TMEM-wait stalls down 30% with staging, at the price of SMEM traffic and 2.5x as many (narrower)
 // store instructions.
-// Recorded (B200, lab note fp8-megakernel-experiment-log.md): commit c32ab7a "Epilogue SMEM staging
-// -> coalesced stores", 0.700 -> 0.633 ms / 1729 TFLOPS, 216 -> 222 regs, 0 spills; SMEM budget
+// Recorded: fp8-megakernel-experiment-log.md, commit c32ab7a "Epilogue SMEM staging -> coalesced
+// stores": 0.700 -> 0.633 ms / 1729 TFLOPS on a B200, 216 -> 222 regs, 0 spills; SMEM budget
 // 215,808 B (4 stages + 5 x 16,896 B staging).
+// Run: python -m pelib.stage fp8/07_smem_staged_epilogue
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -94,6 +96,7 @@ PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
 PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
 PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
 PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
@@ -183,41 +186,12 @@ PE_DEVICE u64 drain(u32 t_row, const u16* comb_ptr, u32 stage_buf, int lane, u16
   return t;
 }
 
-#ifdef EPI_RUNTIME_BOUNDS
-// Experiment F4, kept for comparison (build with EPI_RUNTIME_BOUNDS=1): Phase 1 with the bounds as
-// run-time arguments. The lab found that this blocked unrolling. NVRTC 13 still unrolls it (it can
-// bound the trip count by 8) but must test the bound after every 32-column step: each step ends in
-// a compare and a conditional exit, and the next step's comb loads cannot move above it.
-PE_DEVICE u64 drain_rt(int c0, int c1, u32 t_row, const u16* comb_ptr, u32 stage_buf, int lane,
-                       u16* out_blk, int ld_out) {
-#pragma unroll
-  for (int c = c0; c < c1; c += TMEM_LD_COLS) {
-    u32 cb[TMEM_LD_COLS / 2];
-    load_comb<TMEM_LD_COLS>(comb_ptr + c, cb);
-    u32 acc[TMEM_LD_COLS];
-    tcgen05_ld_32x32b_x32(t_row + c, acc);
-    tcgen05_wait_ld();
-#pragma unroll
-    for (int v = 0; v < TMEM_LD_COLS / 8; ++v) {
-      const u32 c4[4] = {cb[4 * v], cb[4 * v + 1], cb[4 * v + 2], cb[4 * v + 3]};
-      u32 o[4];
-      fuse8(&acc[8 * v], c4, o);
-      st_shared_v4(stage_buf + (u32)(lane * STAGING_PITCH + 2 * (c - c0 + 8 * v)), o[0], o[1], o[2], o[3]);
-    }
-  }
-  __syncwarp();
-  const u64 t = timing_now();
-  if (c1 - c0 == TN) stage_copy_out<StagingRows<TN, STAGING_PITCH>, PHASE2_UNROLL>(stage_buf, lane, out_blk + c0, ld_out);
-  else stage_copy_out<StagingRows<TN / 2, STAGING_PITCH>, PHASE2_UNROLL>(stage_buf, lane, out_blk + c0, ld_out);
-  return t;
-}
-#endif
-
 extern "C" __global__ void __cluster_dims__(CG, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
   extern __shared__ __align__(1024) u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);   // TMA bytes landed in stage s
   u64* empty = full + NUM_STAGES;                             // MMAs finished reading stage s
   u64* mma_done = empty + NUM_STAGES;                         // accumulator complete
@@ -259,7 +233,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (int kb = 0; kb < num_kb; ++kb) {
         const int s = kb % NUM_STAGES;
         const u32 phase = (kb / NUM_STAGES) & 1;
-        mbarrier_wait_parity_cluster(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once
+        mbarrier_wait_parity(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once
         if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);  // both CTAs' bytes
         // cta_group::2 form: the bytes land here, the completion on the leader's full[s]
         tma_load_2d_cta2(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);
@@ -269,7 +243,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): wait until the MMAs have released
       // every slot, so no commit is still on its way to this CTA's barriers when it exits.
       for (int kb = num_kb; kb < num_kb + NUM_STAGES; ++kb)
-        mbarrier_wait_parity_cluster(&empty[kb % NUM_STAGES], ((kb / NUM_STAGES) & 1) ^ 1, 4);
+        mbarrier_wait_parity(&empty[kb % NUM_STAGES], ((kb / NUM_STAGES) & 1) ^ 1, 4);
     }
     __syncwarp();
   } else if (warp == 1) {
@@ -279,7 +253,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (int kb = 0; kb < num_kb; ++kb) {
         const int s = kb % NUM_STAGES;
         const u32 phase = (kb / NUM_STAGES) & 1;
-        mbarrier_wait_parity_cluster(&full[s], phase, 2);  // bytes from both CTAs
+        mbarrier_wait_parity(&full[s], phase, 2);  // bytes from both CTAs
         tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
         const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
         const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + s * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
@@ -308,20 +282,16 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
     const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL;
 
     const u64 t0 = timing_now();
-    mbarrier_wait_parity_cluster(mma_done, 0, 3);  // each epilogue warp polls on its own
+    mbarrier_wait_parity(mma_done, 0, 3);  // each epilogue warp polls on its own
     tcgen05_fence_after_thread_sync();
     const u64 t1 = timing_now();
     u64 t2;
-#ifdef EPI_RUNTIME_BOUNDS
-    t2 = drain_rt(epi_col_begin(warp), epi_col_end(warp), t_row, comb_ptr, stage_buf, lane, out_blk, N);
-#else
     if (NUM_EPI_WARPS == 4 || !epi_shares(warp))
       t2 = drain<0, TN>(t_row, comb_ptr, stage_buf, lane, out_blk, N);       // a lane quarter of its own
     else if (warp < 6)
       t2 = drain<0, TN / 2>(t_row, comb_ptr, stage_buf, lane, out_blk, N);   // first of two on this quarter
     else
       t2 = drain<TN / 2, TN>(t_row, comb_ptr, stage_buf, lane, out_blk, N);  // the 5th / 6th warp
-#endif
     if (lane == 0) {
       timing_record(timing, 0, PE_PHASE_ACC_WAIT, t0, t1);
       timing_record(timing, 0, PE_PHASE_EPI_PHASE1, t1, t2);

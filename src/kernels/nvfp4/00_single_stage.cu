@@ -1,18 +1,14 @@
-// NVFP4 stage 00: one stage, no overlap. The baseline of the NVFP4 chapters.
+// Stage 00 — NVFP4 block-scaled GEMM, one shared-memory stage, no overlap: the baseline.
 //
-// What it does: C[M,N] = fp16( alpha * sum_k (A[m,k] * SFA[m,k/16]) * (B[n,k] * SFB[n,k/16]) )
-// with A, B packed E2M1 (two values per byte, K-major), SFA/SFB UE4M3 scale factors (one per 16
-// K-elements) and alpha the FP32 global scale (product of A's and B's tensor scales).
-// One CTA per 128x128 output tile; K tiles of 256. Per K tile one thread:
+// What changes: the family's first stage. C[M,N] = fp16( alpha * sum_k (A[m,k] * SFA[m,k/16]) *
+// (B[n,k] * SFB[n,k/16]) ) with A, B packed E2M1 (two values per byte, K-major), SFA/SFB UE4M3 scale
+// factors (one per 16 K-elements) and alpha the FP32 global scale (product of A's and B's tensor
+// scales). One CTA per 128x128 output tile; K tiles of 256. Per K tile one thread:
 //   TMA: A (128 rows x 128 B), B (128 x 128 B), SFA (2 KB), SFB (2 KB) -> SMEM, one mbarrier
 //   wait -> tcgen05.cp the scale factors SMEM -> TMEM -> 4 x tcgen05.mma kind::mxf4nvf4 (K = 64 each)
 //   -> tcgen05.commit to an mbarrier -> wait for the MMAs before the next load reuses the buffers.
 // Epilogue: 4 warps, tcgen05.ld 32x32b (warp w reads TMEM lanes 32w..32w+31 = rows), x alpha,
 // cvt to FP16, 16-B stores.
-// Recorded (lab note nvfp4-gemm-optimization-log.md, "Baseline", num_ab_stage = 1, B200):
-// 96.8 / 51.6 / 37.6 us for M=128 and N,K = 7168,16384 / 4096,7168 / 7168,2048; the load and the
-// MMA never overlap, which 01_pipelined.cu fixes.
-//
 // Layouts (every one exported below with PELIB_EXPORT; pelib.nvfp4 builds tensor maps from them,
 // pelib.emulate replays them):
 //   A, B in global: uint8 [rows][K/2]; element k of a row in byte k/2, even k in the low nibble
@@ -34,6 +30,11 @@
 //     SFB at TMEM_SFB + 4k; a_sf_id = b_sf_id = 0 (bits 30-31 of those addresses; CUTLASS
 //     make_runtime_instr_desc_block_scaled).
 //   Accumulator: TMEM columns [0,128), lane = row, FP32.
+// Why: the smallest correct block-scaled tcgen05 GEMM; the load and the MMA never overlap, which
+// 01_pipelined.cu fixes.
+// Recorded: nvfp4-gemm-optimization-log.md, "Baseline" (num_ab_stage = 1): 96.8 / 51.6 / 37.6 us on
+// a B200 for M=128 and N,K = 7168,16384 / 4096,7168 / 7168,2048.
+// Run: python -m pelib.stage nvfp4/00_single_stage
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -42,6 +43,8 @@
 #include "common/tma.cuh"
 #include "common/tcgen05.cuh"
 #include "common/descriptors.cuh"
+#include "common/convert.cuh"
+#include "common/memory.cuh"
 
 // ---- tile shape and layout constants -----------------------------------------------------------
 constexpr u32 TILE_M = 128, TILE_N = 128, TILE_K = 256;   // output tile, K per stage (lab log)
@@ -112,6 +115,7 @@ PELIB_EXPORT(cluster_x, 1);
 PELIB_EXPORT(cluster_in_kernel, 0);
 PELIB_EXPORT(grid_kind, 0);                 // one CTA per output tile: grid (N/128, M/128)
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT(barrier_bytes, BARRIER_BYTES);
 PELIB_EXPORT_TMAP(a, TILE_M, ROW_BYTES, SWIZZLE, 1);          // A [M, K/2] packed E2M1 as uint8
 PELIB_EXPORT_TMAP(b, TILE_N, ROW_BYTES, SWIZZLE, 1);          // B [N, K/2]
@@ -156,18 +160,6 @@ PELIB_EXPORT(tile_m, TILE_M);
 PELIB_EXPORT(tile_n, TILE_N);
 
 // ---- small helpers -----------------------------------------------------------------------------
-// PTX ISA cvt (.f16x2.f32): input a goes to the UPPER half, b to the lower half.
-PE_DEVICE u32 f32x2_to_f16x2(float lo, float hi) {
-  u32 d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-
-// PTX ISA st (.global.v4.b32): one 16-B store.
-PE_DEVICE void st_global_v4_b32(void* p, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}  // st_global_v4_b32
-
 // Issue the four TMA loads of K tile `kt` into the stage at `stage`; they complete on `bar`.
 PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUtensorMap* tb,
                           const CUtensorMap* tsfa, const CUtensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
@@ -197,8 +189,9 @@ PE_DEVICE void mma_ktile(const u8* stage, u32 tmem, u32 sf_col, bool first_ktile
 #pragma unroll
   for (u32 k = 0; k < MMAS_PER_KTILE; ++k) {
     // tcgen05.cp -> tcgen05.mma from one thread is a pipelined pair (PTX ISA 9.7.16.6.2): no fence.
-    tcgen05_mma_mxf4nvf4_block16<1>(tmem + TMEM_ACC, smem_desc_advance(da, k * K_ADVANCE_BYTES),
-                                    smem_desc_advance(db, k * K_ADVANCE_BYTES), IDESC,
+    // K step of 32 B inside a stage below 256 KiB: no carry out of the start field (descriptors.cuh).
+    tcgen05_mma_mxf4nvf4_block16<1>(tmem + TMEM_ACC, smem_desc_advance_unchecked(da, k * K_ADVANCE_BYTES),
+                                    smem_desc_advance_unchecked(db, k * K_ADVANCE_BYTES), IDESC,
                                     tmem + sf_col + TMEM_SFA + k * TMEM_SF_COLS_PER_MMA,
                                     tmem + sf_col + TMEM_SFB + k * TMEM_SF_COLS_PER_MMA,
                                     (first_ktile && k == 0) ? 0u : 1u);
@@ -221,7 +214,7 @@ PE_DEVICE void store_tile(u32 tmem, u16* out, u32 N, u32 m_blk, u32 n_blk, float
 #pragma unroll
       for (u32 j = 0; j < 4; ++j)
         h[j] = f32x2_to_f16x2(alpha * __uint_as_float(r[8 * v + 2 * j]), alpha * __uint_as_float(r[8 * v + 2 * j + 1]));
-      st_global_v4_b32(out_row + c + 8 * v, h[0], h[1], h[2], h[3]);
+      st_global_v4(out_row + c + 8 * v, h[0], h[1], h[2], h[3]);
     }
   }
 }  // store_tile
@@ -234,6 +227,7 @@ nvfp4_gemm(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ C
            u16* __restrict__ out, float alpha, u32 M, u32 N, u32 K) {
   extern __shared__ u8 smem_raw[];
   u8* smem = (u8*)(((u64)smem_raw + ALIGN_SLACK - 1) & ~(u64)(ALIGN_SLACK - 1));
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = (u64*)(smem + OFF_BARRIERS);        // TMA bytes landed
   u64* mma_done = full + 1;                       // the MMAs reading the stage (and the tile) finished
   u32* tmem_slot = (u32*)(mma_done + 1);

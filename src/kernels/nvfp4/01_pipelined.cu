@@ -1,6 +1,7 @@
-// NVFP4 stage 01: the same kernel with NUM_STAGES shared-memory stages (1..7) in a ring.
+// Stage 01 — the same kernel with NUM_STAGES shared-memory stages (1..7) in a ring.
+// Parent: nvfp4/00_single_stage
 //
-// The one idea: while the tensor core works on K tile k, the TMA engine is already loading tiles
+// What changes: while the tensor core works on K tile k, the TMA engine is already loading tiles
 // k+1 .. k+NUM_STAGES-1 into the other stages. Each stage s has two mbarriers:
 //   full[s]  - TMA -> MMA: armed with arrive.expect_tx(STAGE_TX_BYTES), completes when the bytes land;
 //   empty[s] - MMA -> TMA: tcgen05.commit arrives when the MMAs reading stage s have finished.
@@ -14,31 +15,12 @@
 // exports and the emulated tile agree). Each stage has its own TMEM scale-factor columns because
 // tcgen05.mma -> tcgen05.cp is not a pipelined pair (PTX ISA 9.7.16.6.2): without the empty wait of
 // the last tiles, a shared column set could be overwritten while an earlier MMA still reads it.
-// Recorded (lab note nvfp4-gemm-optimization-log.md, num_ab_stage 1 -> 2 -> 3 -> 4 -> 5, B200):
-// 96.8 -> 64.9 -> 54.4 -> 50.1 -> 49.3 us (M=128, N=7168, K=16384); 6 stages no better;
-// 7 stages "timeout (too much shared memory)". smem_bytes below is what decides that.
-//
-// Layouts (every one exported below with PELIB_EXPORT; pelib.nvfp4 builds tensor maps from them,
-// pelib.emulate replays them):
-//   A, B in global: uint8 [rows][K/2]; element k of a row in byte k/2, even k in the low nibble
-//     (CUTLASS float_e2m1_t sub-byte packing, include/cutlass/subbyte_reference.h).
-//   A, B tiles in SMEM: TMA box 128 B x 128 rows, SWIZZLE_128B; UMMA K-major SW128 descriptor,
-//     SBO = 1024 (8 rows x 128 B), LBO unused for swizzled K-major (16), 1024-B aligned base;
-//     the k-th MMA of a K tile starts 32 B (64 E2M1) further: descriptor start address + 2 (16-B units)
-//     (CUTLASS mma_sm100_desc.hpp make_umma_desc / DescriptorIterator; PTX ISA 9.7.16.4.1).
-//   SFA, SFB in global: the CUTLASS block-scaled atom, uint8 [MN/128][K/64][512]: inside an atom
-//     byte (m%32)*16 + ((m%128)/32)*4 + (k/16)%4 (include/cutlass/detail/sm100_blockscaled_layout.hpp,
-//     Sm1xxBlockScaledBasicChunk SfKMajorAtom; cudnn-frontend "mxfp8 scale factor 128x4 layout").
-//     One K tile of one 128-row block = 4 atoms = 2048 contiguous bytes; the tensor map views the
-//     buffer as rows of 256 B and loads a box of 256 B x 8 rows, no swizzle.
-//   Scale factors in TMEM: tcgen05.cp 32x128b.warpx4 copies one 512-B atom (32 rows x 16 B) into 4
-//     columns x 32 lanes and replicates it to all four 32-lane groups: lane (m%32)+32j, column (m/32),
-//     byte (k/16)%4 (CUTLASS mma_traits_sm100_frag.hpp tmem_sf_frg, copy_traits_sm100.hpp
-//     SM100_UTCCP_4x32dp128bit_1cta). Source descriptor: no swizzle, SBO = 128 (8 rows x 16 B),
-//     LBO = 128 (one 16-B column: unused). MMA k of a K tile reads SFA at column TMEM_SFA + 4k and
-//     SFB at TMEM_SFB + 4k; a_sf_id = b_sf_id = 0 (bits 30-31 of those addresses; CUTLASS
-//     make_runtime_instr_desc_block_scaled).
-//   Accumulator: TMEM columns [0,128), lane = row, FP32.
+// Why: the load of the next K tiles overlaps the MMAs of this one; smem_bytes (below) decides how
+// many stages fit.
+// Recorded: nvfp4-gemm-optimization-log.md, Optimizations 1-4 (num_ab_stage 1 -> 2 -> 3 -> 4 -> 5):
+// 96.8 -> 64.9 -> 54.4 -> 50.1 -> 49.3 us on a B200 (M=128, N=7168, K=16384); 6 stages no better;
+// 7 stages "timeout (too much shared memory)".
+// Run: python -m pelib.stage nvfp4/01_pipelined --sweep NUM_STAGES=1,2,3,4,5
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -47,6 +29,8 @@
 #include "common/tma.cuh"
 #include "common/tcgen05.cuh"
 #include "common/descriptors.cuh"
+#include "common/convert.cuh"
+#include "common/memory.cuh"
 
 // ---- tile shape and layout constants -----------------------------------------------------------
 constexpr u32 TILE_M = 128, TILE_N = 128, TILE_K = 256;   // output tile, K per stage (lab log)
@@ -121,6 +105,7 @@ PELIB_EXPORT(cluster_x, 1);
 PELIB_EXPORT(cluster_in_kernel, 0);
 PELIB_EXPORT(grid_kind, 0);                 // one CTA per output tile: grid (N/128, M/128)
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT(barrier_bytes, BARRIER_BYTES);
 PELIB_EXPORT_TMAP(a, TILE_M, ROW_BYTES, SWIZZLE, 1);          // A [M, K/2] packed E2M1 as uint8
 PELIB_EXPORT_TMAP(b, TILE_N, ROW_BYTES, SWIZZLE, 1);          // B [N, K/2]
@@ -165,18 +150,6 @@ PELIB_EXPORT(tile_m, TILE_M);
 PELIB_EXPORT(tile_n, TILE_N);
 
 // ---- small helpers -----------------------------------------------------------------------------
-// PTX ISA cvt (.f16x2.f32): input a goes to the UPPER half, b to the lower half.
-PE_DEVICE u32 f32x2_to_f16x2(float lo, float hi) {
-  u32 d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-
-// PTX ISA st (.global.v4.b32): one 16-B store.
-PE_DEVICE void st_global_v4_b32(void* p, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}  // st_global_v4_b32
-
 // Issue the four TMA loads of K tile `kt` into the stage at `stage`; they complete on `bar`.
 PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUtensorMap* tb,
                           const CUtensorMap* tsfa, const CUtensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
@@ -206,8 +179,9 @@ PE_DEVICE void mma_ktile(const u8* stage, u32 tmem, u32 sf_col, bool first_ktile
 #pragma unroll
   for (u32 k = 0; k < MMAS_PER_KTILE; ++k) {
     // tcgen05.cp -> tcgen05.mma from one thread is a pipelined pair (PTX ISA 9.7.16.6.2): no fence.
-    tcgen05_mma_mxf4nvf4_block16<1>(tmem + TMEM_ACC, smem_desc_advance(da, k * K_ADVANCE_BYTES),
-                                    smem_desc_advance(db, k * K_ADVANCE_BYTES), IDESC,
+    // K step of 32 B inside a stage below 256 KiB: no carry out of the start field (descriptors.cuh).
+    tcgen05_mma_mxf4nvf4_block16<1>(tmem + TMEM_ACC, smem_desc_advance_unchecked(da, k * K_ADVANCE_BYTES),
+                                    smem_desc_advance_unchecked(db, k * K_ADVANCE_BYTES), IDESC,
                                     tmem + sf_col + TMEM_SFA + k * TMEM_SF_COLS_PER_MMA,
                                     tmem + sf_col + TMEM_SFB + k * TMEM_SF_COLS_PER_MMA,
                                     (first_ktile && k == 0) ? 0u : 1u);
@@ -230,7 +204,7 @@ PE_DEVICE void store_tile(u32 tmem, u16* out, u32 N, u32 m_blk, u32 n_blk, float
 #pragma unroll
       for (u32 j = 0; j < 4; ++j)
         h[j] = f32x2_to_f16x2(alpha * __uint_as_float(r[8 * v + 2 * j]), alpha * __uint_as_float(r[8 * v + 2 * j + 1]));
-      st_global_v4_b32(out_row + c + 8 * v, h[0], h[1], h[2], h[3]);
+      st_global_v4(out_row + c + 8 * v, h[0], h[1], h[2], h[3]);
     }
   }
 }  // store_tile
@@ -244,6 +218,7 @@ nvfp4_gemm(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ C
            u16* __restrict__ out, float alpha, u32 M, u32 N, u32 K) {
   extern __shared__ u8 smem_raw[];
   u8* smem = (u8*)(((u64)smem_raw + ALIGN_SLACK - 1) & ~(u64)(ALIGN_SLACK - 1));
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = (u64*)(smem + OFF_BARRIERS);        // [NUM_STAGES] TMA bytes landed in stage s
   u64* empty = full + NUM_STAGES;               // [NUM_STAGES] MMAs reading stage s finished
   u64* acc_full = empty + NUM_STAGES;           // the whole accumulator is ready

@@ -1,20 +1,24 @@
-// sm90 stage 03: the staged epilogue. Each consumer warpgroup writes its finished tile (accumulator
-// + comb, rounded to BF16) into its own shared-memory staging buffer and hands it to the TMA engine
-// (cp.async.bulk.tensor store, EPI_TMA_STORE=1) or copies it out with coalesced 16-byte stores
-// (EPI_TMA_STORE=0); with the TMA store it goes straight on to the next tile's mainloop while the
-// copy engine drains the buffer.
+// Stage 03 — the staged epilogue: each consumer warpgroup hands its tile to the TMA engine through shared memory.
+// Parent: sm90/02_persistent_cluster
 //
-// Changed from 02: in 02 each thread stores 4-byte BF16 pairs from the wgmma register layout, so a
+// What changes: in 02 each thread stores 4-byte BF16 pairs from the wgmma register layout, so a
 // warp's store touches 8 rows with 16 bytes each, and the warpgroup only returns to the tensor cores
-// after the last store has issued. Here the register layout is rewritten into 64-row x 128-byte
-// boxes with the 128-byte swizzle (thread (l/4, l%4) of a row group hits 8 different 16-byte chunks:
-// no bank conflicts), fenced to the async proxy, and one thread per warpgroup issues BN/64 TMA
-// stores per 64-row slice into the C tensor map (box {64 cols, 64 rows}, SWIZZLE_128B), which also
-// clips rows past M. Before the staging buffer is written again, that thread waits for the previous
-// stores to have read it (cp.async.bulk.wait_group.read 0). The staging buffers cost shared memory:
-// at BN = 256, 2 x 32 KiB, so the ring drops to 3 stages (4 x 48 KiB + 64 KiB is over 227 KiB).
-// Recorded on B200 (fp8-megakernel-experiment-log.md, c32ab7a): SMEM staging -> coalesced stores took
-// the sm_100a kernel from 0.700 to 0.633 ms; the nvfp4 TMA-store pitch argues for the bulk store.
+// after the last store has issued. Here each consumer warpgroup writes its finished tile (accumulator
+// + comb, rounded to BF16) into its own shared-memory staging buffer: the register layout is
+// rewritten into 64-row x 128-byte boxes with the 128-byte swizzle (thread (l/4, l%4) of a row group
+// hits 8 different 16-byte chunks: no bank conflicts), fenced to the async proxy, and one thread per
+// warpgroup issues BN/64 TMA stores per 64-row slice into the C tensor map (box {64 cols, 64 rows},
+// SWIZZLE_128B), which also clips rows past M (EPI_TMA_STORE=1; EPI_TMA_STORE=0 copies it out with
+// coalesced 16-byte stores instead). Before the staging buffer is written again, that thread waits
+// for the previous stores to have read it (cp.async.bulk.wait_group.read 0). The staging buffers cost
+// shared memory: at BN = 256, 2 x 32 KiB, so the ring drops to 3 stages (4 x 48 KiB + 64 KiB is over
+// 227 KiB).
+// Why: with the TMA store the warpgroup goes straight on to the next tile's mainloop while the copy
+// engine drains the buffer. Recorded on B200 (fp8-megakernel-experiment-log.md, c32ab7a): SMEM
+// staging -> coalesced stores took the sm_100a kernel from 0.700 to 0.633 ms; the nvfp4 TMA-store
+// pitch argues for the bulk store.
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.500 ms (H100 80GB HBM3, 2026-11-23).
+// Run: python -m pelib.stage sm90/03_staged_epilogue
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -97,6 +101,7 @@ PELIB_EXPORT(grid_kind, 1);           // persistent: grid = resident clusters, s
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

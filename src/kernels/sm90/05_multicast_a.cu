@@ -1,12 +1,14 @@
-// sm90 stage 05: stage 04 with A multicast across the column blocks: the CLUSTER_N = N / BLOCK_N CTAs
-// that read the same A rows form one (CLUSTER_N, 1, 1) cluster, and each A box is loaded once and
-// written into all of their rings (cp.async.bulk.tensor .multicast::cluster).
+// Stage 05 — A multicast across the column blocks: the N / BLOCK_N CTAs of a row group form one cluster.
+// Parent: sm90/04_pingpong_resident_b
 //
-// Changed from 04: there, the N / BLOCK_N CTAs of a row group each load the same A box, so L2 sends
-// every A byte to SMs three times (2.14 GB at N = 768, BLOCK_N = 256). Here the CTA of rank it % CLUSTER_N
-// issues ring position it for the whole cluster, with the cluster mask, and every CTA's full[s]
-// receives the box's bytes; L2 -> SM traffic for A drops to 0.71 GB. What changes in the protocol
-// (CUTLASS PipelineTmaAsync with a multicast producer; our stage 02 does the same for B):
+// What changes: the CLUSTER_N = N / BLOCK_N CTAs that read the same A rows form one (CLUSTER_N, 1, 1)
+// cluster, and each A box is loaded once and written into all of their rings
+// (cp.async.bulk.tensor .multicast::cluster). In 04, the N / BLOCK_N CTAs of a row group each load
+// the same A box, so L2 sends every A byte to SMs three times (2.14 GB at N = 768, BLOCK_N = 256).
+// Here the CTA of rank it % CLUSTER_N issues ring position it for the whole cluster, with the cluster
+// mask, and every CTA's full[s] receives the box's bytes; L2 -> SM traffic for A drops to 0.71 GB.
+// What changes in the protocol (CUTLASS PipelineTmaAsync with a multicast producer; our stage 02 does
+// the same for B):
 //  * every producer still posts arrive.expect_tx on its own full[s] (the bytes arrive from the issuer),
 //    after waiting for its own empty[s];
 //  * a slot may be rewritten only when the consumers of all CTAs have read it, so each consumer frees a
@@ -15,11 +17,13 @@
 //    producer leaves only after the last NUM_STAGES positions were released by every CTA, so no CTA
 //    exits while a peer may still arrive on its barriers.
 // pelib.hopper.pingpong_protocol(..., ctas=3) runs this protocol as a model (tests/test_hopper.py).
-// The cost: a cluster of 3 CTAs with 225 KiB of shared memory each must fit in one GPC; on a 132-SM
-// H100 fewer than 44 such clusters may be resident (pelib.hopper.Runner asks the occupancy API).
-//
 // Everything else is stage 04: B resident per CTA, ping-pong consumer warpgroups with turn barriers,
 // the register epilogue with 16-B stores.
+// Why: A's L2 -> SM traffic drops threefold. The cost: a cluster of 3 CTAs with 225 KiB of shared
+// memory each must fit in one GPC; on a 132-SM H100 fewer than 44 such clusters may be resident
+// (pelib.hopper.Runner asks the occupancy API).
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.088 ms (H100 80GB HBM3, 2026-11-23).
+// Run: python -m pelib.stage sm90/05_multicast_a
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -102,6 +106,7 @@ PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

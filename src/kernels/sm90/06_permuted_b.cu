@@ -1,14 +1,15 @@
-// sm90 stage 06: stage 04 with the rows of the resident B permuted, so that each thread's accumulators
-// already hold 8 contiguous output columns: the epilogue stores 16-B vectors with no shuffles.
+// Stage 06 — the rows of the resident B permuted, so each thread's accumulators hold 8 contiguous columns.
+// Parent: sm90/04_pingpong_resident_b
 //
-// Changed from 04: the m64nNk32 accumulator gives thread (warp w, lane l) the columns 8j + 2(l%4) + c
-// of wgmma column space (common/wgmma.cuh NOTES). 04 turned those 4-B pairs into 16-B vectors with two
+// What changes: the m64nNk32 accumulator gives thread (warp w, lane l) the columns 8j + 2(l%4) + c of
+// wgmma column space (common/wgmma.cuh NOTES). 04 turned those 4-B pairs into 16-B vectors with two
 // quad transposes per 32 columns (wgmma_quad_transpose, for comb and for the output): 128 SHFL and
 // ~380 SEL per thread and tile, most of the epilogue's issue slots. Here wgmma column n = 32g + 8u +
 // 2q + c multiplies B row 32g + 8q + 2u + c (q and u swap places inside each 32-column group), so
 // accumulator pair j = 4g + u of the thread with l%4 = q holds OUTPUT columns 32g + 8q + 2u + c: for
 // u = 0..3, c = 0..1, the 8 consecutive columns 32g + 8q .. 32g + 8q + 7. Packed to BF16 they are one
-// 16-B store, and comb read as one 16-B vector lines up with them as loaded.
+// 16-B store, and comb read as one 16-B vector lines up with them as loaded: the epilogue stores
+// 16-B vectors with no shuffles.
 // The permutation is applied to B once per CTA, one of two ways (B_PERM_TMA):
 //  1: the TMA load itself permutes. The host describes B [N, K] as a 5-D tensor
 //     (k, c, q, u, g) with byte strides (1, K, 8K, 2K, 32K), N = 32g + 8q + 2u + c; a box
@@ -23,13 +24,15 @@
 // (st.global.cs) output stores that measured best on 04 as the default.
 // TURN_EARLY=1 passes the turn right after the last K slice's wgmma are committed, before waiting for
 // the previous slice: the other warpgroup sees it one slice (4 wgmma, ~512 cycles) earlier.
-//
 // Schedule (as 04): grid = G CTAs, a multiple of NB = N / BLOCK_N; CTA c takes column block c % NB and
 // row tiles g, g + G/NB, ... (g = c / NB) of 64 rows. Ring slot of (local tile i, K slice kb) =
 // i * num_kb + kb; slot s = it % NUM_STAGES, lap it / NUM_STAGES.
 // Shared memory: B at 0 (K/128 slices of BLOCK_N rows x 128 B, SW128, rows permuted), the A ring,
-// then full[s], empty[s], b_full, turn[2].
-// TIMING phases as 04.
+// then full[s], empty[s], b_full, turn[2]. TIMING phases as 04.
+// Why: the shuffles were most of the epilogue's issue slots, and the epilogue shares the SM
+// sub-partitions with the other warpgroup's mainloop.
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 0.932 ms (H100 80GB HBM3, 2026-11-23).
+// Run: python -m pelib.stage sm90/06_permuted_b
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -110,6 +113,7 @@ PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

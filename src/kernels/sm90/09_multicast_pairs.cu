@@ -1,14 +1,16 @@
-// sm90 stage 09: stage 07 with 192-column blocks, a deep A ring, and A multicast to pairs of them: the
-// 4 column-block CTAs of a row group form two (2, 1, 1) clusters, and each A box is loaded once per pair.
+// Stage 09 — 192-column blocks, a deep A ring, and A multicast to (2,1,1) cluster pairs of column blocks.
+// Parent: sm90/07_comb_resident
 //
-// Changed from 07: with BLOCK_N = 256 the resident B takes 192 KiB and leaves room for only 4 A stages
-// (32 KiB in flight), and the consumers of 04 measured 776 cycles a tile waiting for A (clock64,
-// H100, 2026-11-23) while L2 ran at 77 % of its peak. Stage 05 multicast A to the three column blocks,
-// but a 3-CTA cluster of 225 KiB CTAs fits only 39 times on a 132-SM H100 (117 SMs working).
-// Here BLOCK_N = 192: B takes 144 KiB, the ring holds NUM_STAGES = 10 stages (80 KiB), the 4 column
-// blocks of a row group are 2 clusters of CLUSTER_N = 2 (a pair fits in any GPC: 66 clusters, every SM
-// busy), and the CTA of rank it % 2 loads ring position it for both CTAs of its pair with the cluster
-// mask. L2 -> SM traffic for A: 4 column blocks / 2 = 2 x 0.71 GB, below the 3 x 0.71 GB of 04-07.
+// What changes: the 4 column-block CTAs of a row group form two (2, 1, 1) clusters, and each A box is
+// loaded once per pair. With BLOCK_N = 256 the resident B takes 192 KiB and leaves room for only 4 A
+// stages (32 KiB in flight), and the consumers of 04 measured 776 cycles a tile waiting for A
+// (clock64, H100, 2026-11-23) while L2 ran at 77 % of its peak. Stage 05 multicast A to the three
+// column blocks, but a 3-CTA cluster of 225 KiB CTAs fits only 39 times on a 132-SM H100 (117 SMs
+// working). Here BLOCK_N = 192: B takes 144 KiB, the ring holds NUM_STAGES = 10 stages (80 KiB), the
+// 4 column blocks of a row group are 2 clusters of CLUSTER_N = 2 (a pair fits in any GPC: 66
+// clusters, every SM busy), and the CTA of rank it % 2 loads ring position it for both CTAs of its
+// pair with the cluster mask. L2 -> SM traffic for A: 4 column blocks / 2 = 2 x 0.71 GB, below the
+// 3 x 0.71 GB of 04-07.
 // The pair protocol is stage 05's (pelib.hopper.pingpong_protocol(ctas=2) runs it as a model):
 //  * every producer posts arrive.expect_tx on its own full[s] after waiting for its own empty[s];
 //  * a consumer frees a slot with one arrive on empty[s] of each CTA of the pair (count CLUSTER_N);
@@ -21,6 +23,9 @@
 // Ring slot of (local tile i, K slice kb) = i * num_kb + kb; slot s = it % NUM_STAGES, lap it / NUM_STAGES.
 // Shared memory: B at 0 (K/128 slices of BLOCK_N rows x 128 B, SW128, rows permuted), the A ring,
 // then full[s], empty[s], b_full, turn[2]. TIMING phases as 04.
+// Why: a deeper A ring and less A traffic, with clusters small enough to fill every SM.
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.101 ms (H100 80GB HBM3, 2026-11-23).
+// Run: python -m pelib.stage sm90/09_multicast_pairs
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -111,6 +116,7 @@ PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import descriptors as D, emulate as E, problems, reference
+from .. import descriptors as D, emulate as E, problems, reference, verify
 from .base import Kind, KindError
 
 
@@ -226,10 +226,12 @@ class Nvfp4(Kind):
         return reference.nvfp4_gemm_reference(t["a"], t["sfa"], t["gsa"], t["b"], t["sfb"], t["gsb"],
                                                out_dtype=prob.out_dtype)
 
-    def absmax(self, t):
+    def tolerance_inputs(self, prob, t):
+        """The largest operand magnitudes: E2M1's largest value times the finite maxima of the scales."""
         e2m1 = float(reference.E2M1_MAX)
-        return tuple(e2m1 * float(t[f"sf{o}"].float().abs().max()) * float(t[f"gs{o}"].float().abs().max())
-                     for o in ("a", "b"))
+        a, b = (e2m1 * verify.finite_absmax(t[f"sf{o}"], f"sf{o}") * verify.finite_absmax(t[f"gs{o}"], f"gs{o}")
+                for o in ("a", "b"))
+        return {"K": prob.k, "a_absmax": a, "b_absmax": b}
 
     def map_operand(self, stage, p, prob, tensors):
         ex = stage.exports
@@ -277,6 +279,7 @@ class Nvfp4(Kind):
         prob = prob or problems.NvFp4Gemm("tile", inputs["a"].shape[0], inputs["b"].shape[0], 2 * inputs["a"].shape[1])
         tm, tn, bk = ex["tile_m"], ex["tile_n"], ex["block_k"]
         m_blk, n_blk = m0 // tm, n0 // tn
+        E.check_tile_index((m_blk, n_blk), (prob.m // tm, prob.n // tn))
         check_sf_loads(prob, ex, inputs["sfa_mma"], inputs["sfb_mma"], m_blk, n_blk)
         a, bb, sfa, sfb = (_np_bytes(inputs[k]) for k in ("a", "b", "sfa", "sfb"))
         kt_bytes, kt_sf = bk // 2, bk // ex["sf_vec"]

@@ -138,6 +138,9 @@ class Sm90(Kind):
             return permuted_b_spec(prob.n, prob.k, rows, cols, sw, addr)
         return None
 
+    def tile_rows(self, ex) -> int:
+        return ex.tile_m              # a cluster multicasts operands; each CTA still writes its own tile
+
     def emulate_tile(self, stage, inputs, m0=0, n0=0, *, return_report=False, overrides=None):
         """The BF16 tile of one consumer warpgroup row block: pelib.emulate's wgmma replay (TMA boxes, GMMA
         descriptors advanced per K slice) of A and B, plus comb, rounded once (the stage's epilogue)."""

@@ -270,8 +270,9 @@ def unroll_table(stage_names=("07_smem_staged_epilogue", "08_unroll"), warps=(5,
 def f4_table() -> Table:
     """Stage 05's epilogue with templated vs run-time column bounds, from the SASS (compiled)."""
     rows = []
-    for label, d in (("templated bounds (521ad55)", None), ("run-time bounds (F4)", {"EPI_RUNTIME_BOUNDS": 1})):
-        b = stage("05_epi_warps", d).build
+    for label, s in (("templated bounds (521ad55)", stage("05_epi_warps")),
+                     ("run-time bounds (F4)", Stage("fp8/variants/05_f4_runtime_bounds"))):
+        b = s.build
         g = sass_account.gaps(b.sass, "LDTM")
         rows.append({"epilogue": label, "registers": b.facts.registers, "LDTM in SASS": len(g) + 1,
                      "gaps between TMEM loads with a branch": sum(1 for x in g if x["branches"]),
@@ -349,8 +350,8 @@ def recorded_table(stage_names=None) -> Table:
         s = stage(n)
         r = s.recorded()
         rows.append({"stage": s.name, "idea": s.header.idea, "TFLOPS": (r.tflops or "—") if r else "—",
-                     "ms": (r.ms or "—") if r else "—", "lab record": r.what if r else "—",
-                     "evidence": f"recorded ({r.source.note})" if r else ""})
+                     "ms": (r.ms or "—") if r else "—", "lab record": r.what if r else s.header.recorded.split(":")[0],
+                     "evidence": f"recorded ({r.source.note})" if r else "recorded: no number of its own (see its header)"})
     return Table(rows, f"B200 results of each idea — recorded (lab notes, {LAB_LOG} optimization history and later states)")
 
 

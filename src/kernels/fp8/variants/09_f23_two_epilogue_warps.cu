@@ -1,24 +1,27 @@
-// Variant F23 of stage 09 — two TMEM readers at a time (go/no-go card F23, its option C made feasible).
+// Stage 09 — go/no-go variant F23: two TMEM readers at a time (the card's option C made feasible).
+// Parent: fp8/09_persistent_megakernel
 //
-// The card's option C: 2 epilogue warps of 128 threads, each draining two row groups (lane quarters)
-// one after the other, so that only two warps read TMEM at a time. That cannot be built on sm_100a:
-// warp w may access only TMEM lanes 32*(w%4)..+31 (PTX ISA tcgen05 access restrictions; pelib.emulate
-// refuses any other lane base), so a warp can never read a second lane quarter, and with 128 threads
-// the two epilogue warps are warps 2 and 3: quarters 0 and 1 (rows 0-63 of each CTA) would have no
-// reader. A two-warp epilogue needs all four lane quarters' warps, whatever the count.
-// What the card asks is whether fewer concurrent TMEM readers make each read faster: its fail-fast is
-// "per-warp Phase 1 with 2 warps >= 1.8x the 4-warp Phase 1". This variant keeps one warp per lane
-// quarter and lets only two of them read TMEM at a time: wave A (warps 2 and 3, quarters 2 and 3)
-// drains first; wave B (warps 4 and 5, quarters 0 and 1) waits on a named barrier until wave A's last
-// TMEM load of the tile, and wave A starts the next tile only after wave B's last load of this one.
-// Two row groups are then read one after the other with one other reader at a time, which is option
-// C's per-warp Phase 1: the span from wave A's first TMEM load to wave B's last (per tile, in a
-// TIMING build: wave A's Phase 1 start to wave B's Phase 1 end) is the card's numerator, the 4-warp
-// Phase 1 of stage 09 its denominator. What differs from option C: 192 threads stay (the card's
-// register-file argument does not apply: 201 KB of shared memory already limit the SM to this one
-// CTA), and each warp keeps Phase 2 of its own rows, so wave A's stores overlap wave B's reads.
-// Gate (card F23): wall clock improves; fail-fast on that ratio (measured; PENDING here).
-// Everything else is stage 09 unchanged: `diff 09_persistent_megakernel.cu` shows the idea.
+// What changes: the card's option C is 2 epilogue warps of 128 threads, each draining two row groups
+// (lane quarters) one after the other, so that only two warps read TMEM at a time. That cannot be
+// built on sm_100a: warp w may access only TMEM lanes 32*(w%4)..+31 (PTX ISA tcgen05 access
+// restrictions; pelib.emulate refuses any other lane base), so a warp can never read a second lane
+// quarter, and with 128 threads the two epilogue warps are warps 2 and 3: quarters 0 and 1 (rows 0-63
+// of each CTA) would have no reader. A two-warp epilogue needs all four lane quarters' warps,
+// whatever the count. This variant keeps one warp per lane quarter and lets only two of them read
+// TMEM at a time: wave A (warps 2 and 3, quarters 2 and 3) drains first; wave B (warps 4 and 5,
+// quarters 0 and 1) waits on a named barrier until wave A's last TMEM load of the tile, and wave A
+// starts the next tile only after wave B's last load of this one. What differs from option C: 192
+// threads stay (the card's register-file argument does not apply: 201 KB of shared memory already
+// limit the SM to this one CTA), and each warp keeps Phase 2 of its own rows, so wave A's stores
+// overlap wave B's reads.
+// Why: the card asks whether fewer concurrent TMEM readers make each read faster; its fail-fast is
+// "per-warp Phase 1 with 2 warps >= 1.8x the 4-warp Phase 1". Two row groups are read one after the
+// other with one other reader at a time, which is option C's per-warp Phase 1: the span from wave A's
+// first TMEM load to wave B's last (per tile, in a TIMING build: wave A's Phase 1 start to wave B's
+// Phase 1 end) is the card's numerator, the 4-warp Phase 1 of stage 09 its denominator.
+// Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F23 sets the gate (wall clock
+// improves; fail-fast on that ratio); not measured.
+// Run: python -m pelib.stage fp8/variants/09_f23_two_epilogue_warps
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -111,6 +114,7 @@ PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
 PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
 PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
 PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
@@ -219,7 +223,7 @@ PE_DEVICE u64 drain(u32 t_row, const u16* comb_ptr, u32 stage_buf, int lane, u16
   tcgen05_fence_before_thread_sync();
   __syncwarp();  // every lane's loads done; also: buffer 1 complete, buffer 0 fully read
   if (done_bar) named_barrier_arrive(done_bar, WAVE_BAR_THREADS);  // F23: the other wave may read TMEM
-  if (lane == 0) mbarrier_arrive_cluster(acc_empty, 0);
+  if (lane == 0) mbarrier_arrive_remote_cta(acc_empty, 0);
   stage_copy_out<H, PHASE2_UNROLL>(buf1, lane, out_blk + C0 + HC, ld_out);
   return t;
 }
@@ -229,6 +233,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
   extern __shared__ __align__(1024) u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);   // TMA bytes landed in stage s
   u64* empty = full + NUM_STAGES;                             // MMAs finished reading stage s
   u64* acc_full = empty + NUM_STAGES;                         // accumulator b complete (MMA -> epilogue)
@@ -275,17 +280,16 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       PipelineState<NUM_STAGES> ring;
       for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
         const TileCoord tile = sched.coord(rank, BM, TN, CG);
-        const u64 t0 = timing_now();
-        u64 t1 = t0;
+        u64 t0 = timing_now(), t1 = t0;
         for (int kb = 0; kb < num_kb; ++kb) {
-          mbarrier_wait_parity_cluster(&empty[ring.index], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
+          const int s = ring.index;
+          mbarrier_wait_parity(&empty[s], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
           if (kb == 0) t1 = timing_now();
-          u8* a_dst = smem + SMEM_A_OFF + ring.index * A_STAGE_BYTES;
-          u8* b_dst = smem + SMEM_B_OFF + ring.index * B_STAGE_BYTES;
-          if (leader) mbarrier_arrive_expect_tx(&full[ring.index], CG * STAGE_BYTES);  // both CTAs' bytes
+          if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);  // both CTAs' bytes
           // cta_group::2 form: the bytes land here, the completion on the leader's full[s]
-          tma_load_2d_cta2(a_dst, &tmap_a, &full[ring.index], kb * BK, tile.m0);
-          tma_load_2d_cta2(b_dst, &tmap_b, &full[ring.index], kb * BK, tile.n0 + (int)rank * B_ROWS);
+          tma_load_2d_cta2(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);
+          tma_load_2d_cta2(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK,
+                           tile.n0 + (int)rank * B_ROWS);  // this CTA's half of the tile's B rows
           ring.advance();
         }
         timing_record(timing, sched.slot(), PE_PHASE_PRODUCER_WAIT, t0, t1);
@@ -293,10 +297,8 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       }
       // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): wait until the MMAs have released
       // every slot, so no commit is still on its way to this CTA's barriers when it exits.
-      for (int i = 0; i < NUM_STAGES; ++i) {
-        mbarrier_wait_parity_cluster(&empty[ring.index], ring.phase ^ 1, 4);
-        ring.advance();
-      }
+      for (int i = 0; i < NUM_STAGES; ++i, ring.advance())
+        mbarrier_wait_parity(&empty[ring.index], ring.phase ^ 1, 4);
     }
     __syncwarp();
   } else if (warp == 1) {
@@ -306,18 +308,17 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
         const u32 buf = sched.acc_buf();
         const u64 t0 = timing_now();
-        // both CTAs' epilogues have drained this accumulator (its previous tile)
-        mbarrier_wait_parity_cluster(&acc_empty[buf], sched.acc_phase() ^ 1, 5);
+        mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);  // both CTAs drained it
         tcgen05_fence_after_thread_sync();
-        const u64 t1 = timing_now();
-        u64 t2 = t1;
+        u64 t1 = timing_now(), t2 = t1;
         const u32 d_tmem = tmem_base + TMEM_ACC_COL + buf * TMEM_ACC_STRIDE;
         for (int kb = 0; kb < num_kb; ++kb) {
-          mbarrier_wait_parity_cluster(&full[ring.index], ring.phase, 2);  // bytes from both CTAs
+          const int s = ring.index;
+          mbarrier_wait_parity(&full[s], ring.phase, 2);  // bytes from both CTAs
           tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
           if (kb == 0) t2 = timing_now();     // the tile's first stage has landed
-          const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + ring.index * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
-          const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + ring.index * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
+          const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
+          const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + s * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
 #pragma unroll
           for (int k = 0; k < BK / UMMA_K; ++k) {
             // K step inside the swizzled 128-B row: +32 B on the start address (CUTLASS DescriptorIterator;
@@ -325,7 +326,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
             tcgen05_mma_f8f6f4<CG>(d_tmem, smem_desc_advance(a_desc, k * UMMA_K),
                                    smem_desc_advance(b_desc, k * UMMA_K), IDESC, (kb | k) != 0);
           }
-          tcgen05_commit_multicast<CG>(smem_u32(&empty[ring.index]), 0b11);  // slot free, in both CTAs
+          tcgen05_commit_multicast<CG>(smem_u32(&empty[s]), 0b11);  // slot s free, in both CTAs
           ring.advance();
         }
         tcgen05_commit_multicast<CG>(smem_u32(&acc_full[buf]), 0b11);  // both accumulator halves complete
@@ -338,7 +339,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
     __syncwarp();
   } else {
     // ---- epilogue: warp w reads TMEM lanes 32*(w%4) .. +31 (the hardware's sub-partition rule),
-    // columns [epi_col_begin(w), epi_col_end(w)), of accumulator acc_buf() of each tile ----
+    // columns [epi_col_begin(w), epi_col_end(w)) ----
     const int sub = warp % 4;
     const u32 stage_buf = smem_u32(smem + SMEM_STAGING_OFF + (warp - 2) * STAGING_WARP_BYTES);
     for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
@@ -350,7 +351,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL + buf * TMEM_ACC_STRIDE;
 
       const u64 t0 = timing_now();
-      mbarrier_wait_parity_cluster(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own
+      mbarrier_wait_parity(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own
       tcgen05_fence_after_thread_sync();
       // F23: wave A (quarters 2, 3) waits for wave B's last TMEM load of the previous tile; wave B
       // (quarters 0, 1) for wave A's of this tile. Wave B does not hand over after the last tile.

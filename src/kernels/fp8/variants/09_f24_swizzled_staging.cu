@@ -1,26 +1,28 @@
-// Variant F24 of stage 09 — unpadded, 128B-swizzled staging and one TMA tensor store per half (card F24).
+// Stage 09 — go/no-go variant F24: unpadded, 128B-swizzled staging and one TMA tensor store per half.
+// Parent: fp8/09_persistent_megakernel
 //
-// Stage 09 pads each staging row to 272 B so that Phase 1's 16-B stores of 32 lanes (one row each)
-// spread over all banks, and copies each half out with ld.shared + st.global (Phase 2), which the lab
-// found contending with the K-loop for the L1/LSU (F19a). Here a staging half is exactly what a TMA
-// box lays out: rows of 256 B without padding, split into two column blocks of 64 columns (one
-// 128-B swizzle row each, since SWIZZLE_128B allows at most 128 B of inner box), block b at
-// + b * 4096, row r at + r * 128, and the 16-B chunk c of a row at chunk c ^ (r % 8) (the 128-B
-// swizzle: address bits [4,7) ^= bits [7,10), CUTLASS Swizzle<3,4,3>, pelib.emulate.swizzle_addr).
-// Phase 1 writes through that swizzle, which keeps every quarter-warp on 32 distinct banks (the
-// count is pelib.banks'), and Phase 2 of each half becomes one cp.async.bulk.tensor.3d store of the
-// box (64 columns, 32 rows, 2 column blocks) through a third tensor map, tmap_out: a 3D view of
-// `out` with dims (64, M, N / 64) and strides (2N B, 128 B) (pelib.banks.f24_out_spec; TMA lays a box
-// out densely, dimension 0 fastest, and its dimensions may take any stride order: CUTLASS
-// copy_traits_sm90_tma.hpp builds its boxes from the shared layout's order the same way). The
-// kernel's signature gains tmap_out after tmap_b. Before a half is written again, the lane that
-// issued the stores waits until the previous store of that half has been read
-// (cp.async.bulk.wait_group.read 1), and before exit until all have landed. The staging shrinks
-// from 4 x 17,408 to 4 x 16,384 B. One lane quarter per warp (NUM_EPI_WARPS = 4) only. In a TIMING
-// build the Phase 2 record ends once lane 0 has issued the half-1 store, which then runs on its own.
-// Gate (card F24): K-loop -5 % and no epilogue regression; fail-fast on Phase 1B bank conflicts worse
-// than the padded rows (measured on a B200; PENDING here).
-// Everything else is stage 09 unchanged: `diff 09_persistent_megakernel.cu` shows the idea.
+// What changes: stage 09 pads each staging row to 272 B so that Phase 1's 16-B stores of 32 lanes
+// (one row each) spread over all banks, and copies each half out with ld.shared + st.global (Phase 2).
+// Here a staging half is exactly what a TMA box lays out: rows of 256 B without padding, split into
+// two column blocks of 64 columns (one 128-B swizzle row each, since SWIZZLE_128B allows at most 128 B
+// of inner box), block b at + b * 4096, row r at + r * 128, and the 16-B chunk c of a row at chunk
+// c ^ (r % 8) (the 128-B swizzle: address bits [4,7) ^= bits [7,10), CUTLASS Swizzle<3,4,3>,
+// pelib.emulate.swizzle_addr). Phase 1 writes through that swizzle, which keeps every quarter-warp on
+// 32 distinct banks (the count is pelib.banks'), and Phase 2 of each half becomes one
+// cp.async.bulk.tensor.3d store of the box (64 columns, 32 rows, 2 column blocks) through a third
+// tensor map, tmap_out: a 3D view of `out` with dims (64, M, N / 64) and strides (2N B, 128 B)
+// (pelib.banks.f24_out_spec; TMA lays a box out densely, dimension 0 fastest, and its dimensions may
+// take any stride order: CUTLASS copy_traits_sm90_tma.hpp builds its boxes from the shared layout's
+// order the same way). The kernel's signature gains tmap_out after tmap_b. Before a half is written
+// again, the lane that issued the stores waits until the previous store of that half has been read
+// (cp.async.bulk.wait_group.read 1), and before exit until all have landed. The staging shrinks from
+// 4 x 17,408 to 4 x 16,384 B. One lane quarter per warp (NUM_EPI_WARPS = 4) only. In a TIMING build
+// the Phase 2 record ends once lane 0 has issued the half-1 store, which then runs on its own.
+// Why: the lab found Phase 2's ld.shared + st.global contending with the K-loop for the L1/LSU (F19a);
+// a TMA store takes the copy off the LSU.
+// Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F24 sets the gate (K-loop -5 %
+// and no epilogue regression; fail-fast on Phase 1B bank conflicts worse than the padded rows).
+// Run: python -m pelib.stage fp8/variants/09_f24_swizzled_staging
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -114,6 +116,7 @@ PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
 PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
 PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
 PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT_TMAP(out, 32 * STAGE_BLOCKS, STAGE_BLOCK_COLS, SWIZZLE, 2);  // out as 3D BF16: box {64, 32, 2}
@@ -265,7 +268,7 @@ PE_DEVICE u64 drain(u32 t_row, const u16* comb_ptr, u8* stage, int lane, const C
   fence_proxy_async_shared_cta();  // buffer 1's writes, for its TMA store
   __syncwarp();  // every lane's loads done; also: buffer 1 complete
   if (lane == 0) {
-    mbarrier_arrive_cluster(acc_empty, 0);
+    mbarrier_arrive_remote_cta(acc_empty, 0);
     tma_store_3d(tmap_out, stage + STAGE_HALF_BYTES, 0, row0, (col0 + C0 + HC) / STAGE_BLOCK_COLS);
     cp_async_bulk_commit_group();
   }
@@ -278,6 +281,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
   extern __shared__ __align__(1024) u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);   // TMA bytes landed in stage s
   u64* empty = full + NUM_STAGES;                             // MMAs finished reading stage s
   u64* acc_full = empty + NUM_STAGES;                         // accumulator b complete (MMA -> epilogue)
@@ -325,17 +329,16 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       PipelineState<NUM_STAGES> ring;
       for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
         const TileCoord tile = sched.coord(rank, BM, TN, CG);
-        const u64 t0 = timing_now();
-        u64 t1 = t0;
+        u64 t0 = timing_now(), t1 = t0;
         for (int kb = 0; kb < num_kb; ++kb) {
-          mbarrier_wait_parity_cluster(&empty[ring.index], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
+          const int s = ring.index;
+          mbarrier_wait_parity(&empty[s], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
           if (kb == 0) t1 = timing_now();
-          u8* a_dst = smem + SMEM_A_OFF + ring.index * A_STAGE_BYTES;
-          u8* b_dst = smem + SMEM_B_OFF + ring.index * B_STAGE_BYTES;
-          if (leader) mbarrier_arrive_expect_tx(&full[ring.index], CG * STAGE_BYTES);  // both CTAs' bytes
+          if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);  // both CTAs' bytes
           // cta_group::2 form: the bytes land here, the completion on the leader's full[s]
-          tma_load_2d_cta2(a_dst, &tmap_a, &full[ring.index], kb * BK, tile.m0);
-          tma_load_2d_cta2(b_dst, &tmap_b, &full[ring.index], kb * BK, tile.n0 + (int)rank * B_ROWS);
+          tma_load_2d_cta2(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);
+          tma_load_2d_cta2(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK,
+                           tile.n0 + (int)rank * B_ROWS);  // this CTA's half of the tile's B rows
           ring.advance();
         }
         timing_record(timing, sched.slot(), PE_PHASE_PRODUCER_WAIT, t0, t1);
@@ -343,10 +346,8 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       }
       // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): wait until the MMAs have released
       // every slot, so no commit is still on its way to this CTA's barriers when it exits.
-      for (int i = 0; i < NUM_STAGES; ++i) {
-        mbarrier_wait_parity_cluster(&empty[ring.index], ring.phase ^ 1, 4);
-        ring.advance();
-      }
+      for (int i = 0; i < NUM_STAGES; ++i, ring.advance())
+        mbarrier_wait_parity(&empty[ring.index], ring.phase ^ 1, 4);
     }
     __syncwarp();
   } else if (warp == 1) {
@@ -356,18 +357,17 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
         const u32 buf = sched.acc_buf();
         const u64 t0 = timing_now();
-        // both CTAs' epilogues have drained this accumulator (its previous tile)
-        mbarrier_wait_parity_cluster(&acc_empty[buf], sched.acc_phase() ^ 1, 5);
+        mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);  // both CTAs drained it
         tcgen05_fence_after_thread_sync();
-        const u64 t1 = timing_now();
-        u64 t2 = t1;
+        u64 t1 = timing_now(), t2 = t1;
         const u32 d_tmem = tmem_base + TMEM_ACC_COL + buf * TMEM_ACC_STRIDE;
         for (int kb = 0; kb < num_kb; ++kb) {
-          mbarrier_wait_parity_cluster(&full[ring.index], ring.phase, 2);  // bytes from both CTAs
+          const int s = ring.index;
+          mbarrier_wait_parity(&full[s], ring.phase, 2);  // bytes from both CTAs
           tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
           if (kb == 0) t2 = timing_now();     // the tile's first stage has landed
-          const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + ring.index * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
-          const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + ring.index * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
+          const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
+          const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + s * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
 #pragma unroll
           for (int k = 0; k < BK / UMMA_K; ++k) {
             // K step inside the swizzled 128-B row: +32 B on the start address (CUTLASS DescriptorIterator;
@@ -375,7 +375,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
             tcgen05_mma_f8f6f4<CG>(d_tmem, smem_desc_advance(a_desc, k * UMMA_K),
                                    smem_desc_advance(b_desc, k * UMMA_K), IDESC, (kb | k) != 0);
           }
-          tcgen05_commit_multicast<CG>(smem_u32(&empty[ring.index]), 0b11);  // slot free, in both CTAs
+          tcgen05_commit_multicast<CG>(smem_u32(&empty[s]), 0b11);  // slot s free, in both CTAs
           ring.advance();
         }
         tcgen05_commit_multicast<CG>(smem_u32(&acc_full[buf]), 0b11);  // both accumulator halves complete
@@ -388,7 +388,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
     __syncwarp();
   } else {
     // ---- epilogue: warp w reads TMEM lanes 32*(w%4) .. +31 (the hardware's sub-partition rule),
-    // columns [epi_col_begin(w), epi_col_end(w)), of accumulator acc_buf() of each tile ----
+    // columns [epi_col_begin(w), epi_col_end(w)) ----
     const int sub = warp % 4;
     u8* stage = smem + SMEM_STAGING_OFF + (warp - 2) * STAGING_WARP_BYTES;
     for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
@@ -400,7 +400,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL + buf * TMEM_ACC_STRIDE;
 
       const u64 t0 = timing_now();
-      mbarrier_wait_parity_cluster(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own
+      mbarrier_wait_parity(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own
       tcgen05_fence_after_thread_sync();
       const u64 t1 = timing_now();
       u64 t2;

@@ -1,18 +1,21 @@
-// Variant F28 of stage 09 — precomputed descriptors and a K-loop unrolled at compile time (card F28).
+// Stage 09 — go/no-go variant F28: precomputed descriptors and a K-loop unrolled at compile time.
+// Parent: fp8/09_persistent_megakernel
 //
-// The card's changes A and C: the MMA warp computes the shared-memory descriptors of every ring slot
-// once, before the tile loop, instead of twice per k-block; and the six k-blocks of a tile are
-// unrolled so that each one's ring slot, barrier address, parity flip and accumulate flag are
+// What changes: the card's changes A and C. The MMA warp computes the shared-memory descriptors of
+// every ring slot once, before the tile loop, instead of twice per k-block; and the six k-blocks of a
+// tile are unrolled so that each one's ring slot, barrier address, parity flip and accumulate flag are
 // compile-time constants. The K-loop count becomes a compile-time K_ITERS = K / BK (6 for the patch
 // embed's K = 768; exported as k_iters; the kernel traps on any other K). One thing the card did not
 // have to deal with: the ring runs on across tiles here (PipelineState), so with 6 k-blocks and 4
 // slots a tile starts in slot 0 or slot 2 - the unrolled K-loop exists twice, once per start slot,
 // and the tile picks one with a single uniform branch; the lap parity stays one run-time bit.
-// The card's hypothesis: W1's bookkeeping between MMAs leaves tensor-core gaps; fewer instructions
-// per tile shorten the K-loop. Its static fail-fast (ptxas registers > 240, or any spill) is settled
-// at compile time; pelib.sass_account counts the K-loop's instructions per tile before and after.
-// Gate (card F28): K-loop -150 cycles and wall clock +0.5 % with F22 (measured; PENDING here).
-// Everything else is stage 09 unchanged: `diff 09_persistent_megakernel.cu` shows the idea.
+// Why: the card's hypothesis: W1's bookkeeping between MMAs leaves tensor-core gaps; fewer
+// instructions per tile shorten the K-loop. Its static fail-fast (ptxas registers > 240, or any
+// spill) is settled at compile time; pelib.sass_account counts the K-loop's instructions per tile
+// before and after.
+// Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F28 sets the gate (K-loop -150
+// cycles and wall clock +0.5 % with F22); not measured.
+// Run: python -m pelib.stage fp8/variants/09_f28_kloop_unroll
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -103,6 +106,7 @@ PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
 PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
 PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
 PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
@@ -208,7 +212,7 @@ PE_DEVICE u64 drain(u32 t_row, const u16* comb_ptr, u32 stage_buf, int lane, u16
   // arrival (tcgen05.fence::before_thread_sync), then one lane arrives on the leader's acc_empty.
   tcgen05_fence_before_thread_sync();
   __syncwarp();  // every lane's loads done; also: buffer 1 complete, buffer 0 fully read
-  if (lane == 0) mbarrier_arrive_cluster(acc_empty, 0);
+  if (lane == 0) mbarrier_arrive_remote_cta(acc_empty, 0);
   stage_copy_out<H, PHASE2_UNROLL>(buf1, lane, out_blk + C0 + HC, ld_out);
   return t;
 }
@@ -222,7 +226,7 @@ PE_DEVICE void kloop_unrolled(u64* full, u64* empty, u32 phase, u32 d_tmem, cons
                               const u64 (&b_desc)[NUM_STAGES], u64& t2) {
   constexpr int s = (S0 + KB) % NUM_STAGES;
   constexpr u32 lap = ((S0 + KB) / NUM_STAGES) & 1;   // the parity flips each time the ring wraps
-  mbarrier_wait_parity_cluster(&full[s], phase ^ lap, 2);  // bytes from both CTAs
+  mbarrier_wait_parity(&full[s], phase ^ lap, 2);  // bytes from both CTAs
   tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
   if constexpr (KB == 0) t2 = timing_now();  // the tile's first stage has landed
 #pragma unroll
@@ -245,6 +249,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
   extern __shared__ __align__(1024) u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);   // TMA bytes landed in stage s
   u64* empty = full + NUM_STAGES;                             // MMAs finished reading stage s
   u64* acc_full = empty + NUM_STAGES;                         // accumulator b complete (MMA -> epilogue)
@@ -291,17 +296,16 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       PipelineState<NUM_STAGES> ring;
       for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
         const TileCoord tile = sched.coord(rank, BM, TN, CG);
-        const u64 t0 = timing_now();
-        u64 t1 = t0;
+        u64 t0 = timing_now(), t1 = t0;
         for (int kb = 0; kb < num_kb; ++kb) {
-          mbarrier_wait_parity_cluster(&empty[ring.index], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
+          const int s = ring.index;
+          mbarrier_wait_parity(&empty[s], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
           if (kb == 0) t1 = timing_now();
-          u8* a_dst = smem + SMEM_A_OFF + ring.index * A_STAGE_BYTES;
-          u8* b_dst = smem + SMEM_B_OFF + ring.index * B_STAGE_BYTES;
-          if (leader) mbarrier_arrive_expect_tx(&full[ring.index], CG * STAGE_BYTES);  // both CTAs' bytes
+          if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);  // both CTAs' bytes
           // cta_group::2 form: the bytes land here, the completion on the leader's full[s]
-          tma_load_2d_cta2(a_dst, &tmap_a, &full[ring.index], kb * BK, tile.m0);
-          tma_load_2d_cta2(b_dst, &tmap_b, &full[ring.index], kb * BK, tile.n0 + (int)rank * B_ROWS);
+          tma_load_2d_cta2(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);
+          tma_load_2d_cta2(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK,
+                           tile.n0 + (int)rank * B_ROWS);  // this CTA's half of the tile's B rows
           ring.advance();
         }
         timing_record(timing, sched.slot(), PE_PHASE_PRODUCER_WAIT, t0, t1);
@@ -309,16 +313,14 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       }
       // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): wait until the MMAs have released
       // every slot, so no commit is still on its way to this CTA's barriers when it exits.
-      for (int i = 0; i < NUM_STAGES; ++i) {
-        mbarrier_wait_parity_cluster(&empty[ring.index], ring.phase ^ 1, 4);
-        ring.advance();
-      }
+      for (int i = 0; i < NUM_STAGES; ++i, ring.advance())
+        mbarrier_wait_parity(&empty[ring.index], ring.phase ^ 1, 4);
     }
     __syncwarp();
   } else if (warp == 1) {
     // ---- MMA issuer: one thread of the LEADER issues every tcgen05.mma and commit for the pair ----
     if (leader && elect_one_sync()) {
-      if (num_kb != K_ITERS) asm volatile("trap;");  // F28: the K-loop is unrolled for K = K_ITERS * BK
+      if (num_kb != K_ITERS) __trap();  // F28: the K-loop is unrolled for K = K_ITERS * BK
       // F28 (card change A): every ring slot's descriptors, once. K step inside the swizzled 128-B
       // row: +32 B on the start address (CUTLASS DescriptorIterator; gau-nernst learn-cuda
       // matmul_v5.cu "A_smem + k2 * 32"); the hardware applies the swizzle.
@@ -332,11 +334,9 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
         const u32 buf = sched.acc_buf();
         const u64 t0 = timing_now();
-        // both CTAs' epilogues have drained this accumulator (its previous tile)
-        mbarrier_wait_parity_cluster(&acc_empty[buf], sched.acc_phase() ^ 1, 5);
+        mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);  // both CTAs drained it
         tcgen05_fence_after_thread_sync();
-        const u64 t1 = timing_now();
-        u64 t2 = t1;
+        u64 t1 = timing_now(), t2 = t1;
         const u32 d_tmem = tmem_base + TMEM_ACC_COL + buf * TMEM_ACC_STRIDE;
         // F28: the unrolled K-loop of the slot this tile starts in (0 or K_ITERS % NUM_STAGES).
         if (ring.index == 0) {
@@ -356,7 +356,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
     __syncwarp();
   } else {
     // ---- epilogue: warp w reads TMEM lanes 32*(w%4) .. +31 (the hardware's sub-partition rule),
-    // columns [epi_col_begin(w), epi_col_end(w)), of accumulator acc_buf() of each tile ----
+    // columns [epi_col_begin(w), epi_col_end(w)) ----
     const int sub = warp % 4;
     const u32 stage_buf = smem_u32(smem + SMEM_STAGING_OFF + (warp - 2) * STAGING_WARP_BYTES);
     for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
@@ -368,7 +368,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL + buf * TMEM_ACC_STRIDE;
 
       const u64 t0 = timing_now();
-      mbarrier_wait_parity_cluster(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own
+      mbarrier_wait_parity(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own
       tcgen05_fence_after_thread_sync();
       const u64 t1 = timing_now();
       u64 t2;
