@@ -8,6 +8,7 @@ import torch
 
 from pelib import baselines, hopper_perf, problems, reference
 from pelib.stage import Stage
+from pelib.views import hopper as hv
 from pelib.problems import PatchEmbed
 
 ROW_KEYS = {"name", "form", "target", "like_for_like", "status"}
@@ -292,13 +293,13 @@ def test_half_slice_stage_maps_a_with_64_byte_boxes():
 
 def test_chapter_tables_read_the_committed_runs():
     """The Hopper chapter's three tables, from results/*/hopper-perf.json (any machine)."""
-    if not hopper_perf.result_files():
+    if not hv.perf_files():
         pytest.skip("no committed hopper-perf runs")
-    t = hopper_perf.chip_table()
+    t = hv.chip_table()
     whats = [r["what"] for r in t.rows]
     assert any(w.startswith("ours: 06_permuted_b") for w in whats)
     assert {"cublas_gemm", "cublas_gemm_fastacc", "triton_fused", "torch_compile"} <= set(whats)
     assert sum(w.startswith("floor") for w in whats) == 4
-    assert len(hopper_perf.stages_table().rows) >= 10
-    lim = hopper_perf.limiter_table().rows
+    assert len(hv.stages_table().rows) >= 10
+    lim = hv.limiter_table().rows
     assert len(lim) == 2 and all(r["cycles/tile per CTA"] > 3072 for r in lim)

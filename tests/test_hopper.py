@@ -5,7 +5,7 @@ import re
 import pytest
 
 from pelib import bench, build as B
-from pelib import descriptors, hopper_bench, problems, stages, sweep
+from pelib import descriptors, problems, stages, sweep
 from pelib.kinds import sm90
 from pelib.kinds.base import KindError
 from pelib.models import protocol
@@ -213,7 +213,7 @@ def test_emulated_tiles_match_the_reference():
 def test_compile_baseline_error_names_the_exception():
     log = "\n".join(["  triton_mm_9 3.37 ms 40.2% ACC_TYPE='tl.float32'", "Traceback (most recent call last):",
                      '  File "x.py", line 1', "AttributeError: module 'pelib.hopper' has no attribute 'ATOL'"])
-    assert hopper_bench.error_line(log).startswith("AttributeError")
+    assert bench.error_line(log).startswith("AttributeError")
 
 
 def test_sweep_failure_reason_prefers_the_wait_tag():
@@ -343,6 +343,14 @@ def test_comparison_rows_and_speedups():
     assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(1.25)
     assert rows[0]["floor_frac"] == pytest.approx(FULL.min_bytes / 3e12 * 1e3 / 0.8)
     assert rows[2]["ms"] is None and "timeout" in bench.format_rows(rows)
+    # pelib.baselines rows (today's runs) read the same: measured, failed, skipped, and a wrong output
+    new = [{"name": "cublas_gemm", "status": "measured", "median_ms": 1.0},
+           {"name": "torch_compile", "status": "failed", "reason": "TimeoutError: 240 s"},
+           {"name": "triton_fused", "status": "skipped", "reason": "no triton"},
+           {"name": "x", "status": "measured", "median_ms": 0.5, "verified": False}]
+    rows = bench.compare_rows(ours, new, copy_gb_s=3000.0, problem=FULL)
+    assert rows[1]["speedup"] == pytest.approx(1.25) and rows[2]["note"].startswith("FAILED: TimeoutError")
+    assert rows[3]["note"] == "SKIPPED: no triton" and rows[4]["name"] == "x (WRONG OUTPUT)"
 
 
 # ---- stages 06-09 -------------------------------------------------------------------------------

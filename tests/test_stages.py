@@ -211,3 +211,47 @@ def test_timed_run_through_a_fake_plan(stage, fake_gpu):
     assert p.runs == 1 + 1 + 3 and p.waits >= 2
     assert p.grid == res["config"].grid and p.cluster == res["config"].launch_cluster
     assert p.smem == stage.exports.smem_bytes and p.block == (stage.exports.num_threads, 1, 1)
+
+
+# ---- what is committed about it, and the command line ----------------------------------------------------
+
+def test_stage_times_read_every_kind_of_committed_run(tmp_path):
+    """results.stage_times: stage lists, pelib.hopper_perf runs and sweeps, at their defaults and verified only,
+    the newest run per chip, with cuBLAS's GEMM of the same run folder; Stage.table shows them per chip."""
+    import json
+
+    from pelib import results
+    from pelib.stage import table
+    h100 = tmp_path / "2026-01-02-h100"
+    h100.mkdir()
+    (h100 / "sm90-stages.json").write_text(json.dumps({"device": "H100", "date": "2026-01-02T00:00Z", "stages": [
+        {"key": "06", "ok": True, "median_ms": 1.0}, {"key": "07", "ok": False, "median_ms": 2.0}]}))
+    (h100 / "hopper-perf.json").write_text(json.dumps({"env": {"device": "H100", "date": "2026-01-02"}, "variants": [
+        {"key": "10", "defines": {}, "ok": True, "median_ms": 0.9, "label": "10_unrolled_kloop"},
+        {"key": "11", "defines": {"PE_UNBOUNDED_WAIT": 1}, "ok": True, "median_ms": 0.8, "label": "11 ..."}],
+        "baselines": [{"name": "cublas_gemm", "status": "measured", "median_ms": 1.2}]}))
+    h200 = tmp_path / "2026-01-03-h200"
+    h200.mkdir()
+    (h200 / "sweep-2026-01-03T000000-h200.json").write_text(json.dumps({"env": {"device": "H200", "date": "2026-01-03"},
+        "variants": [{"stage": "sm90/06_permuted_b", "defines": {}, "ok": True, "median_ms": 0.5, "label": "06"},
+                     {"stage": "sm90/06_permuted_b", "defines": {}, "ok": True, "median_ms": 0.4, "label": "06 [again]"}],
+        "baselines": {"cublas_gemm": {"median_ms": 1.0}}}))
+    (h200 / "broken.json").write_text("{")
+    t = results.stage_times(tmp_path)
+    assert set(t) == {"sm90/06_permuted_b", "sm90/10_unrolled_kloop"}
+    assert t["sm90/06_permuted_b"]["h100"] == {"ms": 1.0, "device": "H100", "date": "2026-01-02", "cublas_ms": 1.2,
+                                               "file": "2026-01-02-h100/sm90-stages.json"}
+    assert t["sm90/06_permuted_b"]["h200"]["ms"] == 0.5 and t["sm90/06_permuted_b"]["h200"]["cublas_ms"] == 1.0
+    row = table([Stage("sm90/06_permuted_b"), Stage("fp8/06_stages")], measured=t).rows
+    assert row[0]["H100 ms"] == "1.000 (2026-01-02)" and row[0]["H100 % of cuBLAS"] == "120%"
+    assert row[0]["H200 % of cuBLAS"] == "200%" and row[1]["H100 ms"] == "" and row[1]["parent"] == "05_epi_warps"
+
+
+def test_command_line_facts_sweep_and_a_refused_option(capsys):
+    from pelib.stage import main
+    assert main(["sm90/06_permuted_b", "--device", "compile"]) == 0
+    out = capsys.readouterr().out
+    assert "06_permuted_b" in out and "registers" in out and "launch on small: grid" in out
+    assert main(["fp8/07_smem_staged_epilogue", "--device", "compile", "--sweep", "NUM_STAGES=4,6"]) == 1  # 6 does not fit
+    out = capsys.readouterr().out
+    assert "NUM_STAGES=4" in out and "NUM_STAGES=6: does not compile:" in out and "227 KB" in out

@@ -200,20 +200,34 @@ def derived(problem, ms: float, copy_gb_s: float | None = None) -> dict:
     return d
 
 
-def compare_rows(ours: dict, baselines: dict, copy_gb_s: float, problem) -> list[dict]:
-    """Rows of the comparison table: ours first, then each baseline with our speed-up over it."""
+def compare_rows(ours: dict, baselines, copy_gb_s: float, problem) -> list[dict]:
+    """Rows of the comparison table: ours first, then each baseline (pelib.baselines rows, or an older
+    run's {name: row}) with our speed-up over it."""
     rows = []
-    for name, r in [("ours: " + ours.get("stage", "best"), ours)] + list(baselines.items()):
-        if "median_ms" not in r:
-            rows.append({"name": name, "ms": None, "note": "FAILED: " + str(r.get("error", "not timed"))})
+    for r in [{"name": "ours: " + ours.get("stage", "best"), **ours, "status": "measured" if "median_ms" in ours
+               else "failed"}] + results.baseline_list(baselines):
+        name = r["name"]
+        if r.get("status") != "measured" or "median_ms" not in r:
+            why = r.get("reason") or r.get("error") or "not timed"
+            rows.append({"name": name, "ms": None, "note": f"{str(r.get('status', 'failed')).upper()}: {error_line(str(why))}"})
             continue
         d = derived(problem, r["median_ms"], copy_gb_s)
-        if r.get("ok") is False:   # timed, but its output did not verify
+        if r.get("ok") is False or r.get("verified") is False:   # timed, but its output did not verify
             name += " (WRONG OUTPUT)"
         rows.append({"name": name, "ms": r["median_ms"], "tflops": d["tflops"], "gbps": d["gbps"],
                      "floor_frac": d["floor_frac"],
                      "speedup": r["median_ms"] / ours["median_ms"] if "median_ms" in ours else None})
     return rows
+
+
+def error_line(text: str) -> str:
+    """The most telling line of a failure's text: the last 'SomeError: ...' line, else its end."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        head = ln.split(":", 1)[0]
+        if head.endswith(("Error", "Exception", "Interrupt")) or head in ("AssertionError", "KeyError"):
+            return ln[:300]
+    return " | ".join(lines[-3:])[:300]
 
 
 def format_rows(rows: list[dict]) -> str:

@@ -33,10 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import baselines, bench, device, problems, stages, sweep
+from . import baselines, bench, device, problems, results, stages, sweep
 from . import timing as _timing
-from .facts import Table
-from .paths import ROOT
 from .stage import Stage
 
 UNBOUNDED = {"PE_UNBOUNDED_WAIT": 1}
@@ -426,10 +424,7 @@ def main(argv=None) -> int:
     print(device.banner_text(arch, info), flush=True)
     device.require(arch, info)
     env = {**bench.environment(info), **_device_facts()}
-    dev = "h200" if "H200" in info.name else "h100" if "H100" in info.name else \
-        "".join(c if c.isalnum() else "-" for c in info.name).strip("-").lower()
-    out_dir = Path(a.out or os.environ.get("OUT") or (Path(__file__).resolve().parents[2] / "results" /
-                                                      f"{env['date'][:10]}-{dev}"))
+    out_dir = Path(a.out or os.environ.get("OUT") or results.run_dir(env))
     out_dir.mkdir(parents=True, exist_ok=True)
     variants = [tuple(v) for v in json.loads(a.variants)] if a.variants else VARIANTS
     report = {"env": env, "evidence": f"measured ({info.name}, {env['date'][:10]})", "problem": "siglip2",
@@ -560,115 +555,3 @@ def summary(report: dict, problem=None) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-# ---- for the chapter: the committed runs (results/<date>-<chip>/hopper-perf.json) -----------------------
-
-def result_files() -> list:
-    """The committed runs of this module, oldest first."""
-    return sorted((ROOT / "results").glob("*/hopper-perf.json"))
-
-
-def load(chip: str) -> dict:
-    """The newest committed run on `chip` ('h100' or 'h200'), with its path under '_file'."""
-    files = [f for f in result_files() if f.parent.name.endswith("-" + chip)]
-    if not files:
-        raise FileNotFoundError(f"no results/*-{chip}/hopper-perf.json: run `python -m pelib.hopper_perf` "
-                                f"on an {chip.upper()} and commit its output")
-    rep = json.loads(files[-1].read_text())
-    rep["_file"] = str(files[-1].relative_to(files[-1].parents[2]))
-    return rep
-
-
-# Our stage in the tables: 06 with the unbounded wait build. Stage 10 was 0.004 ms faster on the H100
-# (inside that run's spread) and 0.025 ms slower on the H200, so 06 stays the best stage.
-BEST = ("06", UNBOUNDED)
-
-
-def _ours(rep: dict) -> dict:
-    """Our row of a run: BEST, verified, with the unbounded wait build (what a production kernel ships)."""
-    ok = [v for v in rep.get("variants", []) if v.get("median_ms") and v.get("ok") and "[again]" not in v["label"]
-          and v["key"] == BEST[0] and v["defines"] == BEST[1]]
-    if not ok:
-        raise LookupError(f"{rep.get('_file')}: no verified timing of {label(*BEST)}")
-    return ok[0]
-
-
-def chip_table(chips=("h100", "h200")):
-    """Both chips, each against its own floors: ours, every baseline (form, precision), the floors."""
-    rows = []
-    for chip in chips:
-        rep = load(chip)
-        fl = rep["floors"]
-        ours = _ours(rep)
-        name = rep["env"]["device"]
-        rows.append({"chip": name, "what": f"ours: {ours['label']}", "ms": round(ours["median_ms"], 3),
-                     "of floor": f"{100 * fl['floor_ms'] / ours['median_ms']:.0f}%", "ours faster by": "",
-                     "max |err|": ours["precision"]["max_abs"],
-                     "mismatch": f"{100 * ours['precision']['mismatch_frac']:.1f}%"})
-        for b in rep.get("baselines", []):
-            if b.get("status") != "measured":
-                rows.append({"chip": name, "what": b["name"], "note": f"{b.get('status')}: {b.get('reason', '')}"[:90]})
-                continue
-            pr = b.get("precision", {})
-            rows.append({"chip": name, "what": b["name"], "ms": round(b["median_ms"], 3),
-                         "of floor": f"{100 * fl['floor_ms'] / b['median_ms']:.0f}%",
-                         "ours faster by": f"{b['median_ms'] / ours['median_ms']:.2f}x",
-                         "max |err|": pr.get("max_abs"), "mismatch": f"{100 * pr.get('mismatch_frac', 0):.1f}%",
-                         "note": b["form"][:90]})
-        rows.append({"chip": name, "what": "floor: memory (min bytes / copy)", "ms": round(fl["memory_ms"], 3),
-                     "note": f"{fl['min_bytes'] / 1e9:.2f} GB at {fl['copy_gbps']:.0f} GB/s measured copy"})
-        rows.append({"chip": name, "what": "floor: FP8 tensor at the SM clock", "ms": round(fl["tensor_ms"], 3),
-                     "note": f"{fl['fp8_peak_tflops']:.0f} TFLOPS = 8192 FLOP/clk/SM x 132 x {fl['sm_clock_ghz']:.2f} GHz "
-                             "(Nsight Compute, our kernel)"})
-    return Table(rows, "The Hopper twin on both chips — measured (" + ", ".join(
-        f"{load(c)['env']['device']}, {load(c)['env']['date'][:10]}" for c in chips) + "); precision: largest "
-        "|out - bf16(FP64 reference)| and share of outputs not correctly rounded, on 2,048 fixed rows",
-        ["chip", "what", "ms", "of floor", "ours faster by", "max |err|", "mismatch", "note"])
-
-
-def stages_table(chips=("h100", "h200")):
-    """Every variant tried in the committed runs, per chip (ms, the repeat, the wait build)."""
-    reps = {c: load(c) for c in chips}
-    labels = [v["label"] for v in reps[chips[0]]["variants"]]
-    for c in chips[1:]:
-        labels += [v["label"] for v in reps[c]["variants"] if v["label"] not in labels]
-    labels += [p["label"] for p in reps[chips[0]].get("probes", [])]
-    rows = []
-    for lab in labels:
-        row = {"variant": lab}
-        for c in chips:
-            hit = next((v for v in reps[c].get("variants", []) + reps[c].get("probes", []) if v["label"] == lab), None)
-            row[c.upper() + " ms"] = round(hit["median_ms"], 3) if hit and hit.get("median_ms") else ""
-            row[c.upper() + " repeat"] = round(hit["repeat_median_ms"], 3) if hit and hit.get("repeat_median_ms") else ""
-        rows.append(row)
-    return Table(rows, "stages, variants and probes — measured (" + ", ".join(
-        f"{reps[c]['env']['device']}, {reps[c]['env']['date'][:10]}" for c in chips) + "); the probes are "
-        "06 with a part of its work removed (wrong output, timed only)")
-
-
-def limiter_table(chips=("h100", "h200")):
-    """The numbers behind the limiter: clocks and power, clock64 cycles per tile, stall samples."""
-    rows = []
-    for c in chips:
-        rep = load(c)
-        cs = rep["floors"]["clock_sources_ghz"]
-        ld = rep.get("load") or {}
-        cl = next((x for x in rep.get("clocks", []) if x.get("cta")), {})
-        ph = cl.get("phases", {})
-        rows.append({"chip": rep["env"]["device"],
-                     "SM GHz (timed / clock64 / sustained)": f"{cs.get('ours_ncu', 0):.2f} / {cs.get('ours_clock64', 0):.2f} / "
-                                                             f"{cs.get('ours_sustained_smi', 0):.2f}",
-                     "power W (of limit)": f"{ld['ours']['power_w'][0]:.0f} ({ld['ours']['power_limit_w'][0]:.0f})"
-                     if (ld.get("ours") or {}).get("power_w") else "",
-                     "clock-limit reason": ",".join(ld.get("ours", {}).get("limit_reasons", [])),
-                     "cycles/tile per CTA": round(cl.get("cta", {}).get("cycles_per_tile_avg", 0)),
-                     "tensor busy": f"{100 * cl.get('cta', {}).get('tensor_busy', 0):.0f}%",
-                     "tma_wait (min)": f"{ph.get('tma_wait', {}).get('avg', 0):.0f} ({ph.get('tma_wait', {}).get('min', 0):.0f})",
-                     "kloop": round(ph.get("kloop", {}).get("avg", 0)),
-                     "epilogue": round(ph.get("epi_phase1", {}).get("avg", 0)),
-                     "clock64 of": cl.get("label", "").replace("clock ", "")})
-    return Table(rows, "what limits the twin — measured: SM clock three ways (Nsight Compute in a timed launch, "
-                       "clock64 cycles over a TIMING run's time, nvidia-smi under 2 s of back-to-back launches), "
-                       "power and nvidia-smi's clock-limit reason (0x4 = software power cap), clock64 cycles per "
-                       "tile over the whole run (3,072 = one tile's wgmma at the FP8 rate)")

@@ -179,20 +179,64 @@ def variant_result(stage: str, defines: dict | None, what: str = "", sweep: dict
                          verified=v.get("ok"), facts=facts, **common)
 
 
-def stage_times(sweep: dict | None = None) -> dict[str, dict]:
-    """{stage key: {ms, device, date, cublas_ms}}: each stage at its default defines in the newest sweep
-    (verified runs only), with cuBLAS's GEMM-only time of the same run."""
-    sw = sweep if sweep is not None else latest_sweep()
-    if not sw:
-        return {}
-    env = sw.get("env", {})
-    cublas = (sw.get("baselines") or {}).get("cublas_gemm", {}).get("median_ms")
-    out = {}
-    for v in sw.get("variants", []):
-        key = stage_key(v)
-        if key and not v.get("defines") and v.get("ok") and v.get("median_ms") and "[again]" not in v.get("label", ""):
-            out[key] = {"ms": float(v["median_ms"]), "device": env.get("device", "?"),
-                        "date": str(env.get("date", "?"))[:10], "cublas_ms": cublas}
+def baseline_list(baselines) -> list[dict]:
+    """A run's baselines as pelib.baselines writes them: [{name, status, median_ms, reason, ...}]. Runs
+    before pelib.baselines stored {name: row}, a row with "error" where it failed: converted here."""
+    if isinstance(baselines, list):
+        return baselines
+    out = []
+    for name, r in (baselines or {}).items():
+        if isinstance(r, dict):
+            out.append({"name": name, **r, "status": "measured" if "median_ms" in r else "failed",
+                        "reason": r.get("error", "")})
+        elif name == "error":
+            out.append({"name": "baselines", "status": "failed", "reason": str(r)})
+    return out
+
+
+def baseline_ms(baselines, name: str = "cublas_gemm") -> float | None:
+    """The measured median of one baseline of a run, or None."""
+    return next((float(b["median_ms"]) for b in baseline_list(baselines)
+                 if b.get("name") == name and b.get("status") == "measured"), None)
+
+
+def chip(run: Path) -> str:
+    """'h100' for results/2026-11-24-h100/: the chip a run folder is named after."""
+    return run.name.split("-")[-1]
+
+
+def _timed_entries(data: dict) -> list[dict]:
+    """The stage entries of a result file: a sweep's or hopper_perf's "variants", a stage list's "stages"."""
+    for k in ("variants", "stages"):
+        if isinstance(data.get(k), list):
+            return [v for v in data[k] if isinstance(v, dict)]
+    return []
+
+
+def stage_times(root: Path | None = None) -> dict[str, dict[str, dict]]:
+    """{stage key: {chip: {ms, device, date, cublas_ms, file}}}: each stage at its default defines, verified,
+    from the newest run on each chip (h100, h200) whose files time it (sweeps, pelib.hopper_perf runs,
+    stage lists), with cuBLAS's GEMM-only time of the same run folder where it has one."""
+    out: dict[str, dict[str, dict]] = {}
+    for run in runs(root):                     # oldest first: a newer run overwrites
+        found, cublas = {}, None
+        for p in sorted(run.glob("*.json")):
+            try:
+                data = load(p)
+            except (OSError, ValueError):      # a half-written or broken file is not a result
+                continue
+            if not isinstance(data, dict):
+                continue
+            cublas = baseline_ms(data.get("baselines")) or cublas
+            env = data.get("env") or {"device": data.get("device"), "date": data.get("date")}
+            for v in _timed_entries(data):
+                key = stage_key(v) if v.get("stage") and "/" in str(v["stage"]) else stage_key({"key": v.get("key")})
+                if key and not v.get("defines") and v.get("ok") and v.get("median_ms") and \
+                        "[again]" not in v.get("label", ""):
+                    found[key] = {"ms": float(v["median_ms"]), "device": str(env.get("device") or "?"),
+                                  "date": str(env.get("date") or "?")[:10], "file": f"{run.name}/{p.name}"}
+        for key, m in found.items():
+            out.setdefault(key, {})[chip(run)] = {**m, "cublas_ms": cublas}
     return out
 
 

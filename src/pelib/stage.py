@@ -531,25 +531,25 @@ def all_stages(families=("nvfp4", "fp8", "sm90"), variants: bool = True) -> list
     return out
 
 
-def table(stage_list=None, measured: dict | None = None) -> Table:
-    """One row per stage: idea, parent, registers, shared memory (compiled), the lab's B200 record,
-    the newest committed H100/H200 time and its share of cuBLAS where there is one (measured)."""
+def table(stage_list=None, measured: dict | None = None, chips=("h100", "h200")) -> Table:
+    """One row per stage: idea, parent, registers, shared memory (compiled), the lab's B200 record, the
+    newest committed H100 and H200 times and their share of cuBLAS's GEMM in the same run (measured)."""
     rows = []
     measured = measured if measured is not None else results.stage_times()
     for s in stage_list or all_stages():
         f = s.build.facts
         rec = s.recorded()
         row = {"stage": s.key, "idea": s.header.idea[:70], "parent": (s.header.parent or "—").split("/")[-1],
-               "registers": f.registers, "smem (KiB)": round((s.exports["smem_bytes"] + f.smem_static) / 1024, 1),
+               "registers": f.registers, "smem (KiB)": round((s.exports.smem_bytes + f.smem_static) / 1024, 1),
                "recorded B200": rec.describe() if rec else "—"}
-        m = measured.get(s.key)
-        if m:
-            row["measured"] = f"{m['ms']:.3f} ms ({m['device']}, {m['date']})"
-            if m.get("cublas_ms"):
-                row["% of cuBLAS"] = f"{100 * m['cublas_ms'] / m['ms']:.0f}%"
+        for c in chips:
+            m = measured.get(s.key, {}).get(c)
+            row[f"{c.upper()} ms"] = f"{m['ms']:.3f} ({m['date']})" if m else ""
+            row[f"{c.upper()} % of cuBLAS"] = f"{100 * m['cublas_ms'] / m['ms']:.0f}%" if m and m.get("cublas_ms") else ""
         rows.append(row)
-    return Table(rows, f"Stages — registers and SMEM {evidence_label()}; recorded B200 (lab notes); "
-                       "measured where a committed result has the stage")
+    return Table(rows, f"Stages — registers and SMEM {evidence_label()}; recorded B200 (lab notes); H100/H200 "
+                       "measured where a committed run (results/) has the stage at its defaults, with cuBLAS's GEMM-only "
+                       "time of the same run as the reference of the % column")
 
 
 # ---- the command line ---------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import bench, device, hopper_bench as baselines, results, stages, timing
+from . import baselines, bench, device, results, stages, timing
 from .stage import Stage, all_stages
 
 # (stage, defines) of interest beyond the stage files' defaults, most informative first: the time
@@ -422,7 +422,7 @@ def _ncu_target(key: str, defines: dict) -> None:
     t = s.inputs(prob)
     s.run(prob, inputs=t, verify=True, time=False)
     if s.family in ("fp8", "sm90"):
-        baselines.scaled_mm_fns(prob, t)["cublas_gemm_fastacc"]()
+        baselines.cublas_fns(prob, t)["cublas_gemm_fastacc"]()
     torch.cuda.synchronize()
 
 
@@ -561,7 +561,7 @@ def main(argv=None) -> int:
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     data_dir = tempfile.mkdtemp(prefix="pelib-sweep-", dir=shm)
     report = {"env": env, "evidence": f"measured ({info.name}, {env['date'][:10]})", "copy": copy, "facts": facts,
-              "variants": [], "debug": [], "baselines": {}, "clock": None, "memcheck": None, "ncu": None}
+              "variants": [], "debug": [], "baselines": [], "clock": None, "memcheck": None, "ncu": None}
     try:
         t0 = time.time()
         for f in dict.fromkeys(Stage(k).family for k, _ in built):
@@ -584,17 +584,22 @@ def main(argv=None) -> int:
                    "label": r["label"] + " [PE_WAIT_PRINTF]"} for r in faulted[:4]]
             report["debug"] = run_jobs(dj, data_dir, a.iters, min(60.0, _left(t_start, a.budget) - 120), 30.0)
 
-        # 4. baselines of the patch-embed problem (cuBLAS here; torch.compile in a subprocess at the end)
+        # 4. baselines of the patch-embed problem (pelib.baselines: cuBLAS and Triton here, torch.compile
+        #    in a subprocess at the end)
         pe = next((Stage(k) for k, _ in built if Stage(k).family in ("fp8", "sm90")), None)
         if pe is not None:
             full = pe.problem("full")
+            pe_dir = Path(data_dir) / full.name
             try:
-                t = {k: v.cuda() for k, v in torch.load(Path(data_dir) / full.name / "inputs.pt", mmap=True).items()}
-                ref = torch.load(Path(data_dir) / full.name / "ref.pt", mmap=True).cuda()
-                report["baselines"] = baselines.time_baselines(full, t, ref, iters=a.iters)
+                t = {k: v.cuda() for k, v in torch.load(pe_dir / "inputs.pt", mmap=True).items()}
+                t["out"] = torch.empty(full.m, full.n, dtype=torch.bfloat16, device="cuda")
+                ref = torch.load(pe_dir / "ref.pt", mmap=True).cuda()
+                baselines.save_inputs(t, pe_dir)
+                report["baselines"] = baselines.rows(full, t, include=[n for n in baselines.names()
+                                                                        if n != "torch_compile"], iters=a.iters, ref=ref)
                 del t, ref
             except Exception as e:
-                report["baselines"] = {"error": f"{type(e).__name__}: {e}"}
+                report["baselines"] = [{"name": "baselines", "status": "failed", "reason": f"{type(e).__name__}: {e}"}]
             torch.cuda.empty_cache()
         timed = [r for r in res if r.get("ok") and "median_ms" in r]
         best = min(timed, key=lambda r: r["median_ms"]) if timed else None
@@ -612,11 +617,14 @@ def main(argv=None) -> int:
         left = _left(t_start, a.budget) - 50
         if pe is not None and not a.no_compiled and left > 45:
             limit = int(min(left, baselines.COMPILE_TIMEOUT_S))
-            print(f"[compile] torch.compile max-autotune (limit {limit} s)", flush=True)
-            report["baselines"]["compile_fused"] = baselines.time_compiled(full.name, iters=a.iters, timeout_s=limit,
-                                                                           data_dir=str(Path(data_dir) / full.name))
+            print(f"[compile] torch.compile (limit {limit} s)", flush=True)
+            t = {k: v.cuda() for k, v in torch.load(pe_dir / "inputs.pt", mmap=True).items()}
+            report["baselines"] += baselines.rows(full, t, include=["torch_compile"], iters=a.iters, data_dir=pe_dir,
+                                                  compile_timeout_s=limit)
+            del t
         elif pe is not None and not a.no_compiled:
-            report["baselines"]["compile_fused"] = {"error": f"skipped: {max(left, 0):.0f} s of the time budget left"}
+            report["baselines"].append({**baselines.skipped(baselines.BASELINES["torch_compile"],
+                                                            f"{max(left, 0):.0f} s of the time budget left")})
         # 8. Nsight Compute counters of the best entry and cuBLAS, with what is left
         if not a.no_ncu and best and _left(t_start, a.budget) > 45:
             lim = min(150.0, _left(t_start, a.budget) - 10)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 
 from .. import descriptors as D
-from .. import device, hopper_bench as baselines, records, sass, sass_account, staging, stages, timing
+from .. import baselines, device, records, sass, sass_account, staging, stages, timing
 from ..facts import Table, evidence_label
 from ..kinds.fp8 import epi_columns, epilogue_map  # noqa: F401  (the chapters draw the column map)
 from ..models import protocol
@@ -373,6 +373,9 @@ def results_table(stage_names=None, problem="siglip2", *, iters: int = 20, defin
     return Table(rows, f"Results on {device.current().name}: measured (today) beside recorded (lab notes)")
 
 
+CUBLAS = [n for n in baselines.names() if n.startswith("cublas")]
+
+
 def cublas_table(problem="siglip2", *, iters: int = 20) -> Table:
     """cuBLAS baselines: recorded B200 numbers, plus torch._scaled_mm measured here on an FP8-capable GPU."""
     rows = [{"baseline": r.label, "ms": r.ms, "TFLOPS": r.tflops or "—", "evidence": f"recorded (B200, {r.source.note})"}
@@ -383,9 +386,10 @@ def cublas_table(problem="siglip2", *, iters: int = 20) -> Table:
         prob = s.problem(problem)
         t = s.inputs(prob)
         ref = s.kind.reference(prob, t)
-        for name, r in baselines.time_baselines(prob, t, ref, iters=iters).items():
-            rows.append({"baseline": r["what"], "ms": round(r["median_ms"], 4), "TFLOPS": round(r["tflops"], 1),
-                         "evidence": f"measured ({info.name}, {datetime.date.today()})"})
+        for r in baselines.rows(prob, t, include=CUBLAS, ref=ref, iters=iters):
+            if r["status"] == "measured":
+                rows.append({"baseline": r["form"], "ms": round(r["median_ms"], 4), "TFLOPS": round(r["tflops"], 1),
+                             "evidence": f"measured ({info.name}, {datetime.date.today()})"})
     return Table(rows, "cuBLAS baselines")
 
 
