@@ -303,7 +303,7 @@ def test_f28_full_barrier_waits_follow_the_ring_in_the_sass():
     slots = []
     for _, op, text in sass.instructions(b.sass):
         m = re.search(r"TRYWAIT P\d, \[UR\d+\+0x([0-9a-f]+)\]", text)
-        if m and bar0 <= int(m.group(1), 16) < bar0 + 8 * ex["num_stages"]:
+        if m and bar0 <= int(m.group(1), 16) < bar0 + 8 * ex["pipeline_stages"]:
             s = (int(m.group(1), 16) - bar0) // 8
             if not slots or slots[-1] != s:      # a retry re-issues the same wait
                 slots.append(s)
@@ -313,7 +313,7 @@ def test_f28_full_barrier_waits_follow_the_ring_in_the_sass():
 
 def test_f28_slot_and_parity_formulas_follow_the_pipeline_state():
     ex = vbuild("F28").exports
-    k, n = ex["k_iters"], ex["num_stages"]
+    k, n = ex["k_iters"], ex["pipeline_stages"]
     idx, ph = 0, 0                              # PipelineState, advanced one k-block at a time
     ring_idx, ring_ph = 0, 0                    # the variant: per tile from its start slot
     for _ in range(25):

@@ -44,7 +44,7 @@ def test_no_wgmma_serialization_or_ignored_setmaxnreg(stage_build):
 
 def test_sass_has_fp8_wgmma_of_the_tile(stage_build):
     key, b = stage_build
-    bn = b.exports["block_n"]
+    bn = b.exports["tile_n"]
     assert b.histogram["QGMMA"] >= 1
     assert f"QGMMA.64x{bn}x32.F32.E4M3.E4M3" in b.sass  # nvdisasm's name for FP8 wgmma
     assert b.histogram["UTMALDG"] >= 2                   # TMA loads of A and B
@@ -58,7 +58,7 @@ def test_warp_specialized_stages_reallocate_registers(stage_build):
         assert key < "01" and b.histogram.get("USETMAXREG", 0) == 0
         pytest.skip(f"stage {key} does not reallocate registers")
     assert b.histogram["USETMAXREG"] == 2
-    assert 128 * (ex["producer_regs"] + ex["consumers"] * ex["consumer_regs"]) <= 65536
+    assert 128 * (ex["producer_regs"] + ex["epi_warps"] // 4 * ex["consumer_regs"]) <= 65536
 
 
 def test_tma_store_only_in_staged_epilogue(stage_build):
@@ -69,13 +69,13 @@ def test_tma_store_only_in_staged_epilogue(stage_build):
 def test_descriptor_export_matches_python_encoder(stage_build):
     _, b = stage_build
     ex = b.exports
-    sw_a, ka = ex.get("swizzle_a_bytes", ex["swizzle_bytes"]), ex.get("box_a_k_bytes", 128)  # 11: SW64 A
+    sw_a, ka = ex["tmap_a_swizzle"], ex["tmap_a_box_cols"]    # 11: SW64 A in 64-byte pieces
     want = descriptors.gmma_smem_desc(0, ex["desc_lbo"], 8 * ka, sw_a)
     assert ex["desc_a_base0"] == want
     d = descriptors.decode_gmma_smem_desc(want)
     assert d["swizzle"] == sw_a == ka and d["sbo"] == 8 * ka  # K-major: 8 rows x the atom's bytes between groups
     assert want >> 62 == {128: 1, 64: 2}[sw_a]       # GMMA layout type B128 = 1, B64 = 2 at [62,64), no version bit
-    assert ex["desc_sbo"] == 1024 and ex["swizzle_bytes"] == 128   # B: SW128 in every stage
+    assert ex["desc_sbo"] == 1024 and ex["tmap_b_swizzle"] == 128   # B: SW128 in every stage
 
 
 def test_cluster_stages_mask_the_descriptor_address():
@@ -196,7 +196,7 @@ def test_emulated_tiles_match_the_reference():
     for key, k in (("00", 256), ("04", 512), ("05", 512), ("02", 256)):
         b = S(key).build
         p = E.TileParams.from_exports(b.exports)
-        assert p.arch == "sm_90a" and p.mma_n == b.exports["block_n"]
+        assert p.arch == "sm_90a" and p.mma_n == b.exports["tile_n"]
         tm, tn = p.a_box_m, p.mma_n
         A = (torch.randn(2 * tm, k, generator=g) * 2).to(torch.float8_e4m3fn)
         Bm = (torch.randn(2 * tn, k, generator=g) * 2).to(torch.float8_e4m3fn)
@@ -243,16 +243,17 @@ def test_tensor_maps(stage_build):
     specs = S(key).tensor_map_specs(FULL)
     a, bb, c = specs["a"], specs["b"], specs["c"]
     assert a.dtype == bb.dtype == "uint8" and c.dtype == "bfloat16"   # no FP8 TMA type (READING trap 5)
-    ka = b.exports.get("box_a_k_bytes", 128)                          # 11: 64-byte pieces of A
+    ex = b.exports
+    ka = ex["tmap_a_box_cols"]                                        # 11: 64-byte pieces of A
     assert a.swizzle == ka and bb.swizzle == 128 and a.inner_box_bytes == ka
-    assert a.box_shape == (b.exports["block_m"], ka)
-    cl = b.exports.get("cluster_m", 1)
-    if b.exports.get("b_perm_tma", 0):                                # the 5-D permuting view (06+)
-        assert bb.box_shape == (b.exports["block_n"] // 32, 4, 4, 2, 128) and bb.rank == 5
+    assert a.box_shape == (ex["tile_m"], ka)
+    cl = ex["cluster_x"] // ex.get("cluster_n", 1)                   # CTAs that split B (02); A-multicast peers share A
+    if ex.get("b_perm_tma", 0):                                       # the 5-D permuting view (06+)
+        assert bb.box_shape == (ex["tile_n"] // 32, 4, 4, 2, 128) and bb.rank == 5
     else:
-        assert bb.box_shape == (b.exports["block_n"] // cl, 128)      # multicast: each CTA loads its share
+        assert bb.box_shape == (ex["tile_n"] // cl, 128)              # multicast: each CTA loads its share
     # expect_tx bytes of a stage = the boxes that land in it (the peer's share included)
-    assert (128 // ka) * a.box_bytes + cl * bb.box_bytes == (b.exports["block_m"] + b.exports["block_n"]) * 128
+    assert (128 // ka) * a.box_bytes + cl * bb.box_bytes == (ex["tile_m"] + ex["tile_n"]) * 128
     assert c.inner_box_bytes <= 128
 
 
@@ -418,7 +419,7 @@ def test_permuted_stages_have_no_epilogue_shuffles():
     assert S("04").build.histogram["SHFL"] == 128
     for key in NEW_STAGES:
         b = S(key).build
-        bn = b.exports["block_n"]
+        bn = b.exports["tile_n"]
         assert b.histogram.get("SHFL", 0) == 0, key
         assert b.histogram["STG"] == bn // 16 and b.histogram["F2FP"] == bn // 4, key
     b8 = S("08").build

@@ -725,9 +725,11 @@ class TileParams:
             kw["arch"] = _ARCHS[ex["mma_arch"]]
         if "swizzle_bytes" in ex:
             kw["a_swizzle"] = kw["b_swizzle"] = ex["swizzle_bytes"]
-        # Aliases the stages use: one stage stride for A, B and scale factors, or per-operand *_stage_bytes.
-        for alias, name in (("num_ab_stage", "num_stages"), ("a_stage_bytes", "a_stage_stride"),
-                            ("b_stage_bytes", "b_stage_stride")):
+        # Aliases the stages use: the vocabulary's ring depth and tensor-map swizzles (common/export.cuh),
+        # one stage stride for A, B and scale factors, or per-operand *_stage_bytes.
+        for alias, name in (("pipeline_stages", "num_stages"), ("num_ab_stage", "num_stages"),
+                            ("tmap_a_swizzle", "a_swizzle"), ("tmap_b_swizzle", "b_swizzle"),
+                            ("a_stage_bytes", "a_stage_stride"), ("b_stage_bytes", "b_stage_stride")):
             if alias in ex and name not in ex:
                 kw[name] = ex[alias]
         if "stage_bytes" in ex:

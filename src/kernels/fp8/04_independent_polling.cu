@@ -90,7 +90,6 @@ PELIB_EXPORT(block_k, BK);
 PELIB_EXPORT(mma_m, UMMA_M);
 PELIB_EXPORT(mma_n, UMMA_N);
 PELIB_EXPORT(mma_k, UMMA_K);
-PELIB_EXPORT(num_stages, NUM_STAGES);
 PELIB_EXPORT(epi_warp0, 2);   // epilogue warps are 2 .. 2 + NUM_EPI_WARPS - 1
 PELIB_EXPORT(epi_warps, NUM_EPI_WARPS);
 PELIB_EXPORT(epi_poll_each, 1);  // 1: every epilogue warp waits on mma_done itself

@@ -9,7 +9,7 @@
 //   -> tcgen05.commit to an mbarrier -> wait for the MMAs before the next load reuses the buffers.
 // Epilogue: 4 warps, tcgen05.ld 32x32b (warp w reads TMEM lanes 32w..32w+31 = rows), x alpha,
 // cvt to FP16, 16-B stores.
-// Layouts (every one exported below with PELIB_EXPORT; pelib.nvfp4 builds tensor maps from them,
+// Layouts (every one exported below with PELIB_EXPORT; pelib.stage builds tensor maps from them,
 // pelib.emulate replays them):
 //   A, B in global: uint8 [rows][K/2]; element k of a row in byte k/2, even k in the low nibble
 //     (CUTLASS float_e2m1_t sub-byte packing, include/cutlass/subbyte_reference.h).
@@ -107,7 +107,7 @@ static_assert(TMEM_SFB + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA <= TMEM_COLS, "TM
 
 // ---- what pelib reads back from the cubin ------------------------------------------------------
 // Names of pelib.emulate.EXPORT_NAMES (TileParams.from_exports replays the tile from them), then the
-// ones only pelib.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
+// ones only pelib.kinds.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
 // The shared vocabulary (common/export.cuh); the family's own exports follow.
 PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
@@ -151,7 +151,6 @@ PELIB_EXPORT(sf_row_bytes, SF_ROW_BYTES);   // SFA/SFB tensor maps: uint8 rows o
 PELIB_EXPORT(sf_box_rows, SF_BOX_ROWS);
 PELIB_EXPORT(sf_rows_per_atom, SF_ROWS_PER_ATOM);
 PELIB_EXPORT(sf_swizzle, 0);
-PELIB_EXPORT(num_ab_stage, NUM_STAGES);
 PELIB_EXPORT(stage_bytes, STAGE_BYTES);     // stage s lives at s * stage_bytes
 PELIB_EXPORT(stage_tx_bytes, STAGE_TX_BYTES);
 PELIB_EXPORT(tmem_stage_cols, TMEM_STAGE_COLS);   // stage s's scale factors at sf*_tmem_col + s * tmem_stage_cols
@@ -168,7 +167,7 @@ PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUte
   tma_load_2d(stage + OFF_A, ta, bar, kt * ROW_BYTES, m_blk * TILE_M);
   tma_load_2d(stage + OFF_B, tb, bar, kt * ROW_BYTES, n_blk * TILE_N);
   // SF rows of 256 B: 128-row block b, K tile kt starts at atom (b * K/64 + 4 kt), 2 rows per atom
-  // (pelib.nvfp4.sf_box_row is this formula; tests replay it through the emulated TMA).
+  // (pelib.kinds.nvfp4.sf_box_row is this formula; tests replay it through the emulated TMA).
   const u32 atoms_per_blk = k_tiles * (TILE_K / SF_ATOM_K);
   tma_load_2d(stage + OFF_SFA, tsfa, bar, 0, (m_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);
   tma_load_2d(stage + OFF_SFB, tsfb, bar, 0, (n_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);

@@ -92,12 +92,12 @@ static_assert(ROW_BYTES == SWIZZLE, "a K tile row must fill one 128-B swizzle at
 static_assert(SF_ROW_BYTES <= 256 && SF_ATOM_BYTES % SF_ROW_BYTES == 0, "SF map rows: a TMA box row is <= 256 elements, whole rows per atom");
 static_assert(STAGE_BYTES % 1024 == 0, "stages must stay 1024-B aligned for SW128");
 // No static_assert on the 227 KB limit here: the 7-stage build must compile so that its SMEM
-// demand can be read back (pelib.nvfp4.stage_table()); the host refuses to launch it.
+// demand can be read back (pelib.views.nvfp4.stage_table()); the host refuses to launch it.
 static_assert(TMEM_SFB + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA <= TMEM_COLS, "TMEM columns");
 
 // ---- what pelib reads back from the cubin ------------------------------------------------------
 // Names of pelib.emulate.EXPORT_NAMES (TileParams.from_exports replays the tile from them), then the
-// ones only pelib.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
+// ones only pelib.kinds.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
 // The shared vocabulary (common/export.cuh); the family's own exports follow.
 PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
@@ -141,7 +141,6 @@ PELIB_EXPORT(sf_row_bytes, SF_ROW_BYTES);   // SFA/SFB tensor maps: uint8 rows o
 PELIB_EXPORT(sf_box_rows, SF_BOX_ROWS);
 PELIB_EXPORT(sf_rows_per_atom, SF_ROWS_PER_ATOM);
 PELIB_EXPORT(sf_swizzle, 0);
-PELIB_EXPORT(num_ab_stage, NUM_STAGES);
 PELIB_EXPORT(stage_bytes, STAGE_BYTES);     // stage s lives at s * stage_bytes
 PELIB_EXPORT(stage_tx_bytes, STAGE_TX_BYTES);
 PELIB_EXPORT(tmem_stage_cols, TMEM_STAGE_COLS);   // stage s's scale factors at sf*_tmem_col + s * tmem_stage_cols
@@ -158,7 +157,7 @@ PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUte
   tma_load_2d(stage + OFF_A, ta, bar, kt * ROW_BYTES, m_blk * TILE_M);
   tma_load_2d(stage + OFF_B, tb, bar, kt * ROW_BYTES, n_blk * TILE_N);
   // SF rows of 256 B: 128-row block b, K tile kt starts at atom (b * K/64 + 4 kt), 2 rows per atom
-  // (pelib.nvfp4.sf_box_row is this formula; tests replay it through the emulated TMA).
+  // (pelib.kinds.nvfp4.sf_box_row is this formula; tests replay it through the emulated TMA).
   const u32 atoms_per_blk = k_tiles * (TILE_K / SF_ATOM_K);
   tma_load_2d(stage + OFF_SFA, tsfa, bar, 0, (m_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);
   tma_load_2d(stage + OFF_SFB, tsfb, bar, 0, (n_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);

@@ -15,7 +15,7 @@
 //     wait_group.read 0 (the TMA has read the staging tile) before the CTA may exit and free it.
 // Why the 128-B swizzle: lane l of warp w writes row 32w + l. Unswizzled, the rows are 128 B apart and
 // the 32 lanes of one 16-B st.shared all hit the same 4 banks (32 wavefronts instead of 4 in the bank
-// model of pelib.nvfp4.staging_wavefronts); swizzled, chunk q of row r sits at chunk q ^ (r % 8), so
+// model of pelib.views.gonogo.staging_wavefronts); swizzled, chunk q of row r sits at chunk q ^ (r % 8), so
 // 8 consecutive rows cover all 32 banks. The TMA store map uses the same SWIZZLE_128B, so the global
 // rows come out unscrambled (pelib.emulate replays both sides).
 // Where the staging tile lives (STAGING_IN_RING, default 1): in stage 0 of the ring. That is safe
@@ -23,7 +23,7 @@
 // waited on (full[s]) before its MMAs, and no load is issued after the last K tile, so when the
 // epilogue starts nothing reads or writes the ring any more. CUTLASS's tutorial 05 does the same
 // (a union of the mainloop A/B buffers and the epilogue C/D buffers). STAGING_IN_RING=0 gives the
-// tile its own 32 KB after the ring instead (pelib.nvfp4.tma_store_budget shows what that costs).
+// tile its own 32 KB after the ring instead (pelib.views.gonogo.tma_store_budget shows what that costs).
 // Layouts: as stage 01 (nvfp4/00_single_stage.cu lists them), plus the staging tile and the output map:
 //   staging tile: 2 boxes of 128 rows x 64 FP16 (128 B), box b (columns 64b..64b+63) at
 //     stage_smem_offset + b * 16384, row r at + r * 128, 16-B chunk q of the row at chunk q ^ (r % 8)
@@ -144,12 +144,12 @@ static_assert(C_BOX_ROWS <= 256 && TILE_N % C_BOX_COLS == 0, "C boxes: <= 256 ro
 static_assert(OFF_STAGING % 1024 == 0 && C_BOX_BYTES % 1024 == 0, "the SW128 staging boxes must start 1024-B aligned");
 static_assert(!STAGING_IN_RING || STAGING_BYTES <= RING_BYTES, "the staging tile must fit in the drained ring");
 // No static_assert on the 227 KB limit here: the 7-stage build must compile so that its SMEM
-// demand can be read back (pelib.nvfp4.stage_table()); the host refuses to launch it.
+// demand can be read back (pelib.views.nvfp4.stage_table()); the host refuses to launch it.
 static_assert(TMEM_SFB + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA <= TMEM_COLS, "TMEM columns");
 
 // ---- what pelib reads back from the cubin ------------------------------------------------------
 // Names of pelib.emulate.EXPORT_NAMES (TileParams.from_exports replays the tile from them), then the
-// ones only pelib.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
+// ones only pelib.kinds.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
 // The shared vocabulary (common/export.cuh); the family's own exports follow.
 PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
@@ -194,14 +194,13 @@ PELIB_EXPORT(sf_row_bytes, SF_ROW_BYTES);   // SFA/SFB tensor maps: uint8 rows o
 PELIB_EXPORT(sf_box_rows, SF_BOX_ROWS);
 PELIB_EXPORT(sf_rows_per_atom, SF_ROWS_PER_ATOM);
 PELIB_EXPORT(sf_swizzle, 0);
-PELIB_EXPORT(num_ab_stage, NUM_STAGES);
 PELIB_EXPORT(stage_bytes, STAGE_BYTES);     // stage s lives at s * stage_bytes
 PELIB_EXPORT(stage_tx_bytes, STAGE_TX_BYTES);
 PELIB_EXPORT(tmem_stage_cols, TMEM_STAGE_COLS);   // stage s's scale factors at sf*_tmem_col + s * tmem_stage_cols
 PELIB_EXPORT(num_threads, NUM_THREADS);
 PELIB_EXPORT(tile_m, TILE_M);
 PELIB_EXPORT(tile_n, TILE_N);
-// The staged epilogue (pelib.emulate TileParams stage_* / out_* fields; pelib.nvfp4 builds the C map).
+// The staged epilogue (pelib.emulate TileParams stage_* / out_* fields; pelib.stage builds the C map).
 PELIB_EXPORT(stage_smem_offset, OFF_STAGING);     // staging tile, relative to the aligned SMEM base
 PELIB_EXPORT(stage_box_cols, C_BOX_COLS);         // TMA store box: inner (columns) ...
 PELIB_EXPORT(stage_box_rows, C_BOX_ROWS);         // ... and outer (rows); box b at stage_smem_offset + b * rows * 128
@@ -223,7 +222,7 @@ PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUte
   tma_load_2d(stage + OFF_A, ta, bar, kt * ROW_BYTES, m_blk * TILE_M);
   tma_load_2d(stage + OFF_B, tb, bar, kt * ROW_BYTES, n_blk * TILE_N);
   // SF rows of 256 B: 128-row block b, K tile kt starts at atom (b * K/64 + 4 kt), 2 rows per atom
-  // (pelib.nvfp4.sf_box_row is this formula; tests replay it through the emulated TMA).
+  // (pelib.kinds.nvfp4.sf_box_row is this formula; tests replay it through the emulated TMA).
   const u32 atoms_per_blk = k_tiles * (TILE_K / SF_ATOM_K);
   tma_load_2d(stage + OFF_SFA, tsfa, bar, 0, (m_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);
   tma_load_2d(stage + OFF_SFB, tsfb, bar, 0, (n_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);

@@ -8,7 +8,7 @@
 //   load overwrite the tile.
 // Epilogue: every thread adds comb to the accumulator pairs it holds and writes BF16 pairs (4 B)
 // straight from registers; rows past M are skipped (TMA zero-fills them on the load side).
-// Layout facts (exported below, checked by pelib.hopper and the emulator):
+// Layout facts (exported below, checked by pelib.stage and the emulator):
 //   A tile: BM rows x 128 B, TMA box {128, BM}, SWIZZLE_128B, 1024-B aligned; B tile likewise {128, BN}.
 //   wgmma descriptors: K-major, SW128 (layout type 1), SBO = 1024 B (8 rows x 128 B), LBO = 16 B
 //   (ignored for swizzled K-major); K step of 32 FP8 = +32 B on the start address inside the atom;
@@ -63,19 +63,7 @@ PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
 PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
 PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
-PELIB_EXPORT(block_m, BM);
-PELIB_EXPORT(block_n, BN);
 PELIB_EXPORT(block_k, BK);
-PELIB_EXPORT(stages, 1);
-PELIB_EXPORT(consumers, 1);
-PELIB_EXPORT(cluster_m, 1);
-PELIB_EXPORT(persistent, 0);
-PELIB_EXPORT(box_a_rows, BM);
-PELIB_EXPORT(box_b_rows, BN);
-PELIB_EXPORT(box_k_bytes, BK);
-PELIB_EXPORT(box_c_cols, 64);         // unused here: the C map is built for every stage alike
-PELIB_EXPORT(box_c_rows, 32);
-PELIB_EXPORT(swizzle_bytes, SWIZZLE);
 PELIB_EXPORT(desc_lbo, DESC_LBO);
 PELIB_EXPORT(desc_sbo, DESC_SBO);
 PELIB_EXPORT(k_advance_bytes, 32);
@@ -93,7 +81,6 @@ PELIB_EXPORT(a_smem_offset, 0);
 PELIB_EXPORT(b_smem_offset, A_BYTES);
 PELIB_EXPORT(a_desc, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));
 PELIB_EXPORT(b_desc, gmma_smem_desc(A_BYTES, DESC_LBO, DESC_SBO, SWIZZLE));
-PELIB_EXPORT(num_stages, 1);
 PELIB_EXPORT(a_stage_stride, 0);
 PELIB_EXPORT(b_stage_stride, 0);
 PELIB_EXPORT(a_wg_stride, 64 * BK);   // the second m64 slice of A starts 64 rows x 128 B further

@@ -76,20 +76,8 @@ PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
 PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
 PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
-PELIB_EXPORT(block_m, BM);
-PELIB_EXPORT(block_n, BN);
 PELIB_EXPORT(block_k, BK);
-PELIB_EXPORT(stages, NUM_STAGES);
-PELIB_EXPORT(consumers, NUM_CONSUMERS);
 PELIB_EXPORT(wg_m, WG_M);
-PELIB_EXPORT(cluster_m, 1);
-PELIB_EXPORT(persistent, 0);
-PELIB_EXPORT(box_a_rows, BM);
-PELIB_EXPORT(box_b_rows, BN);
-PELIB_EXPORT(box_k_bytes, BK);
-PELIB_EXPORT(box_c_cols, 64);          // unused here: the C map is built for every stage alike
-PELIB_EXPORT(box_c_rows, 32);
-PELIB_EXPORT(swizzle_bytes, SWIZZLE);
 PELIB_EXPORT(desc_lbo, DESC_LBO);
 PELIB_EXPORT(desc_sbo, DESC_SBO);
 PELIB_EXPORT(k_advance_bytes, 32);
@@ -107,7 +95,6 @@ PELIB_EXPORT(a_smem_offset, SMEM_A_OFF);
 PELIB_EXPORT(b_smem_offset, SMEM_B_OFF);
 PELIB_EXPORT(a_desc, gmma_smem_desc(SMEM_A_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
 PELIB_EXPORT(b_desc, gmma_smem_desc(SMEM_B_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
-PELIB_EXPORT(num_stages, NUM_STAGES);
 PELIB_EXPORT(a_stage_stride, A_STAGE_BYTES);
 PELIB_EXPORT(b_stage_stride, B_STAGE_BYTES);
 PELIB_EXPORT(a_wg_stride, 64 * BK);

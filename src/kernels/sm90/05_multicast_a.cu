@@ -16,12 +16,12 @@
 //  * barriers are initialised before a cluster_sync (a peer's multicast or arrive may come first), and a
 //    producer leaves only after the last NUM_STAGES positions were released by every CTA, so no CTA
 //    exits while a peer may still arrive on its barriers.
-// pelib.hopper.pingpong_protocol(..., ctas=3) runs this protocol as a model (tests/test_hopper.py).
+// pelib.models.protocol.pingpong(..., ctas=3) runs this protocol as a model (tests/test_hopper.py).
 // Everything else is stage 04: B resident per CTA, ping-pong consumer warpgroups with turn barriers,
 // the register epilogue with 16-B stores.
 // Why: A's L2 -> SM traffic drops threefold. The cost: a cluster of 3 CTAs with 225 KiB of shared
 // memory each must fit in one GPC; on a 132-SM H100 fewer than 44 such clusters may be resident
-// (pelib.hopper.Runner asks the occupancy API).
+// (pelib.stage asks the occupancy API).
 // Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.088 ms (H100 80GB HBM3, 2026-11-23).
 // Run: python -m pelib.stage sm90/05_multicast_a
 #include "common/types.cuh"
@@ -113,25 +113,12 @@ PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
 PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
 PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
-PELIB_EXPORT(block_m, BM);
-PELIB_EXPORT(block_n, BN);
 PELIB_EXPORT(block_k, BK);
-PELIB_EXPORT(stages, NUM_STAGES);
-PELIB_EXPORT(consumers, NUM_CONSUMERS);
 PELIB_EXPORT(wg_m, 1);
-PELIB_EXPORT(cluster_m, 1);
 PELIB_EXPORT(cluster_n, CLUSTER_N);    // cluster (CLUSTER_N, 1, 1) = the column blocks of one row group
-PELIB_EXPORT(persistent, 1);
-PELIB_EXPORT(resident_b, 1);           // grid: whole column blocks (pelib.hopper.launch_config)
 PELIB_EXPORT(max_k, K_MAX);
 PELIB_EXPORT(pingpong, 1);
 PELIB_EXPORT(epi_vec, EPI_VEC);
-PELIB_EXPORT(box_a_rows, BM);
-PELIB_EXPORT(box_b_rows, BN);
-PELIB_EXPORT(box_k_bytes, BK);
-PELIB_EXPORT(box_c_cols, 64);          // unused here: the C map is built for every stage alike
-PELIB_EXPORT(box_c_rows, 32);
-PELIB_EXPORT(swizzle_bytes, SWIZZLE);
 PELIB_EXPORT(desc_lbo, DESC_LBO);
 PELIB_EXPORT(desc_sbo, DESC_SBO);
 PELIB_EXPORT(k_advance_bytes, 32);
@@ -153,7 +140,6 @@ PELIB_EXPORT(a_smem_offset, SMEM_A_OFF);
 PELIB_EXPORT(b_smem_offset, SMEM_B_OFF);
 PELIB_EXPORT(a_desc, gmma_smem_desc(SMEM_A_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
 PELIB_EXPORT(b_desc, gmma_smem_desc(SMEM_B_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
-PELIB_EXPORT(num_stages, NUM_STAGES);
 PELIB_EXPORT(a_stage_stride, A_STAGE_BYTES);
 PELIB_EXPORT(b_stage_stride, B_SLICE_BYTES);
 PELIB_EXPORT(a_wg_stride, 64 * BK);

@@ -11,7 +11,7 @@
 // clusters, every SM busy), and the CTA of rank it % 2 loads ring position it for both CTAs of its
 // pair with the cluster mask. L2 -> SM traffic for A: 4 column blocks / 2 = 2 x 0.71 GB, below the
 // 3 x 0.71 GB of 04-07.
-// The pair protocol is stage 05's (pelib.hopper.pingpong_protocol(ctas=2) runs it as a model):
+// The pair protocol is stage 05's (pelib.models.protocol.pingpong(ctas=2) runs it as a model):
 //  * every producer posts arrive.expect_tx on its own full[s] after waiting for its own empty[s];
 //  * a consumer frees a slot with one arrive on empty[s] of each CTA of the pair (count CLUSTER_N);
 //  * barriers are initialised before a cluster_sync, and a producer leaves only after the last
@@ -123,29 +123,16 @@ PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
 PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
 PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
-PELIB_EXPORT(block_m, BM);
-PELIB_EXPORT(block_n, BN);
 PELIB_EXPORT(block_k, BK);
-PELIB_EXPORT(stages, NUM_STAGES);
-PELIB_EXPORT(consumers, NUM_CONSUMERS);
 PELIB_EXPORT(wg_m, 1);
-PELIB_EXPORT(cluster_m, 1);
-PELIB_EXPORT(persistent, 1);
-PELIB_EXPORT(resident_b, 1);           // grid: whole column blocks (pelib.hopper.launch_config)
 PELIB_EXPORT(max_k, K_MAX);
 PELIB_EXPORT(pingpong, 1);
 PELIB_EXPORT(epi_vec, 1);
 PELIB_EXPORT(b_perm, 1);               // B rows permuted: 32g + 8u + 2q + c <- 32g + 8q + 2u + c
 PELIB_EXPORT(b_perm_tma, B_PERM_TMA);  // 1: the host builds B's map as the 5-D permuting view
-PELIB_EXPORT(residue_order, RES_P);    // row tiles ordered by t % RES_P (pelib.hopper.residue_schedule)
+PELIB_EXPORT(residue_order, RES_P);    // row tiles ordered by t % RES_P (pelib.kinds.sm90.residue_schedule)
 PELIB_EXPORT(cluster_n, CLUSTER_N);    // cluster (CLUSTER_N, 1, 1) = CLUSTER_N consecutive column blocks
 PELIB_EXPORT(cluster_split, 1);        // N / BLOCK_N column blocks may be several clusters (a multiple)
-PELIB_EXPORT(box_a_rows, BM);
-PELIB_EXPORT(box_b_rows, BN);
-PELIB_EXPORT(box_k_bytes, BK);
-PELIB_EXPORT(box_c_cols, 64);          // unused here: the C map is built for every stage alike
-PELIB_EXPORT(box_c_rows, 32);
-PELIB_EXPORT(swizzle_bytes, SWIZZLE);
 PELIB_EXPORT(desc_lbo, DESC_LBO);
 PELIB_EXPORT(desc_sbo, DESC_SBO);
 PELIB_EXPORT(k_advance_bytes, 32);

@@ -108,28 +108,13 @@ PELIB_EXPORT_TMAP(a, BM, BKA, SWIZZLE_A, 1);        // A [M, K] FP8 as uint8
 PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
 PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
 PELIB_EXPORT(num_threads, NUM_THREADS);
-PELIB_EXPORT(block_m, BM);
-PELIB_EXPORT(block_n, BN);
 PELIB_EXPORT(block_k, BKA);             // K per ring stage; B's slices are box_k_bytes = 128
-PELIB_EXPORT(stages, NUM_STAGES);
-PELIB_EXPORT(consumers, NUM_CONSUMERS);
 PELIB_EXPORT(wg_m, 1);
-PELIB_EXPORT(cluster_m, 1);
-PELIB_EXPORT(persistent, 1);
-PELIB_EXPORT(resident_b, 1);           // grid: whole column blocks (pelib.hopper.launch_config)
 PELIB_EXPORT(max_k, K_MAX);
 PELIB_EXPORT(pingpong, 1);
 PELIB_EXPORT(epi_vec, 1);
 PELIB_EXPORT(b_perm, 1);               // B rows permuted: 32g + 8u + 2q + c <- 32g + 8q + 2u + c
 PELIB_EXPORT(b_perm_tma, B_PERM_TMA);  // 1: the host builds B's map as the 5-D permuting view
-PELIB_EXPORT(box_a_rows, BM);
-PELIB_EXPORT(box_b_rows, BN);
-PELIB_EXPORT(box_k_bytes, BK);          // B's box; A's is box_a_k_bytes
-PELIB_EXPORT(box_a_k_bytes, BKA);
-PELIB_EXPORT(swizzle_a_bytes, SWIZZLE_A);
-PELIB_EXPORT(box_c_cols, 64);          // unused here: the C map is built for every stage alike
-PELIB_EXPORT(box_c_rows, 32);
-PELIB_EXPORT(swizzle_bytes, SWIZZLE);
 PELIB_EXPORT(desc_lbo, DESC_LBO);
 PELIB_EXPORT(desc_sbo, DESC_SBO);
 PELIB_EXPORT(k_advance_bytes, 32);

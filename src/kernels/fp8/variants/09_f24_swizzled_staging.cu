@@ -130,11 +130,9 @@ PELIB_EXPORT(block_k, BK);
 PELIB_EXPORT(mma_m, UMMA_M);
 PELIB_EXPORT(mma_n, UMMA_N);
 PELIB_EXPORT(mma_k, UMMA_K);
-PELIB_EXPORT(num_stages, NUM_STAGES);
 PELIB_EXPORT(epi_warp0, 2);   // epilogue warps are 2 .. 2 + NUM_EPI_WARPS - 1
 PELIB_EXPORT(epi_warps, NUM_EPI_WARPS);
 PELIB_EXPORT(epi_poll_each, 1);  // 1: every epilogue warp waits on the accumulator barrier itself
-PELIB_EXPORT(persistent, 1);     // grid = CG * min(tiles, SMs / CG) CTAs, static schedule (common/scheduler.cuh)
 // The epilogue's row/column map: warp w reads TMEM lanes 32*(w%4)..+31 and columns [begin, end),
 // exported as begin | end << 16 (0 for a warp that is not an epilogue warp).
 #define PE_EPI_COLS(w) ((w) <= EPI_LAST ? (epi_col_begin(w) | epi_col_end(w) << 16) : 0)
