@@ -33,9 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import baselines, bench, device, problems, results, stages, sweep
+from . import baselines, bench, device, problems, results, sweep
 from . import timing as _timing
-from .stage import Stage
+from .stage import Stage, find
 
 UNBOUNDED = {"PE_UNBOUNDED_WAIT": 1}
 # (stage, defines), most important first: the budget may cut the tail.
@@ -62,10 +62,7 @@ FP8_FLOPS_PER_SM_CLK = 8192        # dense FP8 per SM per clock: H100 SXM5 1,979
 
 def stage(key: str, defines: dict | None = None) -> Stage:
     """An sm90 stage by its number ('06', '03a') with defines."""
-    hits = [p for p in stages.family_stages("sm90") if p.stem.split("_")[0] == key]
-    if len(hits) != 1:
-        raise KeyError(f"no sm90 stage numbered {key!r}")
-    return Stage(hits[0], defines)
+    return find("sm90", key, defines)
 
 
 def label(key: str, defines: dict) -> str:

@@ -519,6 +519,16 @@ def _sim():
                              "device='compile' here, or 'gpu' on the stage's GPU") from None
 
 
+def find(family: str, name: str, defines: dict | None = None) -> Stage:
+    """A stage of `family` by number ('06', '08a'), file stem or path, with defines."""
+    n = str(name).removesuffix(".cu").split("/")[-1]
+    line = stages.family_stages(family)
+    hits = [p for p in line if p.stem == n or p.stem.split("_")[0] == n]
+    if len(hits) != 1:
+        raise KeyError(f"no single {family} stage {name!r}; have {[p.stem for p in line]}")
+    return Stage(hits[0], defines)
+
+
 # ---- many stages ---------------------------------------------------------------------------------------
 
 def all_stages(families=("nvfp4", "fp8", "sm90"), variants: bool = True) -> list[Stage]:

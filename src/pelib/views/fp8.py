@@ -12,7 +12,7 @@ from .. import baselines, device, records, sass, sass_account, staging, stages, 
 from ..facts import Table, evidence_label
 from ..kinds.fp8 import epi_columns, epilogue_map  # noqa: F401  (the chapters draw the column map)
 from ..models import protocol
-from ..stage import Stage
+from ..stage import Stage, find
 from ..stages import Rendered
 from . import plots, widgets
 
@@ -24,12 +24,8 @@ MMA_OPCODE = {1: "UTCQMMA", 2: "UTCQMMA.2CTA"}
 
 
 def stage(name: str, defines: dict | None = None) -> Stage:
-    """An FP8 stage by file name ('06_stages'), number ('06') or path, with defines."""
-    n = str(name).removesuffix(".cu").split("/")[-1]
-    hits = [p for p in stages.family_stages("fp8") if p.stem == n or p.stem.startswith(f"{n}_")]
-    if len(hits) != 1:
-        raise KeyError(f"no single FP8 stage {name!r}; have {[p.stem for p in stages.family_stages('fp8')]}")
-    return Stage(hits[0], defines)
+    """An FP8 stage by file name ('06_stages'), number ('06', '08a') or path, with defines."""
+    return find("fp8", name, defines)
 
 
 def names() -> list[str]:

@@ -8,7 +8,7 @@ from .. import baselines, bench, device, results, stages, timing
 from ..facts import Table, evidence_label
 from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, permuted_b_rows, permuted_b_spec, resident_b_schedule,  # noqa: F401
                           residue_schedule)
-from ..stage import Stage
+from ..stage import Stage, find
 from . import widgets
 
 ARCH = "sm_90a"
@@ -16,11 +16,8 @@ BEST = ("sm90/06_permuted_b", {})   # fastest verified in the 2026-11-23T062323 
 
 
 def sm90(name: str, defines: dict | None = None) -> Stage:
-    """An sm90 stage by number ('04') or name, with defines."""
-    hits = [p for p in stages.family_stages("sm90") if p.stem == name or p.stem.startswith(f"{name}_")]
-    if len(hits) != 1:
-        raise KeyError(f"no single sm90 stage {name!r}; have {[p.stem for p in stages.family_stages('sm90')]}")
-    return Stage(hits[0], defines)
+    """An sm90 stage by number ('04', '03a') or name, with defines."""
+    return find("sm90", name, defines)
 
 
 def stage_list() -> Table:
