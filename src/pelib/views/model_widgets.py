@@ -194,16 +194,42 @@ class EquilibriumWidget:
             display(fig)
         plt.close(fig)
 
+    OFFLINE_STAGES = (2, 3, 4, 5, 6)
+    OFFLINE_WARPS = (2, 4, 8)
+    PLACEHOLDER = "(the model's controls: they move in a live Jupyter kernel)"
+
+    def offline_html(self) -> str:
+        """Stages x epilogue warps, every combination precomputed (deltas 0, TMEM share 0.5): the
+        rendered book's view; the delta and TMEM-share sliders move only in JupyterLab."""
+        from .widgets import OFFLINE_NOTE, offline_view
+
+        note = OFFLINE_NOTE + (" Offline, the view covers stages and epilogue warps at the recorded "
+                               "Phase 1 and K-loop; the delta and TMEM-share sliders are live-only.")
+        return offline_view([("stages", [(str(s), s) for s in self.OFFLINE_STAGES]),
+                             ("epilogue warps", [(str(w), w) for w in self.OFFLINE_WARPS])],
+                            lambda s, w: render(stages=s, epi_warps=w),
+                            initial=[self.OFFLINE_STAGES.index(4), self.OFFLINE_WARPS.index(4)], note=note)
+
+    def mimebundle(self, offline: bool | None = None) -> dict:
+        from .widgets import book_build
+
+        data = dict(self.box._repr_mimebundle_() or {}) if self.box is not None else {}
+        if offline is None:
+            offline = book_build() or self.box is None
+        if offline:
+            data["text/html"] = self.offline_html()
+        data["text/plain"] = self.PLACEHOLDER
+        return data
+
     def _ipython_display_(self):
-        from IPython.display import display
+        from IPython.display import display, publish_display_data
 
         if self.static:
             display(static_table())
             fig = speedup_map()
             display(fig)
             plt.close(fig)
-        if self.box is not None:
-            display(self.box)
+        publish_display_data(self.mimebundle())
 
 
 def equilibrium_widget(live: bool = True, static: bool = True) -> EquilibriumWidget:
