@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import re
 
 from .build import Build, toolchain_version
 
@@ -18,25 +19,60 @@ def evidence_label(build: Build | None = None) -> str:
 
 
 class Table:
-    """A small table that renders as HTML in notebooks and as aligned text elsewhere."""
+    """A small table that renders as HTML in notebooks (and the book) and as aligned text elsewhere.
+
+    Columns are the union of the rows' keys in order of first appearance (or `columns`), so a row that
+    adds a column is never silently cut. In HTML the caption, which carries the evidence label, sits
+    above a horizontally scrolling table and so always stays in view; numeric columns align right.
+    """
 
     def __init__(self, rows: list[dict], caption: str = "", columns: list[str] | None = None):
         self.rows = rows
         self.caption = caption
-        self.columns = columns or (list(rows[0]) if rows else [])
+        self.columns = columns or list(dict.fromkeys(c for r in rows for c in r))
+
+    def _numeric_columns(self) -> set:
+        out = set()
+        for c in self.columns:
+            vals = [r.get(c, "") for r in self.rows]
+            vals = [v for v in vals if v not in ("", None, "—", "-")]
+            if vals and all(_numeric(v) for v in vals):
+                out.add(c)
+        return out
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c, '')))}</td>" for c in self.columns)
-                       + "</tr>" for r in self.rows)
-        cap = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
-        return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        num = self._numeric_columns()
+
+        def cell(tag, c, text):
+            kind = "pe-num" if c in num else "pe-text"
+            align = "right" if c in num else "left"
+            return f'<{tag} class="{kind}" style="text-align:{align}">{html.escape(text)}</{tag}>'
+
+        head = "".join(cell("th", c, str(c)) for c in self.columns)
+        body = "".join("<tr>" + "".join(cell("td", c, _fmt(r.get(c, ""))) for c in self.columns) + "</tr>"
+                       for r in self.rows)
+        cap = f'<div class="pe-table-caption">{html.escape(self.caption)}</div>' if self.caption else ""
+        return (f'<div class="pe-table">{cap}<div class="pe-table-scroll"><table>'
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div></div>")
 
     def __repr__(self) -> str:
         cells = [[str(c) for c in self.columns]] + [[_fmt(r.get(c, "")) for c in self.columns] for r in self.rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
         lines = ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
         return "\n".join(([self.caption] if self.caption else []) + lines)
+
+
+# A cell that reads as one number, possibly with a sign, an approximation mark, a unit or a marker:
+# '1,136', '-0.4%', '~0.52', '1.02x', '0.700 ms', '3.0 TB/s', '12 *'.
+_NUMBER = re.compile(r"^[~≈<>≤≥+\-−]?\s?\d[\d,]*(\.\d+)?(e[+-]?\d+)?\s?(%|x|×|[a-zA-Zµ/]{1,7})?\s?\*?$")
+
+
+def _numeric(v) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    return bool(_NUMBER.match(str(v).strip()))
 
 
 def _fmt(v) -> str:
