@@ -1,13 +1,54 @@
 """What the chapters show: tables, figures and widgets, one module per book part."""
+from __future__ import annotations
+
+
+def figure_text(fig) -> str:
+    """The text drawn on a figure, titles first (where its evidence label is), tick labels left out."""
+    from matplotlib.text import Text
+
+    ticks = {id(t) for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels())}
+    titles = [fig._suptitle] if fig._suptitle is not None else []
+    titles += [ax.title for ax in fig.axes] + [getattr(ax, "_left_title") for ax in fig.axes]
+    rest = [t for t in fig.findobj(Text) if id(t) not in ticks]
+    seen = dict.fromkeys(t.get_text().strip() for t in titles + rest if t.get_visible())
+    return " | ".join(t for t in seen if t)
+
+
+def figure_png_formatter(fig):
+    """IPython's image/png formatter for matplotlib figures: 2x pixels shown at 1x, and the figure's
+    drawn text (which carries its evidence label) in the PNG's Description, for search and for the
+    book's tests."""
+    import base64
+
+    from .html import figure_png
+
+    data, w, h = figure_png(fig, metadata={"Description": figure_text(fig)[:4000]})
+    return base64.b64encode(data).decode("ascii"), {"width": w, "height": h}
+
+
+def _keep_png_formatter(ip) -> None:
+    from matplotlib.figure import Figure
+
+    fmt = ip.display_formatter.formatters["image/png"]
+    try:
+        current = fmt.lookup_by_type(Figure)
+    except KeyError:
+        current = None
+    if current is not figure_png_formatter:
+        fmt.for_type(Figure, figure_png_formatter)
 
 
 def notebook_setup() -> None:
-    """Figures in a notebook render at 2x (PNG 'retina': twice the pixels, shown at 1x), so their text
-    stays sharp in the book and when zoomed. Called by pelib.device.banner, every chapter's first cell."""
+    """Figures in a notebook render at 2x with their text as metadata (figure_png_formatter). Called by
+    pelib.device.banner, every chapter's first cell. The inline backend installs its own formatter
+    when pyplot first loads it, so ours is put back before each cell's figures are flushed."""
     try:
         from IPython import get_ipython
-        from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # outside IPython there is nothing to set
         return
-    if get_ipython() is not None:
-        set_matplotlib_formats("retina")
+    ip = get_ipython()
+    if ip is None or getattr(ip, "_pelib_notebook_setup", False):
+        return
+    _keep_png_formatter(ip)
+    ip.events.register("post_execute", lambda: _keep_png_formatter(ip))
+    ip._pelib_notebook_setup = True

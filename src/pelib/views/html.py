@@ -11,20 +11,23 @@ import struct
 SCALE = 2  # figures are rendered at 2x and shown at 1x: sharp on high-density screens and when zoomed
 
 
-def figure_png(fig, scale: int = SCALE) -> tuple[bytes, int, int]:
+def figure_png(fig, scale: int = SCALE, metadata: dict | None = None) -> tuple[bytes, int, int]:
     """PNG bytes of a matplotlib figure at `scale` times its dpi, and its size in CSS pixels (1x)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=fig.dpi * scale, bbox_inches="tight", facecolor="white")
+    fig.savefig(buf, format="png", dpi=fig.dpi * scale, bbox_inches="tight", facecolor="white",
+                metadata=metadata)
     data = buf.getvalue()
     w, h = struct.unpack(">II", data[16:24])  # the IHDR chunk of a PNG
     return data, round(w / scale), round(h / scale)
 
 
 def figure_html(fig, alt: str = "") -> str:
-    data, w, h = figure_png(fig)
-    if not alt:
-        alt = " / ".join(t for t in (fig._suptitle.get_text() if fig._suptitle else "",
-                                     *(a.get_title() for a in fig.axes)) if t)
+    from . import figure_text
+
+    text = figure_text(fig)
+    data, w, h = figure_png(fig, metadata={"Description": text[:4000]})
+    titles = [fig._suptitle.get_text() if fig._suptitle else ""] + [a.get_title() for a in fig.axes]
+    alt = alt or " / ".join(t for t in titles if t) or text
     src = "data:image/png;base64," + base64.b64encode(data).decode()
     return f'<img src="{src}" width="{w}" height="{h}" alt="{html.escape(alt[:300], quote=True)}"/>'
 
