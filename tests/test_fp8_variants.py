@@ -85,7 +85,7 @@ def test_variant_is_stage_09_plus_its_change(card):
         assert len(minus) == 2 and all("drain" in m or "acc_empty" in m for m in minus)
     if card == "F28":       # only the MMA warp's K-loop goes
         src = V.VARIANTS["F28"].base_file.read_text()
-        i = src.index("mbarrier_wait_parity_cluster(&full[ring.index]")
+        i = src.index("(&full[s], ring.phase")
         start = src.rindex("\n", 0, src.rindex("for (int kb", 0, i)) + 1
         loop = src[start:src.index("ring.advance();\n        }", i) + 30]
         assert minus and all(m in loop for m in minus), [m for m in minus if m not in loop]

@@ -17,7 +17,7 @@ def stage_build(request):
 
 
 def test_all_stages_exist():
-    assert STAGE_KEYS == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09"]
+    assert STAGE_KEYS == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"]
 
 
 def test_stage_compiles_without_spills(stage_build):
@@ -62,11 +62,13 @@ def test_tma_store_only_in_staged_epilogue(stage_build):
 def test_descriptor_export_matches_python_encoder(stage_build):
     _, b = stage_build
     ex = b.exports
-    want = descriptors.gmma_smem_desc(0, ex["desc_lbo"], ex["desc_sbo"], ex["swizzle_bytes"])
+    sw_a, ka = ex.get("swizzle_a_bytes", ex["swizzle_bytes"]), ex.get("box_a_k_bytes", 128)  # 11: SW64 A
+    want = descriptors.gmma_smem_desc(0, ex["desc_lbo"], 8 * ka, sw_a)
     assert ex["desc_a_base0"] == want
     d = descriptors.decode_gmma_smem_desc(want)
-    assert d["swizzle"] == 128 and d["sbo"] == 1024  # SW128 K-major: 8 rows x 128 B between groups
-    assert want >> 62 == 1                           # GMMA layout type B128 = 1 at [62,64), no version bit
+    assert d["swizzle"] == sw_a == ka and d["sbo"] == 8 * ka  # K-major: 8 rows x the atom's bytes between groups
+    assert want >> 62 == {128: 1, 64: 2}[sw_a]       # GMMA layout type B128 = 1, B64 = 2 at [62,64), no version bit
+    assert ex["desc_sbo"] == 1024 and ex["swizzle_bytes"] == 128   # B: SW128 in every stage
 
 
 def test_cluster_stages_mask_the_descriptor_address():
@@ -237,15 +239,16 @@ def test_tensor_maps(stage_build):
     specs = hopper.tensor_specs(b, FULL, {"a": 1 << 20, "b": 1 << 21, "c": 1 << 22})
     a, bb, c = specs["a"], specs["b"], specs["c"]
     assert a.dtype == bb.dtype == "uint8" and c.dtype == "bfloat16"   # no FP8 TMA type (READING trap 5)
-    assert a.swizzle == bb.swizzle == 128 and a.inner_box_bytes == 128
-    assert a.box_shape == (b.exports["block_m"], 128)
+    ka = b.exports.get("box_a_k_bytes", 128)                          # 11: 64-byte pieces of A
+    assert a.swizzle == ka and bb.swizzle == 128 and a.inner_box_bytes == ka
+    assert a.box_shape == (b.exports["block_m"], ka)
     cl = b.exports.get("cluster_m", 1)
     if b.exports.get("b_perm_tma", 0):                                # the 5-D permuting view (06+)
         assert bb.box_shape == (b.exports["block_n"] // 32, 4, 4, 2, 128) and bb.rank == 5
     else:
         assert bb.box_shape == (b.exports["block_n"] // cl, 128)      # multicast: each CTA loads its share
     # expect_tx bytes of a stage = the boxes that land in it (the peer's share included)
-    assert a.box_bytes + cl * bb.box_bytes == (b.exports["block_m"] + b.exports["block_n"]) * 128
+    assert (128 // ka) * a.box_bytes + cl * bb.box_bytes == (b.exports["block_m"] + b.exports["block_n"]) * 128
     assert c.inner_box_bytes <= 128
 
 

@@ -213,3 +213,26 @@ def test_values_agree_with_each_other(stage):
     a_stage = ex["tmap_a_box_rows"] * ex["tmap_a_box_cols"] * ex["tmap_a_elem_bytes"]
     assert ex["smem_bytes"] >= ex["pipeline_stages"] * a_stage + ex["barrier_bytes"], \
         "the dynamic shared memory must hold the A ring and the barriers"
+
+
+# ---- one idea per diff ---------------------------------------------------------------------------
+
+WITH_PARENT = [p for p in STAGE_FILES if stages.read_header(p).parent]
+
+
+@pytest.mark.parametrize("path", WITH_PARENT, ids=[str(p.relative_to(KERNELS)) for p in WITH_PARENT])
+def test_one_idea_per_diff(path):
+    """Each stage differs from its declared parent by at most 100 changed code lines on either side of
+    the diff (header excluded; a block that only moved one level deeper is not changed code)."""
+    d = stages.diff_stats(path, ignore_indent=True)
+    assert max(d.values()) <= 100, f"{stages.name(path)} changes +{d['added']}/-{d['removed']} lines against " \
+        f"{stages.read_header(path).parent}: split the idea into sub-versions (NNa, NNb)"
+
+
+def test_the_size_rule_can_fail():
+    """The bundles the sub-versions split apart are far over the limit, so the rule measures something."""
+    assert stages.diff_stats("sm90/00_tma_wgmma.cu", "sm90/01_warp_specialized.cu", ignore_indent=True)["added"] > 100
+    assert stages.diff_stats("sm90/03_staged_epilogue.cu", "sm90/04_pingpong_resident_b.cu", ignore_indent=True)["added"] > 100
+    raw, flat = (stages.diff_stats("sm90/01_warp_specialized.cu", "sm90/01a_persistent.cu", ignore_indent=f)
+                 for f in (False, True))
+    assert raw["added"] > flat["added"], "the mainloop moved into the tile loop: re-indented, not changed"

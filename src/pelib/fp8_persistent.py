@@ -931,8 +931,9 @@ def f4_table():
     from .facts import Table, evidence_label
 
     rows = []
-    for label, d in (("templated bounds (521ad55)", None), ("run-time bounds (F4)", {"EPI_RUNTIME_BOUNDS": 1})):
-        b = build("05_epi_warps", d)
+    for label, path in (("templated bounds (521ad55)", stage("05_epi_warps").rel),
+                        ("run-time bounds (F4)", "fp8/variants/05_f4_runtime_bounds.cu")):
+        b = _build.build(path, arch=ARCH)
         g = sass_account.gaps(b.sass, "LDTM")
         rows.append({"epilogue": label, "registers": b.facts.registers, "LDTM in SASS": len(g) + 1,
                      "gaps between TMEM loads with a branch": sum(1 for x in g if x["branches"]),

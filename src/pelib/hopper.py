@@ -51,6 +51,10 @@ STAGES: dict[str, Stage] = {s.key: s for s in (
           "07 + accumulators start from comb: the epilogue only converts and stores"),
     Stage("09", "sm90/09_multicast_pairs.cu",
           "07 with 192-column blocks, a 10-stage A ring, and A multicast to (2,1,1) cluster pairs"),
+    Stage("10", "sm90/10_unrolled_kloop.cu",
+          "06 + K loop unrolled: compile-time B descriptors, one 32-bit add for A's, nothing else per slice"),
+    Stage("11", "sm90/11_a_half_slices.cu",
+          "06 + A ring of 64-byte K pieces (SW64), 8 stages of 4 KiB: the consumer holds half as much"),
 )}
 
 
@@ -106,7 +110,7 @@ def launch_config(b, problem, sm_count: int = H100_SMS) -> LaunchConfig:
     (resident_b) a persistent grid of whole column blocks, each CTA holding one block of B."""
     ex = b.exports
     bm, bn, bk = ex["block_m"], ex["block_n"], ex["block_k"]
-    if problem.n % bn or problem.k % bk:
+    if problem.n % bn or problem.k % bk or problem.k % ex.get("box_k_bytes", bk):
         raise ShapeError(f"{problem.name}: N={problem.n}, K={problem.k} must be multiples of the stage's "
                          f"block_n={bn} and block_k={bk}; pick a stage variant with BLOCK_N dividing N")
     if "max_k" in ex and problem.k > ex["max_k"]:
@@ -169,8 +173,8 @@ def tensor_specs(b, problem, addresses: dict | None = None) -> dict:
     ex = b.exports
     addr = addresses or {}
     kb = ex["box_k_bytes"]
-    a = tma.make_spec("float8_e4m3fn", (problem.m, problem.k), (ex["box_a_rows"], kb),
-                      swizzle=ex["swizzle_bytes"], address=addr.get("a", 0))
+    a = tma.make_spec("float8_e4m3fn", (problem.m, problem.k), (ex["box_a_rows"], ex.get("box_a_k_bytes", kb)),
+                      swizzle=ex.get("swizzle_a_bytes", ex["swizzle_bytes"]), address=addr.get("a", 0))
     if ex.get("b_perm_tma", 0):
         bb = permuted_b_spec(problem.n, problem.k, ex["box_b_rows"], kb, ex["swizzle_bytes"], addr.get("b", 0))
     else:

@@ -216,9 +216,11 @@ def _run_clock(job, full) -> dict:
                         for ph, row in summ.items()}}
 
 
-def run_jobs(jobs: list[dict], data_dir: str, iters: int, budget_s: float, job_timeout_s: float = 90.0) -> list[dict]:
-    """Run jobs in worker processes, restarting after a crash or a stuck job; one result per job.
-    A failed job keeps the worker's last output lines (device printf of a trapped wait included)."""
+def run_jobs(jobs: list[dict], data_dir: str, iters: int, budget_s: float, job_timeout_s: float = 90.0,
+             module: str = "pelib.hopper_sweep") -> list[dict]:
+    """Run jobs in worker processes (`python -m <module> --worker ...`), restarting after a crash or a
+    stuck job; one result per job. A failed job keeps the worker's last output lines (device printf
+    of a trapped wait included)."""
     import queue
     import threading
     jf = Path(data_dir) / f"jobs-{time.time_ns()}.json"
@@ -226,7 +228,7 @@ def run_jobs(jobs: list[dict], data_dir: str, iters: int, budget_s: float, job_t
     results: dict[int, dict] = {}
     start, t0 = 0, time.time()
     while start < len(jobs) and budget_s - (time.time() - t0) > 5:
-        cmd = [sys.executable, "-m", "pelib.hopper_sweep", "--worker", str(jf), "--data", data_dir,
+        cmd = [sys.executable, "-m", module, "--worker", str(jf), "--data", data_dir,
                "--start", str(start), "--iters", str(iters)]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})

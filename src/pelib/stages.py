@@ -164,12 +164,16 @@ def source(stage: str | Path, start: str | None = None, end: str | None = None) 
     return Rendered("\n".join(lines[i0:i1]), "cpp", _label(p))
 
 
-def diff_stats(a: str | Path, b: str | Path | None = None) -> dict:
+def diff_stats(a: str | Path, b: str | Path | None = None, ignore_indent: bool = False) -> dict:
     """Lines added and removed from a to b (with one stage: from its declared parent), header comment
-    excluded (how big the one idea is)."""
+    excluded (how big the one idea is). ignore_indent compares lines without their leading and
+    trailing blanks, so a block that only moved one level deeper (into a new loop or branch) does
+    not count as changed code (as `git diff -w`)."""
     if b is None:
         a, b = parent_of(a), a
     la, lb = _strip_header(resolve(a).read_text().splitlines()), _strip_header(resolve(b).read_text().splitlines())
+    if ignore_indent:
+        la, lb = [x.strip() for x in la], [x.strip() for x in lb]
     added = removed = 0
     for line in difflib.unified_diff(la, lb, n=0, lineterm=""):
         if line.startswith("+") and not line.startswith("+++"):

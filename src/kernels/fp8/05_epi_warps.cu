@@ -155,24 +155,6 @@ PE_DEVICE void drain(u32 t_row, const u16* comb_ptr, u16* out_ptr) {
   }
 }
 
-#ifdef EPI_RUNTIME_BOUNDS
-// Experiment F4, kept for comparison (build with EPI_RUNTIME_BOUNDS=1): the same loop with the
-// bounds as run-time arguments. The lab found that this blocked unrolling. NVRTC 13 still unrolls
-// it (it can bound the trip count by 8) but must test the bound after every 32-column step: each
-// step ends in a compare and a conditional exit, and the next step's comb loads cannot move above it.
-PE_DEVICE void drain_rt(int c0, int c1, u32 t_row, const u16* comb_ptr, u16* out_ptr) {
-#pragma unroll
-  for (int c = c0; c < c1; c += TMEM_LD_COLS) {
-    u32 cb[TMEM_LD_COLS / 2];
-    load_comb<TMEM_LD_COLS>(comb_ptr + c, cb);
-    u32 acc[TMEM_LD_COLS];
-    tcgen05_ld_32x32b_x32(t_row + c, acc);
-    tcgen05_wait_ld();
-    fuse_store<TMEM_LD_COLS>(acc, cb, out_ptr + c);
-  }
-}
-#endif
-
 extern "C" __global__ void __cluster_dims__(CG, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
@@ -270,16 +252,12 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
     mbarrier_wait_parity_cluster(mma_done, 0, 3);  // each epilogue warp polls on its own
     tcgen05_fence_after_thread_sync();
     const u64 t1 = timing_now();
-#ifdef EPI_RUNTIME_BOUNDS
-    drain_rt(epi_col_begin(warp), epi_col_end(warp), t_row, comb_ptr, out_ptr);
-#else
     if (NUM_EPI_WARPS == 4 || !epi_shares(warp))
       drain<0, TN>(t_row, comb_ptr, out_ptr);       // a lane quarter of its own: all columns
     else if (warp < 6)
       drain<0, TN / 2>(t_row, comb_ptr, out_ptr);   // first of two warps on this quarter
     else
       drain<TN / 2, TN>(t_row, comb_ptr, out_ptr);  // the 5th / 6th warp: the second half
-#endif
     if (lane == 0) {
       timing_record(timing, 0, PE_PHASE_ACC_WAIT, t0, t1);
       PE_TIMING_END(timing, 0, PE_PHASE_EPI_PHASE1, t1);

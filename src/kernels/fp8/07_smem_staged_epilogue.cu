@@ -185,36 +185,6 @@ PE_DEVICE u64 drain(u32 t_row, const u16* comb_ptr, u32 stage_buf, int lane, u16
   return t;
 }
 
-#ifdef EPI_RUNTIME_BOUNDS
-// Experiment F4, kept for comparison (build with EPI_RUNTIME_BOUNDS=1): Phase 1 with the bounds as
-// run-time arguments. The lab found that this blocked unrolling. NVRTC 13 still unrolls it (it can
-// bound the trip count by 8) but must test the bound after every 32-column step: each step ends in
-// a compare and a conditional exit, and the next step's comb loads cannot move above it.
-PE_DEVICE u64 drain_rt(int c0, int c1, u32 t_row, const u16* comb_ptr, u32 stage_buf, int lane,
-                       u16* out_blk, int ld_out) {
-#pragma unroll
-  for (int c = c0; c < c1; c += TMEM_LD_COLS) {
-    u32 cb[TMEM_LD_COLS / 2];
-    load_comb<TMEM_LD_COLS>(comb_ptr + c, cb);
-    u32 acc[TMEM_LD_COLS];
-    tcgen05_ld_32x32b_x32(t_row + c, acc);
-    tcgen05_wait_ld();
-#pragma unroll
-    for (int v = 0; v < TMEM_LD_COLS / 8; ++v) {
-      const u32 c4[4] = {cb[4 * v], cb[4 * v + 1], cb[4 * v + 2], cb[4 * v + 3]};
-      u32 o[4];
-      fuse8(&acc[8 * v], c4, o);
-      st_shared_v4(stage_buf + (u32)(lane * STAGING_PITCH + 2 * (c - c0 + 8 * v)), o[0], o[1], o[2], o[3]);
-    }
-  }
-  __syncwarp();
-  const u64 t = timing_now();
-  if (c1 - c0 == TN) stage_copy_out<StagingRows<TN, STAGING_PITCH>, PHASE2_UNROLL>(stage_buf, lane, out_blk + c0, ld_out);
-  else stage_copy_out<StagingRows<TN / 2, STAGING_PITCH>, PHASE2_UNROLL>(stage_buf, lane, out_blk + c0, ld_out);
-  return t;
-}
-#endif
-
 extern "C" __global__ void __cluster_dims__(CG, 1, 1) __launch_bounds__(NUM_THREADS, 1)
 patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
@@ -314,16 +284,12 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
     tcgen05_fence_after_thread_sync();
     const u64 t1 = timing_now();
     u64 t2;
-#ifdef EPI_RUNTIME_BOUNDS
-    t2 = drain_rt(epi_col_begin(warp), epi_col_end(warp), t_row, comb_ptr, stage_buf, lane, out_blk, N);
-#else
     if (NUM_EPI_WARPS == 4 || !epi_shares(warp))
       t2 = drain<0, TN>(t_row, comb_ptr, stage_buf, lane, out_blk, N);       // a lane quarter of its own
     else if (warp < 6)
       t2 = drain<0, TN / 2>(t_row, comb_ptr, stage_buf, lane, out_blk, N);   // first of two on this quarter
     else
       t2 = drain<TN / 2, TN>(t_row, comb_ptr, stage_buf, lane, out_blk, N);  // the 5th / 6th warp
-#endif
     if (lane == 0) {
       timing_record(timing, 0, PE_PHASE_ACC_WAIT, t0, t1);
       timing_record(timing, 0, PE_PHASE_EPI_PHASE1, t1, t2);

@@ -1,29 +1,27 @@
-// Stage 01 — warp specialization: a producer warp and NUM_CONSUMERS consumer warpgroups share a ring.
-// Parent: sm90/00_tma_wgmma
+// Stage 01 — setmaxnreg: the producer gives its registers back, the consumers take them.
+// Parent: sm90/00c_two_consumers
 //
-// What changes: in 00 the warpgroup that multiplies also waits for every load, so copy and math
-// take turns. Here warpgroup 0 only loads: one elected thread waits for a free stage (empty[s]),
-// announces its bytes (arrive.expect_tx on full[s]) and starts the TMA loads of A (BM x 128 B) and
-// B (BN x 128 B); it runs up to NUM_STAGES slices ahead. Each consumer warpgroup waits for full[s],
-// issues its wgmma on its own 64 x WG_M rows of the stage, keeps one wgmma group in flight
-// (wgmma.wait_group 1) and frees the slice it finished reading with one arrive on empty[s]. The
-// producer keeps 40 registers per thread (setmaxnreg.dec), the consumers take 232 (setmaxnreg.inc):
-// 128 FP32 accumulators of an m64n256 tile per thread fit with room for addresses and the epilogue.
-// Still one tile per CTA and the same register epilogue as 00.
-// Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh and CUTLASS
-// KernelTmaWarpSpecializedCooperative (BF16 there; FP8 K-major e4m3 here).
-// Why: copy and math overlap, the producer running up to NUM_STAGES slices ahead. Yet the default
-// (BN = 256, one CTA per SM) is slower than 00: with K = 768 a tile is only 6
-// slices, and a CTA of 384 threads x 168 registers and 193 KiB of shared memory is alone on its SM.
-// Every tile pays, one after the other, the CTA launch and barrier set-up, the first TMA round trip
-// into an empty ring, a 6-slice mainloop, and the epilogue's 64 stores per thread, while the tensor
-// cores idle outside the mainloop. 00 (128 threads, 33 KiB) keeps three CTAs per SM, whose phases
-// overlap. The wgmma issue itself is fine: the SASS has the four QGMMA.64x256x32 of a slice back to
-// back and one WARPGROUP.DEPBAR.LE gsb0, 0x1 after them, and ptxas reports no C7510 serialization.
-// Two resident CTAs per SM would restore that overlap, but not with these tiles: ptxas checks each
-// wgmma against the register cap at entry (64 Ki / (threads x CTAs)), which setmaxnreg does not
-// raise, and m64n256 needs about 154 registers. Stage 02 keeps one CTA per SM and makes it persistent.
-// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.936 ms (H100 80GB HBM3, 2026-11-23).
+// What changes: the producer warpgroup drops to 40 registers per thread (setmaxnreg.dec) as it starts,
+// the consumer warpgroups raise theirs to 232 (setmaxnreg.inc), CUTLASS's budgets for a cooperative
+// kernel of 1 + 2 warpgroups. With setmaxnreg in the kernel, ptxas gives every thread the cap of
+// __launch_bounds__ at entry, ENTRY_REGS = 64 Ki / threads rounded down to 8; the CTA's pool is
+// ENTRY_REGS x threads, and what the producer gives back is all the consumers can take (an inc beyond
+// the pool would block forever): 128 * (P + NUM_CONSUMERS * C) <= ENTRY_REGS * NUM_THREADS, checked by
+// a static_assert, with the budgets exported (producer_regs, consumer_regs).
+// Why: a consumer of an m64n256 tile holds 128 FP32 accumulators; the pool the producer does not need
+// leaves it room for addresses and the epilogue without spills. Yet the default (BN = 256, one CTA per
+// SM) is slower than 00: with K = 768 a tile is only 6 slices, and a CTA of 384 threads x 168
+// registers and 193 KiB of shared memory is alone on its SM. Every tile pays, one after the other,
+// the CTA launch and barrier set-up, the first TMA round trip into an empty ring, a 6-slice mainloop,
+// and the epilogue's 64 stores per thread, while the tensor cores idle outside the mainloop. 00 (128
+// threads, 33 KiB) keeps three CTAs per SM, whose phases overlap. The wgmma issue itself is fine: the
+// SASS has the four QGMMA.64x256x32 of a slice back to back and one WARPGROUP.DEPBAR.LE gsb0, 0x1 after
+// them, and ptxas reports no C7510 serialization. Two resident CTAs per SM would restore that overlap,
+// but not with these tiles: ptxas checks each wgmma against the register cap at entry (64 Ki / (threads
+// x CTAs)), which setmaxnreg does not raise, and m64n256 needs about 154 registers. Stage 01a keeps one
+// CTA per SM and makes it persistent.
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.936 ms (H100 80GB HBM3, 2026-11-23); results/2026-11-24-h200/sm90-split-stages.json: 1.918 ms against 1.877 ms for 00c (H200,
+// 2026-11-24).
 // Run: python -m pelib.stage sm90/01_warp_specialized
 #include "common/types.cuh"
 #include "common/export.cuh"

@@ -1,26 +1,22 @@
-// Stage 02 — a persistent CTA pair: one CTA per SM walks the tiles, a (2,1,1) cluster shares B by multicast.
-// Parent: sm90/01_warp_specialized
+// Stage 02 — a (2,1,1) cluster: the two CTAs of a pair take the two halves of a 256-row tile and share B by multicast.
+// Parent: sm90/01a_persistent
 //
-// What changes: 01 launches one CTA per tile (21,756 at BM=128, BN=256), so every tile pays the CTA
-// start (barrier init, tensor-map fetch, the first loads with an empty pipeline) and the tensor cores
-// idle while the consumers store. Here the grid is one CTA per SM (common/tile_map.cuh, N fastest);
-// the producer keeps loading the next tile's stages while the consumers run the epilogue of this one
-// (the ring index and parity continue across tiles). The two CTAs of a (2,1,1) cluster take the two
-// halves of a 2*BM-row cluster tile, so they need the same B slice: CTA rank r loads B rows
-// [r*BN/2, (r+1)*BN/2) of the stage with .multicast::cluster (mask 0b11), so each CTA's full[s]
-// receives A_STAGE + B_STAGE bytes from two producers. Because a producer writes into its peer's
-// stage too, empty[s] counts the consumer warpgroups of both CTAs (each consumer arrives locally and
-// remotely), and before exiting each producer waits until both CTAs have released every stage, so no
-// CTA leaves while its peer may still write into it or arrive on its barriers (CUTLASS load_tail).
-// The descriptors take the masked shared address (gmma_desc_addr): in a cluster the shared::cta
-// address of CTA rank 1 has bit 24 set, and the range check of gmma_smem_desc trapped on it at the
-// first descriptor (the launch failure of the first H100 run, 2026-11-23, on every cluster variant).
-// CLUSTER_M=1 builds the same persistent kernel without a cluster (plain loads, local releases).
-// Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh (CLUSTER_M = 2, B multicast) and
-// CUTLASS PipelineTmaAsync (consumer arrival count = consumers x cluster CTAs).
-// Why: the CTA start is paid once per SM instead of once per tile, and the cluster halves the L2->SM
-// traffic of B.
-// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.810 ms (H100 80GB HBM3, 2026-11-23).
+// What changes: the two CTAs of a (2,1,1) cluster take the two halves of a 2*BM-row cluster tile, so
+// they need the same B slice: CTA rank r loads B rows [r*BN/2, (r+1)*BN/2) of the stage with
+// .multicast::cluster (mask 0b11), so each CTA's full[s] receives A_STAGE + B_STAGE bytes from two
+// producers. Because a producer writes into its peer's stage too, empty[s] counts the consumer
+// warpgroups of both CTAs (each consumer arrives locally and remotely), and before exiting each
+// producer waits until both CTAs have released every stage, so no CTA leaves while its peer may still
+// write into it or arrive on its barriers (CUTLASS load_tail). The barriers are initialised before a
+// cluster_sync (a peer's multicast or arrive may come first). The descriptors take the masked shared
+// address (gmma_desc_addr): in a cluster the shared::cta address of CTA rank 1 has bit 24 set, and the
+// range check of gmma_smem_desc trapped on it at the first descriptor (the launch failure of the first
+// H100 run, 2026-11-23, on every cluster variant). CLUSTER_M=1 builds 01a's kernel (plain loads, local
+// releases). Structure after pranjalssh/fast.cu examples/matmul/matmul_11.cuh (CLUSTER_M = 2, B
+// multicast) and CUTLASS PipelineTmaAsync (consumer arrival count = consumers x cluster CTAs).
+// Why: the cluster halves the L2->SM traffic of B.
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.810 ms, CLUSTER_M=1 1.773 ms (H100 80GB HBM3, 2026-11-23); results/2026-11-24-h200/sm90-split-stages.json: 1.600 ms against
+// 1.575 ms for 01a (H200, 2026-11-24): B's traffic is not what limits this stage.
 // Run: python -m pelib.stage sm90/02_persistent_cluster
 #include "common/types.cuh"
 #include "common/export.cuh"

@@ -1,38 +1,16 @@
-// Stage 04 — B resident in shared memory, two consumer warpgroups in ping-pong, persistent.
-// Parent: sm90/03_staged_epilogue
+// Stage 04 — A prefetched into L2 PREFETCH_TILES tiles ahead of the ring.
+// Parent: sm90/03d_comb_early
 //
-// What changes: in 03, every 128 x 256 tile streams its A rows AND its 256 x 768 slice of B from L2
-// (half of B with the multicast), 4.3 GB of L2 -> SM traffic over the problem, and both consumer
-// warpgroups finish their tile together, so the tensor cores idle during every epilogue. Here:
-//  * A CTA owns one BLOCK_N-column block of the output for its whole life. Its producer loads that
-//    block's B (BLOCK_N x K, 192 KiB at 256 x 768) into shared memory once; afterwards only A
-//    streams, through a NUM_STAGES ring of 64-row x 128-B stages (8 KiB). L2 -> SM traffic drops to
-//    A once per column block (3 x 0.71 GB at N = 768).
-//  * The two consumer warpgroups take alternate 64 x BLOCK_N tiles of the CTA's tile list (ping-pong,
-//    CUTLASS KernelTmaWarpSpecializedPingpong): while one runs its mainloop, the other runs its
-//    epilogue. A "turn" barrier pair orders the mainloops: warpgroup w starts tile n only after the
-//    other warpgroup has issued its previous tile's last wgmma. The turn also keeps the shared ring's
-//    parity waits safe: a warpgroup never waits on a ring slot two laps ahead of its producer.
-//  * The epilogue runs from registers (no shared memory is left for staging): comb is read into
-//    registers before the mainloop (its L2 latency hides behind the wgmma); with EPI_VEC=1 the quad of
-//    lanes that holds a row's 32 columns transposes its packed BF16 pairs (wgmma_quad_transpose), so
-//    each lane writes one 16-B vector and a quad writes 64 contiguous bytes.
-//  * The producer asks L2 for the A rows of the tile PREFETCH_TILES ahead (cp.async.bulk.prefetch),
-//    so the ring's TMA loads hit L2 instead of waiting on DRAM.
-// Schedule: grid = G CTAs, a multiple of the column blocks NB = N / BLOCK_N; CTA c takes column block
-// c % NB and row tiles g, g + G/NB, g + 2G/NB, ... (g = c / NB) of 64 rows: the NB CTAs that read the
-// same A rows run side by side, so A comes from DRAM once and from L2 for the other NB - 1.
-// Ring slot of (local tile i, K slice kb) = i * num_kb + kb; slot s = it % NUM_STAGES, lap it / NUM_STAGES.
-// Shared memory: B at 0 (K/128 boxes of BLOCK_N rows x 128 B, SW128), the A ring after it, then the
-// barriers: full[s], empty[s] (one arrive: the one warpgroup that read the slot), b_full (B landed),
-// turn[2] (turn[w]: one arrive per mainloop of the other warpgroup).
-// TIMING phases: producer tma_issue / producer_wait per tile; consumers tma_wait (full waits), kloop,
-// epi_wait (= waiting for the turn: the other warpgroup still issues wgmma), epi_phase1 (the register
-// epilogue), tile.
-// Why: B is read from L2 once per CTA instead of once per tile, and one warpgroup's epilogue runs
-// under the other's mainloop.
-// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.015 ms (H100 80GB HBM3, 2026-11-23).
-// Run: python -m pelib.stage sm90/04_pingpong_resident_b
+// What changes: the producer asks L2 for the A rows of the tile PREFETCH_TILES (2) ahead of the one it
+// loads into the ring (cp.async.bulk.prefetch.tensor, tma_prefetch_2d_l2: no shared memory, no
+// barrier); it prefetches the first PREFETCH_TILES tiles before the ring starts.
+// Everything else is 03d: B resident per column block, ping-pong consumer warpgroups with turn
+// barriers, comb read before the mainloop, the register epilogue with 16-B stores.
+// Why: the ring's TMA loads of A then hit L2 instead of waiting on DRAM, with only 4 x 8 KiB of A in
+// flight per CTA.
+// Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 1.015 ms, PREFETCH_TILES=0 1.070 ms (H100 80GB HBM3, 2026-11-23); results/2026-11-24-h200/sm90-split-stages.json: 0.990 ms
+// against 1.001 ms for 03d (H200, 2026-11-24).
+// Run: python -m pelib.stage sm90/04_pingpong_resident_b --sweep PREFETCH_TILES=0,1,2
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"

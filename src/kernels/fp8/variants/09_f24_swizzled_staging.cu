@@ -327,17 +327,16 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       PipelineState<NUM_STAGES> ring;
       for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
         const TileCoord tile = sched.coord(rank, BM, TN, CG);
-        const u64 t0 = timing_now();
-        u64 t1 = t0;
+        u64 t0 = timing_now(), t1 = t0;
         for (int kb = 0; kb < num_kb; ++kb) {
-          mbarrier_wait_parity_cluster(&empty[ring.index], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
+          const int s = ring.index;
+          mbarrier_wait_parity_cluster(&empty[s], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
           if (kb == 0) t1 = timing_now();
-          u8* a_dst = smem + SMEM_A_OFF + ring.index * A_STAGE_BYTES;
-          u8* b_dst = smem + SMEM_B_OFF + ring.index * B_STAGE_BYTES;
-          if (leader) mbarrier_arrive_expect_tx(&full[ring.index], CG * STAGE_BYTES);  // both CTAs' bytes
+          if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);  // both CTAs' bytes
           // cta_group::2 form: the bytes land here, the completion on the leader's full[s]
-          tma_load_2d_cta2(a_dst, &tmap_a, &full[ring.index], kb * BK, tile.m0);
-          tma_load_2d_cta2(b_dst, &tmap_b, &full[ring.index], kb * BK, tile.n0 + (int)rank * B_ROWS);
+          tma_load_2d_cta2(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);
+          tma_load_2d_cta2(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK,
+                           tile.n0 + (int)rank * B_ROWS);  // this CTA's half of the tile's B rows
           ring.advance();
         }
         timing_record(timing, sched.slot(), PE_PHASE_PRODUCER_WAIT, t0, t1);
@@ -345,10 +344,8 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       }
       // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): wait until the MMAs have released
       // every slot, so no commit is still on its way to this CTA's barriers when it exits.
-      for (int i = 0; i < NUM_STAGES; ++i) {
+      for (int i = 0; i < NUM_STAGES; ++i, ring.advance())
         mbarrier_wait_parity_cluster(&empty[ring.index], ring.phase ^ 1, 4);
-        ring.advance();
-      }
     }
     __syncwarp();
   } else if (warp == 1) {
@@ -358,18 +355,17 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
         const u32 buf = sched.acc_buf();
         const u64 t0 = timing_now();
-        // both CTAs' epilogues have drained this accumulator (its previous tile)
-        mbarrier_wait_parity_cluster(&acc_empty[buf], sched.acc_phase() ^ 1, 5);
+        mbarrier_wait_parity_cluster(&acc_empty[buf], sched.acc_phase() ^ 1, 5);  // both CTAs drained it
         tcgen05_fence_after_thread_sync();
-        const u64 t1 = timing_now();
-        u64 t2 = t1;
+        u64 t1 = timing_now(), t2 = t1;
         const u32 d_tmem = tmem_base + TMEM_ACC_COL + buf * TMEM_ACC_STRIDE;
         for (int kb = 0; kb < num_kb; ++kb) {
-          mbarrier_wait_parity_cluster(&full[ring.index], ring.phase, 2);  // bytes from both CTAs
+          const int s = ring.index;
+          mbarrier_wait_parity_cluster(&full[s], ring.phase, 2);  // bytes from both CTAs
           tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
           if (kb == 0) t2 = timing_now();     // the tile's first stage has landed
-          const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + ring.index * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
-          const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + ring.index * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
+          const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
+          const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + s * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
 #pragma unroll
           for (int k = 0; k < BK / UMMA_K; ++k) {
             // K step inside the swizzled 128-B row: +32 B on the start address (CUTLASS DescriptorIterator;
@@ -377,7 +373,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
             tcgen05_mma_f8f6f4<CG>(d_tmem, smem_desc_advance(a_desc, k * UMMA_K),
                                    smem_desc_advance(b_desc, k * UMMA_K), IDESC, (kb | k) != 0);
           }
-          tcgen05_commit_multicast<CG>(smem_u32(&empty[ring.index]), 0b11);  // slot free, in both CTAs
+          tcgen05_commit_multicast<CG>(smem_u32(&empty[s]), 0b11);  // slot s free, in both CTAs
           ring.advance();
         }
         tcgen05_commit_multicast<CG>(smem_u32(&acc_full[buf]), 0b11);  // both accumulator halves complete
@@ -390,7 +386,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
     __syncwarp();
   } else {
     // ---- epilogue: warp w reads TMEM lanes 32*(w%4) .. +31 (the hardware's sub-partition rule),
-    // columns [epi_col_begin(w), epi_col_end(w)), of accumulator acc_buf() of each tile ----
+    // columns [epi_col_begin(w), epi_col_end(w)) ----
     const int sub = warp % 4;
     u8* stage = smem + SMEM_STAGING_OFF + (warp - 2) * STAGING_WARP_BYTES;
     for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {

@@ -1,0 +1,269 @@
+// Stage 05 — experiment F4: the epilogue's column bounds as run-time arguments instead of template ones.
+// Parent: fp8/05_epi_warps
+//
+// What changes: drain<C0, C1> and its three instantiations give way to one function drain_rt(c0, c1,
+// ...) that every epilogue warp calls with its bounds from epi_col_begin(warp) / epi_col_end(warp).
+// The lab's first version of the column split of stage 05 looked like this. NVRTC 13 still unrolls the
+// loop (it can bound the trip count by 8) but must test the bound after every 32-column step: each
+// step ends in a compare and a conditional exit, and the next step's comb loads cannot move above it
+// (pelib.sass_account.gaps shows it; tests/test_fp8_part2.py checks it).
+// Why: kept as the measured counter-example of stage 05: the bounds of an unrolled epilogue loop must
+// be compile-time constants.
+// Recorded: fp8-megakernel-experiment-log.md, experiment F4 (run-time column bounds): ~0.826 ms on a
+// B200 with and without the split, against 0.722 ms for the templated bounds (commit 521ad55).
+// Run: python -m pelib.stage fp8/variants/05_f4_runtime_bounds -D NUM_EPI_WARPS=5
+#include "common/types.cuh"
+#include "common/export.cuh"
+#include "common/cutensormap.cuh"
+#include "common/cluster.cuh"
+#include "common/mbarrier.cuh"
+#include "common/tma.cuh"
+#include "common/tcgen05.cuh"
+#include "common/descriptors.cuh"
+#include "common/epilogue.cuh"
+#include "common/tile_map.cuh"
+#include "common/timing.cuh"
+
+// ---- compile-time parameters ---------------------------------------------------------------
+#ifndef NUM_STAGES
+#define NUM_STAGES 6  // the lab kernel's original depth (experiment log F6); K=768 is 6 stages of 128
+#endif
+#ifndef NUM_EPI_WARPS
+#define NUM_EPI_WARPS 5  // the lab's 521ad55: four lane quarters, one of them split by columns
+#endif
+
+constexpr int CG = 2;                  // cta_group: a 2-SM pair
+constexpr int BM = 128;                // A rows per CTA = TMEM lanes
+constexpr int TN = 256;                // output columns per tile = UMMA N (the UMMA maximum)
+constexpr int BK = 128;                // K per stage: 128 FP8 = 128 B = one 128-B swizzle row
+constexpr int UMMA_M = BM * CG;
+constexpr int UMMA_N = TN;
+constexpr int UMMA_K = 32;             // kind::f8f6f4: K is 32 bytes of operand per instruction
+constexpr int B_ROWS = TN / CG;        // B rows this CTA loads: half of the tile's 256
+constexpr int SWIZZLE = 128;
+constexpr int A_STAGE_BYTES = BM * BK;
+constexpr int B_STAGE_BYTES = B_ROWS * BK;
+constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;  // bytes per stage per CTA
+constexpr int TMEM_COLS = 512;         // all of TMEM: the accumulator takes columns [0, TN)
+constexpr int TMEM_ACC_COL = 0;        // accumulator's first column
+constexpr int TMEM_LD_COLS = 32;       // tcgen05.ld 32x32b.x32
+constexpr int NUM_THREADS = 32 * (2 + NUM_EPI_WARPS);
+// Epilogue warps are 2 .. EPI_LAST. Warp w reads lane quarter w % 4; warps w and w + 4 (both
+// epilogue warps) share quarter w % 4 and split its columns in warp order (PTX ISA 9.7.16.8.1).
+constexpr int EPI_LAST = 2 + NUM_EPI_WARPS - 1;
+PE_HD_CONSTEXPR bool epi_shares(int w) { return w + 4 <= EPI_LAST || w - 4 >= 2; }
+PE_HD_CONSTEXPR int epi_col_begin(int w) { return epi_shares(w) && w >= 6 ? TN / 2 : 0; }
+PE_HD_CONSTEXPR int epi_col_end(int w) { return epi_shares(w) && w < 6 ? TN / 2 : TN; }
+static_assert(NUM_EPI_WARPS == 4 || (epi_col_end(2) == TN / 2 && epi_col_begin(6) == TN / 2),
+              "the drain<> instantiations in the kernel must match the exported column map");
+// SW128 K-major canonical layout: 8 rows x 128 B atoms, SBO = 1024 B between 8-row groups, LBO
+// unused (CUTLASS make_umma_desc K-major writes 1, i.e. 16 B): CUTLASS mma_sm100_desc.hpp.
+constexpr u32 DESC_LBO = 16, DESC_SBO = 1024;
+constexpr u32 IDESC = umma_instr_desc(UMMA_M, UMMA_N, UMMA_FMT_E4M3, UMMA_FMT_E4M3, UMMA_C_F32);
+
+// Shared memory: [A stages | B stages | full[] | empty[] | mma_done | tmem slot], from a 1024-B
+// aligned base (SW128 tiles must start 1024-B aligned); 1 KB slack pays for the alignment.
+constexpr int SMEM_A_OFF = 0;
+constexpr int SMEM_B_OFF = NUM_STAGES * A_STAGE_BYTES;
+constexpr int SMEM_BAR_OFF = NUM_STAGES * STAGE_BYTES;
+constexpr int NUM_BARS = 2 * NUM_STAGES + 1;
+constexpr int SMEM_TMEM_SLOT_OFF = SMEM_BAR_OFF + 8 * NUM_BARS;
+constexpr int SMEM_USED = SMEM_TMEM_SLOT_OFF + 8;
+constexpr int SMEM_BYTES = 1024 + SMEM_USED;
+
+static_assert(NUM_EPI_WARPS >= 4 && NUM_EPI_WARPS <= 6,
+              "NUM_EPI_WARPS must be 4, 5 or 6: 4 cover the lane quarters, warps 6 and 7 split one each");
+static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 16, "NUM_STAGES must be in [1, 16]");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KB per-block limit");
+static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, "SW128 tiles must stay 1024-B aligned");
+static_assert(BK % UMMA_K == 0 && BK == SWIZZLE, "one stage row is exactly one 128-B swizzle row");
+static_assert(TN % TMEM_LD_COLS == 0 && TMEM_COLS >= TN, "accumulator must fit the TMEM allocation");
+
+// ---- exports: what pelib.emulate and the host side read from the cubin ---------------------
+PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
+PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
+PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
+PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
+PELIB_EXPORT(mma_arch, 100);  // tcgen05 / UMMA descriptors
+PELIB_EXPORT(cta_group, CG);
+PELIB_EXPORT(cluster_x, CG);
+PELIB_EXPORT(tile_m, BM);
+PELIB_EXPORT(tile_n, TN);
+PELIB_EXPORT(block_k, BK);
+PELIB_EXPORT(mma_m, UMMA_M);
+PELIB_EXPORT(mma_n, UMMA_N);
+PELIB_EXPORT(mma_k, UMMA_K);
+PELIB_EXPORT(num_stages, NUM_STAGES);
+PELIB_EXPORT(epi_warp0, 2);   // epilogue warps are 2 .. 2 + NUM_EPI_WARPS - 1
+PELIB_EXPORT(epi_warps, NUM_EPI_WARPS);
+PELIB_EXPORT(epi_poll_each, 1);  // 1: every epilogue warp waits on mma_done itself
+// The epilogue's row/column map: warp w reads TMEM lanes 32*(w%4)..+31 and columns [begin, end),
+// exported as begin | end << 16 (0 for a warp that is not an epilogue warp).
+#define PE_EPI_COLS(w) ((w) <= EPI_LAST ? (epi_col_begin(w) | epi_col_end(w) << 16) : 0)
+PELIB_EXPORT(epi_cols_w2, PE_EPI_COLS(2));
+PELIB_EXPORT(epi_cols_w3, PE_EPI_COLS(3));
+PELIB_EXPORT(epi_cols_w4, PE_EPI_COLS(4));
+PELIB_EXPORT(epi_cols_w5, PE_EPI_COLS(5));
+PELIB_EXPORT(epi_cols_w6, PE_EPI_COLS(6));
+PELIB_EXPORT(epi_cols_w7, PE_EPI_COLS(7));
+PELIB_EXPORT(num_threads, NUM_THREADS);
+PELIB_EXPORT(a_swizzle, SWIZZLE);
+PELIB_EXPORT(b_swizzle, SWIZZLE);
+PELIB_EXPORT(a_box_k, BK);          // TMA box of A: {K elements (= bytes), rows}
+PELIB_EXPORT(a_box_m, BM);
+PELIB_EXPORT(b_box_k, BK);
+PELIB_EXPORT(b_box_n, B_ROWS);
+PELIB_EXPORT(a_smem_offset, SMEM_A_OFF);
+PELIB_EXPORT(b_smem_offset, SMEM_B_OFF);
+PELIB_EXPORT(a_stage_bytes, A_STAGE_BYTES);
+PELIB_EXPORT(b_stage_bytes, B_STAGE_BYTES);
+PELIB_EXPORT(a_stage_stride, A_STAGE_BYTES);  // ring slot s of A at a_smem_offset + s * a_stage_stride (emulated ring)
+PELIB_EXPORT(b_stage_stride, B_STAGE_BYTES);
+PELIB_EXPORT(a_desc, umma_smem_desc(SMEM_A_OFF, DESC_LBO, DESC_SBO, SWIZZLE));  // stage 0, base-relative
+PELIB_EXPORT(b_desc, umma_smem_desc(SMEM_B_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(idesc, IDESC);
+PELIB_EXPORT(k_advance_bytes, UMMA_K);  // start-address step per UMMA_K inside a 128-B row
+PELIB_EXPORT(tmem_cols, TMEM_COLS);
+PELIB_EXPORT(tmem_acc_col, TMEM_ACC_COL);
+PELIB_EXPORT(epi_ld_x, TMEM_LD_COLS);
+
+// A descriptor's start address is bits [4,18) of the shared address: PTX ISA "Shared Memory
+// Descriptor", matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4 (CUTLASS keeps the same 14 bits).
+PE_DEVICE u32 desc_addr(const void* p) { return smem_u32(p) & 0x3FFFFu; }
+
+// F4: one epilogue warp's share of a tile, columns [c0, c1) of its 32 rows, 32 columns per step,
+// with the bounds as run-time arguments (the lab's first version of the column split). The lab found
+// that this blocked unrolling. NVRTC 13 still unrolls it (it can bound the trip count by 8) but must
+// test the bound after every 32-column step: each step ends in a compare and a conditional exit, and
+// the next step's comb loads cannot move above it.
+PE_DEVICE void drain_rt(int c0, int c1, u32 t_row, const u16* comb_ptr, u16* out_ptr) {
+#pragma unroll
+  for (int c = c0; c < c1; c += TMEM_LD_COLS) {
+    u32 cb[TMEM_LD_COLS / 2];
+    load_comb<TMEM_LD_COLS>(comb_ptr + c, cb);  // in flight while TMEM is read
+    u32 acc[TMEM_LD_COLS];
+    tcgen05_ld_32x32b_x32(t_row + c, acc);
+    tcgen05_wait_ld();
+    fuse_store<TMEM_LD_COLS>(acc, cb, out_ptr + c);
+  }
+}
+
+extern "C" __global__ void __cluster_dims__(CG, 1, 1) __launch_bounds__(NUM_THREADS, 1)
+patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+            const u16* comb, u16* out, int M, int N, int K, u64* timing) {
+  extern __shared__ __align__(1024) u8 smem_raw[];
+  u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
+  u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);   // TMA bytes landed in stage s
+  u64* empty = full + NUM_STAGES;                             // MMAs finished reading stage s
+  u64* mma_done = empty + NUM_STAGES;                         // accumulator complete
+  u32* tmem_slot = reinterpret_cast<u32*>(smem + SMEM_TMEM_SLOT_OFF);
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const u32 rank = cluster_ctarank();  // 0 = leader: issues the MMAs of the pair
+  const bool leader = rank == 0;
+  const int n_tiles = N / TN;
+  const TileCoord tile = cta_tile(cluster_id_x(), rank, n_tiles, BM, TN, CG);
+  const int num_kb = K / BK;
+
+  // ---- setup: barriers (warp 0), TMEM (warp 1, a whole warp, in both CTAs) ----
+  cluster_sync();  // both CTAs are running before the pair allocates TMEM (DeepGEMM sm100_bf16_gemm.cuh)
+  if (warp == 0 && elect_one_sync()) {
+    prefetch_tensormap(&tmap_a);
+    prefetch_tensormap(&tmap_b);
+    for (int s = 0; s < NUM_STAGES; ++s) {
+      mbarrier_init(&full[s], 1);   // the leader producer's arrive.expect_tx (unused in the peer)
+      mbarrier_init(&empty[s], 1);  // one multicast tcgen05.commit from the leader
+    }
+    mbarrier_init(mma_done, 1);
+    fence_barrier_init();
+  } else if (warp == 1) {
+    tcgen05_alloc<CG>(smem_u32(tmem_slot), TMEM_COLS);
+    tcgen05_relinquish_alloc_permit<CG>();
+  }
+  // The TMEM address travels through shared memory: fence, sync, fence (DeepGEMM, CUTLASS
+  // tmem_allocator usage: tcgen05 ops on either side of a thread sync need these fences).
+  tcgen05_fence_before_thread_sync();
+  cluster_sync();  // the peer must see the leader's barriers initialized before its TMA signals them
+  tcgen05_fence_after_thread_sync();
+  const u32 tmem_base = *tmem_slot;
+
+  if (warp == 0) {
+    // ---- producer: one thread issues every TMA load ----
+    if (elect_one_sync()) {
+      for (int kb = 0; kb < num_kb; ++kb) {
+        const int s = kb % NUM_STAGES;
+        const u32 phase = (kb / NUM_STAGES) & 1;
+        mbarrier_wait_parity_cluster(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once
+        if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);  // both CTAs' bytes
+        // cta_group::2 form: the bytes land here, the completion on the leader's full[s]
+        tma_load_2d_cta2(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);
+        tma_load_2d_cta2(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK,
+                         tile.n0 + (int)rank * B_ROWS);  // this CTA's half of the tile's B rows
+      }
+      // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): wait until the MMAs have released
+      // every slot, so no commit is still on its way to this CTA's barriers when it exits.
+      for (int kb = num_kb; kb < num_kb + NUM_STAGES; ++kb)
+        mbarrier_wait_parity_cluster(&empty[kb % NUM_STAGES], ((kb / NUM_STAGES) & 1) ^ 1, 4);
+    }
+    __syncwarp();
+  } else if (warp == 1) {
+    // ---- MMA issuer: one thread of the LEADER issues every tcgen05.mma and commit for the pair ----
+    if (leader && elect_one_sync()) {
+      const u64 t0 = timing_now();
+      for (int kb = 0; kb < num_kb; ++kb) {
+        const int s = kb % NUM_STAGES;
+        const u32 phase = (kb / NUM_STAGES) & 1;
+        mbarrier_wait_parity_cluster(&full[s], phase, 2);  // bytes from both CTAs
+        tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
+        const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
+        const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + s * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
+#pragma unroll
+        for (int k = 0; k < BK / UMMA_K; ++k) {
+          // K step inside the swizzled 128-B row: +32 B on the start address (CUTLASS DescriptorIterator;
+          // gau-nernst learn-cuda matmul_v5.cu "A_smem + k2 * 32"); the hardware applies the swizzle.
+          tcgen05_mma_f8f6f4<CG>(tmem_base + TMEM_ACC_COL, smem_desc_advance(a_desc, k * UMMA_K),
+                                 smem_desc_advance(b_desc, k * UMMA_K), IDESC, (kb | k) != 0);
+        }
+        tcgen05_commit_multicast<CG>(smem_u32(&empty[s]), 0b11);  // slot s free, in both CTAs
+      }
+      tcgen05_commit_multicast<CG>(smem_u32(mma_done), 0b11);     // both accumulator halves complete
+      PE_TIMING_END(timing, 0, PE_PHASE_KLOOP, t0);
+    }
+    __syncwarp();
+  } else {
+    // ---- epilogue: warp w reads TMEM lanes 32*(w%4) .. +31 (the hardware's sub-partition rule),
+    // columns [epi_col_begin(w), epi_col_end(w)) ----
+    const int sub = warp % 4;
+    const int row = sub * 32 + lane;  // row inside the tile = TMEM lane
+    const int m = tile.m0 + row;
+    const u16* comb_ptr = comb + (u64)comb_row(m) * N + tile.n0;
+    u16* out_ptr = out + (u64)m * N + tile.n0;
+    const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL;
+
+    const u64 t0 = timing_now();
+    mbarrier_wait_parity_cluster(mma_done, 0, 3);  // each epilogue warp polls on its own
+    tcgen05_fence_after_thread_sync();
+    const u64 t1 = timing_now();
+    drain_rt(epi_col_begin(warp), epi_col_end(warp), t_row, comb_ptr, out_ptr);  // F4: run-time bounds
+    if (lane == 0) {
+      timing_record(timing, 0, PE_PHASE_ACC_WAIT, t0, t1);
+      PE_TIMING_END(timing, 0, PE_PHASE_EPI_PHASE1, t1);
+    }
+  }
+
+  // ---- teardown: every TMEM read of BOTH CTAs is done, and no arrival is still on its way to
+  // either CTA, before the allocating warps free the columns and the pair exits ----
+  tcgen05_fence_before_thread_sync();
+  cluster_sync();
+  if (warp == 1) {
+    tcgen05_fence_after_thread_sync();
+    tcgen05_dealloc<CG>(tmem_base, TMEM_COLS);
+  }
+}

@@ -1,0 +1,677 @@
+"""The Hopper twin against its floors, in one GPU call: profile, stages, baselines, precision, floors.
+
+    PYTHONPATH=src python3 -m pelib.hopper_perf [--budget S] [--out DIR] [--stages 06,10,11]
+                                              [--no-ncu] [--no-compile] [--quick]
+
+One process on one H100 or H200, most important first (each later step runs while the budget lasts):
+ 1. device, driver, clocks, power limit; the device-to-device copy bandwidth (the memory floor's);
+ 2. the full problem's inputs and torch reference, saved for the worker processes;
+ 3. VARIANTS (stage, defines) in workers (a trap or hang ends only its worker): verified on the check
+    shapes of pelib.hopper.check_problem and the full problem (NaN-poisoned outputs), timed twice,
+    and the precision of the full output (pelib.baselines.precision);
+ 4. the speed-of-light probes of 06 (src/kernels/sm90/probes/sol_probe_06.cu): no A, no stores, both;
+ 5. clock64 records of every tile (TIMING, PE_TIMING_TILES = PROFILE_TILES) of PROFILE_STAGES: phase
+    averages over the whole run and over its first 16 tiles, cycles per tile of each CTA, and the SM
+    clock the kernel ran at (its cycles over its measured time);
+ 6. SM clock, power and clock-limit reasons from nvidia-smi while our kernel and cuBLAS run in a loop;
+ 7. every baseline (pelib.baselines.rows), with precision;
+ 8. Nsight Compute (--clock-control none): warp-state stall reasons, pipe utilization, memory
+    throughput and per-instruction stall samples of our best stage and cuBLAS.
+Timed builds use PE_UNBOUNDED_WAIT (the plain spin a production kernel ships); the default bounded
+build of the best stage is timed beside it, and every row names its wait build. JSON and the logs go
+to --out (default results/<date>-<device>/), the tables are printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import hopper, hopper_sweep
+
+UNBOUNDED = {"PE_UNBOUNDED_WAIT": 1}
+# (stage, defines), most important first: the budget may cut the tail.
+VARIANTS = [
+    ("06", UNBOUNDED),
+    ("06", {}),                                              # the default bounded-wait build
+    ("10", UNBOUNDED),
+    ("11", UNBOUNDED),
+    ("06", {**UNBOUNDED, "PREFETCH_TILES": 3}),
+    ("11", {**UNBOUNDED, "PREFETCH_TILES": 3}),
+    ("06", {**UNBOUNDED, "BLOCK_N": 192, "NUM_STAGES": 10}),
+    ("10", {}),
+    ("10", {**UNBOUNDED, "PREFETCH_TILES": 1}),
+]
+AGAIN = [("06", UNBOUNDED)]
+PROBE = "sm90/probes/sol_probe_06.cu"
+PROBES = [{"PROBE_NO_STORE": 1}, {"PROBE_NO_A": 1}, {"PROBE_NO_A": 1, "PROBE_NO_STORE": 1}]
+PROFILE_STAGES = [("06", UNBOUNDED)]
+PROFILE_TILES = 336                 # >= the tiles of one CTA on 132 SMs (330): every tile recorded
+WGMMA_CYCLES_PER_TILE = 64 * 256 * 768 * 2 // 8192   # 3,072: one 64 x 256 x 768 tile at the FP8 rate
+FP8_FLOPS_PER_SM_CLK = 8192        # dense FP8 per SM per clock: H100 SXM5 1,979 TFLOPS at 1,830 MHz boost
+                                   # on 132 SMs (NVIDIA H100 Tensor Core GPU datasheet / whitepaper)
+
+
+def label(key: str, defines: dict) -> str:
+    return hopper_sweep.label(key, defines)
+
+
+def wait_build(defines: dict) -> str:
+    return "unbounded (PE_UNBOUNDED_WAIT)" if defines.get("PE_UNBOUNDED_WAIT") else "bounded, call-free (default)"
+
+
+# ---- worker ----------------------------------------------------------------------------------------
+
+def _worker(jobs_file: str, data_dir: str, start: int, iters: int) -> None:
+    import traceback
+    jobs = json.loads(Path(jobs_file).read_text())
+    full = hopper_sweep._Full(data_dir)
+    small: dict = {}
+    for i in range(start, len(jobs)):
+        job = jobs[i]
+        print(f"START {i}", flush=True)
+        res = {"index": i, **job}
+        try:
+            kind = job["kind"]
+            if kind == "variant":
+                hopper_sweep._run_variant(job, small, full, iters, res)
+                if res.get("ok"):
+                    from . import baselines
+                    _, t, _ = full.get()
+                    res["precision"] = baselines.precision(t["out"], t, target="gemm+comb")
+            elif kind == "probe":
+                res.update(_run_probe(job, full, iters))
+            elif kind == "clock":
+                res.update(_run_clock(job, full))
+            elif kind == "load":
+                res.update(_run_load(job, full))
+            elif kind == "baselines":
+                res.update(_run_baselines(job, full, iters, data_dir))
+            res.setdefault("ok", True)
+        except Exception as e:
+            res.update(ok=False, error=f"{type(e).__name__}: {e}"[:2000], trace=traceback.format_exc()[-2000:])
+            print("JOB " + json.dumps(res, default=str), flush=True)
+            if type(e).__name__ in ("KernelFault", "KernelHang"):
+                sys.exit(3)
+            continue
+        print("JOB " + json.dumps(res, default=str), flush=True)
+
+
+def _run_probe(job, full, iters) -> dict:
+    """Time a probe build on the full problem (its output is not checked: it is wrong by design)."""
+    from . import build
+    fp, t, _ = full.get()
+    b = build.build(PROBE, hopper.ARCH, job["defines"])
+    r = hopper.Runner(b, fp, t)
+    r()
+    r.wait(30.0)
+    st = hopper.time_runner(r, iters=iters)
+    st["repeat_median_ms"] = hopper.time_runner(r, iters=iters)["median_ms"]
+    return st
+
+
+def clock_stats(tm, tiles_per_tile_cycles: int = WGMMA_CYCLES_PER_TILE) -> dict:
+    """From a whole-run TIMING record (pelib.timing.Timing) of a ping-pong stage: per phase, the
+    consumer warps' average over all tiles and over the first 16 and the rest; per CTA, the cycles
+    from its first tile's start to its last tile's end over its tiles; the share of those cycles the
+    tensor cores would need at the FP8 rate (WGMMA_CYCLES_PER_TILE per tile)."""
+    import numpy as np
+    from . import timing as _timing
+    ph = {name: p for p, name in _timing.phases().items()}
+    d = tm.durations                               # [cta, warp, tile, phase]
+    cons = slice(4, 12)
+    out = {"phases": {}}
+    for name in ("tma_wait", "kloop", "epi_wait", "epi_phase1", "tile"):
+        v = d[:, cons, :, ph[name]]
+        if not np.isfinite(v).any():
+            continue
+        first, rest = v[:, :, :16], v[:, :, 16:]
+        out["phases"][name] = {"avg": float(np.nanmean(v)), "first16": float(np.nanmean(first)),
+                               "after16": float(np.nanmean(rest)) if np.isfinite(rest).any() else None,
+                               "p50": float(np.nanmedian(v)), "p95": float(np.nanpercentile(v, 95)),
+                               "min": float(np.nanmin(v))}
+    for name in ("producer_wait", "tma_issue"):
+        v = d[:, 0, :, ph[name]]
+        if not np.isfinite(v).any():
+            continue
+        out["phases"][name] = {"avg": float(np.nanmean(v)), "p50": float(np.nanmedian(v))}
+    st, en = tm.start[:, cons, :, ph["tile"]], tm.end[:, cons, :, ph["tile"]]
+    rec = (st != 0) & (en != 0)
+    spans, per_tile = [], []
+    for c in range(d.shape[0]):
+        if not rec[c].any():
+            continue
+        s0, e1 = st[c][rec[c]].min(), en[c][rec[c]].max()
+        n_tiles = int(rec[c][0].sum() + rec[c][4].sum())      # warp 4 (WG 0) and warp 8 (WG 1) tiles
+        spans.append(float(e1 - s0))
+        per_tile.append(float(e1 - s0) / max(n_tiles, 1))
+    spans, per_tile = np.array(spans), np.array(per_tile)
+    out["cta"] = {"ctas": int(spans.size), "span_max": float(spans.max()), "span_avg": float(spans.mean()),
+                  "cycles_per_tile_avg": float(per_tile.mean()), "cycles_per_tile_min": float(per_tile.min()),
+                  "cycles_per_tile_max": float(per_tile.max()),
+                  "tensor_busy": float(tiles_per_tile_cycles / per_tile.mean())}
+    return out
+
+
+def _run_clock(job, full) -> dict:
+    """A whole-run TIMING build on the full problem: clock_stats, and the SM clock it ran at."""
+    import torch
+    from . import timing as _timing
+    fp, t, _ = full.get()
+    defines = {**job["defines"], "PE_TIMING_TILES": PROFILE_TILES}
+    b = hopper.build(job["key"], defines, timing=True)
+    probe = hopper.Runner(b, fp, t)
+    lay = _timing.layout(b, probe.cfg.grid)
+    buf = _timing.alloc(lay)
+    r = hopper.Runner(b, fp, t, timing_buf=buf, grid=probe.cfg.grid)
+    r()
+    r.wait(30.0)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    buf.zero_()
+    e0.record()
+    r()
+    e1.record()
+    r.wait(30.0)
+    ms = e0.elapsed_time(e1)
+    tm = _timing.decode(buf, lay)
+    cs = clock_stats(tm)
+    cs["timing_build_ms"] = ms
+    cs["sm_clock_ghz_from_span"] = cs["cta"]["span_max"] / (ms * 1e-3) / 1e9
+    summ = tm.summary()
+    cs["summary"] = {p: {"avg": row["avg"], "spread": row["spread"]} for p, row in summ.items()}
+    return cs
+
+
+SMI_FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "power.limit", "temperature.gpu",
+              "clocks_event_reasons.active")
+
+
+def _smi_sample(fn, seconds: float = 2.0) -> dict:
+    """Run fn in a loop for `seconds` while nvidia-smi samples clocks, power and clock-limit reasons."""
+    import torch
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return {"error": "nvidia-smi not found"}
+    fields = list(SMI_FIELDS)
+    q = subprocess.run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True)
+    if q.returncode != 0:                       # older drivers: clocks_throttle_reasons
+        fields[-1] = "clocks_throttle_reasons.active"
+    p = subprocess.Popen([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-lms", "50"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.time()
+    n = 0
+    while time.time() - t0 < seconds:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        n += 20
+    p.terminate()
+    text = p.communicate(timeout=10)[0]
+    rows = []
+    for ln in text.splitlines():
+        parts = [x.strip() for x in ln.split(",")]
+        if len(parts) == len(fields):
+            rows.append(dict(zip(fields, parts)))
+    rows = rows[len(rows) // 4:]                # the loop's steady state
+    def num(k):
+        v = [float(r[k]) for r in rows if r.get(k, "").replace(".", "", 1).isdigit()]
+        return (sum(v) / len(v), min(v), max(v)) if v else None
+    reasons = sorted({r[fields[-1]] for r in rows})
+    return {"samples": len(rows), "launches": n, "sm_mhz": num("clocks.sm"), "mem_mhz": num("clocks.mem"),
+            "power_w": num("power.draw"), "power_limit_w": num("power.limit"), "temp_c": num("temperature.gpu"),
+            "limit_reasons": reasons, "fields": fields}
+
+
+def _run_load(job, full) -> dict:
+    """nvidia-smi clocks and power under our kernel and under cuBLAS (fast accumulation) in a loop."""
+    from . import baselines
+    fp, t, _ = full.get()
+    b = hopper.build(job["key"], job["defines"])
+    r = hopper.Runner(b, fp, t)
+    out = {"ours": _smi_sample(r)}
+    out["cublas_gemm_fastacc"] = _smi_sample(baselines.cublas_fns(fp, t)["cublas_gemm_fastacc"])
+    return out
+
+
+def _run_baselines(job, full, iters, data_dir) -> dict:
+    from . import baselines
+    fp, t, ref = full.get()
+    rows = baselines.rows(fp, t, include=job.get("include"), iters=iters, ref=ref, data_dir=data_dir,
+                          compile_timeout_s=job.get("compile_timeout_s", baselines.COMPILE_TIMEOUT_S),
+                          compile_modes=job.get("compile_modes", baselines.COMPILE_MODES),
+                          compile_forms=job.get("compile_forms"))
+    return {"rows": rows}
+
+
+# ---- Nsight Compute ---------------------------------------------------------------------------------
+
+NCU_SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "WarpStateStats",
+                "SchedulerStats", "LaunchStats", "SourceCounters")
+NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
+               "sm__cycles_elapsed.avg.per_second", "sm__inst_executed_pipe_tensor_op_gmma.sum")
+
+
+def _ncu_target(spec: str, data_dir: str) -> None:
+    """Body profiled by Nsight Compute: our kernel once, then cuBLAS's fast-accumulation GEMM once."""
+    import torch
+    from . import baselines
+    key, defines = json.loads(spec)
+    full = hopper_sweep._Full(data_dir)
+    fp, t, _ = full.get()
+    r = hopper.Runner(hopper.build(key, defines), fp, t)
+    r()
+    r.wait(30.0)
+    baselines.cublas_fns(fp, t)["cublas_gemm_fastacc"]()
+    torch.cuda.synchronize()
+
+
+def run_ncu(best: tuple, data_dir: str, out_dir: Path, timeout_s: float) -> dict:
+    """Nsight Compute sections (stall reasons, pipes, memory) and per-instruction samples; files in out_dir."""
+    ncu = hopper_sweep._tool("ncu")
+    if not ncu:
+        return {"ok": False, "error": "ncu not found"}
+    rep = out_dir / "ncu-ours-cublas"
+    cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "-k",
+           "regex:patch_embed_sm90|gemm|xmma|cutlass|nvjet", "-c", "2", "-f", "--export", str(rep)]
+    for s in NCU_SECTIONS:
+        cmd += ["--section", s]
+    cmd += ["--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "pelib.hopper_perf", "--ncu-target",
+            json.dumps([best[0], best[1]]), "--data", data_dir]
+    t0 = time.time()
+    res = {"cmd": " ".join(cmd[:12]) + " ..."}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        res["profile_tail"] = (p.stdout + p.stderr)[-1500:]
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"ncu did not finish in {timeout_s:.0f} s"}
+    res["wall_s"] = round(time.time() - t0, 1)
+    path = rep.with_suffix(".ncu-rep")
+    if not path.exists():
+        return {"ok": False, "error": "no report written", **res}
+    for page, extra, name in (("details", [], "ncu-details.csv"), ("raw", [], None),
+                              ("source", ["--print-source", "sass"], "ncu-source-sass.csv")):
+        try:
+            q = subprocess.run([ncu, "--import", str(path), "--csv", "--page", page, *extra],
+                               capture_output=True, text=True, timeout=120)
+            if name:
+                (out_dir / name).write_text(q.stdout if q.stdout.strip() else q.stderr)
+            if page == "raw":
+                res["raw"] = hopper_sweep._parse_ncu_csv(q.stdout, keep=list(NCU_METRICS) + [
+                    "gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+                    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                    "lts__throughput.avg.pct_of_peak_sustained_elapsed"])
+            if page == "details":
+                res["details"] = _ncu_details(q.stdout)
+        except Exception as e:
+            res[f"{page}_error"] = f"{type(e).__name__}: {e}"[:300]
+    try:
+        q = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=60)
+        res["gmma_metric_names"] = [ln.split()[0] for ln in q.stdout.splitlines() if "gmma" in ln.lower()][:40]
+    except Exception:
+        pass
+    res["ok"] = True
+    return res
+
+
+def _ncu_details(text: str) -> list[dict]:
+    """--page details --csv: one row per (kernel, section, metric); keep name, section, metric, value, unit."""
+    import csv
+    import io
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if not lines:
+        return []
+    rd = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    keep = []
+    for r in rd:
+        keep.append({"kernel": (r.get("Kernel Name") or "")[:40], "section": r.get("Section Name"),
+                     "metric": r.get("Metric Name"), "unit": r.get("Metric Unit"), "value": r.get("Metric Value")})
+    return keep
+
+
+# ---- floors ----------------------------------------------------------------------------------------
+
+def floors(problem, copy_gbps: float, sm_ghz: float | None, sm_count: int) -> dict:
+    """The memory floor (minimum bytes over the measured copy bandwidth) and the FP8 tensor floor
+    (2MNK over the dense FP8 rate at the measured SM clock); the larger one is the floor."""
+    mem_ms = problem.min_bytes / (copy_gbps * 1e9) * 1e3
+    out = {"min_bytes": problem.min_bytes, "copy_gbps": copy_gbps, "memory_ms": mem_ms}
+    if sm_ghz:
+        peak = FP8_FLOPS_PER_SM_CLK * sm_count * sm_ghz * 1e9
+        out.update(sm_clock_ghz=sm_ghz, fp8_peak_tflops=peak / 1e12, tensor_ms=problem.flops / peak * 1e3)
+        out["floor_ms"] = max(mem_ms, out["tensor_ms"])
+    else:
+        out["floor_ms"] = mem_ms
+    return out
+
+
+def sm_clock_sources(report: dict) -> dict:
+    """The SM clock (GHz) our kernel ran at, three ways: Nsight Compute's sm__cycles_elapsed per second
+    in one profiled launch (the timed runs' condition: one launch after an idle gap); clock64 cycles of a
+    whole TIMING run over its measured time; nvidia-smi's average over 2 s of back-to-back launches
+    (sustained load, at the power limit). cuBLAS's under the same tools where measured."""
+    out = {}
+    for k in (report.get("ncu") or {}).get("raw", []) or []:
+        v = k.get("sm__cycles_elapsed.avg.per_second", "")
+        try:
+            num, unit = v.split()[0].replace(",", ""), v.split()[-1].lower()
+            ghz = float(num) * {"ghz": 1.0, "mhz": 1e-3, "hz": 1e-9}.get(unit, 1e-9)
+        except (ValueError, IndexError):
+            continue
+        out["ours_ncu" if "patch_embed" in k.get("kernel", "") else "cublas_ncu"] = ghz
+    cl = [c for c in report.get("clocks", []) if c.get("sm_clock_ghz_from_span")]
+    if cl:
+        out["ours_clock64"] = cl[0]["sm_clock_ghz_from_span"]
+    ld = report.get("load") or {}
+    for k, name in (("ours", "ours_sustained_smi"), ("cublas_gemm_fastacc", "cublas_sustained_smi")):
+        if (ld.get(k) or {}).get("sm_mhz"):
+            out[name] = ld[k]["sm_mhz"][0] / 1e3
+    return out
+
+
+# ---- main --------------------------------------------------------------------------------------------
+
+def _left(t0: float, budget: float) -> float:
+    return budget - (time.time() - t0)
+
+
+def _device_facts() -> dict:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return {}
+    q = subprocess.run([smi, "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,"
+                        "power.default_limit,clocks.applications.graphics", "--format=csv,noheader"],
+                       capture_output=True, text=True)
+    return {"nvidia_smi": q.stdout.strip() or q.stderr.strip()[:300]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pelib.hopper_perf", description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=500.0, help="seconds for the whole run")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--variants", default=None, help="JSON list of [key, defines] (default VARIANTS)")
+    ap.add_argument("--no-ncu", action="store_true")
+    ap.add_argument("--no-probes", action="store_true")
+    ap.add_argument("--compile-modes", default=None, help="comma list (default baselines.COMPILE_MODES)")
+    ap.add_argument("--compile-forms", default=None, help="JSON list (default all of baselines.COMPILE_FORMS)")
+    ap.add_argument("--compile-timeout", type=float, default=240.0)
+    ap.add_argument("--ncu-target", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        _worker(a.worker, a.data, a.start, a.iters)
+        return 0
+    if a.ncu_target:
+        _ncu_target(a.ncu_target, a.data)
+        return 0
+
+    t_start = time.time()
+    import torch
+    from . import baselines, bench, device, hopper_bench, problems
+    info = device.current()
+    print(device.banner_text(hopper.ARCH, info), flush=True)
+    device.require(hopper.ARCH, info)
+    env = {**bench.environment(info), **_device_facts()}
+    dev = "h200" if "H200" in info.name else "h100" if "H100" in info.name else \
+        "".join(c if c.isalnum() else "-" for c in info.name).strip("-").lower()
+    out_dir = Path(a.out or os.environ.get("OUT") or (Path(__file__).resolve().parents[2] / "results" /
+                                                      f"{env['date'][:10]}-{dev}"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    variants = [tuple(v) for v in json.loads(a.variants)] if a.variants else VARIANTS
+    report = {"env": env, "evidence": f"measured ({info.name}, {env['date'][:10]})", "problem": "siglip2",
+              "wait_builds": {"unbounded": "PE_UNBOUNDED_WAIT: the plain mbarrier spin a production kernel ships",
+                              "bounded": "default: bounded call-free waits (trap after PE_WAIT_LIMIT tries)"}}
+
+    for k, d in variants:   # compiled facts (fills the build cache for the workers)
+        f = hopper.stage_facts(k, d)
+        print(f"[build] {label(k, d)}: {f['registers']} regs, {f['spills']} B spills, smem {f['smem']}", flush=True)
+    copy = hopper_bench.copy_bandwidth_gb_s()
+    report["copy"] = copy
+    print(f"[copy] {copy['gbps']:.0f} GB/s", flush=True)
+    full = problems.patch_embed("siglip2")
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    data_dir = tempfile.mkdtemp(prefix="pelib-perf-", dir=shm)
+    try:
+        t = hopper.make_tensors(full, seed=0)
+        ref = hopper.reference(full, t)
+        torch.cuda.synchronize()
+        baselines.save_inputs(t, data_dir)
+        torch.save(ref.cpu(), Path(data_dir) / "ref.pt")
+        del t, ref
+        torch.cuda.empty_cache()
+        print(f"[data] saved ({time.time() - t_start:.0f} s)", flush=True)
+
+        jobs = [{"kind": "variant", "key": k, "defines": d, "label": label(k, d), "wait_build": wait_build(d)}
+                for k, d in variants]
+        jobs += [{"kind": "variant", "key": k, "defines": d, "label": label(k, d) + " [again]",
+                  "wait_build": wait_build(d)} for k, d in AGAIN]
+        if not a.no_probes:
+            jobs += [{"kind": "probe", "defines": {**UNBOUNDED, **p}, "label": "probe " + ",".join(p)} for p in PROBES]
+        res = hopper_sweep.run_jobs(jobs, data_dir, a.iters, min(200.0, _left(t_start, a.budget) - 200),
+                                    job_timeout_s=45.0, module="pelib.hopper_perf")
+        report["variants"] = [r for r in res if r["kind"] == "variant"]
+        report["probes"] = [r for r in res if r["kind"] == "probe"]
+        timed = [r for r in report["variants"] if r.get("median_ms") and "[again]" not in r["label"]]
+        best = min(timed, key=lambda r: r["median_ms"]) if timed else None
+        best_unb = min((r for r in timed if r["defines"].get("PE_UNBOUNDED_WAIT")), key=lambda r: r["median_ms"],
+                       default=best)
+        report["best"] = best_unb and {k: best_unb[k] for k in ("key", "defines", "label", "median_ms", "wait_build")}
+
+        more = [{"kind": "clock", "key": k, "defines": d, "label": "clock " + label(k, d)} for k, d in PROFILE_STAGES]
+        if best_unb and (best_unb["key"], best_unb["defines"]) not in PROFILE_STAGES:
+            more.append({"kind": "clock", "key": best_unb["key"], "defines": best_unb["defines"],
+                         "label": "clock " + best_unb["label"]})
+        if best_unb:
+            more.append({"kind": "load", "key": best_unb["key"], "defines": best_unb["defines"], "label": "load"})
+        more.append({"kind": "baselines", "label": "baselines",
+                     "compile_timeout_s": max(30.0, min(a.compile_timeout, _left(t_start, a.budget) - 150)),
+                     "compile_modes": a.compile_modes.split(",") if a.compile_modes else list(baselines.COMPILE_MODES),
+                     "compile_forms": json.loads(a.compile_forms) if a.compile_forms else None})
+        res2 = hopper_sweep.run_jobs(more, data_dir, a.iters, max(60.0, _left(t_start, a.budget) - 70),
+                                     job_timeout_s=max(90.0, min(a.compile_timeout + 150, _left(t_start, a.budget) - 80)),
+                                     module="pelib.hopper_perf")
+        report["clocks"] = [r for r in res2 if r["kind"] == "clock"]
+        report["load"] = next((r for r in res2 if r["kind"] == "load"), None)
+        bl = next((r for r in res2 if r["kind"] == "baselines"), {})
+        report["baselines"] = bl.get("rows") or [{"name": "baselines", "status": "failed",
+                                                  "reason": bl.get("error", "not run")}]
+        if not a.no_ncu and best_unb and _left(t_start, a.budget) > 40:
+            lim = min(150.0, _left(t_start, a.budget) - 15)
+            print(f"[ncu] limit {lim:.0f} s", flush=True)
+            report["ncu"] = run_ncu((best_unb["key"], best_unb["defines"]), data_dir, out_dir, lim)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    report["floors"] = floors(full, copy["gbps"], sm_clock_sources(report).get("ours_ncu") or
+                              sm_clock_sources(report).get("ours_clock64"), info.sm_count)
+    report["floors"]["clock_sources_ghz"] = sm_clock_sources(report)
+    path = out_dir / "hopper-perf.json"
+    path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(summary(report, full), flush=True)
+    print(f"\nwrote {path} ({time.time() - t_start:.0f} s)")
+    return 0
+
+
+def summary(report: dict, problem=None) -> str:
+    """The printed tables: variants and probes, the clock64 profile, clocks and power, baselines, floors."""
+    from . import baselines, problems
+    problem = problem or problems.patch_embed("siglip2")
+    fl = report.get("floors", {})
+    lines = [f"\n{report.get('evidence', '')}; copy {report.get('copy', {}).get('gbps', 0):.0f} GB/s; memory floor "
+             f"{fl.get('memory_ms', 0):.3f} ms; tensor floor {fl.get('tensor_ms', float('nan')):.3f} ms at "
+             f"{fl.get('sm_clock_ghz', float('nan')):.2f} GHz"]
+    lines.append(f"{'variant':<58}{'check':>6}{'ms':>8}{'rep':>8}{'max ulp':>8}{'mism':>7}")
+    for r in report.get("variants", []) + report.get("probes", []):
+        ms = r.get("median_ms")
+        pr = r.get("precision") or {}
+        if ms:
+            lines.append(f"{r['label'][:58]:<58}{'ok' if r.get('ok') else '--':>6}{ms:>8.4f}"
+                         f"{r.get('repeat_median_ms', 0):>8.4f}{pr.get('max_ulp', float('nan')):>8.1f}"
+                         f"{100 * pr.get('mismatch_frac', float('nan')):>6.1f}%")
+        else:
+            lines.append(f"{r['label'][:58]:<58}{'FAIL':>6}  {hopper_sweep.fail_reason(r)[:80]}")
+    for c in report.get("clocks", []):
+        if c.get("phases"):
+            ph = c["phases"]
+            lines.append(f"{c['label']}: cycles/tile per CTA {c['cta']['cycles_per_tile_avg']:.0f} (tensor busy "
+                         f"{100 * c['cta']['tensor_busy']:.0f}%), SM clock {c['sm_clock_ghz_from_span']:.2f} GHz; " +
+                         "; ".join(f"{k} {v['avg']:.0f} (first16 {v.get('first16') or 0:.0f}, after "
+                                   f"{v.get('after16') or 0:.0f}, min {v.get('min', 0):.0f})"
+                                   for k, v in ph.items() if k in ("tma_wait", "kloop", "epi_wait", "epi_phase1")))
+        else:
+            lines.append(f"{c['label']}: {c.get('error', '?')[:200]}")
+    ld = report.get("load") or {}
+    for k in ("ours", "cublas_gemm_fastacc"):
+        s = ld.get(k) or {}
+        if s.get("sm_mhz"):
+            lines.append(f"load {k}: SM {s['sm_mhz'][0]:.0f} MHz ({s['sm_mhz'][1]:.0f}-{s['sm_mhz'][2]:.0f}), "
+                         f"power {s['power_w'][0]:.0f} W of {s['power_limit_w'][0] if s.get('power_limit_w') else '?'}, "
+                         f"reasons {s['limit_reasons']}")
+        elif s:
+            lines.append(f"load {k}: {s.get('error', s)}")
+    best = report.get("best") or {}
+    nc = report.get("ncu") or {}
+    if nc:
+        lines.append(f"ncu: {'ok' if nc.get('ok') else nc.get('error')} ({nc.get('wall_s', '?')} s)")
+        for k in nc.get("raw", []) or []:
+            lines.append("  " + ", ".join(f"{m.split('.')[0].split('__')[-1]} {v}" for m, v in k.items())[:300])
+    lines.append("")
+    lines.append(baselines.format_rows(
+        [{"name": "ours " + best.get("label", "?"), "status": "measured", "median_ms": best.get("median_ms"),
+          "tflops": problem.flops / (best["median_ms"] * 1e-3) / 1e12 if best.get("median_ms") else 0,
+          "form": best.get("wait_build", ""),
+          "precision": next((r.get("precision") for r in report.get("variants", [])
+                             if r.get("label") == best.get("label")), {}) or {}}] + report.get("baselines", []),
+        floor_ms=fl.get("floor_ms"), ours_ms=best.get("median_ms")) if best.get("median_ms") else
+        baselines.format_rows(report.get("baselines", [])))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# ---- for the chapter: the committed runs (results/<date>-<chip>/hopper-perf.json) -----------------------
+
+def result_files() -> list:
+    """The committed runs of this module, oldest first."""
+    from .paths import ROOT
+    return sorted((ROOT / "results").glob("*/hopper-perf.json"))
+
+
+def load(chip: str) -> dict:
+    """The newest committed run on `chip` ('h100' or 'h200'), with its path under '_file'."""
+    files = [f for f in result_files() if f.parent.name.endswith("-" + chip)]
+    if not files:
+        raise FileNotFoundError(f"no results/*-{chip}/hopper-perf.json: run `python -m pelib.hopper_perf` "
+                                f"on an {chip.upper()} and commit its output")
+    rep = json.loads(files[-1].read_text())
+    rep["_file"] = str(files[-1].relative_to(files[-1].parents[2]))
+    return rep
+
+
+# Our stage in the tables: 06 with the unbounded wait build. Stage 10 was 0.004 ms faster on the H100
+# (inside that run's spread) and 0.025 ms slower on the H200, so 06 stays the best stage.
+BEST = ("06", UNBOUNDED)
+
+
+def _ours(rep: dict) -> dict:
+    """Our row of a run: BEST, verified, with the unbounded wait build (what a production kernel ships)."""
+    ok = [v for v in rep.get("variants", []) if v.get("median_ms") and v.get("ok") and "[again]" not in v["label"]
+          and v["key"] == BEST[0] and v["defines"] == BEST[1]]
+    if not ok:
+        raise LookupError(f"{rep.get('_file')}: no verified timing of {label(*BEST)}")
+    return ok[0]
+
+
+def chip_table(chips=("h100", "h200")):
+    """Both chips, each against its own floors: ours, every baseline (form, precision), the floors."""
+    from .facts import Table
+    rows = []
+    for chip in chips:
+        rep = load(chip)
+        fl = rep["floors"]
+        ours = _ours(rep)
+        name = rep["env"]["device"]
+        rows.append({"chip": name, "what": f"ours: {ours['label']}", "ms": round(ours["median_ms"], 3),
+                     "of floor": f"{100 * fl['floor_ms'] / ours['median_ms']:.0f}%", "ours faster by": "",
+                     "max |err|": ours["precision"]["max_abs"],
+                     "mismatch": f"{100 * ours['precision']['mismatch_frac']:.1f}%"})
+        for b in rep.get("baselines", []):
+            if b.get("status") != "measured":
+                rows.append({"chip": name, "what": b["name"], "note": f"{b.get('status')}: {b.get('reason', '')}"[:90]})
+                continue
+            pr = b.get("precision", {})
+            rows.append({"chip": name, "what": b["name"], "ms": round(b["median_ms"], 3),
+                         "of floor": f"{100 * fl['floor_ms'] / b['median_ms']:.0f}%",
+                         "ours faster by": f"{b['median_ms'] / ours['median_ms']:.2f}x",
+                         "max |err|": pr.get("max_abs"), "mismatch": f"{100 * pr.get('mismatch_frac', 0):.1f}%",
+                         "note": b["form"][:90]})
+        rows.append({"chip": name, "what": "floor: memory (min bytes / copy)", "ms": round(fl["memory_ms"], 3),
+                     "note": f"{fl['min_bytes'] / 1e9:.2f} GB at {fl['copy_gbps']:.0f} GB/s measured copy"})
+        rows.append({"chip": name, "what": "floor: FP8 tensor at the SM clock", "ms": round(fl["tensor_ms"], 3),
+                     "note": f"{fl['fp8_peak_tflops']:.0f} TFLOPS = 8192 FLOP/clk/SM x 132 x {fl['sm_clock_ghz']:.2f} GHz "
+                             "(Nsight Compute, our kernel)"})
+    return Table(rows, "The Hopper twin on both chips — measured (" + ", ".join(
+        f"{load(c)['env']['device']}, {load(c)['env']['date'][:10]}" for c in chips) + "); precision: largest "
+        "|out - bf16(FP64 reference)| and share of outputs not correctly rounded, on 2,048 fixed rows",
+        ["chip", "what", "ms", "of floor", "ours faster by", "max |err|", "mismatch", "note"])
+
+
+def stages_table(chips=("h100", "h200")):
+    """Every variant tried in the committed runs, per chip (ms, the repeat, the wait build)."""
+    from .facts import Table
+    reps = {c: load(c) for c in chips}
+    labels = [v["label"] for v in reps[chips[0]]["variants"]]
+    for c in chips[1:]:
+        labels += [v["label"] for v in reps[c]["variants"] if v["label"] not in labels]
+    labels += [p["label"] for p in reps[chips[0]].get("probes", [])]
+    rows = []
+    for lab in labels:
+        row = {"variant": lab}
+        for c in chips:
+            hit = next((v for v in reps[c].get("variants", []) + reps[c].get("probes", []) if v["label"] == lab), None)
+            row[c.upper() + " ms"] = round(hit["median_ms"], 3) if hit and hit.get("median_ms") else ""
+            row[c.upper() + " repeat"] = round(hit["repeat_median_ms"], 3) if hit and hit.get("repeat_median_ms") else ""
+        rows.append(row)
+    return Table(rows, "stages, variants and probes — measured (" + ", ".join(
+        f"{reps[c]['env']['device']}, {reps[c]['env']['date'][:10]}" for c in chips) + "); the probes are "
+        "06 with a part of its work removed (wrong output, timed only)")
+
+
+def limiter_table(chips=("h100", "h200")):
+    """The numbers behind the limiter: clocks and power, clock64 cycles per tile, stall samples."""
+    from .facts import Table
+    rows = []
+    for c in chips:
+        rep = load(c)
+        cs = rep["floors"]["clock_sources_ghz"]
+        ld = rep.get("load") or {}
+        cl = next((x for x in rep.get("clocks", []) if x.get("cta")), {})
+        ph = cl.get("phases", {})
+        rows.append({"chip": rep["env"]["device"],
+                     "SM GHz (timed / clock64 / sustained)": f"{cs.get('ours_ncu', 0):.2f} / {cs.get('ours_clock64', 0):.2f} / "
+                                                             f"{cs.get('ours_sustained_smi', 0):.2f}",
+                     "power W (of limit)": f"{ld['ours']['power_w'][0]:.0f} ({ld['ours']['power_limit_w'][0]:.0f})"
+                     if (ld.get("ours") or {}).get("power_w") else "",
+                     "clock-limit reason": ",".join(ld.get("ours", {}).get("limit_reasons", [])),
+                     "cycles/tile per CTA": round(cl.get("cta", {}).get("cycles_per_tile_avg", 0)),
+                     "tensor busy": f"{100 * cl.get('cta', {}).get('tensor_busy', 0):.0f}%",
+                     "tma_wait (min)": f"{ph.get('tma_wait', {}).get('avg', 0):.0f} ({ph.get('tma_wait', {}).get('min', 0):.0f})",
+                     "kloop": round(ph.get("kloop", {}).get("avg", 0)),
+                     "epilogue": round(ph.get("epi_phase1", {}).get("avg", 0)),
+                     "clock64 of": cl.get("label", "").replace("clock ", "")})
+    return Table(rows, "what limits the twin — measured: SM clock three ways (Nsight Compute in a timed launch, "
+                       "clock64 cycles over a TIMING run's time, nvidia-smi under 2 s of back-to-back launches), "
+                       "power and nvidia-smi's clock-limit reason (0x4 = software power cap), clock64 cycles per "
+                       "tile over the whole run (3,072 = one tile's wgmma at the FP8 rate)")
