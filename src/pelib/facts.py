@@ -5,6 +5,7 @@ import datetime as _dt
 import html
 import re
 
+from . import evidence
 from .build import Build, toolchain_version
 
 # Opcodes a reader of a Blackwell/Hopper GEMM looks for first.
@@ -14,8 +15,8 @@ WATCH = ("UTCQMMA", "UTCHMMA", "UTCOMMA", "UTCBAR", "UTCCP", "LDTM", "R2UR", "SY
 
 def evidence_label(build: Build | None = None) -> str:
     """'compiled (NVRTC 13.5, sm_100a, 2026-11-23)': the kind and provenance of a build's numbers."""
-    arch = f", {build.arch}" if build else ""
-    return f"compiled ({toolchain_version().replace('nvrtc-', 'NVRTC ')}{arch}, {_dt.date.today()})"
+    return evidence.compiled(toolchain_version().replace("nvrtc-", "NVRTC "), build.arch if build else None,
+                             _dt.date.today())
 
 
 class Table:
@@ -26,10 +27,14 @@ class Table:
     above a horizontally scrolling table and so always stays in view; numeric columns align right.
     """
 
-    def __init__(self, rows: list[dict], caption: str = "", columns: list[str] | None = None):
+    def __init__(self, rows: list[dict], caption: str = "", columns: list[str] | None = None,
+                 descriptive: bool = False):
         self.rows = rows
         self.caption = caption
         self.columns = columns or list(dict.fromkeys(c for r in rows for c in r))
+        # descriptive: prose in table form (names, ideas, where a fact lives) with no number of any
+        # evidence kind; every other table's caption names its kinds (the book's tests check both).
+        self.descriptive = descriptive
 
     def _numeric_columns(self) -> set:
         out = set()
@@ -52,7 +57,8 @@ class Table:
         body = "".join("<tr>" + "".join(cell("td", c, _fmt(r.get(c, ""))) for c in self.columns) + "</tr>"
                        for r in self.rows)
         cap = f'<div class="pe-table-caption">{html.escape(self.caption)}</div>' if self.caption else ""
-        return (f'<div class="pe-table">{cap}<div class="pe-table-scroll"><table>'
+        cls = "pe-table pe-descriptive" if self.descriptive else "pe-table"
+        return (f'<div class="{cls}">{cap}<div class="pe-table-scroll"><table>'
                 f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div></div>")
 
     def __repr__(self) -> str:

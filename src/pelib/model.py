@@ -57,13 +57,15 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import limits
+
 EVIDENCE = "modelled"
 TILE_ROWS = 32                   # rows of a TMEM lane quarter (one warp's row group)
 UNITS_PER_QUARTER = 8            # 256 accumulator columns / 32 columns per tcgen05.ld .x32
 STAGE_BYTES = 32768              # A 16 KB + B 16 KB per stage (experiment log, SMEM budget)
 STAGING_BYTES_PER_WARP = 17408   # 272-B padded rows x 32 rows x 2 halves (F24 section)
 BARRIER_BYTES = 128              # TMEM address + mbarriers (experiment log, SMEM budget)
-SMEM_LIMIT = 233472              # 228 KB, the note's SM limit (experiment log, SMEM budget)
+SMEM_LIMIT = limits.SMEM_LIMIT   # the per-block opt-in limit every stage is checked against (227 KB)
 LINEAR_AMPLIFICATION = 4.1       # the notes' epi_wait ~= deficit x 4.1 (F28 section)
 
 
@@ -634,7 +636,8 @@ class CalibrationReport:
 
         rows = [{"point": r.point, "quantity": r.quantity, "recorded": r.recorded, "modelled": round(r.modelled, 1),
                  "error": f"{100 * r.rel_error:+.1f} %", "within 10 %": "yes" if r.within_10pct else "NO",
-                 "kind": r.kind, "source": r.source} for r in self.rows]
+                 "recorded value": "recorded" if r.kind == "recorded" else "recorded, derived by the note's arithmetic",
+                 "source": r.source} for r in self.rows]
         return Table(rows, "Calibration: recorded (lab notes) vs modelled (pelib.model)")
 
     def params_table(self):
@@ -642,19 +645,20 @@ class CalibrationReport:
 
         p = self.params
         rows = [
-            {"parameter": "handoff", "value": round(p.handoff, 1), "kind": "calibrated",
+            {"parameter": "handoff", "value": round(p.handoff, 1), "how set": "calibrated",
              "meaning": "K-loop end -> epilogue starts Phase 1 (MMA completion, commit multicast, wake)"},
-            {"parameter": "stage0_after_stores", "value": round(p.stage0_after_stores, 1), "kind": "calibrated",
+            {"parameter": "stage0_after_stores", "value": round(p.stage0_after_stores, 1), "how set": "calibrated",
              "meaning": "last Phase 2B store of the released tile -> next stage-0 data lands"},
-            {"parameter": "notify", "value": p.notify, "kind": "assumption", "meaning": "release -> W1 resumes"},
-            {"parameter": "load_latency", "value": p.load_latency, "kind": "assumption (F21's 1,940)",
+            {"parameter": "notify", "value": p.notify, "how set": "assumption", "meaning": "release -> W1 resumes"},
+            {"parameter": "load_latency", "value": p.load_latency, "how set": "assumption (F21's 1,940)",
              "meaning": "per-stage TMA latency in the ring"},
-            {"parameter": "tmem_share", "value": p.tmem_share, "kind": "assumption",
+            {"parameter": "tmem_share", "value": p.tmem_share, "how set": "assumption",
              "meaning": "bandwidth-shared fraction of the 4-warp Phase 1"},
-            {"parameter": "dispersion", "value": round(p.dispersion, 4), "kind": "assumption" if not p.dispersion else "fitted to F25",
+            {"parameter": "dispersion", "value": round(p.dispersion, 4), "how set": "assumption" if not p.dispersion else "fitted to F25",
              "meaning": "per-tile lognormal sigma of each warp's Phase 1"},
         ]
-        return Table(rows, f"Model parameters (calibrated on point {p.calibrated_on})")
+        return Table(rows, f"Model parameters — modelled (pelib.model): 'calibrated' = fitted to the recorded point "
+                           f"{p.calibrated_on}, 'assumption' = chosen, not measured")
 
     def __str__(self) -> str:
         lines = [f"Calibration of pelib.model on point {self.params.calibrated_on} ({self.evidence}):"]

@@ -1,4 +1,4 @@
-"""Pictures of the emulated data path for the chapter "How we know it is right": all modelled evidence."""
+"""Pictures of the emulated data path for the chapter "How we know it is right": all emulated evidence."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import numpy as np
 from .. import descriptors as D
 from .. import emulate as E
 
-MODELLED = "modelled (pelib.emulate, from the PTX ISA and CUTLASS)"
+EMULATED = "emulated (pelib.emulate, from the PTX ISA and CUTLASS)"
 
 
 def _plt():
@@ -42,7 +42,7 @@ def swizzle_bank_heatmap(swizzles=(0, 128), rows: int = 8):
         ax.set_ylabel("row (M or N)")
         ax.set_xticks(range(8))
         ax.set_yticks(range(rows))
-    fig.suptitle(f"Bank group (banks 4g..4g+3) of each chunk; {MODELLED}", fontsize=9)
+    fig.suptitle(f"Bank group (banks 4g..4g+3) of each chunk; {EMULATED}", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -77,7 +77,7 @@ def descriptor_bits_figure(desc: int, what: str = "umma_smem"):
     ax.set_xlim(-0.5, nbits - 0.5)
     ax.set_ylim(-0.6, 2.4)
     ax.axis("off")
-    ax.set_title(f"{what} descriptor 0x{desc:x}, bit {nbits - 1} left, bit 0 right ({MODELLED})", fontsize=9)
+    ax.set_title(f"{what} descriptor 0x{desc:x}, bit {nbits - 1} left, bit 0 right ({EMULATED})", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -110,7 +110,7 @@ def tmem_cta_pair_figure(n: int = 256, epi_ld_x: int = 32, acc_col: int = 0):
                       fontsize=9)
     axes[1].set_xlabel("TMEM column (32-bit)")
     axes[1].set_ylabel("TMEM lane")
-    fig.suptitle(MODELLED, fontsize=8)
+    fig.suptitle(EMULATED, fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -129,7 +129,7 @@ def error_maps(results: dict, reference: np.ndarray):
         ax.set_xlabel("n")
         ax.set_ylabel("m")
         fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle(f"|emulated tile - reference| ({MODELLED})", fontsize=9)
+    fig.suptitle(f"|emulated tile - reference| ({EMULATED})", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -7,7 +7,10 @@ from typing import Iterable
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-KINDS = ("compiled", "measured", "recorded", "modelled")
+from pelib import evidence as _evidence
+from pelib import limits as _limits
+
+KINDS = _evidence.KINDS
 
 _VERDICT_COLOR = {"REJECTED": "#c0392b", "IMPOSSIBLE": "#7f8c8d", "REPLACED": "#e67e22"}
 _STATUS_COLOR = {"GO": "#27ae60", "NO-GO": "#c0392b", "ABORT": "#7f8c8d", "PENDING": "#f1c40f"}
@@ -15,12 +18,8 @@ _PHASE_COLORS = plt.get_cmap("tab10").colors
 
 
 def evidence_label(kind: str, source: str | None = None) -> str:
-    """'recorded (note.md)', 'measured (B200, 2026-03-01)', 'modelled', 'compiled'."""
-    if kind not in KINDS:
-        raise ValueError(f"evidence kind '{kind}' is not one of {KINDS}")
-    if kind in ("recorded", "measured") and not source:
-        raise ValueError(f"a {kind} plot must name its source (lab note, or device and date)")
-    return f"{kind} ({source})" if source else kind
+    """'recorded (note.md)', 'measured (B200, 2026-03-01)', 'modelled', 'compiled' (pelib.evidence.label)."""
+    return _evidence.label(kind, source)
 
 
 def _notes(sources: Iterable) -> str:
@@ -186,11 +185,14 @@ def f25_bars():
 
 
 def smem_budget_bar(budget=None):
-    """The SMEM budget as one stacked bar against the SM limit; any unaccounted bytes shown apart."""
+    """The recorded SMEM budget as one stacked bar against the per-block limit (pelib.limits, the
+    constant every stage is checked against); any bytes of the note's total no component explains
+    are shown apart."""
     from pelib import records
 
     b = budget or records.smem_budget()
-    fig, ax = plt.subplots(figsize=(9, 3.4))
+    limit = _limits.SMEM_LIMIT
+    fig, ax = plt.subplots(figsize=(7.6, 3.0))
     left = 0
     for j, c in enumerate(b.components):
         ax.barh(0, c.bytes, left=left, color=_PHASE_COLORS[j], edgecolor="white", label=f"{c.name}: {c.bytes:,} B")
@@ -199,16 +201,17 @@ def smem_budget_bar(budget=None):
         ax.barh(0, b.unaccounted, left=left, color="none", edgecolor="red", hatch="xx",
                 label=f"unaccounted in the note's total: {b.unaccounted:,} B")
     ax.axvline(b.total, color="k", lw=1)
-    ax.text(b.total, 0.48, f"total {b.total:,} ", ha="right", va="bottom", fontsize=7)
-    ax.axvline(b.sm_limit, color="red", ls="--", lw=1)
-    ax.text(b.sm_limit, 0.62, f"SM limit {b.sm_limit:,}\nheadroom {b.headroom:,} B ", ha="right", va="bottom",
-            fontsize=7, color="red")
-    ax.set_xlim(0, b.sm_limit * 1.02)
+    ax.text(b.total, 0.48, f"total {b.total:,} ", ha="right", va="bottom", fontsize=8)
+    ax.axvline(limit, color="red", ls="--", lw=1)
+    ax.text(limit, 0.62, f"{_limits.SMEM_LIMIT_LABEL}\nheadroom {limit - b.total:,} B ", ha="right",
+            va="bottom", fontsize=8, color="red")
+    ax.set_xlim(0, limit * 1.02)
     ax.set_ylim(-0.6, 1.0)
     ax.set_yticks([])
     ax.set_xlabel("bytes of shared memory per CTA")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.3), ncol=2, frameon=False)
-    ax.set_title(f"SMEM budget ({b.state})\n{evidence_label('recorded', b.source.note)}", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.3), ncol=2, frameon=False)
+    ax.set_title(f"SMEM budget ({b.state})\n{evidence_label('recorded', b.source.note)}; "
+                 "limit: common/limits.cuh", fontsize=9)
     fig.tight_layout()
     return fig
 
