@@ -126,4 +126,4 @@ def table():
     from .facts import Table
 
     return Table([{"kind": k.name, "what it is": k.definition} for k in vocabulary()],
-                 "The evidence kinds: every number in this book carries one")
+                 "The evidence kinds (pelib.evidence): every number in this book carries one", descriptive=True)

@@ -400,3 +400,99 @@ def gonogo_dashboard(facts=None):
                  + ("; ".join(labels) if labels else "no facts yet") + "; PENDING = needs a B200 run", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# The lines the book draws from its results: the Hopper twin stage by stage, the recorded clock64 tile
+# ---------------------------------------------------------------------------------------------
+
+def hopper_line(sweep: dict | None = None):
+    """The Hopper twin's stages 00-09 as one measured line (one committed sweep: each stage at its default
+    defines), against the memory floor at that run's copy bandwidth and the cuBLAS baselines of the run."""
+    from pelib import problems, results
+
+    rep = sweep or results.load_sweep()
+    pe = problems.patch_embed("siglip2")
+    floor_ms = pe.min_bytes / rep["copy"]["gbps"] / 1e6
+    stages = {}
+    for v in rep.get("variants", []):
+        name = v.get("label", "")
+        if v.get("median_ms") and v.get("ok") and not v.get("defines") and "[again]" not in name:
+            stages.setdefault(name, v["median_ms"])
+    names = sorted(stages)
+    ms = [stages[n] for n in names]
+    fig, ax = plt.subplots(figsize=(7.8, 3.6))
+    ax.plot(range(len(names)), ms, "o-", color="#2e86c1", lw=1.5, label="our stage (verified, median)")
+    for i, v in enumerate(ms):
+        ax.text(i, v, f"{v:.3f}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(floor_ms, color="k", ls="--", lw=1, label=f"memory floor {floor_ms:.3f} ms "
+                                                          f"({rep['copy']['gbps']:.0f} GB/s copy)")
+    base = rep.get("baselines", {})
+    styles = {"cublas_gemm": ("cuBLAS FP8 GEMM only", "#c0392b", ":"),
+              "cublas_bias": ("cuBLAS GEMM + bias", "#e67e22", ":")}
+    for key, (lab, col, ls) in styles.items():
+        v = base.get(key)
+        v = v.get("median_ms") if isinstance(v, dict) else v
+        if isinstance(v, (int, float)):
+            ax.axhline(v, color=col, ls=ls, lw=1.2, label=f"{lab} {v:.3f} ms")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([n.split("_")[0] for n in names], fontsize=8)
+    ax.set_xlabel("sm90 stage (src/kernels/sm90/NN_*.cu)")
+    ax.set_ylabel("ms, full problem")
+    ax.set_ylim(0, max(ms) * 1.12)
+    ax.legend(fontsize=7.5, loc="upper right", frameon=False)
+    ax.set_title(f"The Hopper twin, stage by stage — {results.sweep_evidence(rep)}\n"
+                 f"{pe.name}: M={pe.m:,}, N={pe.n}, K={pe.k}; {rep.get('_file', '')}", fontsize=8.5)
+    fig.tight_layout()
+    return fig
+
+
+def clock64_timeline(tiles: int = 3):
+    """The recorded clock64 phases of the 5-warp baseline laid on one clock: W1 (MMA) and W3 (epilogue)
+    per tile, aligned where W1's K-loop ends and W3's Phase 1 starts (the MMA-done handoff). The bars are
+    the note's per-tile averages, not one trace; each warp's sequence repeats with its own recorded sum."""
+    from pelib import records
+
+    rec = records.w1_reconciliation()
+    w1, w3 = rec["W1"], rec["W3"]
+    p1 = w1["tma0_wait"] + w1["kloop"] + w1["epi_wait"]
+    p3 = w3["ml_wait"] + w3["phase1"] + w3["phase2b"]
+    col = {"tma0_wait": "#e67e22", "kloop": "#2980b9", "epi_wait": "#c0392b", "ml_wait": "#95a5a6",
+           "phase1": "#27ae60", "phase2b": "#8e44ad"}
+    name = {"tma0_wait": "W1 TMA stage-0 wait", "kloop": "W1 K-loop", "epi_wait": "W1 epilogue-barrier wait",
+            "ml_wait": "W3 MMA-done wait", "phase1": "W3 Phase 1 (TMEM -> registers)",
+            "phase2b": "W3 Phase 2B (stores)"}
+    fig, ax = plt.subplots(figsize=(7.8, 2.7))
+    seen = set()
+
+    def bar(y, x0, w, key, text=True):
+        ax.barh(y, w, left=x0, color=col[key], edgecolor="white", height=0.55,
+                label=None if key in seen else f"{name[key]}: {w:,} cycles")
+        seen.add(key)
+        if text and w > 700:
+            ax.text(x0 + w / 2, y, f"{w:,}", ha="center", va="center", fontsize=7, color="white")
+
+    handoff0 = w1["tma0_wait"] + w1["kloop"]
+    for i in range(tiles):
+        t = i * p1
+        bar(1, t, w1["tma0_wait"], "tma0_wait")
+        bar(1, t + w1["tma0_wait"], w1["kloop"], "kloop")
+        ax.text(t + w1["tma0_wait"] + w1["kloop"] / 2, 1.38, f"tile {i}", ha="center", fontsize=7)
+        bar(1, t + handoff0, w1["epi_wait"], "epi_wait")
+        s = handoff0 + i * p3
+        bar(0, s - w3["ml_wait"], w3["ml_wait"], "ml_wait")
+        bar(0, s, w3["phase1"], "phase1")
+        bar(0, s + w3["phase1"], w3["phase2b"], "phase2b")
+        ax.plot([t + handoff0] * 2, [-0.35, 1.35], color="k", lw=0.6, ls=":")
+    ax.set_yticks([0, 1])
+    ax.set_yticklabels(["W3 (epilogue)", "W1 (MMA)"])
+    ax.set_xlim(0, tiles * p1 + w1["tma0_wait"])
+    ax.set_ylim(-0.5, 1.6)
+    ax.set_xlabel("cycles (clock64)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, frameon=False)
+    src = rec.get("source") or "fp8-megakernel-w1-stall-isolation.md, Reconciliation with clock64"
+    ax.set_title(f"One clock, W1 against W3: {evidence_label('recorded', src)}\nper-tile averages "
+                 f"aligned at the MMA-done handoff (dotted); W1 sums to {p1:,}, W3 to {p3:,} cycles",
+                 fontsize=8.5)
+    fig.tight_layout()
+    return fig
