@@ -236,3 +236,35 @@ def test_the_size_rule_can_fail():
     raw, flat = (stages.diff_stats("sm90/01_warp_specialized.cu", "sm90/01a_persistent.cu", ignore_indent=f)
                  for f in (False, True))
     assert raw["added"] > flat["added"], "the mainloop moved into the tile loop: re-indented, not changed"
+
+
+# ---- common/: wrappers hold every asm, building blocks and stages include them by path ----------------
+
+COMMON = KERNELS / "common"
+BUILDING_BLOCKS = ("epilogue", "staging", "scheduler", "tile_map")
+
+
+def _code(path) -> str:
+    return re.sub(r"//[^\n]*", "", path.read_text())
+
+
+@pytest.mark.parametrize("path", STAGE_FILES, ids=IDS)
+def test_stage_files_hold_no_inline_ptx(path):
+    assert not re.search(r"\basm\b", _code(path)), f"{path.name}: move the asm into a common/ wrapper header"
+
+
+@pytest.mark.parametrize("name", BUILDING_BLOCKS)
+def test_building_blocks_hold_no_inline_ptx(name):
+    assert not re.search(r"\basm\b", _code(COMMON / f"{name}.cuh"))
+
+
+@pytest.mark.parametrize("path", STAGE_FILES + sorted(COMMON.glob("*.cuh")), ids=lambda p: p.name)
+def test_includes_name_common_headers(path):
+    incs = re.findall(r'^\s*#\s*include\s*[<"]([^">]+)[">]', path.read_text(), re.M)
+    assert all(re.fullmatch(r"common/\w+\.cuh", i) and (KERNELS / i).is_file() for i in incs), incs
+    assert incs or path.name in ("limits.cuh", "types.cuh"), f"{path.name} includes nothing"
+
+
+def test_readme_lists_every_header():
+    text = (COMMON / "README.md").read_text()
+    assert all(f"`{p.name}`" in text for p in COMMON.glob("*.cuh"))

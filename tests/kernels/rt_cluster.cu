@@ -4,6 +4,7 @@
 // one lane per warp. Not book content.
 #include "common/mbarrier.cuh"
 #include "common/cluster.cuh"
+#include "common/memory.cuh"
 #include "common/export.cuh"
 
 PELIB_EXPORT(smem_bytes, 0);

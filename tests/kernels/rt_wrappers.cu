@@ -4,6 +4,7 @@
 #include "common/mbarrier.cuh"
 #include "common/tma.cuh"
 #include "common/cluster.cuh"
+#include "common/memory.cuh"
 #include "common/timing.cuh"
 
 extern "C" __global__ void rt_wrappers(const __grid_constant__ TensorMap tmap, u64* timing,

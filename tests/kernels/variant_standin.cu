@@ -6,12 +6,7 @@
 
 PELIB_EXPORT(smem_bytes, 0);
 
-// PTX ISA add: add{.rnd}.bf16x2 d, a, b (.rn: round to nearest even), sm_90 and later.
-PE_DEVICE u32 add_rn_bf16x2(u32 a, u32 b) {
-  u32 d;
-  asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
+// add_rn_bf16x2 (add.rn.bf16x2) and f32x2_to_bf16x2 come from common/convert.cuh through epilogue.cuh.
 
 extern "C" __global__ void variant_standin(const float* acc, const u32* comb, u32* out, int pairs) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;

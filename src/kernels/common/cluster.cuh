@@ -78,7 +78,7 @@ PE_DEVICE void cluster_sync() {
   cluster_wait();
 }
 
-// ---- distributed shared memory (PTX ISA: mapa, ld/st .shared::cluster) ---------------------
+// ---- distributed shared memory addresses (PTX ISA: mapa) -----------------------------------
 
 // PTX ISA: mapa: shared::cta address `addr` of this CTA -> the shared::cluster address of the
 // same offset in CTA `cta_rank` of the cluster (CUTLASS set_block_rank)
@@ -88,24 +88,7 @@ PE_DEVICE u32 mapa_shared_cluster(u32 addr, u32 cta_rank) {
   return r;
 }
 
-// PTX ISA: ld (state space .shared::cluster): read 4 bytes of a cluster peer's shared memory
-PE_DEVICE u32 ld_shared_cluster_u32(u32 cluster_addr) {
-  u32 v;
-  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(cluster_addr) : "memory");
-  return v;
-}
-
-// PTX ISA: ld (state space .shared::cluster), 8 bytes
-PE_DEVICE u64 ld_shared_cluster_u64(u32 cluster_addr) {
-  u64 v;
-  asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(cluster_addr) : "memory");
-  return v;
-}
-
-// PTX ISA: st (state space .shared::cluster): write 4 bytes into a cluster peer's shared memory
-PE_DEVICE void st_shared_cluster_u32(u32 cluster_addr, u32 v) {
-  asm volatile("st.shared::cluster.u32 [%0], %1;" :: "r"(cluster_addr), "r"(v) : "memory");
-}
+// The loads and stores at such addresses (ld/st .shared::cluster) are in common/memory.cuh.
 
 // ---- warp election and named barriers ------------------------------------------------------
 

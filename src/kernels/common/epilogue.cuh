@@ -5,10 +5,7 @@
 //
 // API:
 //   int  comb_row(int m)                           m % PE_NUM_PATCHES (the patch index of output row m)
-//   float bf16lo_to_f32(u32 x) / bf16hi_to_f32(u32 x)   the BF16 in bits [0,16) / [16,32) as FP32 (exact)
-//   u32  f32x2_to_bf16x2(float lo, float hi)       round-to-nearest-even, lo -> bits [0,16)
-//   void ld_global_nc_v4(const void* p, u32 (&r)[4])   16-B read-only load (comb is never written)
-//   void st_global_v4(void* p, u32 a, u32 b, u32 c, u32 d)  16-B store
+//   void fuse8(acc8, comb4, out4)                   acc + comb for 8 columns, one rounding
 //   template <int NCOLS> void load_comb(const u16* comb_row_ptr, u32 (&c)[NCOLS / 2])
 //       NCOLS (a multiple of 8) BF16 of one comb row, as packed pairs, straight from global memory (the
 //       lab history found inline loads faster than an SMEM prefetch: fp8-megakernel-experiment-log.md,
@@ -18,37 +15,18 @@
 //       output row; adds comb, rounds once to BF16, stores 16 B at a time.
 //   template <int NCOLS> void fuse_comb_store(const u32 (&acc)[NCOLS], const u16* comb_row_ptr, u16* out_row_ptr)
 //       load_comb + fuse_store. comb_row_ptr / out_row_ptr point at column n0, both 16-B aligned.
+// A kernel building block: its instructions come from common/convert.cuh (cvt) and common/memory.cuh
+// (ld.global.nc, st.global).
 #pragma once
 #include "common/types.cuh"
+#include "common/convert.cuh"
+#include "common/memory.cuh"
 
 #ifndef PE_NUM_PATCHES
 #define PE_NUM_PATCHES 196  // 14 x 14 patches per image (SigLIP2 patch embed, M = images * 196)
 #endif
 
 PE_DEVICE int comb_row(int m) { return m % PE_NUM_PATCHES; }
-
-// BF16 -> FP32 is exact: the BF16 bits are the high half of the FP32 bits.
-PE_DEVICE float bf16lo_to_f32(u32 x) { return __uint_as_float(x << 16); }
-PE_DEVICE float bf16hi_to_f32(u32 x) { return __uint_as_float(x & 0xFFFF0000u); }
-
-// PTX ISA cvt: for .bf16x2, input a goes to the UPPER half and b to the lower half
-// (CUTLASS include/cutlass/numeric_conversion.h: cvt.rn.bf16x2.f32 %0, source[1], source[0]).
-PE_DEVICE u32 f32x2_to_bf16x2(float lo, float hi) {
-  u32 d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-
-// PTX ISA ld: .global.nc is the non-coherent (read-only) path; comb is not written by the kernel.
-PE_DEVICE void ld_global_nc_v4(const void* p, u32 (&r)[4]) {
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
-}
-
-// PTX ISA st
-PE_DEVICE void st_global_v4(void* p, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
 
 // acc + comb for 8 columns: acc8 = 8 FP32 bit patterns, comb4 = 4 packed BF16 pairs -> 4 packed outputs.
 PE_DEVICE void fuse8(const u32* acc8, const u32 (&comb4)[4], u32 (&out4)[4]) {

@@ -23,7 +23,7 @@
 //   StagingRows<COLS, PITCH>          ROWS, PITCH, BYTES, LANES_PER_ROW, ROWS_PER_COPY, COPIES
 //                                     (PITCH defaults to 2*COLS + 16; a narrower slice may use a
 //                                     wider buffer's pitch)
-//   st_shared_v4(addr, a, b, c, d) / ld_shared_v4(addr, r[4])     one 16-B shared access (PTX st/ld)
+//   (st_shared_v4 / ld_shared_v4 / st_global_v4 of common/memory.cuh do the accesses)
 //   stage_put<S>(buf, lane, col, w[4])     Phase 1: 8 BF16 (4 packed words) of column col.. of this
 //                                          lane's row (buf: 32-bit shared address of the buffer)
 //   stage_copy_out<S, UNROLL>(buf, lane, out, ld_out)
@@ -33,8 +33,10 @@
 //                                          Phase 2 copies first .. first + COUNT - 1 only
 // Callers __syncwarp() between Phase 1 and Phase 2 (lanes read rows other lanes wrote) and before
 // a buffer is written again (lanes overwrite rows other lanes are still reading).
+// A kernel building block: no instruction of its own (common/memory.cuh has them).
 #pragma once
 #include "common/types.cuh"
+#include "common/memory.cuh"
 #include "common/epilogue.cuh"
 
 template <int COLS, int PITCH_ = 2 * COLS + 16>
@@ -50,17 +52,6 @@ struct StagingRows {
   static constexpr int COPIES = ROWS / ROWS_PER_COPY;            // Phase 2 instructions per buffer
   static_assert(32 % LANES_PER_ROW == 0, "staging: a row must take a divisor of 32 lanes in Phase 2");
 };
-
-// PTX ISA st (.shared, .v4.b32): 16 B at a 16-B aligned shared address
-PE_DEVICE void st_shared_v4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-// PTX ISA ld (.shared, .v4.b32)
-PE_DEVICE void ld_shared_v4(u32 addr, u32 (&r)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
 
 // Phase 1: columns col .. col+7 of this lane's row (col a multiple of 8, relative to the slice).
 template <class S>

@@ -1,7 +1,7 @@
 // TMA (cp.async.bulk.tensor) wrappers: tiled 2D/3D loads global -> shared::cluster completing on an
 // mbarrier (plain, L2 cache hint, multicast, and the sm_100a cta_group::2 form), tiled stores
 // shared::cta -> global in bulk groups, group commit/wait, tensor-map prefetch, the async-proxy
-// fence. One PE_DEVICE function per PTX instruction; sections refer to the PTX ISA
+// fence, and the sm90 twin's L2 prefetch of a box and 5-D box load. One PE_DEVICE function per PTX instruction; sections refer to the PTX ISA
 // (docs.nvidia.com/cuda/parallel-thread-execution, "Data Movement and Conversion Instructions:
 // cp.async.bulk.tensor"). Adapted from CUTLASS include/cute/arch/copy_sm90_tma.hpp,
 // copy_sm100_tma.hpp, copy_sm90_desc.hpp and DeepGEMM deep_gemm/include/deep_gemm/ptx/tma.cuh.
@@ -194,4 +194,25 @@ PE_DEVICE void prefetch_tensormap(const void* tmap) {
 // CUTLASS fence_view_async_shared / tma_store_fence.
 PE_DEVICE void fence_proxy_async_shared_cta() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// ---- the sm90 twin's L2 prefetch and 5-D box load ------------------------------------------------
+
+// PTX ISA cp.async.bulk.prefetch.tensor (.2d .L2 .global .tile): start moving a box of the tensor map
+// into L2 without a shared-memory destination; a later TMA load of it then hits L2.
+// CUTLASS SM90_TMA_LOAD_2D::PREFETCH.
+PE_DEVICE void tma_prefetch_2d_l2(const void* tmap, i32 c0, i32 c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"
+               :: "l"(tmap), "r"(c0), "r"(c1) : "memory");
+}
+
+// PTX ISA cp.async.bulk.tensor (.5d .shared::cluster.global .tile .mbarrier::complete_tx::bytes):
+// a 5-D box, written to shared memory densely with coordinate c0 fastest (c0 = the 128-B swizzled row).
+// CUTLASS include/cute/arch/copy_sm90_tma.hpp SM90_TMA_LOAD_5D.
+PE_DEVICE void tma_load_5d(void* dst, const void* tmap, u64* bar, i32 c0, i32 c1, i32 c2, i32 c3, i32 c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
+      :: "r"(smem_u32(dst)), "l"(tmap), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
 }

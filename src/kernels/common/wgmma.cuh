@@ -12,11 +12,8 @@
 //   wgmma_m64nNk32_f32_e4m3_e4m3<N>(d, ...)   the same, N picked at compile time
 //   gmma_desc_addr(p)             the shared address a wgmma descriptor encodes (rank bits masked)
 //   wgmma_quad_transpose(v, q)    4x4 transpose of packed pairs across a lane quad (16-B epilogue stores)
-//   tma_prefetch_2d_l2, ld_global_nc_b32, st_global_cs_v4, st_global_b32, st_global_cs_b32
-//                                 memory helpers of the sm90 epilogue (16-B .nc loads: epilogue.cuh)
-//   bf16lo_to_f32_pinned, bf16hi_to_f32_pinned   BF16 -> FP32 widening the compiler does not move
-//   tma_load_5d                   5-D TMA box load (stages 06+ load B through a 5-D view that permutes
-//                                 its rows; a candidate for common/tma.cuh)
+// The sm90 epilogue's loads and stores are in common/memory.cuh, its conversions in common/convert.cuh,
+// the L2 prefetch and the 5-D box load of B (tma_prefetch_2d_l2, tma_load_5d) in common/tma.cuh.
 // The call-free bounded waits (mbarrier_wait_parity_nocall, ..._cluster_nocall) and the remote-CTA
 // arrive (mbarrier_arrive_remote_cta) live in common/mbarrier.cuh (sm90 twin section).
 //
@@ -179,7 +176,7 @@ PE_DEVICE void wgmma_m64nNk32_f32_e4m3_e4m3(float (&d)[N / 2], u64 desc_a, u64 d
 #undef PE_DEFINE_WGMMA_E4M3
 
 // ---------------------------------------------------------------------------------------------------
-// Epilogue helpers for the register accumulators (sm90 twin; candidates for tma.cuh / epilogue.cuh)
+// The register accumulators' layout across a lane quad (16-B epilogue stores)
 // ---------------------------------------------------------------------------------------------------
 
 // A 4x4 transpose of 32-bit words across the 4 lanes of a quad (q = lane % 4), two butterfly steps
@@ -204,60 +201,3 @@ PE_DEVICE void wgmma_quad_transpose(u32 (&v)[4], u32 q) {
     if (hi1) v[k] = recv; else v[k + 1] = recv;
   }
 }
-
-// PTX ISA cp.async.bulk.prefetch.tensor (.2d .L2 .global .tile): start moving a box of the tensor map
-// into L2 without a shared-memory destination; a later TMA load of it then hits L2.
-// CUTLASS SM90_TMA_LOAD_2D::PREFETCH.
-PE_DEVICE void tma_prefetch_2d_l2(const void* tmap, i32 c0, i32 c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"
-               :: "l"(tmap), "r"(c0), "r"(c1) : "memory");
-}
-
-// PTX ISA cp.async.bulk.tensor (.5d .shared::cluster.global .tile .mbarrier::complete_tx::bytes):
-// a 5-D box, written to shared memory densely with coordinate c0 fastest (c0 = the 128-B swizzled row).
-// CUTLASS include/cute/arch/copy_sm90_tma.hpp SM90_TMA_LOAD_5D.
-PE_DEVICE void tma_load_5d(void* dst, const void* tmap, u64* bar, i32 c0, i32 c1, i32 c2, i32 c3, i32 c4) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
-      :: "r"(smem_u32(dst)), "l"(tmap), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
-      : "memory");
-}
-
-// PTX ISA shl.b32 / and.b32 (a .b32 operation may write an .f32 register): the BF16 in the low / high
-// half of x widened to FP32 (exact), as asm volatile so the compiler neither hoists nor merges it. Stage
-// 08 widens comb into the accumulators every tile; with the plain C forms (epilogue.cuh bf16lo_to_f32)
-// ptxas kept widened copies live across tiles and spilled.
-PE_DEVICE float bf16lo_to_f32_pinned(u32 x) {
-  float r;
-  asm volatile("shl.b32 %0, %1, 16;" : "=f"(r) : "r"(x));
-  return r;
-}
-PE_DEVICE float bf16hi_to_f32_pinned(u32 x) {
-  float r;
-  asm volatile("and.b32 %0, %1, 0xFFFF0000;" : "=f"(r) : "r"(x));
-  return r;
-}
-
-// PTX ISA ld (.global.nc, 4 bytes): read-only path. volatile so that a load issued before the
-// mainloop stays there (its latency hides behind the wgmma) instead of sinking to its first use.
-PE_DEVICE u32 ld_global_nc_b32(const void* p) {
-  u32 r;
-  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(r) : "l"(p));
-  return r;
-}
-
-// PTX ISA st (.global.cs = cache streaming: allocate with evict-first, the output is written once).
-PE_DEVICE void st_global_cs_v4(void* p, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d)
-               : "memory");
-}
-
-// PTX ISA st (.global, 4 bytes); st_global_cs_b32 the streaming form.
-PE_DEVICE void st_global_b32(void* p, u32 a) {
-  asm volatile("st.global.b32 [%0], %1;" :: "l"(p), "r"(a) : "memory");
-}
-PE_DEVICE void st_global_cs_b32(void* p, u32 a) {
-  asm volatile("st.global.cs.b32 [%0], %1;" :: "l"(p), "r"(a) : "memory");
-}
-

@@ -29,6 +29,8 @@
 #include "common/tma.cuh"
 #include "common/tcgen05.cuh"
 #include "common/descriptors.cuh"
+#include "common/convert.cuh"
+#include "common/memory.cuh"
 
 // ---- tile shape and layout constants -----------------------------------------------------------
 constexpr u32 TILE_M = 128, TILE_N = 128, TILE_K = 256;   // output tile, K per stage (lab log)
@@ -147,18 +149,6 @@ PELIB_EXPORT(tile_m, TILE_M);
 PELIB_EXPORT(tile_n, TILE_N);
 
 // ---- small helpers -----------------------------------------------------------------------------
-// PTX ISA cvt (.f16x2.f32): input a goes to the UPPER half, b to the lower half.
-PE_DEVICE u32 f32x2_to_f16x2(float lo, float hi) {
-  u32 d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-
-// PTX ISA st (.global.v4.b32): one 16-B store.
-PE_DEVICE void st_global_v4_b32(void* p, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}  // st_global_v4_b32
-
 // Issue the four TMA loads of K tile `kt` into the stage at `stage`; they complete on `bar`.
 PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUtensorMap* tb,
                           const CUtensorMap* tsfa, const CUtensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
@@ -212,7 +202,7 @@ PE_DEVICE void store_tile(u32 tmem, u16* out, u32 N, u32 m_blk, u32 n_blk, float
 #pragma unroll
       for (u32 j = 0; j < 4; ++j)
         h[j] = f32x2_to_f16x2(alpha * __uint_as_float(r[8 * v + 2 * j]), alpha * __uint_as_float(r[8 * v + 2 * j + 1]));
-      st_global_v4_b32(out_row + c + 8 * v, h[0], h[1], h[2], h[3]);
+      st_global_v4(out_row + c + 8 * v, h[0], h[1], h[2], h[3]);
     }
   }
 }  // store_tile

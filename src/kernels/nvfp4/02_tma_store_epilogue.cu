@@ -43,6 +43,8 @@
 #include "common/tma.cuh"
 #include "common/tcgen05.cuh"
 #include "common/descriptors.cuh"
+#include "common/convert.cuh"
+#include "common/memory.cuh"
 
 // ---- tile shape and layout constants -----------------------------------------------------------
 constexpr u32 TILE_M = 128, TILE_N = 128, TILE_K = 256;   // output tile, K per stage (lab log)
@@ -212,18 +214,6 @@ PELIB_EXPORT(barrier_smem_offset, OFF_BARRIERS);
 PELIB_EXPORT(staging_layout_hash, staging_layout_hash());   // over staging_offset(r, c), r < 128, c = 0, 8, ..
 
 // ---- small helpers -----------------------------------------------------------------------------
-// PTX ISA cvt (.f16x2.f32): input a goes to the UPPER half, b to the lower half.
-PE_DEVICE u32 f32x2_to_f16x2(float lo, float hi) {
-  u32 d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-
-// PTX ISA st (.shared.v4.b32): one 16-B store to a 32-bit shared address.
-PE_DEVICE void st_shared_v4_b32(u32 addr, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}  // st_shared_v4_b32
-
 // Issue the four TMA loads of K tile `kt` into the stage at `stage`; they complete on `bar`.
 PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUtensorMap* tb,
                           const CUtensorMap* tsfa, const CUtensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
@@ -277,7 +267,7 @@ PE_DEVICE void stage_tile(u32 tmem, u32 staging, float alpha) {
 #pragma unroll
       for (u32 j = 0; j < 4; ++j)
         h[j] = f32x2_to_f16x2(alpha * __uint_as_float(r[8 * v + 2 * j]), alpha * __uint_as_float(r[8 * v + 2 * j + 1]));
-      st_shared_v4_b32(staging + staging_offset(row, c + 8 * v), h[0], h[1], h[2], h[3]);
+      st_shared_v4(staging + staging_offset(row, c + 8 * v), h[0], h[1], h[2], h[3]);
     }
   }
 }  // stage_tile

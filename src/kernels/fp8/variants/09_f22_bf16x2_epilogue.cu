@@ -29,15 +29,6 @@
 #include "common/scheduler.cuh"
 
 // ---- F22: the fused add in packed BF16 ---------------------------------------------------------
-// PTX ISA, half-precision floating-point add: add{.rnd}.bf16x2 d, a, b (.rnd = .rn, sm_90+): both
-// halves are the exact sums rounded once to nearest even. Local to this variant (the stages keep
-// the FP32 add of common/epilogue.cuh).
-PE_DEVICE u32 add_rn_bf16x2(u32 a, u32 b) {
-  u32 d;
-  asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
 // acc + comb for 8 columns, F22's way: each FP32 accumulator pair rounded to BF16x2 first, then one
 // packed add with the comb pair as loaded (common/epilogue.cuh fuse8 is the FP32-add original).
 PE_DEVICE void fuse8_bf16x2(const u32* acc8, const u32 (&comb4)[4], u32 (&out4)[4]) {

@@ -318,7 +318,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
   } else if (warp == 1) {
     // ---- MMA issuer: one thread of the LEADER issues every tcgen05.mma and commit for the pair ----
     if (leader && elect_one_sync()) {
-      if (num_kb != K_ITERS) asm volatile("trap;");  // F28: the K-loop is unrolled for K = K_ITERS * BK
+      if (num_kb != K_ITERS) __trap();  // F28: the K-loop is unrolled for K = K_ITERS * BK
       // F28 (card change A): every ring slot's descriptors, once. K step inside the swizzled 128-B
       // row: +32 B on the start address (CUTLASS DescriptorIterator; gau-nernst learn-cuda
       // matmul_v5.cu "A_smem + k2 * 32"); the hardware applies the swizzle.
