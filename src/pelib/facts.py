@@ -28,13 +28,15 @@ class Table:
     """
 
     def __init__(self, rows: list[dict], caption: str = "", columns: list[str] | None = None,
-                 descriptive: bool = False):
+                 descriptive: bool = False, notes: list[str] | None = None):
         self.rows = rows
         self.caption = caption
         self.columns = columns or list(dict.fromkeys(c for r in rows for c in r))
         # descriptive: prose in table form (names, ideas, where a fact lives) with no number of any
         # evidence kind; every other table's caption names its kinds (the book's tests check both).
         self.descriptive = descriptive
+        # notes: lines shown under the table, e.g. what was not measured and why (never a result row)
+        self.notes = list(notes or [])
 
     def _numeric_columns(self) -> set:
         out = set()
@@ -58,14 +60,15 @@ class Table:
                        for r in self.rows)
         cap = f'<div class="pe-table-caption">{html.escape(self.caption)}</div>' if self.caption else ""
         cls = "pe-table pe-descriptive" if self.descriptive else "pe-table"
+        notes = "".join(f'<div class="pe-table-note">{html.escape(n)}</div>' for n in self.notes)
         return (f'<div class="{cls}">{cap}<div class="pe-table-scroll"><table>'
-                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div></div>")
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{notes}</div>")
 
     def __repr__(self) -> str:
         cells = [[str(c) for c in self.columns]] + [[_fmt(r.get(c, "")) for c in self.columns] for r in self.rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
         lines = ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
-        return "\n".join(([self.caption] if self.caption else []) + lines)
+        return "\n".join(([self.caption] if self.caption else []) + lines + self.notes)
 
 
 # A cell that reads as one number, possibly with a sign, an approximation mark, a unit or a marker:

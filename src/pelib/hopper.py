@@ -685,16 +685,17 @@ def recorded_comparison_table(rep: dict):
     timed = [r for r in rep.get("variants", []) if r.get("median_ms")]
     best = min(timed, key=lambda r: r["median_ms"])
     rows = hopper_bench.compare_rows({**best, "stage": best["label"]}, rep.get("baselines", {}), gbps, full)
-    out = []
+    out, missing = [], []
     for r in rows:
-        if r["ms"] is None:
-            out.append({"what": r["name"], "note": "FAILED: " + hopper_bench._error_line(r["note"])[:90]})
+        if r["ms"] is None:   # a run that failed is not a result: said under the table, never a row
+            missing.append(f"Not measured in this run: {r['name']} (the run failed: "
+                           f"{hopper_bench._error_line(r['note'])[:120]}).")
         else:
             out.append({"what": r["name"], "ms": round(r["ms"], 4), "TFLOPS": round(r["tflops"]),
                         "GB/s": round(r["gbps"]), "of floor": f"{100 * r['floor_frac']:.0f}%",
                         "ours faster by": f"{r['speedup']:.2f}x" if r.get("speedup") else ""})
     return Table(out, f"ours vs baselines — {sweep_evidence(rep)}",
-                 ["what", "ms", "TFLOPS", "GB/s", "of floor", "ours faster by", "note"])
+                 ["what", "ms", "TFLOPS", "GB/s", "of floor", "ours faster by"], notes=missing)
 
 
 def recorded_clock(rep: dict):
