@@ -28,7 +28,7 @@ def timeline_figure(pred: model.Prediction | None = None, tiles: int = 4, ax=Non
     t0 = tr["kend"][i0 - 1]
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(11, 2.6))
+        fig, ax = plt.subplots(figsize=(7.8, 3.3))
     seen = set()
 
     def bar(y, a, b, key, label):
@@ -50,18 +50,18 @@ def timeline_figure(pred: model.Prediction | None = None, tiles: int = 4, ax=Non
         bar(0, s + tr["p1_w3"][i], s + tr["p1_w3"][i] + p2b, "phase2b", "W3 Phase 2B")
         rel = s + tr["p1_w3"][i] + tr["release"][i]
         ax.plot([rel - t0] * 2, [-0.4, 1.4], color="k", lw=0.8, ls=":")
-        ax.text(rel - t0, 1.45, f"release {i - i0}", fontsize=6, ha="center")
+        ax.text(rel - t0, 1.45, f"release {i - i0}", fontsize=7, ha="center")
         ax.text((tr["kstart"][i] + tr["kend"][i]) / 2 - t0, 1, f"tile {i - i0}", fontsize=7, ha="center",
                 va="center", color="white")
     ax.set_yticks([0, 1])
     ax.set_yticklabels(["W3 (epilogue)", "W1 (MMA)"])
     ax.set_xlim(left=0)
     ax.set_xlabel("cycles")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    ax.set_ylim(-0.5, 1.75)
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False)
     ax.set_title(f"Steady state: tile {pred.tile:,.0f} cycles, epi_wait {pred.epi_wait:,.0f}, "
-                 f"TMA0 {pred.tma0_wait:,.0f}, W3 ml_wait {pred.ml_wait:,.0f} — {TITLE_TAG}\n"
-                 "dotted: a tile's accumulator released (slowest of the 2 x 4 epilogue warps); "
-                 "W1 reuses that buffer two tiles later", fontsize=8)
+                 f"TMA0 {pred.tma0_wait:,.0f}, W3 ml_wait {pred.ml_wait:,.0f}\n{TITLE_TAG}; dotted: a tile's "
+                 "accumulator released (slowest of 2 x 4 epilogue warps), reused two tiles later", fontsize=8)
     if fig is not None:
         fig.tight_layout()
     return fig or ax.figure

@@ -82,8 +82,10 @@ def failed_experiments():
     """F1-F9: change in time against each experiment's own baseline, coloured by verdict."""
     from pelib import records
 
+    import textwrap
+
     exps = records.experiments()
-    fig, ax = plt.subplots(figsize=(10, 4.6))
+    fig, ax = plt.subplots(figsize=(7.8, 6.2))
     y = list(range(len(exps)))[::-1]
     for yi, e in zip(y, exps):
         key = next((k for k in _VERDICT_COLOR if e.verdict.upper().startswith(k)), None)
@@ -98,12 +100,13 @@ def failed_experiments():
             ax.text(0, yi, f" ~{e.extra['baseline_tflops']} -> ~{e.extra['result_tflops']} TFLOPS (replaced)",
                     va="center", fontsize=7, color=color)
         else:
-            ax.text(0, yi, f" not run: {e.reason[:60]}", va="center", fontsize=7, color=color)
+            ax.text(0, yi, " not run: " + textwrap.fill(e.reason, 48), va="center", fontsize=7, color=color)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_ylim(-0.8, len(exps) - 0.4)
     ax.set_yticks(y)
-    ax.set_yticklabels([f"{e.id} {e.title[:38]} [{e.verdict.split(' (')[0][:20]}]" for e in exps], fontsize=7)
-    ax.set_xlabel("time change vs the experiment's baseline (%)  (negative = faster)")
+    ax.set_yticklabels([textwrap.fill(f"{e.id} {e.title}", 34) + f"\n[{e.verdict.split(' (')[0].split(';')[0]}]"
+                        for e in exps], fontsize=7.5)
+    ax.set_xlabel("time change vs the experiment's baseline (%), negative = faster")
     lo, hi = ax.get_xlim()
     ax.set_xlim(min(lo, -10) * 1.6, max(hi, 40) * 1.6)
     ax.set_title(f"FP8 experiments F1-F9\n{evidence_label('recorded', exps[0].source.note)}", fontsize=9)
@@ -356,31 +359,39 @@ def gonogo_dashboard(facts=None):
     deps = {c.id: c.depends_on for c, _ in pairs}
     pos = _layout(ids, deps)
     kinds = sorted({k for _, d in pairs if d.evidence for k in d.evidence.split("+")}, key=KINDS.index)
-    fig, ax = plt.subplots(figsize=(11, 1.35 * (1 - min(p[1] for p in pos.values())) + 1.2))
-    W, H = 2.5, 0.78
+    import textwrap
+
+    rows = 1 - min(p[1] for p in pos.values())
+    DX, DY = 3.4, 1.55                    # column and row pitch (data units); a card is W x H
+    W, H = 2.7, 1.2
+    fig, ax = plt.subplots(figsize=(7.8, 1.2 * rows + 1.3))
     for c, dcs in pairs:
         x, y = pos[c.id]
-        x *= 3.3
+        x, y = x * DX, y * DY
         col = _STATUS_COLOR[dcs.status]
         ax.add_patch(FancyBboxPatch((x, y - H / 2), W, H, boxstyle="round,pad=0.04", fc=col, ec="k", alpha=0.85))
         ev = f" [{dcs.evidence}]" if dcs.evidence else (" [needs B200]" if dcs.needs_b200 else "")
-        extra = ("\n" + ", ".join(dcs.labels)) if dcs.labels else ""
-        ax.text(x + 0.08, y + 0.22, f"{c.id}  {dcs.status}{ev}", fontsize=8, weight="bold", va="center")
-        ax.text(x + 0.08, y - 0.08, c.title[:40] + extra, fontsize=6.5, va="center")
-        rule = str(dcs.rule.label or dcs.rule.metric)[:52] if dcs.rule else ""
-        ax.text(x + 0.08, y - 0.30, rule, fontsize=5.5, va="center", style="italic")
+        body = textwrap.fill(c.title + ((": " + ", ".join(dcs.labels)) if dcs.labels else ""), 42)
+        rule = textwrap.fill(str(dcs.rule.label or dcs.rule.metric), 50) if dcs.rule else ""
+        ax.text(x + 0.08, y + H / 2 - 0.1, f"{c.id}  {dcs.status}{ev}", fontsize=8, weight="bold", va="top")
+        ax.text(x + 0.08, y + H / 2 - 0.36, body, fontsize=7, va="top", linespacing=1.1)
+        ax.text(x + 0.08, y - H / 2 + 0.08, rule, fontsize=6.5, va="bottom", style="italic", linespacing=1.05)
     for e in gonogo.edges():
         (x0, y0), (x1, y1) = pos[e.src], pos[e.dst]
         style = "<->" if e.kind == "pairs_with" else "->"
         ls = ":" if e.kind in ("informs", "pairs_with") else "-"
-        start = (x0 * 3.3 + W, y0) if x1 > x0 else (x0 * 3.3 + W / 2, y0 - H / 2)
-        end = (x1 * 3.3, y1) if x1 > x0 else (x1 * 3.3 + W / 2, y1 + H / 2)
-        ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=10, ls=ls, lw=1))
-        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.08, e.kind, fontsize=6, ha="center")
-    xs = [p[0] * 3.3 for p in pos.values()]
-    ys = [p[1] for p in pos.values()]
-    ax.set_xlim(min(xs) - 0.3, max(xs) + W + 0.3)
-    ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
+        if x1 > x0:       # to a later column: right edge to left edge, through the gap between columns
+            start, end = (x0 * DX + W + 0.05, y0 * DY), (x1 * DX - 0.05, y1 * DY)
+        else:             # same column: along the left margin, outside the cards
+            start, end = (x0 * DX - 0.05, y0 * DY), (x1 * DX - 0.05, y1 * DY)
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=10, ls=ls, lw=1,
+                                     connectionstyle="arc3,rad=0.0" if x1 > x0 else "arc3,rad=0.5"))
+        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2, e.kind, fontsize=6.5, ha="center",
+                va="center", bbox=dict(fc="white", ec="none", pad=0.5))
+    xs = [p[0] * DX for p in pos.values()]
+    ys = [p[1] * DY for p in pos.values()]
+    ax.set_xlim(min(xs) - 0.5, max(xs) + W + 0.2)
+    ax.set_ylim(min(ys) - 0.9, max(ys) + 0.75)
     ax.axis("off")
     for s, col in _STATUS_COLOR.items():
         ax.plot([], [], "s", color=col, label=s, ms=8)
@@ -396,8 +407,9 @@ def gonogo_dashboard(facts=None):
                                                               if f.kind == k}))))
         else:
             labels.append(evidence_label(k))
-    ax.set_title("Go/no-go F21-F28: status from the cards' rules; decided on "
-                 + ("; ".join(labels) if labels else "no facts yet") + "; PENDING = needs a B200 run", fontsize=9)
+    ax.set_title(textwrap.fill("Go/no-go F21-F28: status from the cards' rules; decided on "
+                               + ("; ".join(labels) if labels else "no facts yet") + "; PENDING = needs a B200 run",
+                               95), fontsize=8.5)
     fig.tight_layout()
     return fig
 
