@@ -407,9 +407,8 @@ def gonogo_dashboard(facts=None):
                                                               if f.kind == k}))))
         else:
             labels.append(evidence_label(k))
-    ax.set_title(textwrap.fill("Go/no-go F21-F28: status from the cards' rules; decided on "
-                               + ("; ".join(labels) if labels else "no facts yet") + "; PENDING = needs a B200 run",
-                               95), fontsize=8.5)
+    ax.set_title("Go/no-go F21-F28: status from the cards' rules; PENDING = needs a B200 run\ndecided on "
+                 + ("; ".join(labels) if labels else "no facts yet"), fontsize=8.5)
     fig.tight_layout()
     return fig
 
