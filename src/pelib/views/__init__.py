@@ -49,6 +49,11 @@ def notebook_setup() -> None:
     ip = get_ipython()
     if ip is None or getattr(ip, "_pelib_notebook_setup", False):
         return
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    # Resolve the backend now: loading the inline backend installs its formatters, which ours replaces.
+    plt.switch_backend(matplotlib.get_backend())
     _keep_png_formatter(ip)
     ip.events.register("post_execute", lambda: _keep_png_formatter(ip))
     ip._pelib_notebook_setup = True
