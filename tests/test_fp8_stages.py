@@ -323,7 +323,7 @@ def test_recorded_numbers_are_labelled():
     ("00_ws_cta1", "01_cta2", "constexpr int CG = 2;", "constexpr int CG = 1;"),
     ("01_cta2", "02_tn256", "constexpr int TN = 256;", "constexpr int TN = 128;"),
     ("02_tn256", "03_x32_loads", "tcgen05_ld_32x32b_x32(", "tcgen05_ld_32x32b_x16("),
-    ("03_x32_loads", "04_independent_polling", "mbarrier_wait_parity_cluster(mma_done", "named_barrier_sync("),
+    ("03_x32_loads", "04_independent_polling", "mbarrier_wait_parity(mma_done", "named_barrier_sync("),
 ])
 def test_diff_is_the_lesson(a, b, added, removed):
     d = stages.diff(f"fp8/{a}.cu", f"fp8/{b}.cu", skip_header=True)

@@ -143,3 +143,25 @@ def test_a_kernel_without_tcgen05_has_no_account(tmp_path):
     src.write_text('extern "C" __global__ void k(int* p, int n) { for (int i = 0; i < n; ++i) p[i] += i; }\n')
     with pytest.raises(SA.AccountError):
         SA.account(B.build(src, "sm_100a", cache=False).sass, 6)
+
+
+def test_account_by_wait_build():
+    """The three wait builds of stage 09: the same MMA structure; the unbounded one (what a production
+    kernel ships) has the shortest pass, the bounded ones keep a try counter live across the loop."""
+    accs = {k: SA.account_build(B.build("fp8/09_persistent_megakernel.cu", "sm_100a", {"PE_WAIT_KIND": k}))
+            for k in (0, 1, 2)}
+    for k, a in accs.items():
+        assert a.wait_kind == k and a.k_blocks == 6
+        assert (a.per_tile["UTCQMMA"], a.per_tile["SYNCS"], a.per_tile["UTCBAR"]) == (4 * a.k_blocks, 7, 7)
+        assert not any(i.op.startswith(SA.FENCES) for i in a.kloop_path + a.tile_path), "no L1 invalidate or GPU fence"
+    assert accs[2].per_tile["total"] < accs[1].per_tile["total"] <= accs[0].per_tile["total"]
+    assert "unbounded waits (wait_kind 2)" in SA.account_table(accs[2]).caption
+
+
+def test_fences_and_steady_loops_on_the_toy():
+    text = TOY.replace("        /*0030*/                   IADD3 R4, PT, PT, R4, 0x1, RZ ;",
+                       "        /*0030*/                   CCTL.IVALL ;")
+    loops = SA.steady_loops(text)
+    assert loops["mma"] == [(0x30, 0xC0), (0x10, 0xE0)] and loops["epilogue"] == [] and loops["tma"] == []
+    assert SA.fences(text, (0x30, 0xC0)) == {"CCTL.IVALL": 1, "MEMBAR.ALL.GPU": 0}
+    assert SA.fences(TOY) == {"CCTL.IVALL": 0, "MEMBAR.ALL.GPU": 0}

@@ -10,7 +10,7 @@ from pelib import stages
 from pelib.paths import KERNELS
 
 VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_in_kernel", "grid_kind",
-              "tile_m", "tile_n", "block_k", "pipeline_stages", "epi_warps", "barrier_bytes")
+              "tile_m", "tile_n", "block_k", "pipeline_stages", "epi_warps", "barrier_bytes", "wait_kind")
 TMAP_FIELDS = ("box_rows", "box_cols", "swizzle", "elem_bytes")
 SMEM_LIMIT = 227 * 1024   # CUDA C++ Programming Guide, technical specifications: 227 KB per block on sm_90 / sm_100
 
@@ -201,6 +201,8 @@ def test_values_agree_with_the_cubin(stage):
     assert ex["cluster_x"] >= 1 and ex["grid_kind"] in (0, 1, 2)
     assert 1 <= ex["epi_warps"] and 32 * ex["epi_warps"] <= ex["num_threads"]
     assert ex["pipeline_stages"] >= 1 and ex["barrier_bytes"] >= 8
+    # sm90 waits are the call-free ones (kind 1 by default), the sm_100a stages' the printf ones (kind 0)
+    assert ex["wait_kind"] == (1 if arch_of(path) == "sm_90a" else 0)
 
 
 def test_values_agree_with_each_other(stage):
@@ -268,3 +270,51 @@ def test_includes_name_common_headers(path):
 def test_readme_lists_every_header():
     text = (COMMON / "README.md").read_text()
     assert all(f"`{p.name}`" in text for p in COMMON.glob("*.cuh"))
+
+
+# ---- Blackwell SASS hygiene ---------------------------------------------------------------------------
+
+BLACKWELL = [p for p in STAGE_FILES if arch_of(p) == "sm_100a"]
+BW_IDS = [str(p.relative_to(KERNELS)) for p in BLACKWELL]
+
+
+def _calls(instrs) -> list:
+    """CALLs of the kernel's own code (ptxas adds tcgen05 guardrail calls on dealloc: not ours)."""
+    return [i for i in instrs if i.op.startswith("CALL") and "guardrail" not in i.text]
+
+
+@pytest.mark.parametrize("path", BLACKWELL, ids=BW_IDS)
+def test_steady_state_loops_hold_no_cache_invalidate_or_gpu_fence(path):
+    """The K-loop, the epilogue loop and the producer's loop of every sm_100a stage: no CCTL.IVALL (a
+    cluster-scope acquire's L1 invalidate) and no MEMBAR.ALL.GPU (a cluster-scope release's wait for
+    every outstanding global store). Set-up and teardown (barrier.cluster) may hold them."""
+    from pelib import sass_account as SA
+
+    b = B.build(path, "sm_100a")
+    ins = SA.parse(b.sass)
+    loops = SA.steady_loops(ins)
+    assert loops["mma"], "the MMA issue loop was not found"
+    for name, regions in loops.items():
+        for r in regions:
+            assert SA.fences(ins, r) == {"CCTL.IVALL": 0, "MEMBAR.ALL.GPU": 0}, \
+                f"{path.name}: the {name} loop 0x{r[0]:x}-0x{r[1]:x} holds {SA.fences(ins, r)}"
+
+
+@pytest.mark.parametrize("path", BLACKWELL, ids=BW_IDS)
+def test_wait_builds(path):
+    """PE_WAIT_KIND 0 (the default) calls the printf on a timeout, 1 traps without a call, 2 spins
+    unbounded; each exports the kind it was built with."""
+    from pelib import sass_account as SA
+
+    builds = {k: B.build(path, "sm_100a", {"PE_WAIT_KIND": k} if k else None) for k in (0, 1, 2)}
+    assert [b.exports["wait_kind"] for b in builds.values()] == [0, 1, 2]
+    calls = {k: len(_calls(SA.parse(b.sass))) for k, b in builds.items()}
+    assert calls[0] > 0 and calls[1] == 0 and calls[2] == 0, calls
+    traps = {k: sum(1 for i in SA.parse(b.sass) if "TRAP" in i.op) for k, b in builds.items()}
+    assert traps[2] < traps[1], f"the bounded call-free waits trap, the unbounded ones cannot: {traps}"
+    assert B.build(path, "sm_100a", {"PE_UNBOUNDED_WAIT": 1}).exports["wait_kind"] == 2
+
+
+def test_wait_kind_out_of_range_is_a_build_error():
+    with pytest.raises(B.BuildError, match="PE_WAIT_KIND"):
+        B.build("fp8/00_ws_cta1.cu", "sm_100a", {"PE_WAIT_KIND": 3})

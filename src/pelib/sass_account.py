@@ -17,6 +17,13 @@ Method (for the MMA warp's K-loop of the FP8 stages):
 Classes: UTCQMMA (the MMAs), R2UR (register -> uniform register moves feeding them), SYNCS/UTCBAR
 (mbarrier waits/arrives and tcgen05.commit), other. Counts are static (evidence: compiled); the
 lab's numbers came from SourceCounters on a B200 (recorded).
+
+The count depends on the mbarrier wait build (common/mbarrier.cuh, PE_WAIT_KIND, exported as
+wait_kind): a bounded wait keeps a try counter live across the loop even though its retry path is
+jumped over, so the unbounded build (kind 2, what a production kernel ships) has the shortest pass.
+`account_build` reads the build's wait_kind, and `account_table` names it. `fences` counts what a
+steady-state loop must not contain: CCTL.IVALL (an L1 invalidate, from a cluster-scope acquire) and
+MEMBAR.ALL.GPU (from a cluster-scope release).
 """
 from __future__ import annotations
 
@@ -29,6 +36,8 @@ from . import sass as _sass
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 CLASSES = ("UTCQMMA", "R2UR", "SYNCS/UTCBAR", "other")
+WAIT_KINDS = {0: "bounded, printf on timeout", 1: "bounded, trap on timeout (call-free)", 2: "unbounded"}
+FENCES = ("CCTL.IVALL", "MEMBAR.ALL.GPU")   # what a steady-state loop of the Blackwell stages must not hold
 
 
 class AccountError(RuntimeError):
@@ -179,6 +188,22 @@ def fast_path(instrs: list[Instr], region: tuple[int, int], skip: tuple[int, int
         k += 1
 
 
+def fences(sass_or_instrs, region: tuple[int, int] | None = None) -> dict[str, int]:
+    """How many of each FENCES opcode the SASS holds, in `region` (head, back-branch offsets) or all of it."""
+    instrs = parse(sass_or_instrs) if isinstance(sass_or_instrs, str) else sass_or_instrs
+    return {f: sum(1 for i in instrs if i.op.startswith(f) and (region is None or _inside(i, region)))
+            for f in FENCES}
+
+
+def steady_loops(sass_or_instrs) -> dict[str, list[tuple[int, int]]]:
+    """The loops a kernel spends its time in: those holding the MMAs (UTCQMMA, and the block-scaled
+    UTC*MMA forms), the TMEM loads of the epilogue (LDTM) and the TMA loads (UTMALDG)."""
+    instrs = parse(sass_or_instrs) if isinstance(sass_or_instrs, str) else sass_or_instrs
+    kinds = {"mma": re.compile(r"UTC\w*MMA"), "epilogue": re.compile(r"LDTM"), "tma": re.compile(r"UTMALDG")}
+    return {name: [r for r in loops(instrs) if any(_inside(i, r) and pat.match(i.op) for i in instrs)]
+            for name, pat in kinds.items()}
+
+
 @dataclass
 class Account:
     """Instructions per pass of the K-loop and of the rest of the tile loop, by class, and per tile."""
@@ -188,6 +213,7 @@ class Account:
     k_blocks: int
     kloop_path: list = field(default_factory=list)
     tile_path: list = field(default_factory=list)
+    wait_kind: int | None = None     # the build's mbarrier wait build (exported wait_kind), if known
 
     @staticmethod
     def _count(path) -> Counter:
@@ -225,6 +251,13 @@ class Account:
         return "\n".join(f"/*{i.offset:04x}*/  {i.text}    [{classify(i.op)}]" for i in path)
 
 
+def account_build(b, k: int = 768) -> Account:
+    """The account of a pelib.build.Build: k_blocks = k / its block_k, wait_kind from its exports."""
+    acc = account(b.sass, k // b.exports["block_k"])
+    acc.wait_kind = b.exports.get("wait_kind")
+    return acc
+
+
 def account(sass: str, k_blocks: int) -> Account:
     """The static account of the K-loop that holds the UTCQMMAs (see the module doc for the method)."""
     instrs = parse(sass)
@@ -260,5 +293,6 @@ def account_table(acc: Account, recorded=None):
                 r["recorded per tile"] = "— (counted in other)"
             else:
                 r["recorded per tile"] = rec.get(r["class"], "—")
-    return Table(rows, "MMA warp, instructions per tile by class — compiled (static fast path)"
+    waits = f", {WAIT_KINDS[acc.wait_kind]} waits (wait_kind {acc.wait_kind})" if acc.wait_kind in WAIT_KINDS else ""
+    return Table(rows, f"MMA warp, instructions per tile by class — compiled (static fast path{waits})"
                  + (f"; recorded: {recorded.source.label}, {recorded.version}" if recorded is not None else ""))

@@ -125,3 +125,9 @@ PE_HD_CONSTEXPR u64 gmma_smem_desc(u32 addr, u32 lbo, u32 sbo, u32 swizzle_bytes
 PE_HD_CONSTEXPR u64 smem_desc_advance(u64 desc, u32 bytes) {
   return desc + pe_desc_check(bytes % 16 == 0 && (desc & 0x3FFF) + (bytes >> 4) < (1u << 14), bytes >> 4);
 }
+// The same advance without the range check, for the MMA issue loop of a kernel whose descriptor start
+// address is computed at run time (a check there is a compare and a trap branch per MMA on the issuing
+// thread). The caller guarantees what the check tests: bytes a multiple of 16, and no carry out of the
+// 14-bit start field, which holds whenever the advanced address stays inside the shared window below
+// 256 KiB (a stage static_assert can say so: SMEM_BYTES <= PE_SMEM_LIMIT < 1 << 18).
+PE_HD_CONSTEXPR u64 smem_desc_advance_unchecked(u64 desc, u32 bytes) { return desc + (bytes >> 4); }

@@ -17,6 +17,9 @@
 //   pipeline_stages    depth of the operand ring (the define is NUM_STAGES in every family)
 //   epi_warps          warps that run the epilogue (sm90: consumer warpgroups x 4)
 //   barrier_bytes      bytes of mbarriers (+ the TMEM address slot)
+//   wait_kind          the mbarrier wait build compiled (common/mbarrier.cuh, PE_WAIT_KIND): 0 = bounded,
+//                      printf on timeout (the default of the sm_100a stages); 1 = bounded, call-free trap
+//                      (the sm90 twin's default); 2 = unbounded (what a production kernel ships)
 //   tmap_<p>_box_rows, tmap_<p>_box_cols, tmap_<p>_swizzle   for each CUtensorMap kernel parameter
 //                      tmap_<p>: the TMA box (rows = product of the outer box dimensions, cols = the
 //                      innermost one, in elements of the map's data type: uint8 for FP8/FP4 operands

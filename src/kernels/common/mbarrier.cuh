@@ -4,16 +4,62 @@
 // Instructions: mbarrier"). Adapted from CUTLASS include/cutlass/arch/barrier.h
 // (ClusterBarrier / ClusterTransactionBarrier) and DeepGEMM deep_gemm/include/deep_gemm/ptx/tma.cuh.
 //
-// Bounded waits: mbarrier_wait_parity spins at most PE_WAIT_LIMIT tries, then prints a line
-// naming the barrier (its tag, shared address, parity, CTA, thread) and executes `trap`, so a
-// hang becomes a launch error that pelib.launch reports, not a frozen notebook. On by default;
-// define PE_UNBOUNDED_WAIT to compile the plain spin (for timing the last cycles out of a loop).
+// Which scope a wait needs. Every wait of the sm_100a stages acquires at CTA scope
+// (mbarrier_wait_parity: mbarrier.try_wait.parity.shared::cta.b64, whose .sem and .scope default to
+// .acquire and .cta; PTX ISA, mbarrier.test_wait/try_wait), also where the arrivals come from the
+// other CTA of a pair, because no generic-proxy data crosses a CTA through a barrier: what a waiter
+// touches after the wait is ordered by the barrier's own mechanism, not by a cluster-scope acquire:
+//   - TMA complete_tx (full[s], the leader counting both CTAs' bytes): the transfer's writes are
+//     performed before complete-tx decrements the tx-count (PTX ISA cp.async.bulk.tensor,
+//     mbarrier-based completion), and the MMA reads them through the async proxy after
+//     tcgen05.fence::after_thread_sync;
+//   - tcgen05.commit, multicast to both CTAs (empty[s], mma_done, acc_full): the arrive happens when
+//     the MMAs have completed; the waiter then only rewrites the slot with TMA (async proxy) or reads
+//     TMEM after tcgen05.fence::after_thread_sync;
+//   - an epilogue warp's arrive, local or on the leader (acc_empty): it follows tcgen05.wait::ld and
+//     tcgen05.fence::before_thread_sync, and the MMA warp issues its next tcgen05.mma after
+//     tcgen05.fence::after_thread_sync: the tcgen05 ordering across threads that PTX ISA 9.7.16.6
+//     ("Memory Consistency Model for 5th generation of TensorCore operations") builds from any thread
+//     synchronization between the two fences.
+// CUTLASS (ClusterBarrier::wait, used by every sm100 pipeline, 2-SM ones included), DeepGEMM's sm100
+// GEMMs and learn-cuda's 2-SM matmul_v5/v6 wait the same way. A cluster-scope wait
+// (mbarrier_wait_parity_cluster) compiles to CCTL.IVALL after every completed wait, an L1
+// invalidate; the Blackwell stages use none (tests/test_stage_files.py checks their loops' SASS).
+// The remote arrive likewise needs no cluster-scope release: mbarrier_arrive_remote_cta (CUTLASS
+// umma_arrive_2x1SM_sm0) instead of mbarrier_arrive_cluster, whose .release.cluster compiles to
+// MEMBAR.ALL.GPU (a wait for the thread's outstanding global stores) before the arrive.
+//
+// Three wait builds, PE_WAIT_KIND (every stage exports the one it was compiled with as wait_kind):
+//   0 PE_WAIT_BOUNDED_PRINTF (the default: tests and chapters): spin at most PE_WAIT_LIMIT tries,
+//     then print the barrier's tag, shared address, parity, CTA and thread, and trap, so a hang
+//     becomes a launch error that pelib.launch reports. The printf is a call: the wait's slow path
+//     carries a CALL and the kernel a stack frame.
+//   1 PE_WAIT_BOUNDED_TRAP: the same bound, then trap without printing: call-free.
+//   2 PE_WAIT_UNBOUNDED: the plain spin a production kernel ships (CUTLASS ClusterBarrier::wait).
+// The *_nocall waits (the sm90 twin's: ptxas serializes every wgmma of a kernel that contains a call,
+// warning C7510) build kind 0 as kind 1 unless PE_WAIT_PRINTF is defined; PE_WAIT_KIND_NOCALL is the
+// kind they compile to. PE_UNBOUNDED_WAIT is kind 2 spelled the old way.
 #pragma once
 #include "common/types.cuh"
 #include "common/cluster.cuh"
 
-#if !defined(PE_UNBOUNDED_WAIT) && !defined(PE_BOUNDED_WAIT)
-#define PE_BOUNDED_WAIT
+#define PE_WAIT_BOUNDED_PRINTF 0
+#define PE_WAIT_BOUNDED_TRAP 1
+#define PE_WAIT_UNBOUNDED 2
+#ifndef PE_WAIT_KIND
+#ifdef PE_UNBOUNDED_WAIT
+#define PE_WAIT_KIND PE_WAIT_UNBOUNDED
+#else
+#define PE_WAIT_KIND PE_WAIT_BOUNDED_PRINTF
+#endif
+#endif
+#if PE_WAIT_KIND < 0 || PE_WAIT_KIND > 2
+#error "PE_WAIT_KIND: 0 (bounded, printf), 1 (bounded, trap) or 2 (unbounded)"
+#endif
+#if PE_WAIT_KIND == PE_WAIT_BOUNDED_PRINTF && !defined(PE_WAIT_PRINTF)
+#define PE_WAIT_KIND_NOCALL PE_WAIT_BOUNDED_TRAP
+#else
+#define PE_WAIT_KIND_NOCALL PE_WAIT_KIND
 #endif
 #ifndef PE_WAIT_LIMIT
 #define PE_WAIT_LIMIT (1u << 26)  // tries, each of which may suspend for a hardware time slice
@@ -55,8 +101,9 @@ PE_DEVICE void mbarrier_expect_tx(u64* bar, u32 bytes) {
 }
 
 // PTX ISA: mbarrier.arrive (.shared::cluster, release at cluster scope) on the barrier at the same
-// shared-memory offset in CTA `cta_rank` of the cluster (address from mapa).
-// CUTLASS ClusterBarrier::arrive(cta_id, pred).
+// shared-memory offset in CTA `cta_rank` of the cluster (address from mapa): for a peer that must see
+// this thread's generic-proxy writes. It compiles to MEMBAR.ALL.GPU first; the stages use
+// mbarrier_arrive_remote_cta (below).
 PE_DEVICE void mbarrier_arrive_cluster(u64* bar, u32 cta_rank) {
   asm volatile(
       "{\n\t"
@@ -105,83 +152,59 @@ __device__ __noinline__ void pe_wait_timeout(u64* bar, u32 parity, u32 tag) {
   asm volatile("trap;");
 }
 
-// Spin on mbarrier_try_wait_parity until phase `parity` completes; bounded under PE_BOUNDED_WAIT.
+// Spin until phase `parity` of `bar` completes, as wait build KIND (see the head of this file).
 // `tag` names the wait site in the timeout message (a small number per barrier of the stage).
-PE_DEVICE void mbarrier_wait_parity(u64* bar, u32 parity, u32 tag = 0) {
-#ifdef PE_BOUNDED_WAIT
-  u32 tries = 0;
-  while (!mbarrier_try_wait_parity(bar, parity)) {
-    if (++tries >= (u32)PE_WAIT_LIMIT) pe_wait_timeout(bar, parity, tag);
+template <int KIND, bool CLUSTER>
+PE_DEVICE void pe_wait_parity(u64* bar, u32 parity, u32 tag) {
+  auto done = [&] { return CLUSTER ? mbarrier_try_wait_parity_cluster(bar, parity) : mbarrier_try_wait_parity(bar, parity); };
+  if constexpr (KIND == PE_WAIT_UNBOUNDED) {
+    (void)tag;
+    while (!done()) {}
+  } else {
+    u32 tries = 0;
+    while (!done()) {
+      if (++tries >= (u32)PE_WAIT_LIMIT) {
+        if constexpr (KIND == PE_WAIT_BOUNDED_PRINTF) pe_wait_timeout(bar, parity, tag);
+        else asm volatile("trap;");
+      }
+    }
   }
-#else
-  while (!mbarrier_try_wait_parity(bar, parity)) {}
-#endif
 }
 
-// Same, acquiring at cluster scope (arrivals from peer CTAs).
+// The waits of the stages: acquire at CTA scope (the sm_100a stages' only form, see above) ...
+PE_DEVICE void mbarrier_wait_parity(u64* bar, u32 parity, u32 tag = 0) {
+  pe_wait_parity<PE_WAIT_KIND, false>(bar, parity, tag);
+}
+
+// ... or at cluster scope (the runtime tests' cluster kernel and the sm90 twin's cluster stages).
 PE_DEVICE void mbarrier_wait_parity_cluster(u64* bar, u32 parity, u32 tag = 0) {
-#ifdef PE_BOUNDED_WAIT
-  u32 tries = 0;
-  while (!mbarrier_try_wait_parity_cluster(bar, parity)) {
-    if (++tries >= (u32)PE_WAIT_LIMIT) pe_wait_timeout(bar, parity, tag);
-  }
-#else
-  while (!mbarrier_try_wait_parity_cluster(bar, parity)) {}
-#endif
+  pe_wait_parity<PE_WAIT_KIND, true>(bar, parity, tag);
 }
 
 // ===== sm90 twin: call-free bounded waits and the remote-CTA arrive (appended section) ============
 // ptxas serializes every wgmma of a kernel that contains a function call (warning C7510: "wgmma
 // pipeline crossing function boundary"), and the printf in pe_wait_timeout above is such a call.
-// These waits keep the bound but only trap, so a hang is still an error; define PE_WAIT_PRINTF to
-// call pe_wait_timeout (tag, barrier, CTA, thread in the message) in a debugging build that accepts
-// the serialized wgmma. Under PE_UNBOUNDED_WAIT they are the plain spin. Same arguments as
-// mbarrier_wait_parity.
+// These waits compile as PE_WAIT_KIND_NOCALL: the bound without the printf unless PE_WAIT_PRINTF is
+// defined (a debugging build that accepts the serialized wgmma). Same arguments as mbarrier_wait_parity.
 PE_DEVICE void mbarrier_wait_parity_nocall(u64* bar, u32 parity, u32 tag = 0) {
-#ifdef PE_BOUNDED_WAIT
-  u32 tries = 0;
-  while (!mbarrier_try_wait_parity(bar, parity)) {
-    if (++tries >= (u32)PE_WAIT_LIMIT) {
-#ifdef PE_WAIT_PRINTF
-      pe_wait_timeout(bar, parity, tag);
-#else
-      (void)tag;
-      asm volatile("trap;");
-#endif
-    }
-  }
-#else
-  (void)tag;
-  while (!mbarrier_try_wait_parity(bar, parity)) {}
-#endif
+  pe_wait_parity<PE_WAIT_KIND_NOCALL, false>(bar, parity, tag);
 }
 
 // The same, acquiring at cluster scope (arrivals from the peer CTA of a cluster).
 PE_DEVICE void mbarrier_wait_parity_cluster_nocall(u64* bar, u32 parity, u32 tag = 0) {
-#ifdef PE_BOUNDED_WAIT
-  u32 tries = 0;
-  while (!mbarrier_try_wait_parity_cluster(bar, parity)) {
-    if (++tries >= (u32)PE_WAIT_LIMIT) {
-#ifdef PE_WAIT_PRINTF
-      pe_wait_timeout(bar, parity, tag);
-#else
-      (void)tag;
-      asm volatile("trap;");
-#endif
-    }
-  }
-#else
-  (void)tag;
-  while (!mbarrier_try_wait_parity_cluster(bar, parity)) {}
-#endif
+  pe_wait_parity<PE_WAIT_KIND_NOCALL, true>(bar, parity, tag);
 }
 
-// PTX ISA: mbarrier.arrive (.shared::cluster, default .release.cta) on the barrier at the same offset
-// in CTA `cta_rank` of the cluster: a consumer's stage release to a producer there.
-// mbarrier_arrive_cluster orders at .cluster scope, which ptxas turns into MEMBAR.ALL.GPU before the
-// arrive: a wait for every outstanding global store of the thread (the previous tile's epilogue)
-// inside the K-loop. The wgmma reads of the stage are complete already (wgmma.wait_group), so nothing
-// else needs ordering. CUTLASS include/cutlass/arch/barrier.h ClusterBarrier::arrive(cta_id, pred).
+// ===== end of the sm90 twin section =================================================================
+
+// PTX ISA: mbarrier.arrive (.shared::cluster; .sem/.scope default .release.cta) on the barrier at the
+// same offset in CTA `cta_rank` of the cluster (address from mapa): the peer's release of a stage
+// (sm90: after wgmma.wait_group) or of an accumulator (sm100: after tcgen05.wait::ld and
+// tcgen05.fence::before_thread_sync). Nothing but the barrier's phase needs ordering (see "Which
+// scope a wait needs" above), so no cluster-scope release: mbarrier_arrive_cluster's .release.cluster
+// compiles to MEMBAR.ALL.GPU before the arrive, a wait for every outstanding global store of the
+// thread. CUTLASS include/cutlass/arch/barrier.h ClusterBarrier::arrive(cta_id, pred) and
+// umma_arrive_2x1SM_sm0 (PipelineUmmaAsync::consumer_release_2x1SM) arrive this way.
 PE_DEVICE void mbarrier_arrive_remote_cta(u64* bar, u32 cta_rank) {
   asm volatile(
       "{\n\t"
@@ -191,4 +214,3 @@ PE_DEVICE void mbarrier_arrive_remote_cta(u64* bar, u32 cta_rank) {
       "}"
       :: "r"(smem_u32(bar)), "r"(cta_rank) : "memory");
 }
-// ===== end of the sm90 twin section =================================================================

@@ -79,6 +79,7 @@ PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
 PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
 PELIB_EXPORT(grid_kind, 0);          // one cluster (CTA) per output tile
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);  // mbarriers + TMEM address slot
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
 PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
@@ -124,6 +125,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
   extern __shared__ __align__(1024) u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);   // TMA bytes landed in stage s
   u64* empty = full + NUM_STAGES;                             // MMAs finished reading stage s
   u64* mma_done = empty + NUM_STAGES;                         // accumulator complete
@@ -165,7 +167,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (int kb = 0; kb < num_kb; ++kb) {
         const int s = kb % NUM_STAGES;
         const u32 phase = (kb / NUM_STAGES) & 1;
-        mbarrier_wait_parity_cluster(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once
+        mbarrier_wait_parity(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once
         if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);  // both CTAs' bytes
         // cta_group::2 form: the bytes land here, the completion on the leader's full[s]
         tma_load_2d_cta2(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);
@@ -175,7 +177,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): wait until the MMAs have released
       // every slot, so no commit is still on its way to this CTA's barriers when it exits.
       for (int kb = num_kb; kb < num_kb + NUM_STAGES; ++kb)
-        mbarrier_wait_parity_cluster(&empty[kb % NUM_STAGES], ((kb / NUM_STAGES) & 1) ^ 1, 4);
+        mbarrier_wait_parity(&empty[kb % NUM_STAGES], ((kb / NUM_STAGES) & 1) ^ 1, 4);
     }
     __syncwarp();
   } else if (warp == 1) {
@@ -185,7 +187,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (int kb = 0; kb < num_kb; ++kb) {
         const int s = kb % NUM_STAGES;
         const u32 phase = (kb / NUM_STAGES) & 1;
-        mbarrier_wait_parity_cluster(&full[s], phase, 2);  // bytes from both CTAs
+        mbarrier_wait_parity(&full[s], phase, 2);  // bytes from both CTAs
         tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
         const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
         const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + s * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
@@ -212,7 +214,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
     const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL;
 
     const u64 t0 = timing_now();
-    if (warp == 2) mbarrier_wait_parity_cluster(mma_done, 0, 3);  // one poller...
+    if (warp == 2) mbarrier_wait_parity(mma_done, 0, 3);  // one poller...
     named_barrier_sync(EPI_BARRIER_ID, 32 * NUM_EPI_WARPS);  // ...releases the other epilogue warps
     tcgen05_fence_after_thread_sync();
     const u64 t1 = timing_now();

@@ -115,6 +115,7 @@ PELIB_EXPORT(cluster_x, 1);
 PELIB_EXPORT(cluster_in_kernel, 0);
 PELIB_EXPORT(grid_kind, 0);                 // one CTA per output tile: grid (N/128, M/128)
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT(barrier_bytes, BARRIER_BYTES);
 PELIB_EXPORT_TMAP(a, TILE_M, ROW_BYTES, SWIZZLE, 1);          // A [M, K/2] packed E2M1 as uint8
 PELIB_EXPORT_TMAP(b, TILE_N, ROW_BYTES, SWIZZLE, 1);          // B [N, K/2]
@@ -188,8 +189,9 @@ PE_DEVICE void mma_ktile(const u8* stage, u32 tmem, u32 sf_col, bool first_ktile
 #pragma unroll
   for (u32 k = 0; k < MMAS_PER_KTILE; ++k) {
     // tcgen05.cp -> tcgen05.mma from one thread is a pipelined pair (PTX ISA 9.7.16.6.2): no fence.
-    tcgen05_mma_mxf4nvf4_block16<1>(tmem + TMEM_ACC, smem_desc_advance(da, k * K_ADVANCE_BYTES),
-                                    smem_desc_advance(db, k * K_ADVANCE_BYTES), IDESC,
+    // K step of 32 B inside a stage below 256 KiB: no carry out of the start field (descriptors.cuh).
+    tcgen05_mma_mxf4nvf4_block16<1>(tmem + TMEM_ACC, smem_desc_advance_unchecked(da, k * K_ADVANCE_BYTES),
+                                    smem_desc_advance_unchecked(db, k * K_ADVANCE_BYTES), IDESC,
                                     tmem + sf_col + TMEM_SFA + k * TMEM_SF_COLS_PER_MMA,
                                     tmem + sf_col + TMEM_SFB + k * TMEM_SF_COLS_PER_MMA,
                                     (first_ktile && k == 0) ? 0u : 1u);
@@ -225,6 +227,7 @@ nvfp4_gemm(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ C
            u16* __restrict__ out, float alpha, u32 M, u32 N, u32 K) {
   extern __shared__ u8 smem_raw[];
   u8* smem = (u8*)(((u64)smem_raw + ALIGN_SLACK - 1) & ~(u64)(ALIGN_SLACK - 1));
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = (u64*)(smem + OFF_BARRIERS);        // TMA bytes landed
   u64* mma_done = full + 1;                       // the MMAs reading the stage (and the tile) finished
   u32* tmem_slot = (u32*)(mma_done + 1);

@@ -56,6 +56,7 @@ PELIB_EXPORT(grid_kind, 0);           // one CTA per output tile
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, 1);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4);
 PELIB_EXPORT(barrier_bytes, 8);  // full_bar, in static shared memory
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

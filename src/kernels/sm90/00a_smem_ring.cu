@@ -11,7 +11,8 @@
 // consumer_release signals from one thread per warpgroup on the same grounds).
 // Why: in 00 the tensor cores idle during every TMA round trip and the TMA idles during every wgmma;
 // with the ring the next slices are already in flight while this one multiplies.
-// Measured: results/2026-11-24-h200/sm90-split-stages.json: 2.088 ms against 1.676 ms for 00 (H200, 2026-11-24): 132 KiB of shared memory allow
+// Measured: results/2026-11-24-h100/sm90-stages.json: 2.122 ms against 1.749 ms for 00 (H100 80GB HBM3, 2026-11-24);
+// results/2026-11-24-h200/sm90-split-stages.json: 2.088 ms against 1.676 ms (H200, 2026-11-24): 132 KiB of shared memory allow
 // one CTA per SM where 00 ran three, whose loads and epilogues overlapped each other's mainloops.
 // Run: python -m pelib.stage sm90/00a_smem_ring
 #include "common/types.cuh"
@@ -61,6 +62,7 @@ PELIB_EXPORT(grid_kind, 0);           // one CTA per output tile
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

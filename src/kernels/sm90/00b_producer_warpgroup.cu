@@ -13,7 +13,8 @@
 // Why: the loads no longer sit in the consumer's instruction stream between its wgmma; the producer
 // runs ahead as far as the ring allows. The TIMING build now records the producer's waits (producer
 // wait, TMA issue) and the consumer's (TMA wait, K loop, epilogue) separately.
-// Measured: results/2026-11-24-h200/sm90-split-stages.json: 2.156 ms (H200, 2026-11-24): 256 threads and 132 KiB still allow one CTA per SM, so
+// Measured: results/2026-11-24-h100/sm90-stages.json: 2.190 ms (H100 80GB HBM3, 2026-11-24);
+// results/2026-11-24-h200/sm90-split-stages.json: 2.156 ms (H200, 2026-11-24): 256 threads and 132 KiB still allow one CTA per SM, so
 // the tile's prologue and epilogue still leave the tensor cores idle.
 // Run: python -m pelib.stage sm90/00b_producer_warpgroup
 #include "common/types.cuh"
@@ -74,6 +75,7 @@ PELIB_EXPORT(grid_kind, 0);           // one CTA per output tile
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

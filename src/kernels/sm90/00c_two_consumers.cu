@@ -8,7 +8,8 @@
 // issue their wgmma in parallel on the SM's tensor cores; each A byte loaded feeds 256 output columns.
 // ptxas fits the 128 accumulators in the 168 registers per thread that 384 threads leave (167 used, no
 // spills), so no register reallocation is needed yet.
-// Measured: results/2026-11-24-h200/sm90-split-stages.json: 1.877 ms (H200, 2026-11-24).
+// Measured: results/2026-11-24-h100/sm90-stages.json: 1.917 ms (H100 80GB HBM3, 2026-11-24);
+// results/2026-11-24-h200/sm90-split-stages.json: 1.877 ms (H200, 2026-11-24).
 // Run: python -m pelib.stage sm90/00c_two_consumers
 #include "common/types.cuh"
 #include "common/export.cuh"
@@ -68,6 +69,7 @@ PELIB_EXPORT(grid_kind, 0);           // one CTA per output tile
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

@@ -9,7 +9,8 @@
 // producer loads the next tile's stages while the consumers run the epilogue of this one.
 // Why: the CTA start is paid once per SM instead of once per tile, and the producer keeps the ring full
 // across the tile boundary.
-// Measured: results/2026-11-24-h200/sm90-split-stages.json: 1.575 ms against 1.918 ms for 01 (H200,
+// Measured: results/2026-11-24-h100/sm90-stages.json: 1.731 ms against 1.965 ms for 01 (H100 80GB HBM3, 2026-11-24);
+// results/2026-11-24-h200/sm90-split-stages.json: 1.575 ms against 1.918 ms for 01 (H200,
 // 2026-11-24); on the H100 (2026-11-23) the same code path, 02 with CLUSTER_M=1, ran 1.773 ms
 // (results/2026-11-23-h100/hopper-sweep-2026-11-23T055530-nvidia-h100-80gb-hbm3.json).
 // Run: python -m pelib.stage sm90/01a_persistent
@@ -81,6 +82,7 @@ PELIB_EXPORT(grid_kind, 1);           // persistent: grid = resident clusters, s
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

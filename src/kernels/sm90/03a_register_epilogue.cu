@@ -13,7 +13,8 @@
 // staging are free again: the ring goes back to 4 stages.
 // Why: 03 bought coalesced stores with 64 KiB of shared memory and a round trip through it; 16-B
 // register stores coalesce within each quad without either, and stage 03b needs the shared memory for B.
-// Measured: results/2026-11-24-h200/sm90-split-stages.json: 1.095 ms against 1.386 ms for 03 (H200, 2026-11-24).
+// Measured: results/2026-11-24-h100/sm90-stages.json: 1.189 ms against 1.494 ms for 03 (H100 80GB HBM3, 2026-11-24);
+// results/2026-11-24-h200/sm90-split-stages.json: 1.095 ms against 1.386 ms (H200, 2026-11-24).
 // Run: python -m pelib.stage sm90/03a_register_epilogue
 #include "common/types.cuh"
 #include "common/export.cuh"
@@ -97,6 +98,7 @@ PELIB_EXPORT(grid_kind, 1);           // persistent: grid = resident clusters, s
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

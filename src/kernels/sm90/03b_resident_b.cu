@@ -14,7 +14,8 @@
 // Why: B traffic was three quarters of 03a's L2 -> SM bytes. The cost: two A stages in flight instead
 // of four, and both consumer warpgroups still finish their tile together, so the tensor cores idle
 // during every epilogue (stage 03c).
-// Measured: results/2026-11-24-h200/sm90-split-stages.json: 1.278 ms against 1.095 ms for 03a (H200, 2026-11-24): two A stages are too few to
+// Measured: results/2026-11-24-h100/sm90-stages.json: 1.285 ms against 1.189 ms for 03a (H100 80GB HBM3, 2026-11-24);
+// results/2026-11-24-h200/sm90-split-stages.json: 1.278 ms against 1.095 ms (H200, 2026-11-24): two A stages are too few to
 // hide the loads while both warpgroups wait on the same slice.
 // Run: python -m pelib.stage sm90/03b_resident_b
 #include "common/types.cuh"
@@ -97,6 +98,7 @@ PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

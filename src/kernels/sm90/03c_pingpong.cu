@@ -17,7 +17,8 @@
 // epi_phase1 (the register epilogue), tile.
 // Why: in 03b the tensor cores idle during every epilogue; here one warpgroup's epilogue overlaps the
 // other's mainloop, and twice the A stages are in flight.
-// Measured: results/2026-11-24-h200/sm90-split-stages.json: 0.988 ms against 1.278 ms for 03b (H200, 2026-11-24).
+// Measured: results/2026-11-24-h100/sm90-stages.json: 1.060 ms against 1.285 ms for 03b (H100 80GB HBM3, 2026-11-24);
+// results/2026-11-24-h200/sm90-split-stages.json: 0.988 ms against 1.278 ms (H200, 2026-11-24).
 // Run: python -m pelib.stage sm90/03c_pingpong
 #include "common/types.cuh"
 #include "common/export.cuh"
@@ -90,6 +91,7 @@ PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

@@ -7,7 +7,8 @@
 // Why: the epilogue's first instruction otherwise waits a full L2 round trip for comb, while the other
 // warpgroup's mainloop runs; issued early, the loads complete during this warpgroup's own mainloop.
 // Measured: results/2026-11-23-h100/hopper-sweep-2026-11-23T062323-nvidia-h100-80gb-hbm3.json: 04 with COMB_EARLY=0 ran 1.017 ms against 1.015 ms (H100 80GB HBM3, 2026-11-23);
-// results/2026-11-24-h200/sm90-split-stages.json: 1.001 ms against 0.988 ms for 03c (H200, 2026-11-24): neutral on both.
+// results/2026-11-24-h100/sm90-stages.json: 1.061 ms against 1.060 ms for 03c (H100, 2026-11-24); results/2026-11-24-h200/
+// sm90-split-stages.json: 1.001 ms against 0.988 ms (H200, 2026-11-24): neutral on both.
 // Run: python -m pelib.stage sm90/03d_comb_early --sweep COMB_EARLY=0,1
 #include "common/types.cuh"
 #include "common/export.cuh"
@@ -83,6 +84,7 @@ PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

@@ -108,6 +108,7 @@ PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
 PELIB_EXPORT(cluster_in_kernel, 1);  // __cluster_dims__(CG, 1, 1): launched without a cluster attribute
 PELIB_EXPORT(grid_kind, 1);          // persistent: one cluster per SM pair, static schedule
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);      // A [M, K] FP8 as uint8: box {BK, BM}
 PELIB_EXPORT_TMAP(b, B_ROWS, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8: box {BK, B_ROWS}
 PELIB_EXPORT(mma_kind, 2);    // pelib.emulate code for kind::f8f6f4
@@ -213,7 +214,7 @@ PE_DEVICE u64 drain(u32 t_row, const u16* comb_ptr, u32 stage_buf, int lane, u16
   // arrival (tcgen05.fence::before_thread_sync), then one lane arrives on the leader's acc_empty.
   tcgen05_fence_before_thread_sync();
   __syncwarp();  // every lane's loads done; also: buffer 1 complete, buffer 0 fully read
-  if (lane == 0) mbarrier_arrive_cluster(acc_empty, 0);
+  if (lane == 0) mbarrier_arrive_remote_cta(acc_empty, 0);
   stage_copy_out<H, PHASE2_UNROLL>(buf1, lane, out_blk + C0 + HC, ld_out);
   return t;
 }
@@ -223,6 +224,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
   extern __shared__ __align__(1024) u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
   u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);   // TMA bytes landed in stage s
   u64* empty = full + NUM_STAGES;                             // MMAs finished reading stage s
   u64* acc_full = empty + NUM_STAGES;                         // accumulator b complete (MMA -> epilogue)
@@ -272,7 +274,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
         u64 t0 = timing_now(), t1 = t0;
         for (int kb = 0; kb < num_kb; ++kb) {
           const int s = ring.index;
-          mbarrier_wait_parity_cluster(&empty[s], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
+          mbarrier_wait_parity(&empty[s], ring.phase ^ 1, 1);  // a fresh barrier passes parity 1
           if (kb == 0) t1 = timing_now();
           if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);  // both CTAs' bytes
           // cta_group::2 form: the bytes land here, the completion on the leader's full[s]
@@ -287,7 +289,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): wait until the MMAs have released
       // every slot, so no commit is still on its way to this CTA's barriers when it exits.
       for (int i = 0; i < NUM_STAGES; ++i, ring.advance())
-        mbarrier_wait_parity_cluster(&empty[ring.index], ring.phase ^ 1, 4);
+        mbarrier_wait_parity(&empty[ring.index], ring.phase ^ 1, 4);
     }
     __syncwarp();
   } else if (warp == 1) {
@@ -297,13 +299,13 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {
         const u32 buf = sched.acc_buf();
         const u64 t0 = timing_now();
-        mbarrier_wait_parity_cluster(&acc_empty[buf], sched.acc_phase() ^ 1, 5);  // both CTAs drained it
+        mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);  // both CTAs drained it
         tcgen05_fence_after_thread_sync();
         u64 t1 = timing_now(), t2 = t1;
         const u32 d_tmem = tmem_base + TMEM_ACC_COL + buf * TMEM_ACC_STRIDE;
         for (int kb = 0; kb < num_kb; ++kb) {
           const int s = ring.index;
-          mbarrier_wait_parity_cluster(&full[s], ring.phase, 2);  // bytes from both CTAs
+          mbarrier_wait_parity(&full[s], ring.phase, 2);  // bytes from both CTAs
           tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
           if (kb == 0) t2 = timing_now();     // the tile's first stage has landed
           const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
@@ -340,7 +342,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
       const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL + buf * TMEM_ACC_STRIDE;
 
       const u64 t0 = timing_now();
-      mbarrier_wait_parity_cluster(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own
+      mbarrier_wait_parity(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own
       tcgen05_fence_after_thread_sync();
       const u64 t1 = timing_now();
       u64 t2;
