@@ -28,8 +28,11 @@ def test_nvfp4_128x128_instr_desc_by_hand():
     # kind::mxf4nvf4: packed E2M1 = 1 -> a 0x80, b 0x400; UE4M3 scale = 0 at bit 23; no D-format field.
     # N>>3 = 16 -> 0x0020_0000, M>>4 = 8 -> 0x0800_0000.
     assert D.umma_instr_desc_block_scaled(128, 128, "e2m1", "e2m1", "ue4m3", 0, 0) == 0x08200480
-    # a_sf_id at [29,31), b_sf_id at [4,6).
-    assert D.umma_instr_desc_block_scaled(128, 128, a_sf_id=2, b_sf_id=1) == 0x08200480 | 2 << 29 | 1 << 4
+    # a_sf_id at [29,31), b_sf_id at [4,6); IDs 0 or 2 with UE8M0 (block32), only 0 with UE4M3 (block16).
+    assert D.umma_instr_desc_block_scaled(128, 128, scale_fmt="ue8m0", a_sf_id=2, b_sf_id=2) == \
+        0x08200480 | 1 << 23 | 2 << 29 | 2 << 4
+    # mxf8f6f4 (scale_vec::1X) takes all four IDs.
+    assert D.umma_instr_desc_block_scaled(128, 128, "e4m3", "e4m3", "ue8m0", 3, 1, kind="mxf8f6f4") >> 29 & 3 == 3
 
 
 def test_e2m1_code_depends_on_kind():
@@ -91,9 +94,11 @@ def test_instr_desc_round_trip_random():
 def test_block_scaled_round_trip_random():
     rng = random.Random(1)
     for _ in range(200):
-        kw = dict(m=rng.choice([128, 256]), n=8 * rng.randint(1, 32), a_sf_id=rng.randint(0, 3),
-                  b_sf_id=rng.randint(0, 3), a_neg=rng.randint(0, 1), b_neg=rng.randint(0, 1),
-                  scale_fmt=rng.choice(["ue4m3", "ue8m0"]), kind="mxf4nvf4")
+        sf = rng.choice(["ue4m3", "ue8m0"])
+        ids = [0] if sf == "ue4m3" else [0, 2]
+        kw = dict(m=rng.choice([128, 256]), n=8 * rng.randint(1, 32), a_sf_id=rng.choice(ids),
+                  b_sf_id=rng.choice(ids), a_neg=rng.randint(0, 1), b_neg=rng.randint(0, 1),
+                  scale_fmt=sf, kind="mxf4nvf4")
         v = D.umma_instr_desc_block_scaled(**kw)
         back = D.decode_umma_instr_desc_block_scaled(v)
         assert D.umma_instr_desc_block_scaled(**back) == v
@@ -182,7 +187,9 @@ AGREEMENT_CASES = [
                              a_major="MN", b_neg=1)),
     ("umma_instr_desc", dict(m=64, n=8, a_fmt="e5m2", b_fmt="e2m1", c_fmt="f32", max_shift=3)),
     ("umma_instr_desc_block_scaled", dict(m=128, n=128)),
-    ("umma_instr_desc_block_scaled", dict(m=256, n=256, a_sf_id=3, b_sf_id=2, scale_fmt="ue8m0", a_neg=1)),
+    ("umma_instr_desc_block_scaled", dict(m=256, n=256, a_sf_id=2, b_sf_id=2, scale_fmt="ue8m0", a_neg=1)),
+    ("umma_instr_desc_block_scaled", dict(m=128, n=64, a_fmt="e4m3", b_fmt="e5m2", a_sf_id=3, b_sf_id=1,
+                                          scale_fmt="ue8m0", kind="mxf8f6f4")),
     ("umma_smem_desc", dict(addr=1024, lbo=16, sbo=1024, swizzle=128)),
     ("umma_smem_desc", dict(addr=0x3FFF0, lbo=0x3FFF0, sbo=0x3FFF0, swizzle=32, base_offset=7, lbo_mode=1)),
     ("umma_smem_desc", dict(addr=512, lbo=128, sbo=256, swizzle=0)),
@@ -209,7 +216,7 @@ def test_cpp_encoders_agree_with_python(tmp_path):
     src = tmp_path / "descriptor_agreement.cu"
     src.write_text(D.cuda_static_asserts(AGREEMENT_CASES))
     for arch in ("sm_100a", "sm_90a"):
-        b = build(src, arch=arch, defines={"PELIB_DESCRIPTOR_AGREEMENT": 1}, cache=False)
+        b = build(src, arch=arch, cache=False)
         assert b.cubin
 
 
@@ -222,7 +229,7 @@ def test_cpp_static_assert_can_fail(tmp_path):
     src = tmp_path / "descriptor_disagreement.cu"
     src.write_text(text)
     with pytest.raises(BuildError, match="static assertion failed|C\\+\\+ != Python"):
-        build(src, arch="sm_100a", defines={"PELIB_DESCRIPTOR_AGREEMENT": 1}, cache=False)
+        build(src, arch="sm_100a", cache=False)
 
 
 def test_cpp_range_check_is_a_compile_error(tmp_path):
@@ -233,4 +240,4 @@ def test_cpp_range_check_is_a_compile_error(tmp_path):
                    'static_assert(umma_smem_desc(1032, 16, 1024, 128) != 0, "misaligned");\n'
                    'extern "C" __global__ void k() {}\n')
     with pytest.raises(BuildError, match="constant"):
-        build(src, arch="sm_100a", defines={"PELIB_DESCRIPTOR_AGREEMENT": 1}, cache=False)
+        build(src, arch="sm_100a", cache=False)

@@ -1,21 +1,27 @@
 """Compile a kernel stage with NVRTC (through cuda.core) and report what ptxas and nvdisasm say."""
 from __future__ import annotations
 
-import hashlib
+import difflib
 import io
-import json
 import os
 import re
-import tempfile
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from . import elf, sass as _sass
-from .paths import CACHE_DIR, KERNELS
+from . import cache as _cache, elf, sass as _sass
+from .paths import KERNELS
 
 ARCHS = ("sm_100a", "sm_90a")
-_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+# An explicit cache folder (tests set it); None: PELIB_CACHE, XDG_CACHE_HOME or ~/.cache, at each build.
+CACHE_DIR: Path | None = None
+# Options build() sets itself; extra_options may not replace them (use build()'s own arguments).
+OWNED_OPTIONS = {"arch": "arch=", "std": None, "define_macro": "defines=", "include_path": None,
+                 "ptxas_options": None, "name": "the file's name"}
+MAX_SOURCE_BYTES = 8 << 20      # a kernel source or header larger than this is not one
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>|([A-Za-z_]\w*))', re.M)
+_IDENT_RE = re.compile(r"[A-Za-z_]\w*")
 
 
 class BuildError(RuntimeError):
@@ -55,12 +61,17 @@ class Build:
     ptxas: dict[str, PtxasFacts]
     exports: dict[str, int] = field(default_factory=dict)
     cached: bool = False
+    entry: object = field(default=None, repr=False, compare=False)   # its pelib.cache.Entry, if cached
 
     @property
     def kernel(self) -> str:
-        """The single __global__ entry (error if the file has several: name one)."""
+        """The single __global__ entry (error if the file has none or several)."""
+        if not self.ptxas:
+            raise ValueError(f"{self.source.name} defines no __global__ kernel (ptxas compiled no entry "
+                             "function): add one, or check the #if around it")
         if len(self.ptxas) != 1:
-            raise ValueError(f"{self.source.name} has kernels {sorted(self.ptxas)}: pass a name")
+            raise ValueError(f"{self.source.name} has kernels {sorted(self.ptxas)}: read b.ptxas[name] "
+                             "for one kernel's facts, and pass kernel=name to pelib.launch.prepare")
         return next(iter(self.ptxas))
 
     @property
@@ -80,7 +91,15 @@ class Build:
 
     @cached_property
     def sass(self) -> str:
-        return _sass.disassemble(self.cubin)
+        """nvdisasm's listing, kept in the cache entry next to the cubin (checked like it)."""
+        if self.entry is not None and self.entry.has(SASS_FILE):
+            data = self.entry.read(SASS_FILE)
+            if data is not None:
+                return data.decode()
+        text = _sass.disassemble(self.cubin)
+        if self.entry is not None:
+            self.entry.add(SASS_FILE, text.encode())
+        return text
 
     @cached_property
     def histogram(self):
@@ -122,21 +141,6 @@ def parse_ptxas(log: str) -> dict[str, PtxasFacts]:
             out[current] = PtxasFacts(current, regs, frame[1], frame[2], frame[0], smem, bars)
             current = None
     return out
-
-
-def _expand_sources(path: Path, seen=None) -> list[Path]:
-    """The file and every quoted include it reaches under src/kernels (for the cache key)."""
-    seen = [] if seen is None else seen
-    if path in seen:
-        return seen
-    seen.append(path)
-    for inc in _INCLUDE_RE.findall(path.read_text()):
-        for base in (path.parent, KERNELS):
-            cand = (base / inc).resolve()
-            if cand.exists():
-                _expand_sources(cand, seen)
-                break
-    return seen
 
 
 def toolchain_version() -> str:
@@ -190,45 +194,165 @@ def _offending_lines(log: str, sources: dict[str, str], context: int = 1) -> str
     return "\n---\n".join(shown)
 
 
-def build(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None,
-          *, name_expressions=(), cache: bool = True, extra_options: dict | None = None) -> Build:
-    """Compile `stage` (a path, or a name relative to src/kernels) for `arch` and return a Build."""
-    if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}: the book builds for {', '.join(ARCHS)}")
+CUBIN_FILE, LOG_FILE, SASS_FILE = "kernel.cubin", "ptxas.log", "kernel.sass"
+_CACHES: dict = {}
+
+
+def _cache_for(root) -> _cache.Cache:
+    """One Cache per folder (None: resolved at each use), so each warns once per process."""
+    if root not in _CACHES:
+        _CACHES[root] = _cache.Cache(root)
+    return _CACHES[root]
+
+
+def _kernel_path(stage) -> Path:
+    """The stage's file: a path, or a name relative to src/kernels; refuse what is not a CUDA source file."""
+    if not isinstance(stage, (str, os.PathLike)):
+        raise TypeError(f"stage must be a path or a name under src/kernels (e.g. 'fp8/06_stages.cu'), "
+                        f"got {type(stage).__name__} {stage!r}")
     path = Path(stage)
     if not path.is_absolute():
         path = KERNELS / path
     if not path.exists():
         raise FileNotFoundError(f"no kernel file {path}")
+    if path.is_dir():
+        raise BuildError(f"{path} is a folder: pass one stage file in it, e.g. "
+                         f"{next(iter(sorted(path.glob('*.cu'))), path / 'NN_name.cu')}")
+    if path.suffix != ".cu":
+        raise BuildError(f"{path} is not a CUDA source file (.cu): build() compiles one kernel stage")
+    return path
+
+
+def read_source(path: Path) -> str:
+    """A source or header as text: a regular file, at most MAX_SOURCE_BYTES, UTF-8; errors name the file."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise BuildError(f"cannot read {path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a character device" if stat.S_ISCHR(st.st_mode)
+                else "a block device" if stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "not a regular file")
+        raise BuildError(f"{path} is {what}, not a source file: pass a regular .cu/.cuh file")
+    if st.st_size > MAX_SOURCE_BYTES:
+        raise BuildError(f"{path} has {st.st_size} B, more than {MAX_SOURCE_BYTES} B: not a kernel source")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise BuildError(f"{path} is not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start} "
+                         f"(line {line}); save the file as UTF-8") from None
+
+
+def expand_sources(path: Path, include_dirs: list[Path]) -> list[tuple[str, Path, str]]:
+    """(name it was included as, file, text) for the stage and every header it reaches, as NVRTC resolves them.
+
+    Quoted includes are looked up next to the including header, then on the include path; `<...>` ones
+    on the include path only (the stage itself has no folder to NVRTC, which compiles a string, so its
+    folder is the first include directory). A `<...>` include found nowhere is one of NVRTC's built-in
+    headers (covered by the toolchain version). An include through a macro cannot be followed: then
+    every header under the stage's folder and src/kernels counts.
+    """
+    out: list[tuple[str, Path, str]] = []
+    seen: set[Path] = set()
+
+    def visit(name: str, p: Path, top: bool) -> None:
+        p = p.resolve()
+        if p in seen:
+            return
+        seen.add(p)
+        text = read_source(p)
+        out.append((name, p, text))
+        for quoted, angled, macro in _INCLUDE_RE.findall(text):
+            if macro:
+                for d in include_dirs[:2]:
+                    for h in sorted(Path(d).rglob("*")):
+                        if h.suffix in (".cuh", ".h", ".hpp", ".inc") and h.is_file():
+                            visit(str(h.relative_to(d)), h, False)
+                continue
+            inc = quoted or angled
+            bases = ([] if top or angled else [p.parent]) + list(include_dirs)
+            for base in bases:
+                cand = Path(base) / inc
+                if cand.is_file():
+                    visit(inc, cand, False)
+                    break
+
+    visit(path.name, path, True)
+    return out
+
+
+def check_defines(defines: dict, sources: list[tuple[str, Path, str]], stage: Path) -> None:
+    """Refuse a define whose name occurs in none of the sources (a typo would build the default kernel)."""
+    texts = [t for _, _, t in sources]
+    words = None
+    for name in defines:
+        pat = re.compile(rf"\b{re.escape(name)}\b")
+        if any(pat.search(t) for t in texts):
+            continue
+        if words is None:
+            words = sorted({w for t in texts for w in _IDENT_RE.findall(t) if len(w) > 2})
+        near = difflib.get_close_matches(name, words, n=3, cutoff=0.75)
+        hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        raise ValueError(f"define {name!r} occurs nowhere in {stage.name} or the {len(sources) - 1} headers it "
+                         f"includes, so it would change nothing{hint}")
+
+
+def build(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None,
+          *, name_expressions=(), cache: bool = True, extra_options: dict | None = None) -> Build:
+    """Compile `stage` (a path, or a name relative to src/kernels) for `arch` and return a Build.
+
+    The result is cached (pelib.cache): the key covers the stage and every header it includes, the
+    defines and options, and the NVRTC version; each cached artifact is checked against its sha256.
+    """
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}: the book builds for {', '.join(ARCHS)}")
+    path = _kernel_path(stage)
     defines = dict(defines or {})
-    srcs = _expand_sources(path.resolve())
+    extra = dict(extra_options or {})
+    for k in extra:
+        if k in OWNED_OPTIONS:
+            how = f" (use build()'s {OWNED_OPTIONS[k]})" if OWNED_OPTIONS[k] else ""
+            raise ValueError(f"extra_options[{k!r}] is set by build() itself and may not be replaced{how}")
+    include_dirs = _include_paths(path.parent)
+    srcs = expand_sources(path, [Path(d) for d in include_dirs])
+    check_defines(defines, srcs, path)
     version = toolchain_version()
     opts = {"arch": arch, "std": "c++17", "define_macro": _format_defines(defines) or None,
-            "include_path": _include_paths(path.parent), "ptxas_options": ["-v"], **(extra_options or {})}
-    key_src = hashlib.sha256()
-    for p in srcs:
-        key_src.update(p.name.encode() + b"\0" + p.read_bytes())
-    key_src.update(json.dumps({k: v for k, v in opts.items() if k != "include_path"}, sort_keys=True,
-                              default=str).encode())
-    key_src.update(json.dumps(list(name_expressions)).encode() + version.encode())
-    key = key_src.hexdigest()[:32]
-    entry = CACHE_DIR / f"{path.stem}-{arch}-{key}"
-    if cache and (entry / "meta.json").exists():
-        meta = json.loads((entry / "meta.json").read_text())
-        return _make_build(path, arch, defines, (entry / "kernel.cubin").read_bytes(), meta["log"], True)
+            "include_path": include_dirs, "ptxas_options": ["-v"], **extra}
+    key = _cache.key(files=[(n, t.encode()) for n, _, t in srcs],
+                     options={k: v for k, v in opts.items() if k != "include_path"},
+                     tool=f"{version} cuda-core-{_cuda_core_version()}",
+                     extra={"name_expressions": list(name_expressions), "source": path.name})
+    store = _cache_for(CACHE_DIR) if cache else None
+    name = f"{path.stem}-{arch}"
+    if store is not None:
+        entry = store.get(name, key, require=(CUBIN_FILE, LOG_FILE))
+        if entry is not None:
+            return _make_build(path, arch, defines, entry.read(CUBIN_FILE), entry.read(LOG_FILE).decode(),
+                               True, entry)
 
     cubin, log = _compile(path, srcs, opts, name_expressions)
-    if cache:
-        _atomic_store(entry, cubin, log)
-    return _make_build(path, arch, defines, cubin, log, False)
+    entry = store.put(name, key, {CUBIN_FILE: cubin, LOG_FILE: log.encode()},
+                      {"source": str(path), "arch": arch, "defines": _format_defines(defines)}) if store else None
+    return _make_build(path, arch, defines, cubin, log, False, entry)
 
 
-def _make_build(path, arch, defines, cubin, log, cached) -> Build:
+def _cuda_core_version() -> str:
+    try:
+        import cuda.core
+        return str(getattr(cuda.core, "__version__", "?"))
+    except ImportError:
+        return "none"
+
+
+def _make_build(path, arch, defines, cubin, log, cached, entry=None) -> Build:
     return Build(source=path, arch=arch, defines=defines, cubin=cubin, log=log,
-                 ptxas=parse_ptxas(log), exports=elf.read_exports(cubin), cached=cached)
+                 ptxas=parse_ptxas(log), exports=elf.read_exports(cubin), cached=cached, entry=entry)
 
 
-def _compile(path: Path, srcs: list[Path], opts: dict, name_expressions) -> tuple[bytes, str]:
+def _compile(path: Path, srcs: list[tuple[str, Path, str]], opts: dict, name_expressions) -> tuple[bytes, str]:
     try:
         from cuda.core import Program, ProgramOptions
     except ImportError:  # older cuda-core
@@ -236,7 +360,7 @@ def _compile(path: Path, srcs: list[Path], opts: dict, name_expressions) -> tupl
             from cuda.core.experimental import Program, ProgramOptions
         except ImportError as e:
             raise ToolchainError("cuda.core is missing: pip install cuda-core") from e
-    source = path.read_text()
+    source = srcs[0][2]
     log = io.StringIO()
     options = ProgramOptions(name=path.name, **opts)
     try:
@@ -248,21 +372,7 @@ def _compile(path: Path, srcs: list[Path], opts: dict, name_expressions) -> tupl
         if type(e).__name__ in ("DynamicLibNotFoundError", "RuntimeError") and "nvrtc" in text.lower() \
                 and "COMPILATION" not in text:
             raise ToolchainError(f"NVRTC is not usable: {e}. Install it: pip install nvidia-cuda-nvrtc") from e
-        lines = _offending_lines(text, {p.name: p.read_text() for p in srcs} | {path.name: source})
+        lines = _offending_lines(text, {p.name: t for _, p, t in srcs} | {path.name: source})
         raise BuildError(f"NVRTC could not compile {path.name} for {opts['arch']} "
                          f"with defines {opts['define_macro'] or []}:\n{text.strip()}\n\nOffending lines:\n{lines}") from None
     return bytes(obj.code), log.getvalue()
-
-
-def _atomic_store(entry: Path, cubin: bytes, log: str) -> None:
-    """Write into a temp dir and rename it, so concurrent builders never see half an entry."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".tmp-"))
-    (tmp / "kernel.cubin").write_bytes(cubin)
-    (tmp / "meta.json").write_text(json.dumps({"log": log}))
-    try:
-        os.rename(tmp, entry)
-    except OSError:  # another process won the race: its entry is identical
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()

@@ -138,48 +138,109 @@ def decode_umma_instr_desc(v: int, kind: str = "f8f6f4") -> dict:
             "max_shift": v >> 30 & 3, "sparse": v >> 2 & 1, "sparse_id2": v & 3}
 
 
+# Scale-factor vector size per kind (PTX ISA, tcgen05.mma .block_scale: .scale_vec::1X = block32 for
+# mxf8f6f4, 2X = block32 for mxf4/mxf4nvf4, 4X = block16, which mxf4nvf4 needs for UE4M3 scales).
+_SF_IDS = {1: (0, 1, 2, 3), 2: (0, 2), 4: (0,)}   # scale_vec::NX -> allowed scale-factor data IDs
+
+
+def _scale_vec(kind: str, sf: int, block: int | None) -> int:
+    """The .scale_vec::NX a block-scaled descriptor is used with (1, 2 or 4)."""
+    if kind == "mxf8f6f4":
+        if block not in (None, 32):
+            raise DescriptorError(f"kind::mxf8f6f4 scales blocks of 32 elements, not block={block}")
+        return 1
+    if block is None:
+        block = 16 if sf == 0 else 32     # UE4M3 scales (NVFP4) come in blocks of 16
+    if block not in (16, 32):
+        raise DescriptorError(f"block={block}: kind::{kind} scales blocks of 16 (scale_vec::4X) or 32 (2X)")
+    if block == 16 and kind == "mxf4":
+        raise DescriptorError("kind::mxf4 has no block16 (scale_vec::4X): use kind::mxf4nvf4")
+    if block == 32 and sf == 0:
+        raise DescriptorError(f"kind::{kind} with UE4M3 scales needs block16 (scale_vec::4X)")
+    return 4 if block == 16 else 2
+
+
 def umma_instr_desc_block_scaled(m: int, n: int, a_fmt="e2m1", b_fmt="e2m1", scale_fmt="ue4m3",
                                  a_sf_id: int = 0, b_sf_id: int = 0, a_major="K", b_major="K", *,
                                  kind: str = "mxf4nvf4", a_neg: int = 0, b_neg: int = 0,
-                                 k_size: int = 0, sparse: int = 0, sparse_id2: int = 0) -> int:
-    """32-bit instruction descriptor for tcgen05.mma kind::mxf8f6f4 / mxf4 / mxf4nvf4 (PTX ISA Table 43)."""
+                                 k_size: int = 0, sparse: int = 0, sparse_id2: int = 0,
+                                 block: int | None = None) -> int:
+    """32-bit instruction descriptor for tcgen05.mma kind::mxf8f6f4 / mxf4 / mxf4nvf4 (PTX ISA Tables 43, 44).
+
+    M is stored as M>>7 in bits [27,29) with [24,27) reserved, so M is 128 or 256 (no M=64 here);
+    kind::mxf4/mxf4nvf4 keep B's format in [10,12) with bit 12 reserved. The scale-factor data IDs are
+    0..3 for mxf8f6f4 (scale_vec::1X), 0 or 2 for block32 of mxf4/mxf4nvf4 (2X) and only 0 for block16
+    (4X, which UE4M3 scales use); `block` (16 or 32) is inferred from the scale format when not given.
+    """
     if kind not in ("mxf8f6f4", "mxf4", "mxf4nvf4"):
         raise DescriptorError(f"kind={kind!r}: block-scaled kinds are mxf8f6f4, mxf4, mxf4nvf4")
     mdim, ndim = _mn(m, n, kind)
+    if m not in (128, 256):
+        raise DescriptorError(f"M={m}: a block-scaled descriptor stores M>>7 in bits 27-28 (bits 24-26 are "
+                              f"reserved), so M is 128 or 256 (PTX ISA Tables 43, 44)")
     a = _code(A_FORMATS[kind], kind, a_fmt, "a_fmt")
     b = _code(A_FORMATS[kind], kind, b_fmt, "b_fmt")
     sf = _code(SCALE_FORMATS, kind, scale_fmt, "scale_fmt")
     if kind == "mxf4" and sf != 1:
         raise DescriptorError("kind::mxf4 takes UE8M0 scales only; NVFP4 (UE4M3) needs kind::mxf4nvf4")
+    if kind == "mxf8f6f4" and sf != 1:
+        raise DescriptorError("kind::mxf8f6f4 takes UE8M0 scales only (PTX ISA Table 43)")
     am = _code(MAJORS, kind, a_major, "major")
     bm = _code(MAJORS, kind, b_major, "major")
     if kind in ("mxf4", "mxf4nvf4") and (am or bm):
         raise DescriptorError(f"kind::{kind} takes K-major A and B only (TN)")
+    vec = _scale_vec(kind, sf, block)
+    for name, v in (("a_sf_id", a_sf_id), ("b_sf_id", b_sf_id)):
+        _field(name, v, 2)
+        if v not in _SF_IDS[vec]:
+            raise DescriptorError(f"{name}={v}: with scale_vec::{vec}X (kind::{kind}"
+                                  f"{', block16' if vec == 4 else ', block32' if vec == 2 else ''}) the scale-factor "
+                                  f"data ID is one of {list(_SF_IDS[vec])} (PTX ISA, tcgen05.mma scale factors)")
+    if kind == "mxf8f6f4" and k_size:
+        raise DescriptorError("k_size=1 (K96) exists for kind::mxf4/mxf4nvf4 only; bit 31 is reserved for mxf8f6f4")
     return (_field("sparse_id2", sparse_id2, 2)           # [0,2)
             | _field("sparse", sparse, 1) << 2            # [2]
-            | _field("b_sf_id", b_sf_id, 2) << 4          # [4,6) B scale-factor ID
+            | b_sf_id << 4                                # [4,6) B scale-factor ID
             | a << 7                                      # [7,10) A format
-            | b << 10                                     # [10,13) B format
+            | b << 10                                     # [10,13) B format ([10,12) + reserved 12 for mxf4*)
             | _field("a_neg", a_neg, 1) << 13             # [13]
             | _field("b_neg", b_neg, 1) << 14             # [14]
             | am << 15 | bm << 16                         # [15], [16] majors
             | ndim << 17                                  # [17,23) N>>3
             | sf << 23                                    # [23] scale format
-            | mdim << 24                                  # [24,29) M>>4
-            | _field("a_sf_id", a_sf_id, 2) << 29         # [29,31) A scale-factor ID
+            | (m >> 7) << 27                              # [27,29) M>>7; [24,27) reserved
+            | a_sf_id << 29                               # [29,31) A scale-factor ID
             | _field("k_size", k_size, 1) << 31)          # [31] K size (mxf4: 0 = K64, 1 = K96)
 
 
 def decode_umma_instr_desc_block_scaled(v: int, kind: str = "mxf4nvf4") -> dict:
-    """Named fields of a block-scaled instruction descriptor (inverse of umma_instr_desc_block_scaled)."""
+    """Named fields of a block-scaled instruction descriptor (inverse of umma_instr_desc_block_scaled);
+    refuses the reserved bits (3, 6, 24-26; 12 for mxf4/mxf4nvf4; 31 for mxf8f6f4) and invalid M or IDs."""
     _field("instruction descriptor", v, 32)
-    if v & (1 << 3 | 1 << 6):
-        raise DescriptorError(f"0x{v:08x} sets a reserved bit (3 or 6)")
+    if kind not in ("mxf8f6f4", "mxf4", "mxf4nvf4"):
+        raise DescriptorError(f"kind={kind!r}: block-scaled kinds are mxf8f6f4, mxf4, mxf4nvf4")
+    reserved = [3, 6, 24, 25, 26] + ([12] if kind != "mxf8f6f4" else [31])
+    hit = [bit for bit in reserved if v >> bit & 1]
+    if hit:
+        raise DescriptorError(f"0x{v:08x} sets reserved bit{'s' if len(hit) > 1 else ''} "
+                              f"{', '.join(map(str, hit))} of a kind::{kind} descriptor (PTX ISA Tables 43, 44)")
+    m = (v >> 27 & 3) << 7
+    if m not in (128, 256):
+        raise DescriptorError(f"0x{v:08x}: M>>7 = {v >> 27 & 3} in bits 27-28 is no block-scaled shape (128 or 256)")
     fmts = _inv(A_FORMATS[kind])
     a, b = v >> 7 & 7, v >> 10 & 7
-    return {"m": (v >> 24 & 0x1F) << 4, "n": (v >> 17 & 0x3F) << 3,
+    sf = v >> 23 & 1
+    if kind != "mxf4nvf4" and sf == 0:
+        raise DescriptorError(f"0x{v:08x}: kind::{kind} takes UE8M0 scales only (bit 23 must be 1)")
+    # IDs: 0..3 with scale_vec::1X (mxf8f6f4), 0 or 2 with block32 (2X), only 0 with block16 (4X, UE4M3).
+    allowed = (0, 1, 2, 3) if kind == "mxf8f6f4" else (0,) if sf == 0 else (0, 2)
+    for name, sid in (("a_sf_id", v >> 29 & 3), ("b_sf_id", v >> 4 & 3)):
+        if sid not in allowed:
+            raise DescriptorError(f"0x{v:08x}: {name}={sid} is not allowed for kind::{kind} with "
+                                  f"{_inv(SCALE_FORMATS)[sf]} scales (one of {list(allowed)})")
+    return {"m": m, "n": (v >> 17 & 0x3F) << 3,
             "a_fmt": fmts.get(a, a), "b_fmt": fmts.get(b, b),
-            "scale_fmt": _inv(SCALE_FORMATS)[v >> 23 & 1],
+            "scale_fmt": _inv(SCALE_FORMATS)[sf],
             "a_sf_id": v >> 29 & 3, "b_sf_id": v >> 4 & 3,
             "a_major": _inv(MAJORS)[v >> 15 & 1], "b_major": _inv(MAJORS)[v >> 16 & 1],
             "kind": kind, "a_neg": v >> 13 & 1, "b_neg": v >> 14 & 1, "k_size": v >> 31 & 1,
@@ -299,7 +360,7 @@ def describe(v: int, what: str) -> list[tuple[str, str, str, str]]:
                 ("15", "A major", v >> 15 & 1, d["a_major"]), ("16", "B major", v >> 16 & 1, d["b_major"]),
                 ("17-22", "N >> 3", v >> 17 & 0x3F, f"N = {d['n']}"),
                 ("23", "scale format", v >> 23 & 1, d["scale_fmt"]),
-                ("24-28", "M >> 4", v >> 24 & 0x1F, f"M = {d['m']}"),
+                ("27-28", "M >> 7", v >> 27 & 3, f"M = {d['m']}"),
                 ("29-30", "A scale-factor ID", d["a_sf_id"], "byte of SFA TMEM word"),
                 ("31", "K size", d["k_size"], "dense K64" if not d["k_size"] else "K96")]
     else:

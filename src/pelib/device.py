@@ -19,6 +19,11 @@ _MODE_OF_CC = {(10, 0): LIVE, (9, 0): HOPPER_LIVE}
 FORCE_ENV = "PELIB_FORCE_COMPILE_ONLY"
 
 
+def forced_compile_only() -> bool:
+    """PELIB_FORCE_COMPILE_ONLY is on: any value but '', 0, false, no, off (any case)."""
+    return os.environ.get(FORCE_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 class UnsupportedGPU(RuntimeError):
     """A stage needs another GPU than the one here; the page shows compiled and recorded results."""
 
@@ -49,7 +54,7 @@ class DeviceInfo:
     @property
     def mode(self) -> str:
         """The page mode this device allows: live, hopper-live or compile-only."""
-        if not self.present or os.environ.get(FORCE_ENV):
+        if not self.present or forced_compile_only():
             return COMPILE_ONLY
         return _MODE_OF_CC.get(self.cc, COMPILE_ONLY)
 
@@ -164,11 +169,12 @@ def current() -> DeviceInfo:
 
 def mode(stage_arch: str | None = None, info: DeviceInfo | None = None) -> str:
     """The page mode: for a stage of `stage_arch`, live only where that arch runs."""
+    if stage_arch is not None:
+        _check_arch_name(stage_arch)   # a misspelt arch is an error on every machine, GPU or not
     info = info or current()
     m = info.mode
     if stage_arch is None or m == COMPILE_ONLY:
         return m
-    _check_arch_name(stage_arch)
     return m if ARCH_CC[stage_arch] == info.cc else COMPILE_ONLY
 
 
@@ -185,7 +191,7 @@ def _check_arch_name(arch: str) -> None:
 def _found(info: DeviceInfo) -> str:
     if not info.present:
         return info.reason or "no CUDA GPU here"
-    if os.environ.get(FORCE_ENV):
+    if forced_compile_only():
         return f"{info.arch} ({FORCE_ENV} is set)"
     return info.arch
 
@@ -208,7 +214,7 @@ def banner_text(stage_arch: str | None = None, info: DeviceInfo | None = None) -
     if not info.present:
         return f"Evidence mode: {COMPILE_ONLY} — {info.reason or 'no CUDA GPU here'}: {recorded}"
     gpu = info.describe()
-    if os.environ.get(FORCE_ENV):
+    if forced_compile_only():
         return f"Evidence mode: {COMPILE_ONLY} — {FORCE_ENV} is set on {gpu}: {recorded}"
     if m == LIVE:
         what = ("this page's stages run, are verified and timed here" if stage_arch

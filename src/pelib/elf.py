@@ -6,8 +6,23 @@ PREFIX = "pelib_"
 
 def read_exports(cubin: bytes) -> dict[str, int]:
     """{name: value} for every `pelib_<name>` integer object in the cubin (ELF64, little endian)."""
-    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
-        raise ValueError("not an ELF64 cubin")
+    out = {}
+    for name, (off, size) in export_locations(cubin).items():
+        out[name] = 0 if off is None else int.from_bytes(cubin[off:off + size], "little")
+    return out
+
+
+def export_locations(cubin: bytes) -> dict[str, tuple]:
+    """{name: (file offset, size)} of every export; offset None for a zero-initialised (.bss) one."""
+    if len(cubin) < 0x40 or cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        raise ValueError(f"not an ELF64 cubin ({len(cubin)} B starting {bytes(cubin[:4])!r})")
+    try:
+        return _locations(cubin)
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"the cubin ({len(cubin)} B) is truncated or corrupt: {e}") from None
+
+
+def _locations(cubin: bytes) -> dict[str, tuple]:
     shoff, = struct.unpack_from("<Q", cubin, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
     secs = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
@@ -24,8 +39,10 @@ def read_exports(cubin: bytes) -> dict[str, int]:
                 continue
             data_sec = secs[st_shndx]
             if data_sec[1] == 8:  # SHT_NOBITS: zero-initialised
-                val = 0
-            else:
-                val = int.from_bytes(cubin[data_sec[4] + st_value:data_sec[4] + st_value + st_size], "little")
-            out[name[len(PREFIX):]] = val
+                out[name[len(PREFIX):]] = (None, st_size)
+                continue
+            at = data_sec[4] + st_value
+            if at + st_size > len(cubin):
+                raise ValueError(f"symbol {name} lies past the end of the file")
+            out[name[len(PREFIX):]] = (at, st_size)
     return out

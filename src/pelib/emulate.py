@@ -43,7 +43,7 @@ __all__ = [
     "tma_store_2d", "tma_box_addresses", "operand_addresses", "read_operand", "decode_values",
     "encode_e4m3", "Tmem", "tcgen05_ld_32x32b", "tmem_ld_map", "tmem_accumulator_map",
     "wgmma_acc_map", "sf_blocked_offset", "sf_to_blocked", "tcgen05_cp_32x128b_warpx4", "cta_pair_split",
-    "TileParams", "TileReport", "emulate_tile", "EXPORT_NAMES", "MMA_KINDS",
+    "TileParams", "TileReport", "emulate_tile", "EXPORT_NAMES", "MMA_KINDS", "check_tile_index",
 ]
 
 
@@ -73,6 +73,8 @@ def swizzle_addr(addr, swizzle: int):
 
 def swizzle_repeat(swizzle: int) -> int:
     """Bytes after which the swizzle pattern repeats (PTX ISA Table 41): 1024, 512, 256 (16 for none)."""
+    if swizzle not in _SWZ_BITS:
+        raise EmulationError(f"swizzle={swizzle!r}: one of 0, 32, 64, 128 (bytes)")
     return {0: 16, 32: 256, 64: 512, 128: 1024}[swizzle]
 
 
@@ -569,6 +571,33 @@ EXPORT_NAMES = {
 }
 
 
+_ARCHS = {100: "sm_100a", 90: "sm_90a"}
+_IDESC_DEFAULTS = {"mma_m": 128, "mma_n": 128, "a_fmt": "e4m3", "b_fmt": "e4m3", "a_major": "K", "b_major": "K"}
+
+
+def _reencode(current: dict, changes: dict) -> dict:
+    """changes, plus a re-encoded idesc when they change a field the current idesc encodes."""
+    touched = [k for k in _IDESC_DEFAULTS if k in changes]
+    if not touched or "idesc" in changes or current.get("idesc") is None:
+        return dict(changes)
+    kind = changes.get("kind", current.get("kind", "f8f6f4"))
+    v = int(current["idesc"])
+    scaled = kind in ("mxf8f6f4", "mxf4", "mxf4nvf4")
+    what = ", ".join(f"{k}={changes[k]!r}" for k in touched)
+    try:
+        dec = D.decode_umma_instr_desc_block_scaled(v, kind) if scaled else D.decode_umma_instr_desc(v, kind)
+        names = {"mma_m": "m", "mma_n": "n", "a_fmt": "a_fmt", "b_fmt": "b_fmt", "a_major": "a_major",
+                 "b_major": "b_major"}
+        for k in touched:
+            dec[names[k]] = changes[k]
+        dec.pop("kind")
+        enc = D.umma_instr_desc_block_scaled if scaled else D.umma_instr_desc
+        new = enc(kind=kind, **dec)
+    except D.DescriptorError as e:
+        raise EmulationError(f"override {what}: no instruction descriptor encodes it ({e})") from None
+    return {**changes, "idesc": new}
+
+
 def _get(ex: dict, name: str, default=None):
     return ex[name] if name in ex else default
 
@@ -581,12 +610,14 @@ class TileParams:
     arch: str = "sm_100a"
     cta_group: int = 1
     idesc: int | None = None
-    mma_m: int = 128
-    mma_n: int = 128
-    a_fmt: str = "e4m3"
-    b_fmt: str = "e4m3"
-    a_major: str = "K"
-    b_major: str = "K"
+    # The next six come from idesc when there is one (None = take it from there, or the default):
+    # an explicit value that disagrees with idesc is an error; from_exports()/with_() re-encode idesc.
+    mma_m: int | None = None
+    mma_n: int | None = None
+    a_fmt: str | None = None
+    b_fmt: str | None = None
+    a_major: str | None = None
+    b_major: str | None = None
     block_k: int = 128
     a_box_k: int = 128
     a_box_m: int = 128
@@ -631,12 +662,45 @@ class TileParams:
     epilogue_map: Callable | None = field(default=None, repr=False)
 
     def __post_init__(self):
+        if self.kind not in MMA_KINDS.values():
+            raise EmulationError(f"kind={self.kind!r}: one of {sorted(MMA_KINDS.values())}")
+        if self.arch not in _ARCHS.values():
+            raise EmulationError(f"arch={self.arch!r}: the emulator models {sorted(_ARCHS.values())}")
+        if self.cta_group not in (1, 2):
+            raise EmulationError(f"cta_group={self.cta_group!r}: 1 or 2")
+        for name in ("a_swizzle", "b_swizzle", "stage_swizzle", "out_swizzle"):
+            v = getattr(self, name)
+            if v not in _SWZ_BITS:
+                raise EmulationError(f"{name}={v!r}: a swizzle is 0, 32, 64 or 128 (bytes)")
         if self.idesc is not None:
-            dec = (D.decode_umma_instr_desc_block_scaled(self.idesc, self.kind) if self.block_scaled
-                   else D.decode_umma_instr_desc(self.idesc, self.kind))
-            self.mma_m, self.mma_n = dec["m"], dec["n"]
-            self.a_fmt, self.b_fmt = str(dec["a_fmt"]), str(dec["b_fmt"])
-            self.a_major, self.b_major = dec["a_major"], dec["b_major"]
+            for name, v in self._decode_idesc().items():
+                mine = getattr(self, name)
+                if mine is not None and mine != v:
+                    raise EmulationError(
+                        f"{name}={mine!r} disagrees with idesc=0x{int(self.idesc):08x}, which encodes {name}={v!r}: "
+                        f"override it through TileParams.from_exports(exports, {name}=...) or params.with_({name}=...), "
+                        "which re-encode idesc, or pass the idesc you mean")
+                setattr(self, name, v)
+        else:
+            for name, v in _IDESC_DEFAULTS.items():
+                if getattr(self, name) is None:
+                    setattr(self, name, v)
+        for name in ("a_fmt", "b_fmt"):
+            if getattr(self, name) not in _FMT_BITS:
+                raise EmulationError(f"{name}={getattr(self, name)!r}: the emulator reads {sorted(_FMT_BITS)}")
+        for name in ("a_major", "b_major"):
+            if getattr(self, name) not in ("K", "MN"):
+                raise EmulationError(f"{name}={getattr(self, name)!r}: K or MN")
+
+    def _decode_idesc(self, idesc=None) -> dict:
+        v = self.idesc if idesc is None else idesc
+        try:
+            dec = (D.decode_umma_instr_desc_block_scaled(int(v), self.kind) if self.block_scaled
+                   else D.decode_umma_instr_desc(int(v), self.kind))
+        except D.DescriptorError as e:
+            raise EmulationError(f"idesc: {e}") from None
+        return {"mma_m": dec["m"], "mma_n": dec["n"], "a_fmt": str(dec["a_fmt"]), "b_fmt": str(dec["b_fmt"]),
+                "a_major": dec["a_major"], "b_major": dec["b_major"]}
 
     @property
     def block_scaled(self) -> bool:
@@ -656,7 +720,10 @@ class TileParams:
                 raise EmulationError(f"mma_kind={ex['mma_kind']}: codes are {MMA_KINDS}")
             kw["kind"] = MMA_KINDS[ex["mma_kind"]]
         if "mma_arch" in ex:
-            kw["arch"] = {100: "sm_100a", 90: "sm_90a"}[ex["mma_arch"]]
+            if ex["mma_arch"] not in _ARCHS:
+                raise EmulationError(f"mma_arch={ex['mma_arch']!r}: the emulator models {sorted(_ARCHS)} "
+                                     "(100 = tcgen05 / UMMA, 90 = wgmma / GMMA)")
+            kw["arch"] = _ARCHS[ex["mma_arch"]]
         if "swizzle_bytes" in ex:
             kw["a_swizzle"] = kw["b_swizzle"] = ex["swizzle_bytes"]
         # Aliases the stages use: one stage stride for A, B and scale factors, or per-operand *_stage_bytes.
@@ -675,12 +742,21 @@ class TileParams:
         for name in names:
             if name in ex:
                 kw[name] = ex[name]
-        kw.update(overrides)
+        unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
+        if unknown:
+            raise EmulationError(f"unknown override {', '.join(unknown)}: TileParams fields are "
+                                 f"{sorted(f.name for f in fields(cls))}")
+        kw.update(_reencode(kw, overrides))
         return cls(**kw)
 
     def with_(self, **changes) -> "TileParams":
-        """A copy with some fields changed (e.g. a deliberately wrong SBO)."""
-        return replace(self, **changes)
+        """A copy with some fields changed (e.g. a deliberately wrong SBO). Changing mma_m, mma_n, a_fmt,
+        b_fmt, a_major or b_major re-encodes idesc, so the what-if is what gets emulated."""
+        current = {f.name: getattr(self, f.name) for f in fields(self)}
+        if "idesc" in changes:   # a new idesc decides every field it encodes that is not given too
+            current.update({k: None for k in _IDESC_DEFAULTS if k not in changes})
+        current.update(_reencode(current, changes))
+        return TileParams(**current)
 
 
 @dataclass
@@ -695,6 +771,29 @@ class TileReport:
     @property
     def ok(self) -> bool:
         return not self.issues and not self.unwritten_operand_bytes and not self.uncovered_outputs
+
+
+def _check_operand_dtype(name: str, t, fmt: str, bits: int) -> None:
+    """The operand's element size must match its format: raw bytes for 8-bit and packed 4-bit formats."""
+    dt = getattr(t, "dtype", None)
+    if dt is None:
+        raise EmulationError(f"{name} must be a numpy array or torch tensor, got {type(t).__name__}")
+    size = t.element_size() if hasattr(t, "element_size") else np.dtype(dt).itemsize
+    want = 2 if bits == 16 else 1
+    if size != want:
+        how = ("uint8 (or torch.float8_e4m3fn / float8_e5m2)" if bits == 8 else
+               "packed uint8, two E2M1 per byte" if bits == 4 else "uint16 or torch.bfloat16/float16")
+        raise EmulationError(f"{name} has dtype {str(dt).replace('torch.', '')} ({size} B per element), but a "
+                             f"{fmt} operand is passed as its raw bits: {how}")
+
+
+def check_tile_index(tile, grid) -> None:
+    """Refuse a tile index (row block, column block) outside a grid of (row blocks, column blocks)."""
+    if len(tuple(tile)) != 2 or any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) for x in tile):
+        raise EmulationError(f"tile={tile!r} must be two integers (row block, column block)")
+    if not all(0 <= t < g for t, g in zip(tile, grid)):
+        raise EmulationError(f"tile={tuple(tile)} is out of range: the problem has {grid[0]} x {grid[1]} tiles, "
+                             f"so row blocks 0..{grid[0] - 1} and column blocks 0..{grid[1] - 1}")
 
 
 def _operand_desc(p: TileParams, op: str, rows: int) -> int:
@@ -753,9 +852,14 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
     Returns D (float64; NaN where the epilogue wrote nothing), and the TileReport if asked.
     """
     p = params
+    if not isinstance(p, TileParams):
+        raise EmulationError(f"params must be a TileParams (TileParams.from_exports(build.exports)), got "
+                             f"{type(p).__name__}")
     report = TileReport()
-    ga, gb = _as_bytes2d(A), _as_bytes2d(B)
     abits, bbits = _FMT_BITS[p.a_fmt], _FMT_BITS[p.b_fmt]
+    _check_operand_dtype("A", A, p.a_fmt, abits)
+    _check_operand_dtype("B", B, p.b_fmt, bbits)
+    ga, gb = _as_bytes2d(A), _as_bytes2d(B)
     K = ga.shape[1] * 8 // abits
     if gb.shape[1] * 8 // bbits != K:
         raise EmulationError(f"A has K={K}, B has K={gb.shape[1] * 8 // bbits}")
@@ -769,6 +873,13 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
     else:
         tile_m = p.a_box_m
     tile_n = p.mma_n
+    for what, v in (("m0", m0), ("n0", n0)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise EmulationError(f"{what}={v!r} must be an integer row of the output")
+    if not (0 <= m0 and m0 + tile_m <= ga.shape[0] and 0 <= n0 and n0 + tile_n <= gb.shape[0]):
+        raise EmulationError(f"the tile at (m0, n0) = ({m0}, {n0}) of {tile_m} x {tile_n} lies outside the "
+                             f"{ga.shape[0]} x {gb.shape[0]} output: m0 in 0..{ga.shape[0] - tile_m}, "
+                             f"n0 in 0..{gb.shape[0] - tile_n}")
     rows_a = tile_m // ncta               # A rows in one CTA's smem
     rows_b = tile_n // ncta               # B rows in one CTA's smem (N split across the pair)
     if p.a_box_m > rows_a or rows_a % p.a_box_m or rows_b % p.b_box_n:

@@ -8,6 +8,8 @@ missing -> PENDING (and says whether a B200 is what it takes).
 """
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -37,13 +39,15 @@ class Rule:
     threshold_source: str = "note"
 
     def __post_init__(self):
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ValueError(f"a rule's metric must be a non-empty string, got {self.metric!r}")
         if self.op not in _OPS:
             raise ValueError(f"rule on {self.metric}: unknown comparator '{self.op}'; use one of {sorted(_OPS)}")
-        bad = set(self.evidence) - set(KINDS)
-        if bad:
-            raise ValueError(f"rule on {self.metric}: unknown evidence kinds {bad}; use {KINDS}")
+        object.__setattr__(self, "evidence", _evidence_list(self.evidence, f"rule on {self.metric}"))
         if self.op != "present" and self.threshold is None:
             raise ValueError(f"rule on {self.metric}: comparator '{self.op}' needs a threshold")
+        if self.threshold is not None:
+            object.__setattr__(self, "threshold", _finite_real(self.threshold, f"rule on {self.metric}: threshold"))
 
     def holds(self, value) -> bool:
         return bool(_OPS[self.op][0](value, self.threshold))
@@ -55,7 +59,8 @@ class Rule:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Rule":
-        return cls(d["metric"], d["op"], d.get("threshold"), tuple(d.get("evidence", ("measured",))),
+        _require(d, ("metric", "op"), "a rule")
+        return cls(d["metric"], d["op"], d.get("threshold"), d.get("evidence", ("measured",)),
                    bool(d.get("needs_b200", True)), d.get("label", ""), d.get("threshold_source", "note"))
 
 
@@ -87,6 +92,10 @@ class Card:
 
     @classmethod
     def from_dict(cls, d: Mapping, note: str = "") -> "Card":
+        _require(d, ("id", "title"), "a card")
+        for part in ("success", "fail_fast", "classify"):
+            if not isinstance(d.get(part, []), (list, tuple)):
+                raise ValueError(f"card {d['id']}: '{part}' must be a list of rules, got {type(d[part]).__name__}")
         return cls(d["id"], d["title"], d.get("hypothesis", ""), d.get("change", ""),
                    tuple(Rule.from_dict(r) for r in d.get("success", [])),
                    tuple(Rule.from_dict(r) for r in d.get("fail_fast", [])),
@@ -107,8 +116,11 @@ class Fact:
     device: str | None = None
 
     def __post_init__(self):
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ValueError(f"a fact's metric must be a non-empty string, got {self.metric!r}")
         if self.kind not in KINDS:
             raise ValueError(f"fact {self.metric}: evidence kind '{self.kind}' is not one of {KINDS}")
+        object.__setattr__(self, "value", _finite_real(self.value, f"fact {self.metric}"))
 
 
 @dataclass(frozen=True)
@@ -130,10 +142,43 @@ class Decision:
         return f"{self.card}: {self.status}{ev} - {self.reason}{lab}"
 
 
+def _finite_real(v, what: str):
+    """v if it is a finite real number (int, float, numpy scalar); ValueError naming `what` otherwise."""
+    if isinstance(v, str) or not isinstance(v, numbers.Real):
+        raise ValueError(f"{what}: value {v!r} ({type(v).__name__}) is not a number; pass a finite int or float"
+                         + (f" (float({v!r}))" if isinstance(v, str) else ""))
+    if not math.isfinite(float(v)):
+        raise ValueError(f"{what}: value {v} is not finite; a NaN or infinite measurement cannot decide a card: "
+                         "measure again, or leave the fact out (the card stays PENDING)")
+    return v
+
+
+def _evidence_list(ev, what: str) -> tuple:
+    if isinstance(ev, str) or not isinstance(ev, (list, tuple, set, frozenset)):
+        raise ValueError(f"{what}: evidence must be a list of kinds such as ['measured'], got {ev!r}")
+    bad = set(ev) - set(KINDS)
+    if bad:
+        raise ValueError(f"{what}: unknown evidence kinds {sorted(bad, key=str)}; use {KINDS}")
+    return tuple(ev)
+
+
+def _require(d, keys, what: str) -> None:
+    if not isinstance(d, Mapping):
+        raise ValueError(f"{what} must be a mapping, got {type(d).__name__}")
+    missing = [k for k in keys if k not in d]
+    if missing:
+        ident = d.get("id") or d.get("metric") or ""
+        raise ValueError(f"{what}{f' ({ident})' if ident else ''} lacks required key"
+                         f"{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}; it has {sorted(d)}")
+
+
 def _index(facts: Iterable[Fact] | Mapping[str, Fact]) -> dict[str, list[Fact]]:
     idx: dict[str, list[Fact]] = {}
     items = facts.values() if isinstance(facts, Mapping) else facts
     for f in items:
+        if not isinstance(f, Fact):
+            raise TypeError(f"facts must be pelib.gonogo.Fact(metric, value, kind) objects, got "
+                            f"{type(f).__name__} {f!r}: wrap each number as Fact(metric, value, 'measured')")
         idx.setdefault(f.metric, []).append(f)
     return idx
 

@@ -58,9 +58,20 @@ class Strided:
     tensor: object
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def _dim3(v, what: str) -> tuple[int, int, int]:
-    if isinstance(v, (int, np.integer)):
-        v = (int(v),)
+    if _is_int(v):
+        v = (v,)
+    if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)):
+        raise LaunchError(f"{what}={v!r} must be an integer or a tuple of 1 to 3 integers")
+    for ax, x in zip("xyz", v):
+        if not _is_int(x):
+            hint = " (use // for the division, or math.ceil)" if isinstance(x, float) else ""
+            raise LaunchError(f"{what}.{ax}={x!r} is a {type(x).__name__}, not an integer{hint}: "
+                              f"{what} counts whole CTAs/threads")
     v = tuple(int(x) for x in v)
     if not 1 <= len(v) <= 3 or any(x < 1 for x in v):
         raise LaunchError(f"{what} {v} must be 1 to 3 positive integers")
@@ -174,17 +185,31 @@ class LaunchPlan:
                             shmem_size=self.smem)
 
     def run(self, stream=None) -> "LaunchPlan":
-        """Launch (asynchronously) on `stream`, default torch's current stream on the plan's device."""
-        if self._kern is None:
-            kern = load_kernel(self.cubin, self.kernel, self.device_index, self.smem, self.cluster)
-            _check_signature(self, kern)
-            self._kern = kern
-        handle = _stream_handle(stream, self.device_index)
-        if self.uses_cutensormap:
-            _launch_bindings(self, self._kern, handle)
-        else:
-            from cuda.core import launch as core_launch
-            core_launch(_core_stream(handle), self.core_config(), self._kern, *self.args)
+        """Launch (asynchronously) on `stream`, default torch's current stream on the plan's device.
+
+        Refused with KernelFault when an earlier launch of this process faulted (the context is
+        unusable until the process restarts), with KernelHang while one is still running past its watchdog.
+        """
+        check_context(self.describe(), self.device_index)
+        try:
+            if self._kern is None:
+                kern = load_kernel(self.cubin, self.kernel, self.device_index, self.smem, self.cluster)
+                _check_signature(self, kern)
+                self._kern = kern
+            handle = _stream_handle(stream, self.device_index)
+            if self.uses_cutensormap:
+                _launch_bindings(self, self._kern, handle)
+            else:
+                from cuda.core import launch as core_launch
+                core_launch(_core_stream(handle), self.core_config(), self._kern, *self.args)
+        except LaunchError:
+            raise
+        except Exception as e:   # a driver error at load or launch: say which launch, and whether the context is gone
+            sticky = next((n for n in _STICKY if n in str(e)), None)
+            if sticky:
+                _STATE["fault"] = (f"an earlier kernel (found when launching {self.kernel})", sticky)
+                raise KernelFault(_fault_text(self.describe(), sticky)) from e
+            raise LaunchError(f"launching {self.describe()} failed: {type(e).__name__}: {e}") from e
         return self
 
     def wait(self, timeout_s: float = DEFAULT_TIMEOUT_S, stream=None) -> None:
@@ -216,6 +241,9 @@ def prepare(build, args=(), *, grid, block, cluster=(1, 1, 1), smem: int | None 
                           f"(8 portable)")
     if cluster != (1, 1, 1) and info.cc and info.cc < (9, 0):
         raise LaunchError("clusters need compute capability 9.0 or later")
+    if smem is not None and (not _is_int(smem) or smem < 0):
+        raise LaunchError(f"smem={smem!r}: dynamic shared memory is a whole number of bytes >= 0 "
+                          "(None takes the stage's exported smem_bytes)")
     smem = build.exports.get("smem_bytes", 0) if smem is None else int(smem)
     static = build.ptxas[name].smem_static
     if info.smem_optin_bytes and smem + static > info.smem_optin_bytes:
@@ -382,39 +410,105 @@ def _launch_bindings(plan: LaunchPlan, kern, stream: int) -> None:
         raise LaunchError(f"cuLaunchKernelEx refused {plan.describe()}: {err}")
 
 
-def sync(what: str, stream=None, device_index: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Wait for `stream` by polling an event; a timeout is KernelHang, a device error KernelFault."""
+# What the last failed launch of this process left behind. A device fault (trap, illegal address, ...)
+# is sticky: the CUDA context stays unusable until the process ends. A hang leaves the kernel running;
+# the next launch may go once it has ended.
+_STATE: dict = {"fault": None, "hang": None}
+# Driver errors after which the context cannot be used again (CUDA driver API, CUresult).
+_STICKY = ("CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+           "CUDA_ERROR_ASSERT", "CUDA_ERROR_MISALIGNED_ADDRESS", "CUDA_ERROR_HARDWARE_STACK_ERROR",
+           "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC", "CUDA_ERROR_ECC_UNCORRECTABLE",
+           "CUDA_ERROR_CONTEXT_IS_DESTROYED", "CUDA_ERROR_UNKNOWN")
+
+
+def _event_status(ev) -> str:
+    """'done', 'running' or the error's name, for an event recorded after a launch."""
     from cuda.bindings import driver as drv
-    ensure_context(device_index)
-    handle = _stream_handle(stream, device_index)
+    err, = drv.cuEventQuery(ev)
+    if err == drv.CUresult.CUDA_SUCCESS:
+        return "done"
+    if err == drv.CUresult.CUDA_ERROR_NOT_READY:
+        return "running"
+    return getattr(err, "name", str(err))
+
+
+def _event_destroy(ev) -> None:
+    from cuda.bindings import driver as drv
+    drv.cuEventDestroy(ev)
+
+
+def _event_after(what: str, handle: int):
+    """An event recorded on stream `handle` after the work queued so far (KernelFault if the context is gone)."""
+    from cuda.bindings import driver as drv
     err, ev = drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
     if int(err) != 0:
+        _STATE["fault"] = (what, getattr(err, "name", str(err)))
         raise KernelFault(f"{what}: the CUDA context is unusable ({err}); restart the Python process")
+    err, = drv.cuEventRecord(ev, drv.CUstream(handle))
+    if int(err) != 0:
+        drv.cuEventDestroy(ev)
+        _STATE["fault"] = (what, getattr(err, "name", str(err)))
+        raise KernelFault(_fault_text(what, err))
+    return ev
+
+
+def check_context(what: str, device_index: int = 0) -> None:
+    """Raise before launching `what` if an earlier launch left the context faulted or a kernel still running."""
+    fault = _STATE["fault"]
+    if fault is not None:
+        raise KernelFault(f"cannot launch {what}: the CUDA context has been unusable since {fault[0]} failed "
+                          f"with {fault[1]}. Restart the Python process (in a notebook: restart the kernel); "
+                          "no launch in this process can succeed")
+    hang = _STATE["hang"]
+    if hang is not None:
+        prev, ev = hang
+        status = _event_status(ev)
+        if status == "running":
+            raise KernelHang(f"cannot launch {what}: {prev} is still running past its watchdog. Wait for it "
+                             "(pelib.launch.sync(timeout_s=...)), or restart the Python process to stop it")
+        _STATE["hang"] = None
+        _event_destroy(ev)
+        if status != "done":
+            _STATE["fault"] = (prev, status)
+            raise KernelFault(_fault_text(prev, status) + f" (found when launching {what})")
+
+
+def sync(what: str, stream=None, device_index: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Wait for `stream` by polling an event; a timeout is KernelHang, a device error KernelFault."""
+    if _STATE["fault"] is not None:
+        check_context(what, device_index)
+    ensure_context(device_index)
+    ev = _event_after(what, _stream_handle(stream, device_index))
+    keep = False
     try:
-        err, = drv.cuEventRecord(ev, drv.CUstream(handle))
-        if int(err) != 0:
-            raise KernelFault(_fault_text(what, err))
         t0 = time.monotonic()
         delay = 1e-4
         while True:
-            err, = drv.cuEventQuery(ev)
-            if err == drv.CUresult.CUDA_SUCCESS:
+            status = _event_status(ev)
+            if status == "done":
                 return
-            if err != drv.CUresult.CUDA_ERROR_NOT_READY:
-                raise KernelFault(_fault_text(what, err))
+            if status != "running":
+                _STATE["fault"] = (what, status)
+                raise KernelFault(_fault_text(what, status))
             if time.monotonic() - t0 > timeout_s:
+                keep = True
+                if _STATE["hang"] is not None:
+                    _event_destroy(_STATE["hang"][1])
+                _STATE["hang"] = (what, ev)
                 raise KernelHang(f"{what} did not finish in {timeout_s:g} s. Build it with the default "
                                  "bounded mbarrier waits (no PE_UNBOUNDED_WAIT) so a stuck wait traps "
-                                 "and names its barrier; the GPU stays busy until the kernel ends, so "
-                                 "restart the Python process")
+                                 "and names its barrier. The kernel keeps the GPU busy until it ends: a "
+                                 "launch before then is refused with KernelHang, launches after it work; "
+                                 "restart the Python process to stop it")
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
     finally:
-        drv.cuEventDestroy(ev)
+        if not keep:
+            _event_destroy(ev)
 
 
 def _fault_text(what: str, err) -> str:
-    name = getattr(err, "name", str(err))
+    name = err if isinstance(err, str) else getattr(err, "name", str(err))
     hint = ""
     if name in ("CUDA_ERROR_ILLEGAL_INSTRUCTION", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ASSERT"):
         hint = (" A bounded mbarrier wait traps this way when it times out: the kernel printed "

@@ -347,6 +347,7 @@ def emulate_tile(b: _build.Build, problem, inputs: dict, m_blk: int = 0, n_blk: 
     from . import emulate as E
     lay = Layout.of(b)
     check_problem(problem, lay)
+    E.check_tile_index((m_blk, n_blk), (problem.m // lay.tile_m, problem.n // lay.tile_n))
     check_sf_loads(problem, lay, inputs["sfa_mma"], inputs["sfb_mma"], m_blk, n_blk)
     a, bb = _np_bytes(inputs["a"]), _np_bytes(inputs["b"])
     sfa, sfb = _np_bytes(inputs["sfa"]), _np_bytes(inputs["sfb"])
@@ -745,8 +746,8 @@ def check(problem="small", stage: str = "01_pipelined", num_ab_stage: int | None
     x = run(prob, stage, num_ab_stage, inputs=inputs, seed=seed)
     ref = reference(prob, x)
     e2m1_max = float(R.E2M1_MAX)
-    amax = e2m1_max * float(x["sfa"].float().abs().max()) * float(x["gsa"].float().abs().max())
-    bmax = e2m1_max * float(x["sfb"].float().abs().max()) * float(x["gsb"].float().abs().max())
+    amax = e2m1_max * verify.finite_absmax(x["sfa"], "sfa") * verify.finite_absmax(x["gsa"], "gsa")
+    bmax = e2m1_max * verify.finite_absmax(x["sfb"], "sfb") * verify.finite_absmax(x["gsb"], "gsb")
     label = f"{stage}{'' if stage == '00_single_stage' else f' S={num_ab_stage}'} {prob.name}"
     return verify.verify_gemm(x["out"], ref, K=prob.k, a_absmax=amax, b_absmax=bmax, out="float16", label=label)
 

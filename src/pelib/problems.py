@@ -40,7 +40,12 @@ def _check_tensor(name: str, t, *, shape, dtype, device=None, problem: str = "")
     if tuple(t.shape) != tuple(shape):
         raise ProblemError(f"{where} has shape {tuple(t.shape)}, expected {tuple(shape)}")
     if t.dtype != dtype:
-        raise ProblemError(f"{where} has dtype {t.dtype}, expected {dtype} (convert with .to({dtype}))")
+        if t.element_size() == 1 and not t.is_floating_point() and dtype in _FP8_DTYPES:
+            how = (f"if it holds {dtype} bits (the TMA view), reinterpret them with .view({dtype}); "
+                   f".to({dtype}) would convert the integer values instead")
+        else:
+            how = f"convert with .to({dtype})"
+        raise ProblemError(f"{where} has dtype {t.dtype}, expected {dtype} ({how})")
     if not t.is_contiguous():
         raise ProblemError(f"{where} is not contiguous (strides {t.stride()}); pass .contiguous()")
     if t.data_ptr() % ALIGN_BYTES:
@@ -54,8 +59,19 @@ def _check_tensor(name: str, t, *, shape, dtype, device=None, problem: str = "")
         raise ProblemError(f"{where} is on {t.device}, expected {device}; move it with .to('{device}')")
 
 
+_FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+                    if hasattr(torch, n))
+
+
+def _check_int(problem: str, name: str, v) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProblemError(f"{problem}: {name}={v!r} is a {type(v).__name__}; problem dimensions are integers"
+                           + (f" (int({v!r}))" if isinstance(v, (str, float)) else ""))
+
+
 def _check_tile(problem: str, dims: Mapping[str, int], tile: Mapping[str, int]) -> None:
     for d, v in dims.items():
+        _check_int(problem, d, v)
         if v <= 0:
             raise ProblemError(f"{problem}: {d}={v} must be positive")
         if v % tile[d]:
@@ -89,6 +105,7 @@ class PatchEmbed:
 
     def __post_init__(self):
         _check_tile(self.name, {"m": self.m, "n": self.n, "k": self.k}, self.tile)
+        _check_int(self.name, "positions", self.positions)
         if self.positions <= 0:
             raise ProblemError(f"{self.name}: positions={self.positions} must be positive")
 

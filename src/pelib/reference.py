@@ -53,8 +53,15 @@ def patch_embed_reference(a: torch.Tensor, b: torch.Tensor, comb: torch.Tensor, 
         raise TypeError(f"a and b must be {FP8}, got {a.dtype}, {b.dtype}")
     if comb.dtype != BF16:
         raise TypeError(f"comb must be {BF16}, got {comb.dtype}")
+    for name, t in (("a", a), ("b", b), ("comb", comb)):
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D ({'M, K' if name == 'a' else 'N, K' if name == 'b' else 'positions, N'}), "
+                             f"got shape {tuple(t.shape)}")
     m, k = a.shape
     n, kb = b.shape
+    if comb.shape[0] == 0:
+        raise ValueError(f"comb has 0 positions (shape {tuple(comb.shape)}): row m adds comb[m % positions], "
+                         "so it needs at least one row")
     if kb != k or comb.shape[1] != n:
         raise ValueError(f"shapes do not chain: a {tuple(a.shape)}, b {tuple(b.shape)}, comb {tuple(comb.shape)}")
     if chunk_rows <= 0:

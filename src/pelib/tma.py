@@ -214,6 +214,21 @@ def tma_dtype(dtype) -> str:
                          "(t.view(torch.uint8)) and describe it in bytes")
 
 
+def _ints(what: str, v) -> tuple:
+    """A tuple of integers (numpy and torch integers too); a float or string is refused, never truncated."""
+    try:
+        items = tuple(v)
+    except TypeError:
+        raise TensorMapError(f"{what}={v!r} must be a sequence of integers") from None
+    out = []
+    for i, x in enumerate(items):
+        if isinstance(x, bool) or not hasattr(x, "__index__"):
+            raise TensorMapError(f"{what}[{i}]={x!r} is a {type(x).__name__}, not an integer: "
+                                 "TMA dimensions, boxes and strides count whole elements")
+        out.append(int(x))
+    return tuple(out)
+
+
 def make_spec(dtype, shape, box, *, strides=None, address: int = 0, swizzle: int = 0,
               interleave: int = 0, l2_promotion: int = 0, oob_fill: str = "zero",
               element_strides=None) -> TensorMapSpec:
@@ -221,8 +236,8 @@ def make_spec(dtype, shape, box, *, strides=None, address: int = 0, swizzle: int
     src = str(dtype).replace("torch.", "")
     tdt = tma_dtype(dtype)
     eb = DTYPES[tdt][1]
-    shape = tuple(int(x) for x in shape)
-    box = tuple(int(x) for x in box)
+    shape = _ints("shape", shape)
+    box = _ints("box", box)
     if len(box) != len(shape):
         raise TensorMapError(f"box {box} must have one entry per dimension of shape {shape}")
     if strides is None:
@@ -231,7 +246,7 @@ def make_spec(dtype, shape, box, *, strides=None, address: int = 0, swizzle: int
             strides.append(acc)
             acc *= d
         strides = tuple(reversed(strides))
-    strides = tuple(int(s) for s in strides)
+    strides = _ints("strides", strides)
     if len(strides) != len(shape):
         raise TensorMapError(f"strides {strides} must have one entry per dimension of shape {shape}")
     if shape and strides[-1] != 1:

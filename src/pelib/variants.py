@@ -458,8 +458,7 @@ def run(card_id: str, problem="siglip2", *, seed: int = 0, verify: bool = True, 
             plan.run()
             plan.wait()
             ref = reference.patch_embed_reference(inputs["a"], inputs["b"], inputs["comb"])
-            rep = _verify.verify_gemm(inputs["out"], ref, K=prob.k, a_absmax=float(inputs["a"].float().abs().max()),
-                                      b_absmax=float(inputs["b"].float().abs().max()), tile=(128, 256),
+            rep = _verify.verify_gemm(inputs["out"], ref, a=inputs["a"], b=inputs["b"], tile=(128, 256),
                                       label=f"{spec['card']} on {prob.name}")
             out.update(verify=rep, ok=rep.ok)
         if time and out["ok"] is not False:

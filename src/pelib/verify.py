@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import torch
+
+from .problems import ProblemError
 
 # Unit roundoff (half an ulp at 1.0) of each storage format: 2^-(mantissa bits + 1).
 UNIT_ROUNDOFF = {
@@ -21,13 +24,63 @@ UNIT_ROUNDOFF = {
 TENSOR_CORE_ACC_ROUNDOFF = 2.0**-13
 
 
+def _check_nonneg_finite(name: str, v) -> float:
+    """A tolerance-like number: a finite real >= 0 (NaN or Inf would make every comparison pass)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={v!r} must be a real number") from None
+    if not math.isfinite(f):
+        raise ValueError(f"{name}={f} is not finite: a NaN or infinite tolerance passes every element; "
+                         "derive it from finite input maxima (pelib.verify.gemm_tolerance_from)")
+    if f < 0:
+        raise ValueError(f"{name}={f} is negative: tolerances are >= 0 (a negative one fails identical tensors)")
+    return f
+
+
 @dataclass(frozen=True)
 class Tolerance:
-    """|got - ref| <= atol + rtol * |ref|, and why."""
+    """|got - ref| <= atol + rtol * |ref|, and why. Both are finite and >= 0."""
 
     atol: float
     rtol: float
     why: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "atol", _check_nonneg_finite("atol", self.atol))
+        object.__setattr__(self, "rtol", _check_nonneg_finite("rtol", self.rtol))
+
+
+def finite_absmax(t: torch.Tensor, name: str = "input") -> float:
+    """max |t| over the finite elements; ProblemError if t holds a NaN (a NaN maximum makes a NaN tolerance).
+
+    FP8 tensors are read through float32 (E4M3's bytes 0x7F and 0xFF are NaN; it has no infinity).
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.numel() == 0:
+        raise ProblemError(f"{name} is empty: no magnitude to derive a tolerance from")
+    x = t.detach()
+    x = x.float() if x.is_floating_point() else x.to(torch.float64)
+    nan = torch.isnan(x)
+    if bool(nan.any()):
+        flat = int(torch.nonzero(nan.reshape(-1))[0, 0])
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(x.shape)))
+        raise ProblemError(f"{name} holds {int(nan.sum())} NaN (first at {idx}): a GEMM of NaN inputs cannot be "
+                           "verified; regenerate the input (E4M3 bytes 0x7F/0xFF are NaN)")
+    fin = torch.isfinite(x)
+    return float(x.abs()[fin].max()) if bool(fin.any()) else 0.0
+
+
+def gemm_tolerance_from(a: torch.Tensor, b: torch.Tensor, *, K: int | None = None, out: str = "bfloat16",
+                        acc_roundoff: float = TENSOR_CORE_ACC_ROUNDOFF, scale_a: float = 1.0,
+                        scale_b: float = 1.0) -> Tolerance:
+    """gemm_tolerance() from the inputs themselves: K from a's last dimension, max|a|, max|b| from their
+    finite elements, times optional scales; refuses NaN inputs with a ProblemError. Every verification of a
+    GEMM in pelib derives its tolerance here."""
+    K = int(a.shape[-1]) if K is None else K
+    return gemm_tolerance(K, finite_absmax(a, "a") * scale_a, finite_absmax(b, "b") * scale_b,
+                          out=out, acc_roundoff=acc_roundoff)
 
 
 def gemm_tolerance(K: int, a_absmax: float, b_absmax: float, *, out: str = "bfloat16",
@@ -42,6 +95,13 @@ def gemm_tolerance(K: int, a_absmax: float, b_absmax: float, *, out: str = "bflo
     """
     if out not in UNIT_ROUNDOFF:
         raise ValueError(f"no unit roundoff for {out!r}: one of {sorted(UNIT_ROUNDOFF)}")
+    if isinstance(K, bool) or not isinstance(K, numbers.Integral) or K < 1:
+        raise ValueError(f"K={K!r} must be a positive integer (the GEMM's reduction length)")
+    K = int(K)
+    a_absmax = _check_nonneg_finite("a_absmax", a_absmax)
+    b_absmax = _check_nonneg_finite("b_absmax", b_absmax)
+    acc_roundoff = _check_nonneg_finite("acc_roundoff", acc_roundoff)
+    safety = _check_nonneg_finite("safety", safety)
     scale = math.sqrt(K) * float(a_absmax) * float(b_absmax)   # typical |partial sum|
     atol = safety * math.sqrt(K) * scale * acc_roundoff
     rtol = safety * UNIT_ROUNDOFF[out]
@@ -109,25 +169,37 @@ class VerifyReport:
 
 def compare(got: torch.Tensor, ref: torch.Tensor, *, atol: float | None = None, rtol: float | None = None,
             tol: Tolerance | None = None, tile: tuple[int, int] | None = None, label: str = "") -> VerifyReport:
-    """Compare element-wise; NaN/Inf in `got` where `ref` is finite always fails."""
+    """Compare element-wise. An element is bad when |got - ref| > atol + rtol*|ref| (both finite), when
+    exactly one of got/ref is finite, when one is NaN and the other not, or when both are infinite
+    with different signs. NaN where the reference is NaN is accepted. Tolerances must be finite and >= 0."""
+    if not isinstance(got, torch.Tensor) or not isinstance(ref, torch.Tensor):
+        raise TypeError(f"compare takes torch tensors, got {type(got).__name__} and {type(ref).__name__}")
     if tuple(got.shape) != tuple(ref.shape):
         raise ValueError(f"shape mismatch: got {tuple(got.shape)}, reference {tuple(ref.shape)}")
+    if got.numel() == 0:
+        raise ValueError(f"nothing to compare: got and reference {tuple(got.shape)} have no elements")
     if tol is not None:
         atol, rtol, why = tol.atol, tol.rtol, tol.why
     else:
         why = ""
-        atol = 0.0 if atol is None else float(atol)
-        rtol = 0.0 if rtol is None else float(rtol)
+    atol = _check_nonneg_finite("atol", 0.0 if atol is None else atol)
+    rtol = _check_nonneg_finite("rtol", 0.0 if rtol is None else rtol)
+    if tile is not None:
+        tile = tuple(tile)
+        if not 1 <= len(tile) <= 2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in tile):
+            raise ValueError(f"tile={tile!r} must be one or two positive integers (rows, cols)")
     g = got.detach().to(torch.float64 if got.device.type == "cpu" else torch.float32)
     r = ref.detach().to(g.device, g.dtype)
-    finite_ref = torch.isfinite(r)
-    nonfinite = ~torch.isfinite(g) & finite_ref
-    diff = (g - r).abs()
-    bad = nonfinite | (diff > atol + rtol * r.abs()) | (torch.isnan(r) & ~torch.isnan(g))
-    diff_f = torch.where(torch.isfinite(diff), diff, torch.zeros_like(diff))
+    fin_g, fin_r = torch.isfinite(g), torch.isfinite(r)
+    both = fin_g & fin_r
+    diff = torch.where(both, (g - r).abs(), torch.zeros_like(g))
+    over = both & (diff > atol + rtol * r.abs())
+    nonfinite = (fin_g != fin_r) | (torch.isnan(g) != torch.isnan(r)) \
+        | (torch.isinf(g) & torch.isinf(r) & (torch.sign(g) != torch.sign(r)))
+    bad = over | nonfinite
     denom = r.abs().clamp_min(max(atol, 1e-30))
-    max_abs = float(diff_f.max()) if diff.numel() else 0.0
-    max_rel = float((diff_f / denom).max()) if diff.numel() else 0.0
+    max_abs = float(diff.max())
+    max_rel = float((diff / denom).max())
     if bool(nonfinite.any()):
         max_abs = max_rel = float("inf")
     n_bad = int(bad.sum())
@@ -164,10 +236,19 @@ def _tiles(rep: VerifyReport, bad: torch.Tensor, nan: torch.Tensor, tile) -> Non
         rep.first_bad_tile = (flat_row // tm, col // tn)
 
 
-def verify_gemm(got: torch.Tensor, ref: torch.Tensor, *, K: int, a_absmax: float, b_absmax: float,
-                tile: tuple[int, int] | None = (128, 128), out: str | None = None, label: str = "",
-                acc_roundoff: float = TENSOR_CORE_ACC_ROUNDOFF) -> VerifyReport:
-    """compare() with gemm_tolerance() from K and the inputs' magnitudes."""
+def verify_gemm(got: torch.Tensor, ref: torch.Tensor, *, a: torch.Tensor | None = None,
+                b: torch.Tensor | None = None, K: int | None = None, a_absmax: float | None = None,
+                b_absmax: float | None = None, tile: tuple[int, int] | None = (128, 128), out: str | None = None,
+                label: str = "", acc_roundoff: float = TENSOR_CORE_ACC_ROUNDOFF) -> VerifyReport:
+    """compare() under the GEMM tolerance: from the inputs a and b (gemm_tolerance_from, the usual way),
+    or from given finite maxima a_absmax, b_absmax with K."""
     out = out or str(got.dtype).replace("torch.", "")
-    tol = gemm_tolerance(K, a_absmax, b_absmax, out=out, acc_roundoff=acc_roundoff)
+    if a is not None or b is not None:
+        if a is None or b is None or a_absmax is not None or b_absmax is not None:
+            raise ValueError("pass both inputs a and b (or both maxima a_absmax, b_absmax with K), not a mix")
+        tol = gemm_tolerance_from(a, b, K=K, out=out, acc_roundoff=acc_roundoff)
+    else:
+        if K is None or a_absmax is None or b_absmax is None:
+            raise ValueError("verify_gemm needs the inputs a and b, or K with a_absmax and b_absmax")
+        tol = gemm_tolerance(K, a_absmax, b_absmax, out=out, acc_roundoff=acc_roundoff)
     return compare(got, ref, tol=tol, tile=tile, label=label)

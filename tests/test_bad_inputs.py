@@ -1,0 +1,489 @@
+"""Bad inputs, one table per module family: each input, the exception it must raise (or the FAIL verdict
+it must give) and a phrase of the message that names the problem and the way out.
+
+The ids (B03, Y02, E12, ...) are the attempts of the 2026-11-24 robustness review that found each defect;
+unnamed rows cover the neighbouring cases of the same fix. Cache damage (stale headers, edited or
+truncated entries, an unwritable or missing cache folder) is a state, not an input: tests/test_cache.py.
+"""
+from __future__ import annotations
+
+import os
+import textwrap
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+
+from pelib import build as B
+from pelib import descriptors as D
+from pelib import device as V
+from pelib import elf
+from pelib import emulate as E
+from pelib import gonogo as G
+from pelib import launch as L
+from pelib import problems as P
+from pelib import reference as R
+from pelib import tma as T
+from pelib import verify as Y
+
+FAIL = "FAIL"   # the call returns a verdict, and it must be a failing one
+
+
+def _run(call, expect, phrase, tmp_path):
+    """Run one row: the exception type and message phrase, or a failing verdict that says the phrase."""
+    if expect is FAIL:
+        out = call(tmp_path)
+        if isinstance(out, Y.VerifyReport):
+            assert not out.ok, f"verification passed:\n{out}"
+            text = str(out)
+        else:   # an emulate_check dict
+            assert out.get("ok") is False or out.get("within_1ulp") is False, out
+            text = repr(out)
+        assert phrase in text, text
+        return
+    with pytest.raises(expect) as ei:
+        call(tmp_path)
+    assert phrase in str(ei.value), f"{type(ei.value).__name__}: {ei.value}"
+
+
+def _table(rows):
+    return pytest.mark.parametrize("call, expect, phrase", [pytest.param(c, e, p, id=i) for i, c, e, p in rows])
+
+
+# =================================================================================================
+# pelib.build: paths, sources, defines, options (B, S, D attempts)
+# =================================================================================================
+TINY = 'extern "C" __global__ void k(int* p) { *p = 1; }\n'
+
+
+def _file(tmp, name, text=TINY, data=None):
+    p = tmp / name
+    if data is not None:
+        p.write_bytes(data)
+    else:
+        p.write_text(text)
+    return p
+
+
+def _zero_cu(tmp):
+    p = tmp / "zero.cu"
+    p.symlink_to("/dev/zero")
+    return p
+
+
+def _fifo_cu(tmp):
+    p = tmp / "fifo.cu"
+    os.mkfifo(p)
+    return p
+
+
+def _header_latin1(tmp):
+    _file(tmp, "bad.cuh", data=b"// \xb5s per tile\n")
+    return _file(tmp, "uses_bad.cu", '#include "bad.cuh"\n' + TINY)
+
+
+def _two_kernels(tmp):
+    return B.build(_file(tmp, "two.cu", TINY + 'extern "C" __global__ void k2(int* p) { *p = 2; }\n'),
+                   "sm_90a", cache=False)
+
+
+BUILD = [
+    ("B03", lambda t: B.build("../../README.md"), B.BuildError, "not a CUDA source file (.cu)"),
+    ("B09", lambda t: B.build(None), TypeError, "stage must be a path or a name under src/kernels"),
+    ("B10", lambda t: B.build("fp8"), B.BuildError, "is a folder: pass one stage file"),
+    ("B11", lambda t: B.build(_zero_cu(t)), B.BuildError, "is a character device, not a source file"),
+    ("B12", lambda t: B.build(_fifo_cu(t)), B.BuildError, "is a FIFO, not a source file"),
+    ("S12", lambda t: B.build(_file(t, "latin1.cu", data=b"// 5 \xb5s\n" + TINY.encode())), B.BuildError,
+     "latin1.cu is not UTF-8 text: byte 0xb5 at offset 5 (line 1); save the file as UTF-8"),
+    ("S12-header", lambda t: B.build(_header_latin1(t)), B.BuildError, "bad.cuh is not UTF-8 text"),
+    ("S06", lambda t: B.build(_file(t, "k.cu"), "sm_100a", extra_options={"arch": "sm_80"}), ValueError,
+     "extra_options['arch'] is set by build() itself and may not be replaced (use build()'s arch=)"),
+    ("S06-std", lambda t: B.build(_file(t, "k.cu"), extra_options={"std": "c++20"}), ValueError,
+     "extra_options['std'] is set by build() itself"),
+    ("S06-defines", lambda t: B.build(_file(t, "k.cu"), extra_options={"define_macro": ["X=1"]}), ValueError,
+     "use build()'s defines="),
+    ("S06-include", lambda t: B.build(_file(t, "k.cu"), extra_options={"include_path": ["/"]}), ValueError,
+     "extra_options['include_path'] is set by build() itself"),
+    ("D07", lambda t: B.build("fp8/06_stages.cu", defines={"NUM_STAGE": 6}), ValueError,
+     "headers it includes, so it would change nothing; did you mean NUM_STAGES?"),
+    ("D07-no-near-name", lambda t: B.build(_file(t, "k.cu"), defines={"QQQ_ZZZ": 1}), ValueError,
+     "define 'QQQ_ZZZ' occurs nowhere in k.cu"),
+    ("S04", lambda t: B.build(_file(t, "nok.cu", "__device__ int f() { return 1; }\n"), "sm_90a", cache=False).facts,
+     ValueError, "nok.cu defines no __global__ kernel"),
+    ("S05", lambda t: _two_kernels(t).summary(), ValueError,
+     "has kernels ['k', 'k2']: read b.ptxas[name] for one kernel's facts, and pass kernel=name"),
+    ("elf-empty", lambda t: elf.read_exports(b""), ValueError, "not an ELF64 cubin (0 B"),
+    ("elf-truncated", lambda t: elf.read_exports(B.build(_file(t, "k.cu"), "sm_90a", cache=False).cubin[:3000]),
+     ValueError, "is truncated or corrupt"),
+]
+
+
+@_table(BUILD)
+def test_build_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+# =================================================================================================
+# pelib.verify: tolerances, non-finite values, the inputs' maxima (Y attempts)
+# =================================================================================================
+def _t(*shape, seed=0, scale=1.0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def _fp8_inputs(m=256, n=256, k=128, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.empty(m, k).uniform_(-1, 1, generator=g).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, generator=g) / k ** 0.5).to(torch.float8_e4m3fn)
+    comb = (0.5 * torch.randn(7, n, generator=g)).to(torch.bfloat16)
+    return {"a": a, "b": b, "comb": comb}
+
+
+def _hopper_y13(t):
+    """hopper.check with one NaN (E4M3 0x7F) in A and a garbage output: was PASS (atol nan)."""
+    from pelib import hopper
+    x = _fp8_inputs()
+    ref = R.patch_embed_reference(x["a"], x["b"], x["comb"])
+    x["a"].view(torch.uint8)[3, 5] = 0x7F
+    x["out"] = _t(*ref.shape, seed=9, scale=100).to(torch.bfloat16)
+    x["out"][3] = float("nan")
+    return hopper.check(SimpleNamespace(exports={"block_m": 128, "block_n": 256}), None, x, ref)
+
+
+def _hopper_y14(t):
+    """+Inf in one column of comb, that output column wrong everywhere: was PASS."""
+    from pelib import hopper
+    x = _fp8_inputs()
+    x["comb"][:, 7] = float("inf")
+    ref = R.patch_embed_reference(x["a"], x["b"], x["comb"])
+    x["out"] = ref.clone()
+    x["out"][:, 7] = 123.0
+    return hopper.check(SimpleNamespace(exports={"block_m": 128, "block_n": 256}), None, x, ref)
+
+
+_REF = _t(64, 64, seed=1)
+_INF = torch.full((64, 64), float("inf"))
+
+VERIFY = [
+    ("Y02", lambda t: Y.compare(_t(64, 64, seed=2), _INF, atol=1e-3, rtol=1e-2), FAIL, "NaN/Inf 4096"),
+    ("Y03", lambda t: Y.compare(-_INF, _INF, atol=1e-3), FAIL, "bad elements 4096/4096"),
+    ("Y03-nan-vs-inf", lambda t: Y.compare(torch.full((4,), float("nan")), torch.full((4,), float("inf"))),
+     FAIL, "bad elements 4/4"),
+    ("Y03-inf-vs-finite", lambda t: Y.compare(_INF, _REF, atol=1.0), FAIL, "bad elements 4096/4096"),
+    ("Y04", lambda t: Y.verify_gemm(_t(64, 64, seed=3, scale=1e3), _REF, K=768, a_absmax=float("nan"), b_absmax=1.0),
+     ValueError, "a_absmax=nan is not finite"),
+    ("Y05", lambda t: Y.verify_gemm(_t(64, 64, seed=3), _REF, K=768, a_absmax=float("inf"), b_absmax=1.0),
+     ValueError, "a_absmax=inf is not finite: a NaN or infinite tolerance passes every element"),
+    ("Y04-atol-nan", lambda t: Y.compare(_REF, _REF, atol=float("nan")), ValueError, "atol=nan is not finite"),
+    ("Y05-rtol-inf", lambda t: Y.compare(_REF, _REF, rtol=float("inf")), ValueError, "rtol=inf is not finite"),
+    ("Y05-tolerance", lambda t: Y.Tolerance(float("inf"), 0.0), ValueError, "atol=inf is not finite"),
+    ("Y06", lambda t: Y.compare(torch.empty(0, 768), torch.empty(0, 768)), ValueError, "nothing to compare"),
+    ("Y08", lambda t: Y.gemm_tolerance(-1, 1.0, 1.0), ValueError, "K=-1 must be a positive integer"),
+    ("Y10", lambda t: Y.compare(_REF, _REF, tile=(0, 0)), ValueError, "tile=(0, 0) must be one or two positive"),
+    ("Y11", lambda t: Y.compare(_REF, _REF, atol=-1), ValueError, "atol=-1.0 is negative"),
+    ("Y11-rtol", lambda t: Y.gemm_tolerance(768, 1.0, 1.0, safety=-2), ValueError, "safety=-2.0 is negative"),
+    ("Y13", _hopper_y13, P.ProblemError, "a holds 1 NaN (first at (3, 5)): a GEMM of NaN inputs cannot be verified"),
+    ("Y14", _hopper_y14, FAIL, "bad elements 256/65536"),
+    ("nan-b", lambda t: Y.gemm_tolerance_from(torch.ones(4, 4), torch.tensor([[float("nan")]])), P.ProblemError,
+     "b holds 1 NaN"),
+    ("mixed-args", lambda t: Y.verify_gemm(_REF, _REF, a=_REF), ValueError, "pass both inputs a and b"),
+]
+
+
+@_table(VERIFY)
+def test_verify_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+def test_no_family_derives_its_own_gemm_tolerance():
+    """Every GEMM check takes its tolerance from pelib.verify (gemm_tolerance_from / finite_absmax)."""
+    src = Path(B.__file__).parent
+    offenders = [f"{p.name}:{i}" for p in sorted(src.rglob("*.py")) if p.name != "verify.py"
+                 for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if "absmax=float(" in line or ("abs().max()" in line and ("verify_gemm" in line
+                                                                          or "gemm_tolerance(" in line))]
+    assert not offenders, offenders
+
+
+# =================================================================================================
+# pelib.emulate: what-if overrides, tile index, swizzle, arch, dtypes (E attempts)
+# =================================================================================================
+def _fp8_check(**kw):
+    from pelib import fp8
+    return fp8.emulate_check("00_ws_cta1", **kw)
+
+
+def _nvfp4_check(**kw):
+    from pelib import nvfp4
+    return nvfp4.emulate_check(**kw)
+
+
+def _f32_operand(t):
+    from pelib import fp8
+    x = P.patch_embed("small").make_inputs()
+    x["a"] = x["a"].float()
+    return fp8.emulate_tile("00_ws_cta1", x)
+
+
+_IDESC = D.umma_instr_desc(128, 128, "e4m3", "e4m3")
+
+EMULATE = [
+    ("E01", lambda t: _fp8_check(overrides={"bogus": 1}), E.EmulationError, "unknown override bogus"),
+    ("E02", lambda t: _fp8_check(overrides={"a_swizzle": 48}), E.EmulationError,
+     "a_swizzle=48: a swizzle is 0, 32, 64 or 128"),
+    ("E03", lambda t: _fp8_check(overrides={"mma_m": 100}), E.EmulationError,
+     "override mma_m=100: no instruction descriptor encodes it"),
+    ("E04", lambda t: _fp8_check(tile=(100, 0)), E.EmulationError,
+     "tile=(100, 0) is out of range: the problem has 4 x 2 tiles"),
+    ("E05", lambda t: _fp8_check(tile=(-1, 0)), E.EmulationError, "tile=(-1, 0) is out of range"),
+    ("E09", lambda t: _nvfp4_check(tile=(5, 5)), FAIL, "tile=(5, 5) is out of range: the problem has 1 x 2 tiles"),
+    ("E10-arch", lambda t: E.TileParams.from_exports({"mma_arch": 80}), E.EmulationError,
+     "mma_arch=80: the emulator models [90, 100]"),
+    ("E10-kind", lambda t: E.TileParams.from_exports({"mma_kind": 99}), E.EmulationError, "mma_kind=99"),
+    # mma_n=64 re-encodes idesc, and the modelled hardware then refuses the 128-row B box for a 64-row tile.
+    ("E12", lambda t: _fp8_check(overrides={"mma_n": 64}), E.EmulationError,
+     "boxes 128/128 rows do not tile the per-CTA 128/64 rows"),
+    ("E13", _f32_operand, E.EmulationError,
+     "A has dtype float32 (4 B per element), but a e4m3 operand is passed as its raw bits"),
+    ("E14", lambda t: _fp8_check(overrides={"a_fmt": "e5m2", "a_major": "MN"}), FAIL, "'within_1ulp': False"),
+    ("E14-fmt", lambda t: _fp8_check(overrides={"a_fmt": "e5m2"}), FAIL, "'within_1ulp': False"),
+    ("idesc-conflict", lambda t: E.TileParams(idesc=_IDESC, mma_n=64), E.EmulationError,
+     "mma_n=64 disagrees with idesc=0x08200010, which encodes mma_n=128"),
+    ("swizzle-repeat", lambda t: E.swizzle_repeat(48), E.EmulationError, "swizzle=48: one of 0, 32, 64, 128"),
+    ("tile-origin", lambda t: E.emulate_tile(E.TileParams(idesc=_IDESC), np.zeros((128, 128), np.uint8),
+                                            np.zeros((128, 128), np.uint8), m0=128), E.EmulationError,
+     "the tile at (m0, n0) = (128, 0) of 128 x 128 lies outside the 128 x 128 output"),
+]
+
+
+@_table(EMULATE)
+def test_emulate_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+def test_overrides_are_what_gets_emulated():
+    """An explicit override re-encodes idesc (E03/E12/E14 were silently replaced by the exported idesc)."""
+    p = E.TileParams.from_exports({"mma_kind": 2, "idesc": _IDESC}, mma_n=64, a_fmt="e5m2")
+    assert (p.mma_n, p.a_fmt) == (64, "e5m2")
+    assert D.decode_umma_instr_desc(p.idesc)["n"] == 64 and D.decode_umma_instr_desc(p.idesc)["a_fmt"] == "e5m2"
+    q = p.with_(b_major="MN")
+    assert q.b_major == "MN" and D.decode_umma_instr_desc(q.idesc)["b_major"] == "MN"
+    r = q.with_(idesc=_IDESC)       # a new idesc decides the fields it encodes
+    assert (r.mma_n, r.a_fmt, r.b_major) == (128, "e4m3", "K")
+
+
+# =================================================================================================
+# pelib.descriptors: reserved values of the block-scaled instruction descriptor
+# =================================================================================================
+BS = D.umma_instr_desc_block_scaled(128, 128)      # 0x08200480: mxf4nvf4, UE4M3, M=128, N=128
+
+DESCRIPTORS = [
+    ("M64", lambda t: D.umma_instr_desc_block_scaled(64, 128), D.DescriptorError,
+     "M=64: a block-scaled descriptor stores M>>7 in bits 27-28 (bits 24-26 are reserved), so M is 128 or 256"),
+    ("sf-id-1", lambda t: D.umma_instr_desc_block_scaled(128, 128, scale_fmt="ue8m0", a_sf_id=1), D.DescriptorError,
+     "a_sf_id=1: with scale_vec::2X (kind::mxf4nvf4, block32) the scale-factor data ID is one of [0, 2]"),
+    ("sf-id-3", lambda t: D.umma_instr_desc_block_scaled(128, 128, kind="mxf4", scale_fmt="ue8m0", b_sf_id=3),
+     D.DescriptorError, "b_sf_id=3: with scale_vec::2X"),
+    ("sf-id-block16", lambda t: D.umma_instr_desc_block_scaled(128, 128, a_sf_id=2), D.DescriptorError,
+     "a_sf_id=2: with scale_vec::4X (kind::mxf4nvf4, block16) the scale-factor data ID is one of [0]"),
+    ("mxf4-block16", lambda t: D.umma_instr_desc_block_scaled(128, 128, kind="mxf4", scale_fmt="ue8m0", block=16),
+     D.DescriptorError, "kind::mxf4 has no block16"),
+    ("mxf8f6f4-ue4m3", lambda t: D.umma_instr_desc_block_scaled(128, 128, "e4m3", "e4m3", "ue4m3", kind="mxf8f6f4"),
+     D.DescriptorError, "kind::mxf8f6f4 takes UE8M0 scales only"),
+    ("mxf8f6f4-k96", lambda t: D.umma_instr_desc_block_scaled(128, 128, "e4m3", "e4m3", "ue8m0", kind="mxf8f6f4",
+                                                               k_size=1), D.DescriptorError, "bit 31 is reserved"),
+    ("decode-bit25", lambda t: D.decode_umma_instr_desc_block_scaled(0x08200480 | 1 << 25), D.DescriptorError,
+     "0x0a200480 sets reserved bit 25 of a kind::mxf4nvf4 descriptor"),
+    ("decode-bit24", lambda t: D.decode_umma_instr_desc_block_scaled(BS | 1 << 24), D.DescriptorError, "reserved bit 24"),
+    ("decode-bit26", lambda t: D.decode_umma_instr_desc_block_scaled(BS | 1 << 26), D.DescriptorError, "reserved bit 26"),
+    ("decode-bit12", lambda t: D.decode_umma_instr_desc_block_scaled(BS | 1 << 12), D.DescriptorError, "reserved bit 12"),
+    ("decode-M0", lambda t: D.decode_umma_instr_desc_block_scaled(BS & ~(3 << 27)), D.DescriptorError,
+     "M>>7 = 0 in bits 27-28 is no block-scaled shape"),
+    ("decode-sf-id", lambda t: D.decode_umma_instr_desc_block_scaled(BS | 1 << 29), D.DescriptorError,
+     "a_sf_id=1 is not allowed for kind::mxf4nvf4 with ue4m3 scales (one of [0])"),
+    ("decode-mxf4-ue4m3", lambda t: D.decode_umma_instr_desc_block_scaled(BS, "mxf4"), D.DescriptorError,
+     "kind::mxf4 takes UE8M0 scales only"),
+]
+
+
+@_table(DESCRIPTORS)
+def test_descriptor_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+# =================================================================================================
+# pelib.gonogo: facts, rules and cards it cannot evaluate (G attempts)
+# =================================================================================================
+F22 = "F22"
+
+
+def _f22():
+    return G.card(F22)
+
+
+GONOGO = [
+    ("G02", lambda t: G.Fact("f22.phase1_delta_cycles", "0.71", "measured"), ValueError,
+     "fact f22.phase1_delta_cycles: value '0.71' (str) is not a number; pass a finite int or float (float('0.71'))"),
+    ("G03", lambda t: G.Fact("f22.phase1_delta_cycles", None, "measured"), ValueError, "value None (NoneType) is not a number"),
+    ("G04", lambda t: G.Fact("f22.phase1_delta_cycles", float("nan"), "measured"), ValueError,
+     "value nan is not finite; a NaN or infinite measurement cannot decide a card"),
+    ("G04-inf", lambda t: G.Fact("x", float("-inf"), "measured"), ValueError, "value -inf is not finite"),
+    ("G05", lambda t: G.Rule.from_dict({"op": "lt", "threshold": 1}), ValueError, "a rule lacks required key 'metric'"),
+    ("G06", lambda t: G.Rule("x", "lt", "5"), ValueError, "rule on x: threshold: value '5' (str) is not a number"),
+    ("G07", lambda t: G.Card.from_dict({"id": "F99"}), ValueError, "a card (F99) lacks required key 'title'"),
+    ("G08", lambda t: G.evaluate(_f22(), [{"metric": "f22.phase1_delta_cycles", "value": 1, "kind": "measured"}]),
+     TypeError, "facts must be pelib.gonogo.Fact(metric, value, kind) objects, got dict"),
+    ("G11", lambda t: G.Rule("x", "lt", float("nan")), ValueError, "rule on x: threshold: value nan is not finite"),
+    ("G13", lambda t: G.evaluate(_f22(), {"x": 1.0}), TypeError, "got float 1.0: wrap each number as Fact("),
+    ("G14", lambda t: G.Rule.from_dict({"metric": "x", "op": "lt", "threshold": 1, "evidence": "measured"}),
+     ValueError, "evidence must be a list of kinds such as ['measured'], got 'measured'"),
+    ("G14-kinds", lambda t: G.Rule("x", "lt", 1, evidence=("measured", "guessed")), ValueError,
+     "unknown evidence kinds ['guessed']"),
+    ("card-rules", lambda t: G.Card.from_dict({"id": "F98", "title": "t", "success": {"metric": "x"}}), ValueError,
+     "card F98: 'success' must be a list of rules"),
+]
+
+
+@_table(GONOGO)
+def test_gonogo_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+# =================================================================================================
+# pelib.launch: the launch shape, and launches after a fault or hang (L attempts)
+# =================================================================================================
+B200 = V.DeviceInfo(True, name="Fake B200", cc=(10, 0), sm_count=148, smem_optin_bytes=232448, ordinal=0)
+_BUILD = B.Build(source=Path("k.cu"), arch="sm_100a", defines={}, cubin=b"", log="",
+                 ptxas={"k": B.PtxasFacts("k", 10, 0, 0, 0, 0)}, exports={"smem_bytes": 0})
+
+
+def _prep(**kw):
+    args = dict(grid=1, block=32, info=B200)
+    args.update(kw)
+    return L.prepare(_BUILD, (), **args)
+
+
+@contextmanager
+def _launch_state(fault=None, hang_status=None):
+    with mock.patch.dict(L._STATE, {"fault": fault, "hang": ("k [sm_100a] grid=(8, 1, 1) CTAs, block=(32, 1, 1)",
+                                                             "event") if hang_status else None}), \
+            mock.patch.object(L, "_event_status", lambda ev: hang_status), \
+            mock.patch.object(L, "_event_destroy", lambda ev: None):
+        yield
+
+
+def _run_after(fault=None, hang_status=None):
+    with _launch_state(fault, hang_status):
+        _prep(grid=(4,)).run()
+
+
+LAUNCH = [
+    ("L04", lambda t: _prep(grid=(1.5,)), L.LaunchError,
+     "grid.x=1.5 is a float, not an integer (use // for the division, or math.ceil)"),
+    ("L04-block", lambda t: _prep(block=(32.9,)), L.LaunchError, "block.x=32.9 is a float, not an integer"),
+    ("L04-whole-float", lambda t: _prep(grid=2.0), L.LaunchError, "grid=2.0 must be an integer or a tuple"),
+    ("L05", lambda t: _prep(grid="abc"), L.LaunchError, "grid='abc' must be an integer or a tuple of 1 to 3 integers"),
+    ("L05-bool", lambda t: _prep(block=(True,)), L.LaunchError, "block.x=True is a bool, not an integer"),
+    ("L08", lambda t: _prep(smem=-5), L.LaunchError, "smem=-5: dynamic shared memory is a whole number of bytes >= 0"),
+    ("L08-float", lambda t: _prep(smem=1024.5), L.LaunchError, "smem=1024.5"),
+    ("after-fault", lambda t: _run_after(fault=("rt_fault [sm_90a] grid=(1, 1, 1) CTAs", "CUDA_ERROR_ILLEGAL_ADDRESS")),
+     L.KernelFault, "the CUDA context has been unusable since rt_fault [sm_90a] grid=(1, 1, 1) CTAs failed with "
+                    "CUDA_ERROR_ILLEGAL_ADDRESS. Restart the Python process"),
+    ("after-hang", lambda t: _run_after(hang_status="running"), L.KernelHang,
+     "k [sm_100a] grid=(8, 1, 1) CTAs, block=(32, 1, 1) is still running past its watchdog"),
+    ("hang-then-fault", lambda t: _run_after(hang_status="CUDA_ERROR_LAUNCH_FAILED"), L.KernelFault,
+     "failed on the device: CUDA_ERROR_LAUNCH_FAILED"),
+]
+
+
+@_table(LAUNCH)
+def test_launch_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+def test_launch_after_a_hang_that_ended_goes_ahead():
+    """A kernel past its watchdog that has since finished does not block the next launch."""
+    with _launch_state(hang_status="done"):
+        L.check_context("k [sm_100a] grid=(4, 1, 1)")
+        assert L._STATE["hang"] is None and L._STATE["fault"] is None
+
+
+# =================================================================================================
+# pelib.problems and pelib.reference: dims, dtypes, ranks (P, R attempts)
+# =================================================================================================
+def _uint8_bits():
+    small = P.patch_embed("small")
+    x = small.make_inputs()
+    x["a"] = x["a"].view(torch.uint8)
+    return small.validate(x)
+
+
+PROBLEMS = [
+    ("P05", lambda t: P.PatchEmbed("x", m="512", n=768, k=768), P.ProblemError,
+     "x: m='512' is a str; problem dimensions are integers (int('512'))"),
+    ("P06", lambda t: P.PatchEmbed("x", m=512.0, n=256, k=128), P.ProblemError, "x: m=512.0 is a float"),
+    ("P06-positions", lambda t: P.PatchEmbed("x", 512, 256, 128, positions=2.5), P.ProblemError,
+     "positions=2.5 is a float"),
+    ("P06-nvfp4", lambda t: P.NvFp4Gemm("x", 128, 128.0, 256), P.ProblemError, "x: n=128.0 is a float"),
+    ("P21", lambda t: _uint8_bits(), P.ProblemError,
+     "a has dtype torch.uint8, expected torch.float8_e4m3fn (if it holds torch.float8_e4m3fn bits (the TMA view), "
+     "reinterpret them with .view(torch.float8_e4m3fn); .to(torch.float8_e4m3fn) would convert the integer values"),
+    ("R02", lambda t: R.patch_embed_reference(*_abc(positions=0)), ValueError, "comb has 0 positions"),
+    ("R05", lambda t: R.patch_embed_reference(_abc()[0][0], *_abc()[1:]), ValueError,
+     "a must be 2-D (M, K), got shape (128,)"),
+]
+
+
+def _abc(positions=7):
+    x = _fp8_inputs(64, 32, 128)
+    return x["a"], x["b"], x["comb"][:positions]
+
+
+@_table(PROBLEMS)
+def test_problem_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+def test_following_the_fp8_hint_keeps_the_values():
+    """P21b: the hinted .view() keeps E4M3 bits as they are (the old .to() hint turned max|a| 1.0 into 192)."""
+    small = P.patch_embed("small")
+    x = small.make_inputs()
+    bits = x["a"].view(torch.uint8)
+    x["a"] = bits.view(torch.float8_e4m3fn)
+    small.validate(x)
+    assert float(x["a"].float().abs().max()) <= 1.0
+
+
+# =================================================================================================
+# pelib.device and pelib.tma (V, X attempts)
+# =================================================================================================
+DEVICE = [
+    ("V05", lambda t: V.mode("sm_100", info=V.DeviceInfo(False, "no CUDA GPU here")), ValueError,
+     "unknown arch 'sm_100': the book builds for sm_100a, sm_90a"),
+    ("V05-can-run", lambda t: V.can_run("SM_100A", info=V.DeviceInfo(False, "no CUDA GPU here")), ValueError,
+     "unknown arch 'SM_100A'"),
+    ("tma-float-dim", lambda t: T.make_spec("float8_e4m3fn", (512, 768.5), (128, 128)), T.TensorMapError,
+     "shape[1]=768.5 is a float, not an integer"),
+    ("tma-str-box", lambda t: T.make_spec("float8_e4m3fn", (512, 768), (128, "a")), T.TensorMapError,
+     "box[1]='a' is a str, not an integer"),
+]
+
+
+@_table(DEVICE)
+def test_device_and_tma_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+@pytest.mark.parametrize("value, forced", [("0", False), ("false", False), ("", False), ("no", False),
+                                           ("1", True), ("yes", True)])
+def test_force_compile_only_reads_its_value(monkeypatch, value, forced):
+    """V09: PELIB_FORCE_COMPILE_ONLY=0 means off (any non-empty value used to force compile-only)."""
+    monkeypatch.setenv(V.FORCE_ENV, value)
+    assert (B200.mode == V.COMPILE_ONLY) is forced
+
+
+TABLES = {"build": BUILD, "verify": VERIFY, "emulate": EMULATE, "descriptors": DESCRIPTORS, "gonogo": GONOGO,
+          "launch": LAUNCH, "problems+reference": PROBLEMS, "device+tma": DEVICE}
