@@ -300,7 +300,10 @@ def test_steady_state_loops_hold_no_cache_invalidate_or_gpu_fence(path):
                 f"{path.name}: the {name} loop 0x{r[0]:x}-0x{r[1]:x} holds {SA.fences(ins, r)}"
 
 
-@pytest.mark.parametrize("path", BLACKWELL, ids=BW_IDS)
+WAIT_BUILD_STAGES = ("nvfp4/01_pipelined.cu", "fp8/00_ws_cta1.cu", "fp8/01_cta2.cu", "fp8/09_persistent_megakernel.cu")
+
+
+@pytest.mark.parametrize("path", [KERNELS / s for s in WAIT_BUILD_STAGES], ids=WAIT_BUILD_STAGES)
 def test_wait_builds(path):
     """PE_WAIT_KIND 0 (the default) calls the printf on a timeout, 1 traps without a call, 2 spins
     unbounded; each exports the kind it was built with."""
