@@ -101,7 +101,9 @@ def built(tmp_path_factory) -> Built:
 @pytest.mark.book
 def test_book_builds_and_executes_every_chapter(built):
     """`make book`'s build: every chapter executed without error, no warning (-W)."""
-    tail = "\n".join(built.log.splitlines()[-60:])
+    lines = built.log.splitlines()
+    problems = [ln for ln in lines if re.search(r"WARNING|ERROR|Error|Traceback", ln) and "TCP without" not in ln]
+    tail = "\n".join(problems[:40] + ["..."] + lines[-25:])
     assert built.rc == 0, f"the book build failed (rc {built.rc}):\n{tail}"
     for page in PAGES:
         assert (built.html / page).is_file(), f"no page {page} in the build"
@@ -147,7 +149,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(built):
     """The built book served on 127.0.0.1 (an ephemeral port), as a reader's browser would get it."""
     if not (built.html / "index.html").is_file():
@@ -160,7 +162,7 @@ def server(built):
     srv.server_close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser_context():
     """Headless Chromium (Debian's) with a fresh profile; every request off 127.0.0.1 is refused."""
     pw = _need_browser()
@@ -273,7 +275,7 @@ class Visit:  # noqa: D101
     external: list = field(default_factory=list)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def visits(server, browser_context, built):
     """Every page of the book visited once; what each visit saw."""
     out = {}
