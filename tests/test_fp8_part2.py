@@ -416,7 +416,11 @@ def test_sweep_widgets_have_a_static_fallback():
     for which, value, key in (("warps", 6, "epilogue warps"), ("stages", 5, "stages")):
         w = P.sweep_widget(which, live=False)
         assert w.static is not None and len(w.static.rows) == 3
-        assert w.select(value).rows[0][key] == value
+        fig, point, delta = w.select(value)        # what the table above cannot show: the point marked,
+        assert point.rows[0][key] == value         # its SMEM against the limit, the SASS it changes
+        assert f"={value}" in " ".join(t.get_text() for t in fig.axes[0].texts)
+        assert "compiled" in point.caption and "recorded" in point.caption
+        assert all(r["change"] != 0 for r in delta.rows) and "compiled" in delta.caption
     assert P.epi_warps_row(6)["recorded ms"] == 0.747 and P.epi_warps_row(5)["recorded ms"] == 0.722
     assert P.stages_row(4)["recorded regs"] == 216 and P.stages_row(6)["recorded smem (KB)"] == 192
     with pytest.raises(ValueError):

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 KINDS = ("compiled", "emulated", "simulated", "measured", "recorded", "modelled")
 
 DEFINITIONS = {
-    "compiled": "what the compiler made of a stage: ptxas registers, spills, shared memory, SASS; "
-                "produced live by NVRTC and nvdisasm on any machine",
+    "compiled": "what the compiler made of a stage (ptxas registers, spills, shared memory, SASS) and the "
+                "launch set-up pelib derives from its exports (grid, tensor maps, schedule); produced live by "
+                "NVRTC and nvdisasm on any machine",
     "emulated": "one output tile replayed by pelib.emulate from the layouts and descriptors the cubin "
                 "exports, against the torch reference; no GPU",
     "simulated": "the stage's own source run on pelib.sim's CPU model: protocol, indexing and data path, "

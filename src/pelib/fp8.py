@@ -584,7 +584,8 @@ def cublas_table(problem="siglip2", *, iters: int = 20):
         for label, r in cublas_measure(prob, iters=iters).items():
             rows.append({"baseline": f"torch._scaled_mm {label} ({prob.name})", "ms": round(r["ms"], 4),
                          "TFLOPS": round(r["tflops"], 1), "evidence": f"measured ({info.name}, today)"})
-    return Table(rows, "cuBLAS baselines")
+    kinds = f"recorded (B200, {LAB_LOG})" + ("; measured here" if len(rows) > 2 else "")
+    return Table(rows, f"cuBLAS baselines — {kinds}")
 
 
 def cublas_measure(prob, *, iters: int = 20, seed: int = 0) -> dict:  # pragma: no cover - GPU

@@ -792,9 +792,61 @@ def sweep_widget(which: str, live: bool = True):
     default = 5 if which == "warps" else 4
 
     def render(v):
-        return Table([row(v)], f"{label}={v}")
+        return sweep_point(which, v, default)
 
     return widgets.sweep(list(opts), render, static=table(), description=label, value=default, live=live)
+
+
+def sweep_point(which: str, v: int, default: int):
+    """One position of a sweep, showing what the table above cannot: the recorded times with this value
+    marked and its shared memory against the per-block limit (a figure), and the SASS this value changes
+    against the stage's default build (compiled)."""
+    import matplotlib.pyplot as plt
+
+    from . import limits
+    from .facts import Table, evidence_label
+    from .views.plots import evidence_label as plot_label
+
+    if which == "warps":
+        name, define, opts, rec = "05_epi_warps", "NUM_EPI_WARPS", EPI_WARP_OPTIONS, recorded_epi_warps()
+        row, src = epi_warps_row(v), f"{LAB_LOG}, history and F3"
+    else:
+        name, define, opts, rec = "06_stages", "NUM_STAGES", STAGE_OPTIONS, recorded_stages()
+        row, src = stages_row(v), rec["source"]
+    b, b0 = build(name, {define: v}), build(name, {define: default})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(7.8, 2.8), gridspec_kw={"width_ratios": [2, 1]})
+    pts = [(o, rec[o]["ms"]) for o in opts if isinstance(rec.get(o), dict) and rec[o].get("ms")]
+    ax.plot([o for o, _ in pts], [m for _, m in pts], "o-", color="#2e86c1")
+    for o, m in pts:
+        ax.text(o, m, f" {m:g}", fontsize=8, va="bottom")
+    ax.axvline(v, color="k", lw=1.5, alpha=0.6)
+    ax.text(v, 0.04, f" {define}={v}", transform=ax.get_xaxis_transform(), fontsize=8)
+    ax.set_xticks(list(opts))
+    ax.set_xlabel(define)
+    ax.set_ylabel("ms on a B200")
+    ax.set_title(plot_label("recorded", src), fontsize=8)
+    smem = b.exports["smem_bytes"]
+    bx.bar([0], [smem], width=0.5, color="#2e86c1" if smem <= limits.SMEM_LIMIT else "#c0392b")
+    bx.axhline(limits.SMEM_LIMIT, color="red", ls="--", lw=1)
+    bx.text(0.55, limits.SMEM_LIMIT, f"per-block limit\n{limits.SMEM_LIMIT:,} B", fontsize=7, color="red",
+            ha="center", va="bottom")
+    bx.text(0, smem / 2, f"{smem:,} B", rotation=90, ha="center", va="center", color="white", fontsize=8)
+    bx.set_xlim(-0.5, 0.85)
+    bx.set_ylim(0, limits.SMEM_LIMIT * 1.25)
+    bx.set_xticks([])
+    bx.set_ylabel("dynamic shared memory (B)")
+    bx.set_title("shared memory: compiled", fontsize=8)
+    fig.tight_layout()
+    h, h0 = b.histogram, b0.histogram
+    delta = [{"SASS opcode": op, f"{define}={default}": h0.get(op, 0), f"{define}={v}": h.get(op, 0),
+              "change": h.get(op, 0) - h0.get(op, 0)}
+             for op in sorted(set(h) | set(h0)) if h.get(op, 0) != h0.get(op, 0)]
+    label = evidence_label(b)
+    point = Table([row], f"{define}={v} — registers/SMEM {label}; ms recorded ({src})")
+    if not delta:
+        return [fig, point, f"The SASS of {define}={v} has the same opcode counts as the default "
+                            f"{define}={default} ({label})."]
+    return [fig, point, Table(delta, f"SASS opcodes that change against {define}={default} — {label}")]
 
 
 def ncu_tables():
@@ -1038,7 +1090,8 @@ def schedule_table(problem="siglip2", clusters_shown: int = 4, tiles_shown: int 
                          "parity": (it // 2) & 1, "rows (CTA 0 / CTA 1)":
                          f"{m_blk * lay.cluster_rows} / {m_blk * lay.cluster_rows + lay.tile_m}",
                          "columns": f"{n_blk * lay.tile_n}-{n_blk * lay.tile_n + lay.tile_n - 1}"})
-    return Table(rows, f"Static schedule (common/scheduler.cuh), {cfg.describe()}")
+    return Table(rows, f"Static schedule (common/scheduler.cuh), {cfg.describe()} — compiled (the launch set-up "
+                       f"from {FINAL_STAGE}'s exports, its tile order replayed on the host)")
 
 
 def barrier_table(name: str = FINAL_STAGE, defines: dict | None = None):

@@ -755,7 +755,7 @@ CONTRAST = [
 def contrast_table():
     """Hopper vs Blackwell for this GEMM, point by point (facts from the PTX ISA and CUTLASS)."""
     from .facts import Table
-    return Table(CONTRAST, "The same kernel on two architectures")
+    return Table(CONTRAST, "The same kernel on two architectures", descriptive=True)
 
 
 # The widget's options: stages, and for 01 the number of consumer warpgroups.

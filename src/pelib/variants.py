@@ -368,7 +368,8 @@ def overview(facts=(), evidence: Mapping | None = None):
         rows.append({"card": c.id, "title": c.title, "status": d.status, "decided on": d.evidence or "",
                      "needs B200": "yes" if d.needs_b200 else "", "rule": str(d.rule.label or d.rule.metric) if d.rule else "",
                      "variant kernel": e.status if e else "", "modelled projection": proj.get(c.id, "")})
-    return Table(rows, "Go/no-go F21-F28: evaluator status (with its evidence kind), variant kernels, model projections")
+    return Table(rows, "Go/no-go F21-F28: status decided on the kind in 'decided on' (recorded or measured); "
+                       "variant kernels compiled; projections modelled (pelib.model)")
 
 
 def status_table(evidence: Mapping | None = None):
