@@ -507,3 +507,47 @@ def clock64_timeline(tiles: int = 3):
                  fontsize=8.5)
     fig.tight_layout()
     return fig
+
+
+def fp8_line(points: list | None = None):
+    """The FP8 stages 00-09 on a B200 as one recorded line (each stage's lab number: ms, or ms implied by
+    its recorded TFLOPS, drawn hollow), against the speed-of-light floor (modelled, datasheet) and the
+    recorded cuBLAS lines. points: [(stage name, ms, tflops, note)], default the stages' own records."""
+    from pelib import problems, records, sol
+
+    if points is None:
+        from pelib import fp8, fp8_persistent
+        points = []
+        for n in list(fp8.STAGES) + list(fp8_persistent.STAGES):
+            st = (fp8 if n in fp8.STAGES else fp8_persistent).stage(n)
+            points.append((st.name, st.recorded.ms, st.recorded.tflops, st.recorded.source))
+    pe = problems.patch_embed("siglip2")
+    floor_ms = sol.floor(pe, sol.spec("B200")).t_floor_s * 1e3
+    refs = records.cublas()[:2]
+    fig, ax = plt.subplots(figsize=(7.8, 3.8))
+    xs, ys = [], []
+    for i, (name, ms, tflops, _src) in enumerate(points):
+        derived = ms is None and tflops
+        v = ms if ms is not None else (pe.flops / (tflops * 1e12) * 1e3 if tflops else None)
+        if v is None:
+            continue
+        xs.append(i)
+        ys.append(v)
+        ax.plot(i, v, "o", color="#2e86c1", mfc="white" if derived else "#2e86c1", ms=7, zorder=3)
+        ax.text(i, v, f"{v:.3f}" + ("*" if derived else ""), ha="center", va="bottom", fontsize=7.5)
+    ax.plot(xs, ys, "-", color="#2e86c1", lw=1.2)
+    ax.axhline(floor_ms, color="k", ls="--", lw=1, label=f"speed-of-light floor {floor_ms:.3f} ms (modelled)")
+    ax.axhline(refs[0].ms, color="#c0392b", ls=":", lw=1.3, label=f"cuBLAS FP8 GEMM only {refs[0].ms} ms (recorded)")
+    ax.axhline(refs[1].ms, color="#e67e22", ls=":", lw=1.3,
+               label=f"cuBLAS + unfused positional add {refs[1].ms} ms (recorded)")
+    ax.set_xticks(range(len(points)))
+    ax.set_xticklabels([p[0].split("_")[0] for p in points], fontsize=8)
+    ax.set_xlabel("fp8 stage (src/kernels/fp8/NN_*.cu)")
+    ax.set_ylabel("ms on a B200, full problem")
+    ax.set_ylim(0, max(ys + [refs[1].ms]) * 1.15)
+    ax.legend(fontsize=7.5, loc="upper right", frameon=False)
+    notes = sorted({p[3] for p in points if p[3]})
+    ax.set_title(f"FP8 patch embedding, stage by stage — {evidence_label('recorded', '; '.join(notes))}\n"
+                 "* = ms implied by the recorded TFLOPS (2·M·N·K); floor: datasheet peak and bandwidth", fontsize=8.5)
+    fig.tight_layout()
+    return fig
