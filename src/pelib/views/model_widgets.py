@@ -150,7 +150,7 @@ def static_table(params=None):
 
 
 class EquilibriumWidget:
-    """Static table + speed-up map, then live sliders (stages, epilogue warps, deltas, TMEM share)."""
+    """Static table, then live sliders (stages, epilogue warps, deltas, TMEM share)."""
 
     def __init__(self, live: bool = True, static: bool = True):
         self.static = static
@@ -224,11 +224,8 @@ class EquilibriumWidget:
     def _ipython_display_(self):
         from IPython.display import display, publish_display_data
 
-        if self.static:
+        if self.static:   # the speed-up map has its own cell in the chapter; the table is the fallback
             display(static_table())
-            fig = speedup_map()
-            display(fig)
-            plt.close(fig)
         publish_display_data(self.mimebundle())
 
 
