@@ -417,3 +417,32 @@ def test_pages_are_in_the_toc_order_and_link_the_repository(visits, server, brow
     dl = pg.eval_on_selector_all(".dropdown-download-buttons a", "els => els.map(e => e.getAttribute('href'))")
     pg.close()
     assert any(h and h.endswith(".ipynb") for h in dl), dl
+
+
+# Screenshots of three pages as a reader sees them (PE_SCREENSHOTS=<folder> to write them; the committed
+# ones are book/_static/screenshots/). Each is scrolled to the thing it shows.
+SCREENSHOTS = [("chapters/preface.html", ".pe-banner", "preface.png"),
+               ("chapters/fp8_pipeline_stages.html", ".pe-sweep", "fp8_pipeline_stages_sweep.png"),
+               ("chapters/hopper_twin.html", ".pe-table", "hopper_twin_table.png")]
+
+
+@pytest.mark.browser
+def test_screenshots(server, browser_context):
+    out = os.environ.get("PE_SCREENSHOTS")
+    if not out:
+        pytest.skip("set PE_SCREENSHOTS=<folder> to write screenshots of three pages")
+    from PIL import Image
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    pg = browser_context.new_page()
+    pg.set_viewport_size({"width": 1200, "height": 820})
+    for page, selector, name in SCREENSHOTS:
+        pg.goto(server + page, wait_until="load")
+        pg.evaluate("async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise; }")
+        pg.locator(selector).first.scroll_into_view_if_needed()
+        pg.evaluate("window.scrollBy(0, -90)")
+        path = Path(out) / name
+        pg.screenshot(path=str(path))
+        img = Image.open(path).convert("RGB").quantize(colors=96)   # small: a palette PNG
+        img.save(path, optimize=True)
+    pg.close()
