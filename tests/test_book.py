@@ -421,9 +421,9 @@ def test_pages_are_in_the_toc_order_and_link_the_repository(visits, server, brow
 
 # Screenshots of three pages as a reader sees them (PE_SCREENSHOTS=<folder> to write them; the committed
 # ones are book/_static/screenshots/). Each is scrolled to the thing it shows.
-SCREENSHOTS = [("chapters/preface.html", ".pe-banner", "preface.png"),
+SCREENSHOTS = [("chapters/preface.html", "section#the-problem", "preface.png"),
                ("chapters/fp8_pipeline_stages.html", ".pe-sweep", "fp8_pipeline_stages_sweep.png"),
-               ("chapters/hopper_twin.html", ".pe-table", "hopper_twin_table.png")]
+               ("chapters/hopper_twin.html", ".pe-table:has(.pe-table-note)", "hopper_twin_table.png")]
 
 
 @pytest.mark.browser
