@@ -790,7 +790,7 @@ def variant_row(key: str, defines: dict, rep: dict | None = None, live_problem=N
     if rep:
         hit = next((r for r in rep.get("variants", []) if r["label"] == row["variant"]), None)
         if hit is not None:
-            row["recorded ms"] = round(hit["median_ms"], 4) if hit.get("median_ms") else "failed"
+            row["measured ms"] = round(hit["median_ms"], 4) if hit.get("median_ms") else "failed"
     if live_problem is not None:
         res = run(key, live_problem, defines, iters=10)
         row["live ms"] = round(res["median_ms"], 4) if res.get("median_ms") else "NOT VERIFIED"
@@ -812,16 +812,19 @@ def stage_widget(live: bool | None = None):
     medium = check_problem("medium") if live else None
     rows = [variant_row(k, d, rep) for _, (k, d) in WIDGET_VARIANTS]
     caption = (f"stages and consumer warpgroups — {evidence_label(build('00'))}"
-               + (f"; 'recorded ms' = {sweep_evidence(rep)}, full problem" if rep else ""))
+               + (f"; 'measured ms' = {sweep_evidence(rep)}, full problem" if rep else ""))
     static = Table(rows, caption)
 
     def render(v):
         k, d = v
         r = variant_row(k, d, rep, medium)
-        cap = "compiled" + (f"; recorded = {sweep_evidence(rep)}" if rep else "")
+        cap = "compiled" + (f"; 'measured ms' = {sweep_evidence(rep)}" if rep else "")
         if medium is not None:
             cap += f"; live = measured now on {device.current().name}, 'medium' problem"
-        return Table([r], cap)
+        if rep is None:
+            return Table([r], cap)
+        from .views import plots
+        return [plots.hopper_line(rep, mark=k), Table([r], cap)]
     return widgets.sweep(WIDGET_VARIANTS, render, static=static, description="stage", live=live)
 
 

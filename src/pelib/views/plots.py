@@ -417,7 +417,7 @@ def gonogo_dashboard(facts=None):
 # The lines the book draws from its results: the Hopper twin stage by stage, the recorded clock64 tile
 # ---------------------------------------------------------------------------------------------
 
-def hopper_line(sweep: dict | None = None):
+def hopper_line(sweep: dict | None = None, mark: str | None = None):
     """The Hopper twin's stages 00-09 as one measured line (one committed sweep: each stage at its default
     defines), against the memory floor at that run's copy bandwidth and the cuBLAS baselines of the run."""
     from pelib import problems, results
@@ -436,6 +436,9 @@ def hopper_line(sweep: dict | None = None):
     ax.plot(range(len(names)), ms, "o-", color="#2e86c1", lw=1.5, label="our stage (verified, median)")
     for i, v in enumerate(ms):
         ax.text(i, v, f"{v:.3f}", ha="center", va="bottom", fontsize=7)
+    hit = [i for i, n in enumerate(names) if mark and n.split("_")[0] == str(mark).split("_")[0]]
+    for i in hit:       # the stage a slider has chosen
+        ax.plot(i, ms[i], "o", ms=13, mfc="none", mec="k", mew=1.5, label=f"chosen: {names[i]} (default defines)")
     ax.axhline(floor_ms, color="k", ls="--", lw=1, label=f"memory floor {floor_ms:.3f} ms "
                                                           f"({rep['copy']['gbps']:.0f} GB/s copy)")
     base = rep.get("baselines", {})
