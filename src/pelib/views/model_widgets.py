@@ -201,14 +201,13 @@ class EquilibriumWidget:
     def offline_html(self) -> str:
         """Stages x epilogue warps, every combination precomputed (deltas 0, TMEM share 0.5): the
         rendered book's view; the delta and TMEM-share sliders move only in JupyterLab."""
-        from .widgets import OFFLINE_NOTE, offline_view
+        from .widgets import offline_grid_html
 
-        note = OFFLINE_NOTE + (" Offline, the view covers stages and epilogue warps at the recorded "
-                               "Phase 1 and K-loop; the delta and TMEM-share sliders are live-only.")
-        return offline_view([("stages", [(str(s), s) for s in self.OFFLINE_STAGES]),
-                             ("epilogue warps", [(str(w), w) for w in self.OFFLINE_WARPS])],
-                            lambda s, w: render(stages=s, epi_warps=w),
-                            initial=[self.OFFLINE_STAGES.index(4), self.OFFLINE_WARPS.index(4)], note=note)
+        controls = {"stages": [(str(s), s) for s in self.OFFLINE_STAGES],
+                    "epi_warps": [(str(w), w) for w in self.OFFLINE_WARPS],
+                    "phase1_delta": [("0", 0)], "kloop_delta": [("0", 0)], "tmem_share": [("0.5", 0.5)]}
+        values = {"stages": 4, "epi_warps": 4, "phase1_delta": 0, "kloop_delta": 0, "tmem_share": 0.5}
+        return offline_grid_html(controls, render, values, max_panels=len(self.OFFLINE_STAGES) * len(self.OFFLINE_WARPS))
 
     def mimebundle(self, offline: bool | None = None) -> dict:
         from .widgets import book_build

@@ -66,6 +66,28 @@ class WidgetError(ValueError):
     """A sweep was set up with options it cannot show."""
 
 
+def offline_grid_html(controls: dict, render: Callable[..., Any], values: dict, max_panels: int = 40,
+                      note: str = OFFLINE_NOTE) -> str:
+    """The offline view of a sweep over several controls ({name: [(label, value), ...]}) rendered by
+    render(**values): every combination of the leading controls whose product stays within max_panels,
+    the others held at `values` (said in the note)."""
+    names, n = [], 1
+    for k, opts in controls.items():
+        if n * len(opts) > max_panels:
+            break
+        names.append(k)
+        n *= len(opts)
+    if not names:
+        raise WidgetError(f"no control fits {max_panels} offline panels")
+    held = [k for k in controls if k not in names]
+    if held:
+        note += (" Offline, the view covers " + ", ".join(names) + "; " + ", ".join(f"{k} stays at {values[k]}"
+                 for k in held) + " (it moves in JupyterLab).")
+    initial = [[v for _, v in controls[k]].index(values[k]) for k in names]
+    return offline_view([(k, controls[k]) for k in names],
+                        lambda *vs: render(**{**values, **dict(zip(names, vs))}), initial=initial, note=note)
+
+
 def _display(obj) -> None:
     """Show a table, figure, text or anything IPython can display; close figures once shown."""
     from IPython.display import display
