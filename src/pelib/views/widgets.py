@@ -73,6 +73,8 @@ def offline_grid_html(controls: dict, render: Callable[..., Any], values: dict, 
     the others held at `values` (said in the note)."""
     names, n = [], 1
     for k, opts in controls.items():
+        if len(opts) < 2:          # nothing to move: held, like the controls past the panel budget
+            continue
         if n * len(opts) > max_panels:
             break
         names.append(k)
