@@ -40,9 +40,14 @@ test-gpu: $(SETUP)
 bench: $(SETUP)
 	$(PY) -m pelib.sweep $(BENCH_ARGS)
 
-# JupyterLab on the chapters (MyST notebooks open as notebooks through jupytext).
+# JupyterLab on the chapters: a double-click opens a chapter (MyST Markdown) as a notebook through
+# jupytext (book/lab/overrides.json, installed as a settings override of this Python's JupyterLab),
+# and opening one does not mark it modified (book/lab/jupyter_server_config.py).
 lab: $(SETUP)
-	$(VENV)/bin/jupyter lab book/chapters
+	@settings="$$($(PY) -c 'import sys; print(sys.prefix)')/share/jupyter/lab/settings/overrides.d"; \
+	mkdir -p "$$settings" && cp book/lab/overrides.json "$$settings/pe-blackwell.json" && \
+	echo "lab: chapters open as notebooks ($$settings/pe-blackwell.json)"
+	$(PY) -m jupyterlab --config=book/lab/jupyter_server_config.py book/chapters
 
 clean:
 	rm -rf book/_build .pytest_cache

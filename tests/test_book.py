@@ -1,10 +1,37 @@
-"""Every chapter in the table of contents executes without error (as `make book` will)."""
+"""The book as `make book` builds it and as a reader meets it.
+
+One jupyter-book build per test session (every chapter executed, warnings are errors) feeds two kinds
+of check: the build itself (marker `book`) and a real browser (marker `browser`): every page opened in
+headless Chromium through Playwright with every request outside 127.0.0.1 blocked.
+
+Set PE_BOOK_HTML=book/_build/html to check an existing build (for example `make book`'s) instead of
+building. The browser checks need Debian's `chromium` package and Playwright (`pip install playwright`,
+which must not download a browser of its own: it drives /usr/bin/chromium); without them they skip
+and say so.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 
-BOOK = Path(__file__).resolve().parents[1] / "book"
+from pelib import evidence
+
+REPO = Path(__file__).resolve().parents[1]
+BOOK = REPO / "book"
 
 
 def _chapters():
@@ -15,8 +42,12 @@ def _chapters():
     return files
 
 
+CHAPTERS = _chapters()
+PAGES = [f"{c}.html" for c in CHAPTERS]
+
+
 def test_toc_lists_existing_chapters():
-    for f in _chapters():
+    for f in CHAPTERS:
         assert (BOOK / f"{f}.md").exists(), f"_toc.yml names {f}, which does not exist"
 
 
@@ -25,19 +56,394 @@ def test_config_fails_on_errors_and_needs_no_network():
     assert cfg["execute"]["execute_notebooks"] == "force"
     assert cfg["execute"]["raise_on_error"] is True
     assert cfg["execute"]["timeout"] >= 300
-    assert cfg["sphinx"]["config"]["intersphinx_mapping"] == {}
+    sc = cfg["sphinx"]["config"]
+    assert sc["intersphinx_mapping"] == {}
+    assert not re.match(r"^(https?:)?//", sc["mathjax_path"]), "MathJax must come from _static"
+    assert (BOOK / "_vendor" / sc["mathjax_path"]).is_file()
+    assert sc["nb_ipywidgets_js"] == {}, "the widget manager and require.js would come from a CDN"
+
+
+# ---- the one build ----------------------------------------------------------------------------------
+
+@dataclass
+class Built:
+    html: Path
+    log: str = ""
+    seconds: float = 0.0
+    rc: int = 0
+
+
+def _build(out: Path) -> Built:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src")] + [p for p in [env.get("PYTHONPATH")] if p])
+    cmd = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build", str(BOOK),
+           "--all", "-W", "--keep-going", "--path-output", str(out)]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+    return Built(out / "_build" / "html", p.stdout + p.stderr, time.monotonic() - t0, p.returncode)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> Built:
+    """The book's HTML: PE_BOOK_HTML if set, else one build of the whole book into a temporary folder."""
+    given = os.environ.get("PE_BOOK_HTML")
+    if given:
+        html = Path(given).resolve()
+        if not (html / "index.html").is_file():
+            pytest.fail(f"PE_BOOK_HTML={given} holds no built book (no index.html); run `make book` first")
+        return Built(html)
+    pytest.importorskip("jupyter_book", reason="the book build needs the book extra: pip install -e '.[book]'")
+    b = _build(tmp_path_factory.mktemp("book"))
+    sys.stderr.write(f"\n[book] built in {b.seconds:.0f} s (rc {b.rc}) into {b.html}\n")
+    return b
 
 
 @pytest.mark.book
-@pytest.mark.parametrize("chapter", _chapters())
-def test_chapter_executes(chapter):
-    jupytext = pytest.importorskip("jupytext")
-    nbclient = pytest.importorskip("nbclient")
-    path = BOOK / f"{chapter}.md"
-    nb = jupytext.read(path)
-    client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors
+def test_book_builds_and_executes_every_chapter(built):
+    """`make book`'s build: every chapter executed without error, no warning (-W)."""
+    lines = built.log.splitlines()
+    problems = [ln for ln in lines if re.search(r"WARNING|ERROR|Error|Traceback", ln) and "TCP without" not in ln]
+    tail = "\n".join(problems[:40] + ["..."] + lines[-25:])
+    assert built.rc == 0, f"the book build failed (rc {built.rc}):\n{tail}"
+    for page in PAGES:
+        assert (built.html / page).is_file(), f"no page {page} in the build"
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("page", PAGES)
+def test_no_error_output_on_page(built, page):
+    text = (built.html / page).read_text()
+    for marker in ("Traceback (most recent call last)", 'class="output traceback', "output_type\": \"error"):
+        assert marker not in text, f"{page} shows an error output ({marker!r})"
+
+
+@pytest.mark.book
+def test_downloads_and_sources(built):
+    for c in CHAPTERS:
+        if c.startswith("chapters/"):
+            nb = built.html / "_sources" / f"{c}.ipynb"
+            assert nb.is_file(), f"no .ipynb download for {c}"
+            assert '"cells"' in nb.read_text()
+    assert (built.html / "src" / "kernels" / "fp8" / "06_stages.cu").is_file()
+    assert list((built.html / "_downloads").glob("pe-blackwell-*.tar.gz")), "no source archive"
+
+
+# ---- the browser --------------------------------------------------------------------------------------
+
+CHROMIUM = os.environ.get("PE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _need_browser():
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"the browser suite needs Chromium at {CHROMIUM}: install Debian's package "
+                    "(apt-get install chromium) or set PE_CHROMIUM")
+    return pytest.importorskip("playwright.sync_api",
+                               reason="the browser suite needs Playwright: pip install playwright "
+                                      "(the test extra); it drives Debian's chromium, no download")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(built):
+    """The built book served on 127.0.0.1 (an ephemeral port), as a reader's browser would get it."""
+    if not (built.html / "index.html").is_file():
+        pytest.fail("no built book to serve (see test_book_builds_and_executes_every_chapter)")
+    handler = functools.partial(_Quiet, directory=str(built.html))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/"
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser_context():
+    """Headless Chromium (Debian's) with a fresh profile; every request off 127.0.0.1 is refused."""
+    pw = _need_browser()
+    with pw.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        ctx = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                                   headless=True, viewport={"width": 1280, "height": 900})
+        ctx.external = []
+
+        def route(r):
+            if r.request.url.startswith(("http://127.0.0.1:", "data:", "blob:")):
+                r.continue_()
+            else:
+                ctx.external.append(r.request.url)
+                r.abort()
+
+        ctx.route("**/*", route)
+        yield ctx
+        ctx.close()
+
+
+# What one visit of a page records (in the page, after MathJax has finished).
+_PAGE_FACTS_JS = r"""
+async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const art = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const cs = getComputedStyle(art);
+  const col = art.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+  const facts = {column: col, rawMath: [], untypeset: 0, mathCount: 0, wide: [], tables: [], images: [],
+                 sweeps: [], widgetDebris: []};
+  // maths: every .math element typeset, no raw \( or \[ left in the page's text outside code
+  for (const m of art.querySelectorAll('.math')) {
+    facts.mathCount++;
+    if (!m.querySelector('mjx-container')) { facts.untypeset++; }
+  }
+  const walker = document.createTreeWalker(art, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const n = walker.currentNode;
+    if (n.parentElement.closest('pre, code, script, style, textarea, .highlight')) continue;
+    const t = n.textContent;
+    const i = t.search(/\\\(|\\\[/);
+    if (i >= 0) facts.rawMath.push(t.slice(Math.max(0, i - 30), i + 40));
+  }
+  // wide things: a table or image wider than the column must sit in a scroll container no wider than it
+  function scrolls(el) {
+    for (let a = el.parentElement; a && a !== art.parentElement; a = a.parentElement) {
+      const ox = getComputedStyle(a).overflowX;
+      if ((ox === 'auto' || ox === 'scroll') && a.getBoundingClientRect().width <= col + 1) return true;
+    }
+    return false;
+  }
+  for (const el of art.querySelectorAll('table, img, .pe-sweep, div.cell_output > div')) {
+    const w = el.getBoundingClientRect().width;
+    if (w > col + 1 && !scrolls(el)) {
+      facts.wide.push(`${el.tagName.toLowerCase()}.${el.className} ${Math.round(w)}px > ${Math.round(col)}px`);
+    }
+  }
+  // result tables (pelib.facts.Table): caption text, cells
+  for (const t of art.querySelectorAll('.pe-table')) {
+    const cap = t.querySelector('.pe-table-caption');
+    const capRect = cap ? cap.getBoundingClientRect() : null;
+    const shown = t.offsetParent !== null;   // a table in a hidden sweep panel has no layout
+    facts.tables.push({caption: cap ? cap.textContent : '', shown: shown,
+                       descriptive: t.classList.contains('pe-descriptive'),
+                       numericCells: t.querySelectorAll('td.pe-num').length,
+                       captionVisible: !shown || (!!capRect && capRect.width > 0
+                                                  && capRect.right <= art.getBoundingClientRect().right + 1),
+                       cells: Array.from(t.querySelectorAll('td')).map(td => td.innerText),
+                       inSweep: !!t.closest('.pe-sweep-panel')});
+  }
+  for (const img of art.querySelectorAll('div.cell_output img')) {
+    facts.images.push({src: img.currentSrc || img.src, alt: img.alt, width: img.getBoundingClientRect().width,
+                       complete: img.complete && img.naturalWidth > 0});
+  }
+  for (const s of art.querySelectorAll('.pe-sweep')) {
+    const vis = () => s.querySelector('.pe-sweep-panel:not([hidden])');
+    const rec = {height: s.getBoundingClientRect().height, inputs: 0, moved: []};
+    const first = vis();
+    rec.panelHeight = first ? first.getBoundingClientRect().height : 0;
+    for (const inp of s.querySelectorAll('input.pe-sweep-range')) {
+      rec.inputs++;
+      const before = vis();
+      const start = inp.value;
+      inp.value = (+inp.value === +inp.max) ? inp.min : inp.max;
+      inp.dispatchEvent(new Event('input'));
+      const after = vis();
+      rec.moved.push(!!after && after !== before && after.innerHTML !== before.innerHTML
+                     && after.getBoundingClientRect().height > 0);
+      inp.value = start; inp.dispatchEvent(new Event('input'));
+    }
+    facts.sweeps.push(rec);
+  }
+  for (const el of art.querySelectorAll('.jupyter-widgets, .widget-area, script[type*="jupyter-widget"]')) {
+    facts.widgetDebris.push(el.className || el.type);
+  }
+  const text = art.innerText;
+  // a widget shown only by its plain-text stand-in has no offline view: nothing to move in the book
+  for (const w of ['VBox(children', 'Loading widget', 'HBox(children', 'IntSlider(', 'in a live Jupyter kernel']) {
+    if (text.includes(w)) facts.widgetDebris.push(w);
+  }
+  return facts;
+}
+"""
+
+
+@dataclass
+class Visit:  # noqa: D101
+    page: str
+    facts: dict = field(repr=False)
+    console_errors: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
+    external: list = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def visits(server, browser_context, built):
+    """Every page of the book visited once; what each visit saw."""
+    out = {}
+    ctx = browser_context
+    for page in PAGES:
+        pg = ctx.new_page()
+        v = Visit(page, {})
+        pg.on("console", lambda m, v=v: v.console_errors.append(m.text) if m.type == "error" else None)
+        pg.on("pageerror", lambda e, v=v: v.console_errors.append(f"uncaught: {e}"))
+        pg.on("requestfailed", lambda r, v=v: v.failed.append(f"{r.url} ({r.failure})"))
+        pg.on("response", lambda r, v=v: v.failed.append(f"{r.url} ({r.status})") if r.status >= 400 else None)
+        n0 = len(ctx.external)
+        pg.goto(server + page, wait_until="load")
+        v.facts = pg.evaluate(_PAGE_FACTS_JS)
+        pg.wait_for_timeout(100)
+        v.external = ctx.external[n0:]
+        v.failed = [f for f in v.failed if f.startswith(server)]
+        out[page] = v
+        pg.close()
+    return out
+
+
+def _png_text(data: bytes) -> str:
+    """The text chunks of a PNG (pelib writes a figure's drawn text into 'Description'; matplotlib
+    writes text outside Latin-1 as iTXt)."""
+    import zlib
+
+    out, i = [], 8
+    while i + 8 <= len(data):
+        n = int.from_bytes(data[i:i + 4], "big")
+        kind, body = data[i + 4:i + 8], data[i + 8:i + 8 + n]
+        if kind == b"tEXt":
+            out.append(body.split(b"\0", 1)[-1].decode("latin-1"))
+        elif kind == b"zTXt":
+            out.append(zlib.decompress(body.split(b"\0", 1)[-1][1:]).decode("latin-1"))
+        elif kind == b"iTXt":
+            _key, rest = body.split(b"\0", 1)
+            compressed, rest = rest[0], rest[2:]
+            _lang, _tkey, text = rest.split(b"\0", 2)
+            out.append((zlib.decompress(text) if compressed else text).decode("utf-8"))
+        i += 12 + n
+    return " ".join(out)
+
+
+def _image_bytes(src: str, server: str, html: Path) -> bytes:
+    if src.startswith("data:"):
+        return base64.b64decode(src.split(",", 1)[1])
+    assert src.startswith(server), src
+    return (html / src[len(server):].split("?")[0]).read_bytes()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_page_offline(visits, page):
+    """No request leaves the book; no console error; no local request fails."""
+    v = visits[page]
+    assert not v.external, f"{page} asked the network for {v.external}"
+    assert not v.failed, f"{page}: failed requests {v.failed}"
+    assert not v.console_errors, f"{page}: console errors {v.console_errors}"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_math_typeset(visits, page):
+    f = visits[page].facts
+    assert f["untypeset"] == 0, f"{page}: {f['untypeset']} of {f['mathCount']} math elements not typeset"
+    assert not f["rawMath"], f"{page}: raw TeX in the text: {f['rawMath'][:5]}"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_nothing_wider_than_the_column(visits, page):
+    f = visits[page].facts
+    assert not f["wide"], f"{page}: wider than the {f['column']:.0f}px column with no scroll: {f['wide'][:6]}"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_widgets_work_offline(visits, page):
+    """Each sweep shows a panel, and every one of its sliders switches to another precomputed panel."""
+    f = visits[page].facts
+    assert not f["widgetDebris"], f"{page}: widget remnants that need a kernel: {f['widgetDebris']}"
+    for i, s in enumerate(f["sweeps"]):
+        assert s["height"] > 40 and s["panelHeight"] > 20, f"{page}: sweep {i} is blank ({s})"
+        assert s["inputs"] >= 1 and all(s["moved"]), f"{page}: sweep {i}'s slider does not change the view ({s})"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_evidence_labels(visits, page, server, built):
+    """Every result table's caption and every figure's drawn text name an evidence kind; the caption
+    stays in view however wide the table."""
+    f = visits[page].facts
+    bad = []
+    for t in f["tables"]:
+        if t["descriptive"]:   # prose in table form (names, ideas): it may carry no number
+            if t["numericCells"]:
+                bad.append(f"a descriptive table shows numbers: {t['caption'][:90]!r}")
+            continue
+        if not evidence.kinds_in(t["caption"]):
+            bad.append(f"table without an evidence kind: {t['caption'][:90]!r} {t['cells'][:4]}")
+        elif not t["captionVisible"]:
+            bad.append(f"caption cut off: {t['caption'][:90]!r}")
+    for im in f["images"]:
+        assert im["complete"], f"{page}: broken image {im['src'][:80]}"
+        text = _png_text(_image_bytes(im["src"], server, built.html))
+        if not evidence.kinds_in(text):
+            bad.append(f"figure without an evidence kind: {im['alt'][:80]!r} {text[:120]!r}")
+    assert not bad, f"{page}:\n  " + "\n  ".join(bad)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_no_error_row_shown_as_a_result(visits, page):
+    """A measured table shows results only: a run that FAILED or raised is not a result (the table's
+    code lists such runs apart, as not measured). Recorded tables may quote a failed attempt's error."""
+    for t in visits[page].facts["tables"]:
+        if "measured" not in evidence.kinds_in(t["caption"]):
+            continue
+        rows = [c for c in t["cells"] if re.search(r"\bFAILED\b|Error\b|Traceback", c)]
+        assert not rows, f"{page}: {t['caption'][:80]!r} shows error cells as results: {rows[:3]}"
+
+
+@pytest.mark.browser
+def test_search_finds_tcgen05(server, browser_context):
+    pg = browser_context.new_page()
+    pg.goto(server + "search.html?q=tcgen05", wait_until="load")
+    pg.wait_for_function("document.querySelectorAll('#search-results ul.search li').length > 0", timeout=30000)
+    hits = pg.eval_on_selector_all("#search-results ul.search li a", "els => els.map(e => e.textContent)")
+    pg.close()
+    assert len(hits) >= 3, hits
+
+
+@pytest.mark.browser
+def test_pages_are_in_the_toc_order_and_link_the_repository(visits, server, browser_context):
+    pg = browser_context.new_page()
+    pg.goto(server + PAGES[0], wait_until="load")
+    assert pg.locator(".repository-button, a[href*='pe-blackwell-']").count() >= 1
+    dl = pg.eval_on_selector_all(".dropdown-download-buttons a", "els => els.map(e => e.getAttribute('href'))")
+    pg.close()
+    assert any(h and h.endswith(".ipynb") for h in dl), dl
+
+
+# Screenshots of three pages as a reader sees them (PE_SCREENSHOTS=<folder> to write them; the committed
+# ones are book/_static/screenshots/). Each is scrolled to the thing it shows.
+SCREENSHOTS = [("chapters/preface.html", "section#the-problem", "preface.png"),
+               ("chapters/fp8_pipeline_stages.html", ".pe-sweep", "fp8_pipeline_stages_sweep.png"),
+               ("chapters/hopper_twin.html", ".pe-table:has(.pe-table-note)", "hopper_twin_table.png")]
+
+
+@pytest.mark.browser
+def test_screenshots(server, browser_context):
+    out = os.environ.get("PE_SCREENSHOTS")
+    if not out:
+        pytest.skip("set PE_SCREENSHOTS=<folder> to write screenshots of three pages")
+    from PIL import Image
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    pg = browser_context.new_page()
+    pg.set_viewport_size({"width": 1200, "height": 820})
+    for page, selector, name in SCREENSHOTS:
+        pg.goto(server + page, wait_until="load")
+        pg.evaluate("async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise; }")
+        pg.locator(selector).first.scroll_into_view_if_needed()
+        pg.evaluate("window.scrollBy(0, -90)")
+        path = Path(out) / name
+        pg.screenshot(path=str(path))
+        img = Image.open(path).convert("RGB").quantize(colors=96)   # small: a palette PNG
+        img.save(path, optimize=True)
+    pg.close()

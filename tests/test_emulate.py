@@ -482,7 +482,7 @@ def test_plot_helpers_run_and_say_what_they_show():
     for fig in (P.swizzle_bank_heatmap(), P.descriptor_bits_figure(D.umma_smem_desc(1024, 16, 1024, 128)),
                 P.tmem_cta_pair_figure()):
         text = (fig._suptitle.get_text() if fig._suptitle else "") + fig.axes[0].get_title()
-        assert "modelled" in text
+        assert "emulated" in text
     assert "PENDING" in P.hopper_proof_table(None)
     rec = {"device": "H100", "date": "2025-01-01", "passed": 1, "failed": 0,
            "cases": [{"kind": "tma_load", "case": "x", "passed": True}]}

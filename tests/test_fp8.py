@@ -652,8 +652,12 @@ def test_sweep_widgets_have_a_static_fallback():
         w = F.sweep_widget(which, live=False)
         ok, refused = F.options(which)
         assert w.static is not None and len(w.static.rows) == len(ok) + len(refused)
-        assert w.select(value).rows[0][key] == value
         assert any("does not compile" in r.get("note", "") for r in w.static.rows) == bool(refused)
+        fig, point, delta = w.select(value)        # what the table above cannot show: the point marked,
+        assert point.rows[0][key] == value         # its SMEM against the limit, the SASS it changes
+        assert f"={value}" in " ".join(t.get_text() for t in fig.axes[0].texts)
+        assert "compiled" in point.caption and "recorded" in point.caption
+        assert all(r["change"] != 0 for r in delta.rows) and "compiled" in delta.caption
     assert F.sweep_row("warps", 6)["recorded ms"] == 0.747 and F.sweep_row("warps", 5)["recorded ms"] == 0.722
     assert F.sweep_row("stages", 4)["recorded regs"] == 216 and F.sweep_row("stages", 6)["recorded smem (KB)"] == 192
     with pytest.raises(ValueError):

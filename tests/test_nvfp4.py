@@ -338,8 +338,16 @@ def test_chapter_tables_label_their_evidence():
     for kind in ("compiled", "recorded", "modelled"):
         assert kind in t.caption
     assert "measured" not in t.caption
-    v = nvfp4.stage_view(7)
-    assert any(r["value"].startswith("NO") for r in v.rows if r["what"].startswith("fits"))
+    import matplotlib.figure
+    from pelib.facts import Table
+    v = nvfp4.stage_view(7)         # does not fit: the curve figure, the reason there is no timeline, the table
+    t = next(o for o in v if isinstance(o, Table))
+    assert any(r["value"].startswith("NO") for r in t.rows if r["what"].startswith("fits"))
+    assert isinstance(v[0], matplotlib.figure.Figure) and "refused" in v[1]
+    v5 = nvfp4.stage_view(5)        # fits: the slider's figures follow it (curve marked at 5, S=5 timeline)
+    figs = [o for o in v5 if isinstance(o, matplotlib.figure.Figure)]
+    assert len(figs) == 2 and "NUM_STAGES=5" in " ".join(t.get_text() for t in figs[0].axes[0].texts)
+    assert figs[1].axes[0].get_ylabel() == "S=5"
     assert "recorded" in nvfp4.attempts_table().caption and len(nvfp4.split_k_table().rows) == 6
 
 

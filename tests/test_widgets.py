@@ -58,3 +58,29 @@ def test_select_unknown_value():
     s = widgets.sweep([1, 2], lambda v: v)
     with pytest.raises(WidgetError, match="not one of"):
         s.select(9)
+
+
+def test_offline_view_switches_precomputed_panels():
+    import re
+    s = widgets.sweep([1, 2, 3], lambda v: f"value {v}", value=2, description="stages", live=False)
+    html = s.mimebundle()["text/html"]
+    assert html.count('class="pe-sweep-panel"') == 3 and html.count(" hidden>") == 2
+    assert re.search(r'data-key="1"><div class="pe-note">value 2</div>', html)   # the initial one shows
+    assert 'type="range"' in html and 'max="2"' in html
+
+
+def test_offline_grid_covers_the_leading_controls():
+    seen = []
+    html = widgets.offline_grid_html({"a": [("1", 1), ("2", 2)], "b": [("x", "x"), ("y", "y")],
+                                      "c": [(str(i), i) for i in range(50)]},
+                                     lambda **v: seen.append(v) or str(v), {"a": 1, "b": "y", "c": 7})
+    assert len(seen) == 4 and all(v["c"] == 7 for v in seen)      # c held at its value, said so
+    assert "c stays at 7" in html and html.count('type="range"') == 2
+
+
+def test_the_book_build_embeds_the_offline_view(monkeypatch):
+    s = widgets.sweep([1, 2], lambda v: v)
+    assert "text/html" not in s.mimebundle()                      # JupyterLab: the live widget alone
+    monkeypatch.setenv(widgets.BOOK_BUILD_ENV, "1")
+    b = s.mimebundle()
+    assert "application/vnd.jupyter.widget-view+json" in b and "pe-sweep" in b["text/html"]

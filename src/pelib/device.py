@@ -5,6 +5,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
+from .views import notebook_setup   # the banner opens every chapter: it sets the notebook's figures up
+
 # Page modes, in the words the banner uses.
 LIVE = "live"                  # an sm_100 GPU: the sm_100a stages run here
 HOPPER_LIVE = "hopper-live"    # an sm_90 GPU: the sm_90a twin runs here
@@ -241,14 +243,40 @@ def banner_text(stage_arch: str | None = None, info: DeviceInfo | None = None) -
 
 
 class Banner(str):
-    """The banner text; printed once, so a notebook does not echo it again as the cell's value."""
+    """The banner text; shown once, so a notebook does not echo it again as the cell's value."""
 
     def _ipython_display_(self):
         pass
 
+    def html(self) -> str:
+        """The banner as wrapped prose (not a <pre> line), with when and where the page ran."""
+        import datetime as _dt
+        import html as _html
+
+        head, _, rest = self.partition(" — ")
+        when = (f"This page was executed on {_dt.date.today()}; “here” is the machine that executed it. "
+                "Run the book yourself to see your GPU's mode.")
+        return (f'<div class="pe-banner"><span class="pe-mode">{_html.escape(head)}</span>'
+                f'{" — " + _html.escape(rest) if rest else ""}<br/><small>{when}</small></div>')
+
+
+def _in_ipython() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
 
 def banner(stage_arch: str | None = None, info: DeviceInfo | None = None) -> Banner:
-    """Print and return the page's one-line evidence banner (every chapter's first cell)."""
+    """Show and return the page's one-line evidence banner (every chapter's first cell): as wrapped
+    HTML in a notebook, printed elsewhere."""
     text = Banner(banner_text(stage_arch, info))
-    print(text)
+    if _in_ipython():
+        from IPython.display import publish_display_data
+
+        notebook_setup()
+        publish_display_data({"text/plain": str(text), "text/html": text.html()})
+    else:
+        print(text)
     return text

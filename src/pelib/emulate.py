@@ -36,6 +36,7 @@ from typing import Callable
 import numpy as np
 
 from . import descriptors as D
+from . import limits
 
 __all__ = [
     "EmulationError", "swizzle_addr", "swizzle_repeat", "SmemImage", "TensorMap2D", "tma_load_2d",
@@ -902,7 +903,7 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
     _lint(p, "b", desc_b0, tmB, report)
     _lint_k_advance(p, report)
     report.descriptors = {"a": desc_a0, "b": desc_b0, "idesc": p.idesc}
-    size = p.smem_bytes or 232448
+    size = p.smem_bytes or limits.SMEM_LIMIT
     smems = [SmemImage(size, smem_base) for _ in range(ncta)]
     tmems = [Tmem(p.tmem_cols) for _ in range(ncta)] if p.sm100 else []
     if p.sm100:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import re
 
+from . import evidence
 from .build import Build, toolchain_version
 
 # Opcodes a reader of a Blackwell/Hopper GEMM looks for first.
@@ -13,30 +15,73 @@ WATCH = ("UTCQMMA", "UTCHMMA", "UTCOMMA", "UTCBAR", "UTCCP", "LDTM", "R2UR", "SY
 
 def evidence_label(build: Build | None = None) -> str:
     """'compiled (NVRTC 13.5, sm_100a, 2026-11-23)': the kind and provenance of a build's numbers."""
-    arch = f", {build.arch}" if build else ""
-    return f"compiled ({toolchain_version().replace('nvrtc-', 'NVRTC ')}{arch}, {_dt.date.today()})"
+    return evidence.compiled(toolchain_version().replace("nvrtc-", "NVRTC "), build.arch if build else None,
+                             _dt.date.today())
 
 
 class Table:
-    """A small table that renders as HTML in notebooks and as aligned text elsewhere."""
+    """A small table that renders as HTML in notebooks (and the book) and as aligned text elsewhere.
 
-    def __init__(self, rows: list[dict], caption: str = "", columns: list[str] | None = None):
+    Columns are the union of the rows' keys in order of first appearance (or `columns`), so a row that
+    adds a column is never silently cut. In HTML the caption, which carries the evidence label, sits
+    above a horizontally scrolling table and so always stays in view; numeric columns align right.
+    """
+
+    def __init__(self, rows: list[dict], caption: str = "", columns: list[str] | None = None,
+                 descriptive: bool = False, notes: list[str] | None = None):
         self.rows = rows
         self.caption = caption
-        self.columns = columns or (list(rows[0]) if rows else [])
+        self.columns = columns or list(dict.fromkeys(c for r in rows for c in r))
+        # descriptive: prose in table form (names, ideas, where a fact lives) with no number of any
+        # evidence kind; every other table's caption names its kinds (the book's tests check both).
+        self.descriptive = descriptive
+        # notes: lines shown under the table, e.g. what was not measured and why (never a result row)
+        self.notes = list(notes or [])
+
+    def _numeric_columns(self) -> set:
+        out = set()
+        for c in self.columns:
+            vals = [r.get(c, "") for r in self.rows]
+            vals = [v for v in vals if v not in ("", None, "—", "-")]
+            if vals and all(_numeric(v) for v in vals):
+                out.add(c)
+        return out
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c, '')))}</td>" for c in self.columns)
-                       + "</tr>" for r in self.rows)
-        cap = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
-        return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        num = self._numeric_columns()
+
+        def cell(tag, c, text):
+            kind = "pe-num" if c in num else "pe-text"
+            align = "right" if c in num else "left"
+            return f'<{tag} class="{kind}" style="text-align:{align}">{html.escape(text)}</{tag}>'
+
+        head = "".join(cell("th", c, str(c)) for c in self.columns)
+        body = "".join("<tr>" + "".join(cell("td", c, _fmt(r.get(c, ""))) for c in self.columns) + "</tr>"
+                       for r in self.rows)
+        cap = f'<div class="pe-table-caption">{html.escape(self.caption)}</div>' if self.caption else ""
+        cls = "pe-table pe-descriptive" if self.descriptive else "pe-table"
+        notes = "".join(f'<div class="pe-table-note">{html.escape(n)}</div>' for n in self.notes)
+        return (f'<div class="{cls}">{cap}<div class="pe-table-scroll"><table>'
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{notes}</div>")
 
     def __repr__(self) -> str:
         cells = [[str(c) for c in self.columns]] + [[_fmt(r.get(c, "")) for c in self.columns] for r in self.rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
         lines = ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
-        return "\n".join(([self.caption] if self.caption else []) + lines)
+        return "\n".join(([self.caption] if self.caption else []) + lines + self.notes)
+
+
+# A cell that reads as one number, possibly with a sign, an approximation mark, a unit or a marker:
+# '1,136', '-0.4%', '~0.52', '1.02x', '0.700 ms', '3.0 TB/s', '12 *'.
+_NUMBER = re.compile(r"^[~≈<>≤≥+\-−]?\s?\d[\d,]*(\.\d+)?(e[+-]?\d+)?\s?(%|x|×|[a-zA-Zµ/]{1,7})?\s?\*?$")
+
+
+def _numeric(v) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    return bool(_NUMBER.match(str(v).strip()))
 
 
 def _fmt(v) -> str:
@@ -69,3 +114,9 @@ def histogram_table(build: Build, top: int = 12, watch=WATCH) -> Table:
     rows = [{"opcode": op, "count": h[op], "share": f"{100 * h[op] / total:.1f}%"} for op in names]
     return Table(rows, f"SASS opcode histogram of {build.source.name} ({total} instructions) — "
                        f"{evidence_label(build)}")
+
+
+def evidence_table() -> Table:
+    """The evidence vocabulary (pelib.evidence) as a table: the Preface shows it."""
+    return Table([{"kind": k.name, "what it is": k.definition} for k in evidence.vocabulary()],
+                 "The evidence kinds (pelib.evidence): every number in this book carries one", descriptive=True)

@@ -63,7 +63,8 @@ def f21_table(problem="siglip2", promotion: int = 256):
         rows.append({"operand": k.upper(), "box (torch order)": base[k].box_shape, "swizzle": base[k].swizzle,
                      "stage 09 l2Promotion": tma.L2_PROMOTIONS[base[k].l2_promotion],
                      "F21 l2Promotion": tma.L2_PROMOTIONS[f21[k].l2_promotion]})
-    return Table(rows, f"F21: tensor maps of the {prob.name} problem (host side, no kernel change)")
+    return Table(rows, f"F21: tensor maps of the {prob.name} problem (host side, no kernel change) — compiled "
+                       "(from stage 09's exported boxes)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +172,8 @@ def window_table(w: AccessPolicyWindow):
             {"field": "hitRatio", "value": w.hit_ratio}, {"field": "hitProp", "value": PROPS[w.hit_prop]},
             {"field": "missProp", "value": PROPS[w.miss_prop]},
             {"field": "persisting set-aside needed (B)", "value": w.set_aside()}]
-    return Table(rows, "F26: the access-policy window over B (host side, no kernel change)")
+    return Table(rows, "F26: the access-policy window over B (host side, no kernel change) — compiled "
+                       "(the launch set-up, from the problem's B and stage 09's launch)")
 
 
 # ---- on a device ------------------------------------------------------------------------------

@@ -113,14 +113,39 @@ def _strip_header(lines: list[str]) -> list[str]:
     return lines[i:]
 
 
-def header(stage: str | Path) -> Rendered:
+class HeaderText(Rendered):
+    """A stage's header: prints as text; in a notebook and the book, wrapped prose with a link to the file."""
+
+    def _repr_html_(self) -> str:
+        import html as _html
+
+        e = _html.escape
+        path = resolve(self.title)
+        rel = f"src/kernels/{_label(path)}"
+        # Relative to the chapter file (book/chapters/), as JupyterLab resolves it; the book's build
+        # rewrites it for the page's location.
+        link = f'<a class="pe-src" href="../../{e(rel)}"><code>{e(rel)}</code></a>'
+        try:
+            h = read_header(path)
+        except HeaderError:
+            return (f'<div class="pe-stage-header"><div class="pe-stage-title">{link}</div>'
+                    f'<div class="pe-note">{e(str(self))}</div></div>')
+        rows = [("Parent", h.parent and f"<code>{e(h.parent)}</code>"), ("What changes", e(h.what)),
+                ("Why", e(h.why)), ("Recorded", h.recorded and e(h.recorded)),
+                ("Measured", h.measured and e(h.measured)), ("Run", f"<code>{e(h.run)}</code>")]
+        dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows if v)
+        return (f'<div class="pe-stage-header"><div class="pe-stage-title">Stage {e(h.number)} — '
+                f'{e(h.idea)} <span class="pe-src-link">({link})</span></div><dl>{dl}</dl></div>')
+
+
+def header(stage: str | Path) -> HeaderText:
     """The stage's opening comment (what it changes, why, the recorded result), without the slashes."""
     lines = []
     for line in resolve(stage).read_text().splitlines():
         if not line.startswith("//"):
             break
         lines.append(line[3:] if line.startswith("// ") else line[2:])
-    return Rendered("\n".join(lines), "text", _label(resolve(stage)))
+    return HeaderText("\n".join(lines), "text", _label(resolve(stage)))
 
 
 def source(stage: str | Path, start: str | None = None, end: str | None = None) -> Rendered:

@@ -60,10 +60,12 @@ import numpy as np
 from .. import records
 from ..facts import Table
 from ..stage import Stage
+from .. import limits
 
 EVIDENCE = "modelled"
 TILE_ROWS = 32                   # rows of a TMEM lane quarter (one warp's row group)
 UNITS_PER_QUARTER = 8            # 256 accumulator columns / 32 columns per tcgen05.ld .x32
+SMEM_LIMIT = limits.SMEM_LIMIT   # the per-block opt-in limit every stage is checked against (227 KB)
 LINEAR_AMPLIFICATION = 4.1       # the notes' epi_wait ~= deficit x 4.1 (F28 section)
 KERNEL = "fp8/09_persistent_megakernel"   # the stage the model's structure is (its SMEM comes from its exports)
 
@@ -88,8 +90,8 @@ def smem_bytes(stages: int, epi_warps: int) -> int:
 
 
 def smem_limit() -> int:
-    """The per-block limit stage 09 checks itself against (its smem_limit export)."""
-    return _smem_line()[5]
+    """The per-block limit (pelib.limits, from common/limits.cuh; stage 09 exports the same as smem_limit)."""
+    return SMEM_LIMIT
 
 
 class ModelError(ValueError):
@@ -644,25 +646,27 @@ class CalibrationReport:
     def table(self):
         rows = [{"point": r.point, "quantity": r.quantity, "recorded": r.recorded, "modelled": round(r.modelled, 1),
                  "error": f"{100 * r.rel_error:+.1f} %", "within 10 %": "yes" if r.within_10pct else "NO",
-                 "kind": r.kind, "source": r.source} for r in self.rows]
+                 "recorded value": "recorded" if r.kind == "recorded" else "recorded, derived by the note's arithmetic",
+                 "source": r.source} for r in self.rows]
         return Table(rows, "Calibration: recorded (lab notes) vs modelled (pelib.models.pipeline)")
 
     def params_table(self):
         p = self.params
         rows = [
-            {"parameter": "handoff", "value": round(p.handoff, 1), "kind": "calibrated",
+            {"parameter": "handoff", "value": round(p.handoff, 1), "how set": "calibrated",
              "meaning": "K-loop end -> epilogue starts Phase 1 (MMA completion, commit multicast, wake)"},
-            {"parameter": "stage0_after_stores", "value": round(p.stage0_after_stores, 1), "kind": "calibrated",
+            {"parameter": "stage0_after_stores", "value": round(p.stage0_after_stores, 1), "how set": "calibrated",
              "meaning": "last Phase 2B store of the released tile -> next stage-0 data lands"},
-            {"parameter": "notify", "value": p.notify, "kind": "assumption", "meaning": "release -> W1 resumes"},
-            {"parameter": "load_latency", "value": p.load_latency, "kind": "assumption (F21's 1,940)",
+            {"parameter": "notify", "value": p.notify, "how set": "assumption", "meaning": "release -> W1 resumes"},
+            {"parameter": "load_latency", "value": p.load_latency, "how set": "assumption (F21's 1,940)",
              "meaning": "per-stage TMA latency in the ring"},
-            {"parameter": "tmem_share", "value": p.tmem_share, "kind": "assumption",
+            {"parameter": "tmem_share", "value": p.tmem_share, "how set": "assumption",
              "meaning": "bandwidth-shared fraction of the 4-warp Phase 1"},
-            {"parameter": "dispersion", "value": round(p.dispersion, 4), "kind": "assumption" if not p.dispersion else "fitted to F25",
+            {"parameter": "dispersion", "value": round(p.dispersion, 4), "how set": "assumption" if not p.dispersion else "fitted to F25",
              "meaning": "per-tile lognormal sigma of each warp's Phase 1"},
         ]
-        return Table(rows, f"Model parameters (calibrated on point {p.calibrated_on})")
+        return Table(rows, f"Model parameters — modelled (pelib.models.pipeline): 'calibrated' = fitted to the recorded point "
+                           f"{p.calibrated_on}, 'assumption' = chosen, not measured")
 
     def __str__(self) -> str:
         lines = [f"Calibration of pelib.models.pipeline on point {self.params.calibrated_on} ({self.evidence}):"]

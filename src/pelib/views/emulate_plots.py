@@ -1,4 +1,4 @@
-"""Pictures of the emulated data path for the chapter "How we know it is right": all modelled evidence."""
+"""Pictures of the emulated data path for the chapter "How we know it is right": all emulated evidence."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from .. import launch, results, tma
 from ..build import build
 from ..paths import KERNELS
 
-MODELLED = "modelled (pelib.emulate, from the PTX ISA and CUTLASS)"
+EMULATED = "emulated (pelib.emulate, from the PTX ISA and CUTLASS)"
 
 
 def _plt():
@@ -47,7 +47,7 @@ def swizzle_bank_heatmap(swizzles=(0, 128), rows: int = 8):
         ax.set_ylabel("row (M or N)")
         ax.set_xticks(range(8))
         ax.set_yticks(range(rows))
-    fig.suptitle(f"Bank group (banks 4g..4g+3) of each chunk; {MODELLED}", fontsize=9)
+    fig.suptitle(f"Bank group (banks 4g..4g+3) of each chunk; {EMULATED}", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -65,24 +65,32 @@ _FIELD_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860
 
 
 def descriptor_bits_figure(desc: int, what: str = "umma_smem"):
-    """The descriptor as a strip of bits, each named field shaded, the bit values printed."""
+    """The descriptor as strips of 32 bits (bit 63 or 31 at the left of the top strip), each named field
+    shaded and labelled, the bit values printed, every bit index under its bit."""
     plt = _plt()
     nbits = 64 if "smem" in what else 32
     rows = D.describe(desc, what)
-    fig, ax = plt.subplots(figsize=(12, 1.9 if nbits == 64 else 1.6))
-    for i, (bits, name, raw, meaning) in enumerate(rows):
-        lo, hi = (int(x) for x in (bits.split("-") * 2)[:2])
-        color = _FIELD_COLORS[i % len(_FIELD_COLORS)]
-        ax.axvspan(nbits - 1 - hi - 0.5, nbits - 1 - lo + 0.5, color=color, alpha=0.35)
-        ax.text((2 * nbits - 2 - hi - lo) / 2, 1.2 + 0.5 * (i % 2), name, ha="center", va="bottom", fontsize=7)
-    for b in range(nbits):
-        ax.text(nbits - 1 - b, 0.5, str(desc >> b & 1), ha="center", va="center", fontsize=8, family="monospace")
-        if b % 4 == 0:
-            ax.text(nbits - 1 - b, -0.2, str(b), ha="center", va="top", fontsize=6, color="gray")
-    ax.set_xlim(-0.5, nbits - 0.5)
-    ax.set_ylim(-0.6, 2.4)
-    ax.axis("off")
-    ax.set_title(f"{what} descriptor 0x{desc:x}, bit {nbits - 1} left, bit 0 right ({MODELLED})", fontsize=9)
+    strips = nbits // 32
+    fig, axes = plt.subplots(strips, 1, figsize=(7.8, 1.75 * strips + 0.5), squeeze=False)
+    for si, ax in enumerate(axes[:, 0]):
+        top = nbits - 1 - 32 * si              # the highest bit of this strip, drawn at x = 0
+        lo_bit = top - 31
+        for i, (bits, name, raw, meaning) in enumerate(rows):
+            lo, hi = (int(x) for x in (bits.split("-") * 2)[:2])
+            a, b = max(lo, lo_bit), min(hi, top)
+            if a > b:
+                continue
+            color = _FIELD_COLORS[i % len(_FIELD_COLORS)]
+            ax.axvspan(top - b - 0.5, top - a + 0.5, color=color, alpha=0.35)
+            ax.text((2 * top - a - b) / 2, 1.15 + 0.55 * (i % 2), name, ha="center", va="bottom", fontsize=7.5)
+        for b in range(lo_bit, top + 1):
+            ax.text(top - b, 0.5, str(desc >> b & 1), ha="center", va="center", fontsize=9, family="monospace")
+            ax.text(top - b, -0.15, str(b), ha="center", va="top", fontsize=6.5, color="dimgray")
+        ax.set_xlim(-0.5, 31.5)
+        ax.set_ylim(-0.7, 2.3)
+        ax.axis("off")
+    axes[0, 0].set_title(f"{what} descriptor 0x{desc:x}: bits {nbits - 1} to 0, left to right ({EMULATED})",
+                         fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -115,7 +123,7 @@ def tmem_cta_pair_figure(n: int = 256, epi_ld_x: int = 32, acc_col: int = 0):
                       fontsize=9)
     axes[1].set_xlabel("TMEM column (32-bit)")
     axes[1].set_ylabel("TMEM lane")
-    fig.suptitle(MODELLED, fontsize=8)
+    fig.suptitle(EMULATED, fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -134,7 +142,7 @@ def error_maps(results: dict, reference: np.ndarray):
         ax.set_xlabel("n")
         ax.set_ylabel("m")
         fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle(f"|emulated tile - reference| ({MODELLED})", fontsize=9)
+    fig.suptitle(f"|emulated tile - reference| ({EMULATED})", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime
 
+import matplotlib.pyplot as plt
+
 from .. import descriptors as D
 from .. import baselines, device, records, sass, sass_account, staging, stages, timing
 from ..facts import Table, evidence_label
@@ -294,7 +296,8 @@ def schedule_table(problem="siglip2", clusters_shown: int = 4, tiles_shown: int 
             rows.append({"cluster": c, "iteration": it, "tile": t, "accumulator": it % 2, "parity": (it // 2) & 1,
                          "rows (CTA 0 / CTA 1)": f"{m_blk * rows_c} / {m_blk * rows_c + ex.tile_m}",
                          "columns": f"{n_blk * ex.tile_n}-{n_blk * ex.tile_n + ex.tile_n - 1}"})
-    return Table(rows, f"Static schedule (common/scheduler.cuh), {cfg.describe()}")
+    return Table(rows, f"Static schedule (common/scheduler.cuh), {cfg.describe()} — compiled (the launch set-up "
+                       f"from {FINAL}'s exports, its tile order replayed on the host)")
 
 
 def barrier_table(name: str = FINAL, defines: dict | None = None) -> Table:
@@ -386,7 +389,8 @@ def cublas_table(problem="siglip2", *, iters: int = 20) -> Table:
             if r["status"] == "measured":
                 rows.append({"baseline": r["form"], "ms": round(r["median_ms"], 4), "TFLOPS": round(r["tflops"], 1),
                              "evidence": f"measured ({info.name}, {datetime.date.today()})"})
-    return Table(rows, "cuBLAS baselines")
+    kinds = f"recorded (B200, {LAB_LOG})" + ("; measured here" if len(rows) > 2 else "")
+    return Table(rows, f"cuBLAS baselines — {kinds}")
 
 
 def _history(commit: str):
@@ -491,8 +495,54 @@ def sweep_widget(which: str, live: bool = True):
     default = stage(name).exports[export]
 
     def render(v):
-        return Table([sweep_row(which, v)], f"{define}={v}")
+        return sweep_point(which, v, default)
     return widgets.sweep(ok, render, static=sweep_rows_table(which), description=define, value=default, live=live)
+
+
+def sweep_point(which: str, v: int, default: int):
+    """One position of a sweep, showing what the table above cannot: the recorded times with this value
+    marked and its shared memory against the per-block limit (a figure), and the SASS this value changes
+    against the stage's default build (compiled)."""
+    name, define = SWEEPS[which][:2]
+    opts, _ = options(which)
+    if which == "warps":
+        rec, src = recorded_epi_warps(), f"{LAB_LOG}, history and F3"
+    else:
+        rec = recorded_stages()
+        src = rec["source"]
+    b, b0 = stage(name, {define: v}).build, stage(name, {define: default}).build
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(7.8, 2.8), gridspec_kw={"width_ratios": [2, 1]})
+    pts = [(o, rec[o]["ms"]) for o in opts if isinstance(rec.get(o), dict) and rec[o].get("ms")]
+    ax.plot([o for o, _ in pts], [m for _, m in pts], "o-", color="#2e86c1")
+    for o, m in pts:
+        ax.text(o, m, f" {m:g}", fontsize=8, va="bottom")
+    ax.axvline(v, color="k", lw=1.5, alpha=0.6)
+    ax.text(v, 0.04, f" {define}={v}", transform=ax.get_xaxis_transform(), fontsize=8)
+    ax.set_xticks(list(opts))
+    ax.set_xlabel(define)
+    ax.set_ylabel("ms on a B200")
+    ax.set_title(plots.evidence_label("recorded", src), fontsize=8)
+    smem, limit = b.exports["smem_bytes"], b.exports["smem_limit"]
+    bx.bar([0], [smem], width=0.5, color="#2e86c1" if smem <= limit else "#c0392b")
+    bx.axhline(limit, color="red", ls="--", lw=1)
+    bx.text(0.55, limit, f"per-block limit\n{limit:,} B", fontsize=7, color="red", ha="center", va="bottom")
+    bx.text(0, smem / 2, f"{smem:,} B", rotation=90, ha="center", va="center", color="white", fontsize=8)
+    bx.set_xlim(-0.5, 0.85)
+    bx.set_ylim(0, limit * 1.25)
+    bx.set_xticks([])
+    bx.set_ylabel("dynamic shared memory (B)")
+    bx.set_title("shared memory: compiled", fontsize=8)
+    fig.tight_layout()
+    h, h0 = b.histogram, b0.histogram
+    delta = [{"SASS opcode": op, f"{define}={default}": h0.get(op, 0), f"{define}={v}": h.get(op, 0),
+              "change": h.get(op, 0) - h0.get(op, 0)}
+             for op in sorted(set(h) | set(h0)) if h.get(op, 0) != h0.get(op, 0)]
+    label = evidence_label(b)
+    point = Table([sweep_row(which, v)], f"{define}={v} — registers/SMEM {label}; ms recorded ({src})")
+    if not delta:
+        return [fig, point, f"The SASS of {define}={v} has the same opcode counts as the default "
+                            f"{define}={default} ({label})."]
+    return [fig, point, Table(delta, f"SASS opcodes that change against {define}={default} — {label}")]
 
 
 def ncu_tables() -> list[Table]:

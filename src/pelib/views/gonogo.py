@@ -53,7 +53,8 @@ def overview(facts=(), evidence: Mapping | None = None) -> Table:
                      "needs B200": "yes" if d.needs_b200 else "",
                      "rule": str(d.rule.label or d.rule.metric) if d.rule else "",
                      "variant kernel": e.status if e else "", "modelled projection": proj.get(c.id, "")})
-    return Table(rows, "Go/no-go F21-F28: evaluator status (with its evidence kind), variant kernels, model projections")
+    return Table(rows, "Go/no-go F21-F28: status decided on the kind in 'decided on' (recorded or measured); "
+                       "variant kernels compiled; projections modelled (pelib.models.pipeline)")
 
 
 def kloop_table() -> Table:
@@ -186,7 +187,7 @@ def staging_chunk_table(stages: int = 5, rows: int = 9, swizzle: int | None = No
             slots[(a - p.stage_smem_offset - r * p.stage_box_cols * p.out_elem_bytes) // 16] = f"{c}–{c + 7}"
         out.append({"row": r, **{f"slot {q}": slots.get(q, "") for q in range(p.stage_box_cols * 2 // 16)}})
     return Table(out, f"Box 0 of the staging tile: output columns in each 16-B slot of a 128-B row, "
-                      f"stage_swizzle = {p.stage_swizzle} B (derived from the exports)")
+                      f"stage_swizzle = {p.stage_swizzle} B — compiled (derived from the exports)")
 
 
 def staging_wavefronts(stages: int = 5, swizzle: int | None = None, warp: int = 0, col: int = 0) -> int:

@@ -9,7 +9,7 @@ from ..facts import Table, evidence_label
 from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, permuted_b_rows, permuted_b_spec, resident_b_schedule,  # noqa: F401
                           residue_schedule)
 from ..stage import Stage, find
-from . import widgets
+from . import plots, widgets
 
 ARCH = "sm_90a"
 BEST = ("sm90/06_permuted_b", {})   # fastest verified in the 2026-11-23T062323 H100 sweep: 0.932 ms
@@ -23,7 +23,7 @@ def sm90(name: str, defines: dict | None = None) -> Stage:
 def stage_list() -> Table:
     """The sm90 stage files and the idea each adds (from their headers)."""
     return Table([{"stage": s.name, "parent": (s.header.parent or "—").split("/")[-1], "idea": s.header.idea}
-                  for s in map(Stage, stages.family_stages("sm90"))], "sm90 stages (src/kernels/sm90)")
+                  for s in map(Stage, stages.family_stages("sm90"))], "sm90 stages (src/kernels/sm90)", descriptive=True)
 
 
 def stage_facts(s: Stage) -> dict:
@@ -158,15 +158,15 @@ def recorded_variants_table(rep: dict) -> Table:
 
 
 def _comparison_table(rows: list[dict], caption: str) -> Table:
-    out = []
+    out, missing = [], []
     for r in rows:
-        if r["ms"] is None:
-            out.append({"what": r["name"], "note": r["note"][:100]})
+        if r["ms"] is None:   # a run that failed is not a result: said under the table, never a row
+            missing.append(f"Not measured in this run: {r['name']} ({r['note'][:140]}).")
         else:
             out.append({"what": r["name"], "ms": round(r["ms"], 4), "TFLOPS": round(r["tflops"]),
                         "GB/s": round(r["gbps"]), "of floor": f"{100 * r['floor_frac']:.0f}%",
                         "ours faster by": f"{r['speedup']:.2f}x" if r.get("speedup") else ""})
-    return Table(out, caption, ["what", "ms", "TFLOPS", "GB/s", "of floor", "ours faster by", "note"])
+    return Table(out, caption, ["what", "ms", "TFLOPS", "GB/s", "of floor", "ours faster by"], notes=missing)
 
 
 def recorded_comparison_table(rep: dict) -> Table:
@@ -274,7 +274,7 @@ def variant_row(key: str, defines: dict, rep: dict | None = None, live_problem=N
     if rep:
         hit = next((r for r in rep.get("variants", []) if r["label"] == row["variant"]), None)
         if hit is not None:
-            row["recorded ms"] = round(hit["median_ms"], 4) if hit.get("median_ms") else "failed"
+            row["measured ms"] = round(hit["median_ms"], 4) if hit.get("median_ms") else "failed"
     if live_problem is not None:
         res = s.run(live_problem, iters=10)
         row["live ms"] = round(res["ms"], 4) if res.get("ms") else "NOT VERIFIED"
@@ -290,14 +290,15 @@ def stage_widget(live: bool | None = None):
     medium = "medium" if live else None
     rows = [variant_row(k, d, rep) for _, (k, d) in WIDGET_VARIANTS]
     caption = (f"stages and consumer warpgroups — {evidence_label(sm90('00').build)}"
-               + (f"; 'recorded ms' = {results.sweep_evidence(rep)}, full problem" if rep else ""))
+               + (f"; 'measured ms' = {results.sweep_evidence(rep)}, full problem" if rep else ""))
 
     def render(v):
         k, d = v
-        cap = "compiled" + (f"; recorded = {results.sweep_evidence(rep)}" if rep else "")
+        cap = "compiled" + (f"; 'measured ms' = {results.sweep_evidence(rep)}" if rep else "")
         if medium is not None:
             cap += f"; live = measured now on {device.current().name}, 'medium' problem"
-        return Table([variant_row(k, d, rep, medium)], cap)
+        t = Table([variant_row(k, d, rep, medium)], cap)
+        return t if rep is None else [plots.hopper_line(rep, mark=k), t]
     return widgets.sweep(WIDGET_VARIANTS, render, static=Table(rows, caption), description="stage", live=live)
 
 
@@ -349,7 +350,7 @@ CONTRAST = [
 
 def contrast_table() -> Table:
     """Hopper vs Blackwell for this GEMM, point by point (facts from the PTX ISA and CUTLASS)."""
-    return Table(CONTRAST, "The same kernel on two architectures")
+    return Table(CONTRAST, "The same kernel on two architectures", descriptive=True)
 
 
 # ---- pelib.hopper_perf's committed runs (results/<date>-<chip>/hopper-perf.json) ---------------------------

@@ -32,7 +32,7 @@ def timeline_figure(pred: model.Prediction | None = None, tiles: int = 4, ax=Non
     t0 = tr["kend"][i0 - 1]
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(11, 2.6))
+        fig, ax = plt.subplots(figsize=(7.8, 3.3))
     seen = set()
 
     def bar(y, a, b, key, label):
@@ -54,18 +54,18 @@ def timeline_figure(pred: model.Prediction | None = None, tiles: int = 4, ax=Non
         bar(0, s + tr["p1_w3"][i], s + tr["p1_w3"][i] + p2b, "phase2b", "W3 Phase 2B")
         rel = s + tr["p1_w3"][i] + tr["release"][i]
         ax.plot([rel - t0] * 2, [-0.4, 1.4], color="k", lw=0.8, ls=":")
-        ax.text(rel - t0, 1.45, f"release {i - i0}", fontsize=6, ha="center")
+        ax.text(rel - t0, 1.45, f"release {i - i0}", fontsize=7, ha="center")
         ax.text((tr["kstart"][i] + tr["kend"][i]) / 2 - t0, 1, f"tile {i - i0}", fontsize=7, ha="center",
                 va="center", color="white")
     ax.set_yticks([0, 1])
     ax.set_yticklabels(["W3 (epilogue)", "W1 (MMA)"])
     ax.set_xlim(left=0)
     ax.set_xlabel("cycles")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    ax.set_ylim(-0.5, 1.75)
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, frameon=False)
     ax.set_title(f"Steady state: tile {pred.tile:,.0f} cycles, epi_wait {pred.epi_wait:,.0f}, "
-                 f"TMA0 {pred.tma0_wait:,.0f}, W3 ml_wait {pred.ml_wait:,.0f} — {TITLE_TAG}\n"
-                 "dotted: a tile's accumulator released (slowest of the 2 x 4 epilogue warps); "
-                 "W1 reuses that buffer two tiles later", fontsize=8)
+                 f"TMA0 {pred.tma0_wait:,.0f}, W3 ml_wait {pred.ml_wait:,.0f}\n{TITLE_TAG}; dotted: a tile's "
+                 "accumulator released (slowest of 2 x 4 epilogue warps), reused two tiles later", fontsize=8)
     if fig is not None:
         fig.tight_layout()
     return fig or ax.figure
@@ -154,18 +154,21 @@ CONTROLS = {"stages": [2, 3, 4, 5, 6], "epi_warps": [2, 3, 4, 5, 6, 8],
             "phase1_delta": list(range(-600, 301, 25)), "kloop_delta": list(range(-600, 301, 25)),
             "tmem_share": [round(0.1 * i, 1) for i in range(11)]}
 DEFAULTS = {"stages": 4, "epi_warps": 4, "phase1_delta": 0, "kloop_delta": 0, "tmem_share": 0.5}
+# The built book's offline view: stages x these epilogue warps precomputed, the rest held at DEFAULTS.
+OFFLINE = {"epi_warps": [2, 4, 8]}
 
 
 def equilibrium_widget(live: bool = True, static: bool = True):
     """The model's widget: one slider per control (pelib.views.widgets.sweep_grid), the prediction's table,
-    notes and timeline for the chosen values; above it, the static table and speed-up map."""
+    notes and timeline for the chosen values; above it, the static table."""
     def show(**v):
         table, fig, notes = render(**v)
         return [table, notes, fig] if notes else [table, fig]
 
-    def fallback():
-        return [static_table(), speedup_map()]
-    return widgets.sweep_grid(CONTROLS, show, static=fallback if static else None, values=DEFAULTS, live=live)
+    def fallback():   # the speed-up map has its own cell in the chapter; the table is the fallback
+        return static_table()
+    return widgets.sweep_grid(CONTROLS, show, static=fallback if static else None, values=DEFAULTS, live=live,
+                              offline=OFFLINE)
 
 
 def tmem_share_table(shares=(0.0, 0.25, 0.5, 0.75, 1.0), epi_warps=(2, 4, 8)):

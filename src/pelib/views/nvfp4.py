@@ -311,14 +311,16 @@ def timeline_figure(shape: str = "k16384", counts=(1, 2, 4), tiles: int = 10):
     return fig
 
 
-def stage_view(stages: int, measured: dict | None = None) -> Table:
-    """The widget's render of one NUM_STAGES: compiled facts and the time per shape (measured, recorded, modelled)."""
+def stage_view(stages: int, measured: dict | None = None):
+    """The widget's render of one NUM_STAGES: what the table above cannot show. The time-per-stage curves
+    with this point marked and its shared memory against the per-block limit (one figure), the modelled
+    K loop of one CTA with this many slots (a second figure), and this point's numbers (a table)."""
     f, rec, mod = stage_facts(stages), recorded_sweep(), modelled_sweep()
     rows = [{"what": "registers / thread", "value": f["registers"], "evidence": "compiled"},
             {"what": "spills (B)", "value": f["spills"], "evidence": "compiled"},
             {"what": "dynamic shared memory (B)", "value": f["smem_total"], "evidence": "compiled"},
-            {"what": "fits the 227 KB per block", "value": "yes" if f["fits"] else "NO: the launch is refused",
-             "evidence": "compiled"},
+            {"what": f"fits the {f['smem_limit'] // 1024} KB per block",
+             "value": "yes" if f["fits"] else "NO: the launch is refused", "evidence": "compiled"},
             {"what": "TMEM columns allocated", "value": f["tmem_cols"], "evidence": "compiled"}]
     for shape in SHAPES:
         if measured and stages in measured.get("us", {}).get(shape, {}):
@@ -329,11 +331,66 @@ def stage_view(stages: int, measured: dict | None = None) -> Table:
             rows.append({"what": f"{shape} time (µs)", "value": f"{rec[shape][stages]:.1f}", "evidence": f"recorded ({RECORD_NOTE})"})
         if f["fits"]:
             rows.append({"what": f"{shape} time (µs)", "value": f"{float(mod[shape]['us'][stages]):.1f}", "evidence": "modelled"})
-    return Table(rows, f"NUM_STAGES = {stages}")
+    kinds = "; ".join(dict.fromkeys(r["evidence"].split(" (")[0] for r in rows))
+    table = Table(rows, f"NUM_STAGES = {stages} — {kinds} (each row's kind in its column; "
+                        f"{evidence_label(build('01_pipelined', stages))})")
+    out = [point_figure(stages, measured), table]
+    if f["fits"]:
+        out.insert(1, timeline_figure("k16384", counts=(stages,), tiles=10))
+    else:
+        out.insert(1, f"NUM_STAGES = {stages} needs {f['smem_total']:,} B of shared memory, more than the "
+                      f"{f['smem_limit']:,} B a block may have: the launch is refused, so there is no K loop to draw.")
+    return out
+
+
+def point_figure(stages: int, measured: dict | None = None, counts=STAGE_COUNTS):
+    """One NUM_STAGES in context: time vs stage count per shape (recorded, modelled; measured if given)
+    with this count marked, and this count's shared memory against the per-block limit (compiled)."""
+    import matplotlib.pyplot as plt   # figures only
+    rec, mod = recorded_sweep(), modelled_sweep(counts)
+    fits = [s for s in counts if stage_facts(s)["fits"]]
+    f = stage_facts(stages)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(7.8, 3.0), gridspec_kw={"width_ratios": [2.2, 1]})
+    for j, shape in enumerate(SHAPES):
+        r, m = rec[shape], mod[shape]["us"]
+        base = r.get(1) or m[1]
+        ax.plot(sorted(r), [r[s] / base for s in sorted(r)], "o-", color=f"C{j}", ms=3, lw=1.2, label=shape)
+        ax.plot(fits, [m[s] / base for s in fits], "--", color=f"C{j}", lw=0.9)
+        if measured and measured.get("us", {}).get(shape):
+            mm = measured["us"][shape]
+            ax.plot(sorted(mm), [mm[s] / base for s in sorted(mm)], "s", color=f"C{j}", ms=4)
+    ax.axvline(stages, color="k", lw=1.5, alpha=0.6)
+    ax.text(stages, 0.04, f" NUM_STAGES={stages}", transform=ax.get_xaxis_transform(), fontsize=8,
+            ha="left" if stages < max(counts) else "right")
+    for s in counts:
+        if not stage_facts(s)["fits"]:
+            ax.axvspan(s - 0.5, s + 0.5, color="0.88")
+            ax.text(s, 0.5, "does not fit", transform=ax.get_xaxis_transform(), rotation=90, fontsize=7,
+                    ha="center", va="center")
+    ax.plot([], [], "k-", lw=1, label="recorded")
+    ax.plot([], [], "k--", lw=1, label="modelled")
+    ax.set_xticks(list(counts))
+    ax.set_xlabel("NUM_STAGES")
+    ax.set_ylabel("time / time at 1 stage")
+    ax.legend(fontsize=7, ncol=2, loc="lower left", bbox_to_anchor=(0.0, 0.1), frameon=False)
+    ax.set_title(f"time per stage count: {plots.evidence_label('recorded', RECORD_NOTE)}; modelled dashed", fontsize=8)
+    total, limit = f["smem_total"], f["smem_limit"]
+    bx.bar([0], [total], color="#2e86c1" if f["fits"] else "#c0392b", width=0.5)
+    bx.axhline(limit, color="red", ls="--", lw=1)
+    bx.text(0.55, limit, f"per-block limit\n{limit:,} B", fontsize=7, va="bottom", ha="center", color="red")
+    bx.text(0, total / 2, f"{total:,} B", ha="center", va="center", fontsize=8, color="white", rotation=90)
+    bx.set_xlim(-0.5, 0.8)
+    bx.set_ylim(0, max(stage_facts(max(counts))["smem_total"], limit) * 1.18)
+    bx.set_xticks([])
+    bx.set_ylabel("shared memory (B)")
+    bx.set_title("this count's shared memory: compiled", fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def stage_widget(measured: dict | None = None, counts=STAGE_COUNTS, value: int = 5):
-    """The pipelining chapter's slider over NUM_STAGES (pelib.views.widgets.sweep), static table above it."""
+    """The pipelining chapter's slider over NUM_STAGES (pelib.views.widgets.sweep), static table above it; each
+    position draws the curves with its point marked, its SMEM against the limit and its K-loop timeline."""
     return widgets.sweep(list(counts), lambda s: stage_view(s, measured), static=lambda: sweep_table(measured),
                          description="NUM_STAGES", value=value)
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Iterable
 
+import textwrap
+
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from .. import gonogo, records, sol
+from .. import evidence as _evidence
+from .. import gonogo, problems, records, results, sol
+from .. import limits as _limits
+from ..stage import all_stages
 
-KINDS = ("compiled", "measured", "recorded", "modelled")
+KINDS = _evidence.KINDS
 
 _VERDICT_COLOR = {"REJECTED": "#c0392b", "IMPOSSIBLE": "#7f8c8d", "REPLACED": "#e67e22"}
 _STATUS_COLOR = {"GO": "#27ae60", "NO-GO": "#c0392b", "ABORT": "#7f8c8d", "PENDING": "#f1c40f"}
@@ -17,12 +22,8 @@ _PHASE_COLORS = plt.get_cmap("tab10").colors
 
 
 def evidence_label(kind: str, source: str | None = None) -> str:
-    """'recorded (note.md)', 'measured (B200, 2026-03-01)', 'modelled', 'compiled'."""
-    if kind not in KINDS:
-        raise ValueError(f"evidence kind '{kind}' is not one of {KINDS}")
-    if kind in ("recorded", "measured") and not source:
-        raise ValueError(f"a {kind} plot must name its source (lab note, or device and date)")
-    return f"{kind} ({source})" if source else kind
+    """'recorded (note.md)', 'measured (B200, 2026-03-01)', 'modelled', 'compiled' (pelib.evidence.label)."""
+    return _evidence.label(kind, source)
 
 
 def _notes(sources: Iterable) -> str:
@@ -82,7 +83,7 @@ def waterfall(include_later: bool = True):
 def failed_experiments():
     """F1-F9: change in time against each experiment's own baseline, coloured by verdict."""
     exps = records.experiments()
-    fig, ax = plt.subplots(figsize=(10, 4.6))
+    fig, ax = plt.subplots(figsize=(7.8, 6.2))
     y = list(range(len(exps)))[::-1]
     for yi, e in zip(y, exps):
         key = next((k for k in _VERDICT_COLOR if e.verdict.upper().startswith(k)), None)
@@ -97,12 +98,13 @@ def failed_experiments():
             ax.text(0, yi, f" ~{e.extra['baseline_tflops']} -> ~{e.extra['result_tflops']} TFLOPS (replaced)",
                     va="center", fontsize=7, color=color)
         else:
-            ax.text(0, yi, f" not run: {e.reason[:60]}", va="center", fontsize=7, color=color)
+            ax.text(0, yi, " not run: " + textwrap.fill(e.reason, 48), va="center", fontsize=7, color=color)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_ylim(-0.8, len(exps) - 0.4)
     ax.set_yticks(y)
-    ax.set_yticklabels([f"{e.id} {e.title[:38]} [{e.verdict.split(' (')[0][:20]}]" for e in exps], fontsize=7)
-    ax.set_xlabel("time change vs the experiment's baseline (%)  (negative = faster)")
+    ax.set_yticklabels([textwrap.fill(f"{e.id} {e.title}", 34) + f"\n[{e.verdict.split(' (')[0].split(';')[0]}]"
+                        for e in exps], fontsize=7.5)
+    ax.set_xlabel("time change vs the experiment's baseline (%), negative = faster")
     lo, hi = ax.get_xlim()
     ax.set_xlim(min(lo, -10) * 1.6, max(hi, 40) * 1.6)
     ax.set_title(f"FP8 experiments F1-F9\n{evidence_label('recorded', exps[0].source.note)}", fontsize=9)
@@ -180,9 +182,12 @@ def f25_bars():
 
 
 def smem_budget_bar(budget=None):
-    """The SMEM budget as one stacked bar against the SM limit; any unaccounted bytes shown apart."""
+    """The recorded SMEM budget as one stacked bar against the per-block limit (pelib.limits, the
+    constant every stage is checked against); any bytes of the note's total no component explains
+    are shown apart."""
     b = budget or records.smem_budget()
-    fig, ax = plt.subplots(figsize=(9, 3.4))
+    limit = _limits.SMEM_LIMIT
+    fig, ax = plt.subplots(figsize=(7.6, 3.0))
     left = 0
     for j, c in enumerate(b.components):
         ax.barh(0, c.bytes, left=left, color=_PHASE_COLORS[j], edgecolor="white", label=f"{c.name}: {c.bytes:,} B")
@@ -191,16 +196,17 @@ def smem_budget_bar(budget=None):
         ax.barh(0, b.unaccounted, left=left, color="none", edgecolor="red", hatch="xx",
                 label=f"unaccounted in the note's total: {b.unaccounted:,} B")
     ax.axvline(b.total, color="k", lw=1)
-    ax.text(b.total, 0.48, f"total {b.total:,} ", ha="right", va="bottom", fontsize=7)
-    ax.axvline(b.sm_limit, color="red", ls="--", lw=1)
-    ax.text(b.sm_limit, 0.62, f"SM limit {b.sm_limit:,}\nheadroom {b.headroom:,} B ", ha="right", va="bottom",
-            fontsize=7, color="red")
-    ax.set_xlim(0, b.sm_limit * 1.02)
+    ax.text(b.total, 0.48, f"total {b.total:,} ", ha="right", va="bottom", fontsize=8)
+    ax.axvline(limit, color="red", ls="--", lw=1)
+    ax.text(limit, 0.62, f"{_limits.SMEM_LIMIT_LABEL}\nheadroom {limit - b.total:,} B ", ha="right",
+            va="bottom", fontsize=8, color="red")
+    ax.set_xlim(0, limit * 1.02)
     ax.set_ylim(-0.6, 1.0)
     ax.set_yticks([])
     ax.set_xlabel("bytes of shared memory per CTA")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.3), ncol=2, frameon=False)
-    ax.set_title(f"SMEM budget ({b.state})\n{evidence_label('recorded', b.source.note)}", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.3), ncol=2, frameon=False)
+    ax.set_title(f"SMEM budget ({b.state})\n{evidence_label('recorded', b.source.note)}; "
+                 "limit: common/limits.cuh", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -336,31 +342,38 @@ def gonogo_dashboard(facts=None):
     deps = {c.id: c.depends_on for c, _ in pairs}
     pos = _layout(ids, deps)
     kinds = sorted({k for _, d in pairs if d.evidence for k in d.evidence.split("+")}, key=KINDS.index)
-    fig, ax = plt.subplots(figsize=(11, 1.35 * (1 - min(p[1] for p in pos.values())) + 1.2))
-    W, H = 2.5, 0.78
+
+    rows = 1 - min(p[1] for p in pos.values())
+    DX, DY = 3.4, 1.55                    # column and row pitch (data units); a card is W x H
+    W, H = 2.7, 1.2
+    fig, ax = plt.subplots(figsize=(7.8, 1.2 * rows + 1.3))
     for c, dcs in pairs:
         x, y = pos[c.id]
-        x *= 3.3
+        x, y = x * DX, y * DY
         col = _STATUS_COLOR[dcs.status]
         ax.add_patch(FancyBboxPatch((x, y - H / 2), W, H, boxstyle="round,pad=0.04", fc=col, ec="k", alpha=0.85))
         ev = f" [{dcs.evidence}]" if dcs.evidence else (" [needs B200]" if dcs.needs_b200 else "")
-        extra = ("\n" + ", ".join(dcs.labels)) if dcs.labels else ""
-        ax.text(x + 0.08, y + 0.22, f"{c.id}  {dcs.status}{ev}", fontsize=8, weight="bold", va="center")
-        ax.text(x + 0.08, y - 0.08, c.title[:40] + extra, fontsize=6.5, va="center")
-        rule = str(dcs.rule.label or dcs.rule.metric)[:52] if dcs.rule else ""
-        ax.text(x + 0.08, y - 0.30, rule, fontsize=5.5, va="center", style="italic")
+        body = textwrap.fill(c.title + ((": " + ", ".join(dcs.labels)) if dcs.labels else ""), 42)
+        rule = textwrap.fill(str(dcs.rule.label or dcs.rule.metric), 50) if dcs.rule else ""
+        ax.text(x + 0.08, y + H / 2 - 0.1, f"{c.id}  {dcs.status}{ev}", fontsize=8, weight="bold", va="top")
+        ax.text(x + 0.08, y + H / 2 - 0.36, body, fontsize=7, va="top", linespacing=1.1)
+        ax.text(x + 0.08, y - H / 2 + 0.08, rule, fontsize=6.5, va="bottom", style="italic", linespacing=1.05)
     for e in gonogo.edges():
         (x0, y0), (x1, y1) = pos[e.src], pos[e.dst]
         style = "<->" if e.kind == "pairs_with" else "->"
         ls = ":" if e.kind in ("informs", "pairs_with") else "-"
-        start = (x0 * 3.3 + W, y0) if x1 > x0 else (x0 * 3.3 + W / 2, y0 - H / 2)
-        end = (x1 * 3.3, y1) if x1 > x0 else (x1 * 3.3 + W / 2, y1 + H / 2)
-        ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=10, ls=ls, lw=1))
-        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.08, e.kind, fontsize=6, ha="center")
-    xs = [p[0] * 3.3 for p in pos.values()]
-    ys = [p[1] for p in pos.values()]
-    ax.set_xlim(min(xs) - 0.3, max(xs) + W + 0.3)
-    ax.set_ylim(min(ys) - 0.8, max(ys) + 0.8)
+        if x1 > x0:       # to a later column: right edge to left edge, through the gap between columns
+            start, end = (x0 * DX + W + 0.05, y0 * DY), (x1 * DX - 0.05, y1 * DY)
+        else:             # same column: along the left margin, outside the cards
+            start, end = (x0 * DX - 0.05, y0 * DY), (x1 * DX - 0.05, y1 * DY)
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=10, ls=ls, lw=1,
+                                     connectionstyle="arc3,rad=0.0" if x1 > x0 else "arc3,rad=0.5"))
+        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2, e.kind, fontsize=6.5, ha="center",
+                va="center", bbox=dict(fc="white", ec="none", pad=0.5))
+    xs = [p[0] * DX for p in pos.values()]
+    ys = [p[1] * DY for p in pos.values()]
+    ax.set_xlim(min(xs) - 0.5, max(xs) + W + 0.2)
+    ax.set_ylim(min(ys) - 0.9, max(ys) + 0.75)
     ax.axis("off")
     for s, col in _STATUS_COLOR.items():
         ax.plot([], [], "s", color=col, label=s, ms=8)
@@ -376,7 +389,139 @@ def gonogo_dashboard(facts=None):
                                                               if f.kind == k}))))
         else:
             labels.append(evidence_label(k))
-    ax.set_title("Go/no-go F21-F28: status from the cards' rules; decided on "
-                 + ("; ".join(labels) if labels else "no facts yet") + "; PENDING = needs a B200 run", fontsize=9)
+    ax.set_title("Go/no-go F21-F28: status from the cards' rules; PENDING = needs a B200 run\ndecided on "
+                 + ("; ".join(labels) if labels else "no facts yet"), fontsize=8.5)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# The lines the book draws from its results: the Hopper twin stage by stage, the recorded clock64 tile
+# ---------------------------------------------------------------------------------------------
+
+def hopper_line(sweep: dict | None = None, mark: str | None = None):
+    """The Hopper twin's stages 00-09 as one measured line (one committed sweep: each stage at its default
+    defines), against the memory floor at that run's copy bandwidth and the cuBLAS baselines of the run."""
+    rep = sweep or results.load_sweep()
+    pe = problems.patch_embed("siglip2")
+    floor_ms = pe.min_bytes / rep["copy"]["gbps"] / 1e6
+    stages = {}
+    for v in rep.get("variants", []):
+        name = v.get("label", "")
+        if v.get("median_ms") and v.get("ok") and not v.get("defines") and "[again]" not in name:
+            stages.setdefault(name, v["median_ms"])
+    names = sorted(stages)
+    ms = [stages[n] for n in names]
+    fig, ax = plt.subplots(figsize=(7.8, 3.6))
+    ax.plot(range(len(names)), ms, "o-", color="#2e86c1", lw=1.5, label="our stage (verified, median)")
+    for i, v in enumerate(ms):
+        ax.text(i, v, f"{v:.3f}", ha="center", va="bottom", fontsize=7)
+    hit = [i for i, n in enumerate(names) if mark and n.split("_")[0] == str(mark).split("_")[0]]
+    for i in hit:       # the stage a slider has chosen
+        ax.plot(i, ms[i], "o", ms=13, mfc="none", mec="k", mew=1.5, label=f"chosen: {names[i]} (default defines)")
+    ax.axhline(floor_ms, color="k", ls="--", lw=1, label=f"memory floor {floor_ms:.3f} ms "
+                                                          f"({rep['copy']['gbps']:.0f} GB/s copy)")
+    styles = {"cublas_gemm": ("cuBLAS FP8 GEMM only", "#c0392b", ":"),
+              "cublas_bias": ("cuBLAS GEMM + bias", "#e67e22", ":")}
+    for key, (lab, col, ls) in styles.items():
+        v = results.baseline_ms(rep.get("baselines"), key)
+        if v is not None:
+            ax.axhline(v, color=col, ls=ls, lw=1.2, label=f"{lab} {v:.3f} ms")
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([n.split("_")[0] for n in names], fontsize=8)
+    ax.set_xlabel("sm90 stage (src/kernels/sm90/NN_*.cu)")
+    ax.set_ylabel("ms, full problem")
+    ax.set_ylim(0, max(ms) * 1.12)
+    ax.legend(fontsize=7.5, loc="upper right", frameon=False)
+    ax.set_title(f"The Hopper twin, stage by stage — {results.sweep_evidence(rep)}\n"
+                 f"{pe.name}: M={pe.m:,}, N={pe.n}, K={pe.k}; {rep.get('_file', '')}", fontsize=8.5)
+    fig.tight_layout()
+    return fig
+
+
+def clock64_timeline(tiles: int = 3):
+    """The recorded clock64 phases of the 5-warp baseline laid on one clock: W1 (MMA) and W3 (epilogue)
+    per tile, aligned where W1's K-loop ends and W3's Phase 1 starts (the MMA-done handoff). The bars are
+    the note's per-tile averages, not one trace; each warp's sequence repeats with its own recorded sum."""
+    rec = records.w1_reconciliation()
+    w1, w3 = rec["W1"], rec["W3"]
+    p1 = w1["tma0_wait"] + w1["kloop"] + w1["epi_wait"]
+    p3 = w3["ml_wait"] + w3["phase1"] + w3["phase2b"]
+    col = {"tma0_wait": "#e67e22", "kloop": "#2980b9", "epi_wait": "#c0392b", "ml_wait": "#95a5a6",
+           "phase1": "#27ae60", "phase2b": "#8e44ad"}
+    name = {"tma0_wait": "W1 TMA stage-0 wait", "kloop": "W1 K-loop", "epi_wait": "W1 epilogue-barrier wait",
+            "ml_wait": "W3 MMA-done wait", "phase1": "W3 Phase 1 (TMEM -> registers)",
+            "phase2b": "W3 Phase 2B (stores)"}
+    fig, ax = plt.subplots(figsize=(7.8, 2.7))
+    seen = set()
+
+    def bar(y, x0, w, key, text=True):
+        ax.barh(y, w, left=x0, color=col[key], edgecolor="white", height=0.55,
+                label=None if key in seen else f"{name[key]}: {w:,} cycles")
+        seen.add(key)
+        if text and w > 700:
+            ax.text(x0 + w / 2, y, f"{w:,}", ha="center", va="center", fontsize=7, color="white")
+
+    handoff0 = w1["tma0_wait"] + w1["kloop"]
+    for i in range(tiles):
+        t = i * p1
+        bar(1, t, w1["tma0_wait"], "tma0_wait")
+        bar(1, t + w1["tma0_wait"], w1["kloop"], "kloop")
+        ax.text(t + w1["tma0_wait"] + w1["kloop"] / 2, 1.38, f"tile {i}", ha="center", fontsize=7)
+        bar(1, t + handoff0, w1["epi_wait"], "epi_wait")
+        s = handoff0 + i * p3
+        bar(0, s - w3["ml_wait"], w3["ml_wait"], "ml_wait")
+        bar(0, s, w3["phase1"], "phase1")
+        bar(0, s + w3["phase1"], w3["phase2b"], "phase2b")
+        ax.plot([t + handoff0] * 2, [-0.35, 1.35], color="k", lw=0.6, ls=":")
+    ax.set_yticks([0, 1])
+    ax.set_yticklabels(["W3 (epilogue)", "W1 (MMA)"])
+    ax.set_xlim(0, tiles * p1 + w1["tma0_wait"])
+    ax.set_ylim(-0.5, 1.6)
+    ax.set_xlabel("cycles (clock64)")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=3, frameon=False)
+    src = rec.get("source") or "fp8-megakernel-w1-stall-isolation.md, Reconciliation with clock64"
+    ax.set_title(f"One clock, W1 against W3: {evidence_label('recorded', src)}\nper-tile averages "
+                 f"aligned at the MMA-done handoff (dotted); W1 sums to {p1:,}, W3 to {p3:,} cycles",
+                 fontsize=8.5)
+    fig.tight_layout()
+    return fig
+
+
+def fp8_line(points: list | None = None):
+    """The FP8 stages 00-09 on a B200 as one recorded line (each stage's lab number: ms, or ms implied by
+    its recorded TFLOPS, drawn hollow), against the speed-of-light floor (modelled, datasheet) and the
+    recorded cuBLAS lines. points: [(stage name, ms, tflops, note)], default the stages' own records."""
+    if points is None:   # the line's stages with a number of their own (08a/08b carry 08's, said in their headers)
+        points = [(st.name, r.ms, r.tflops, r.source.note) for st in all_stages(("fp8",), variants=False)
+                  if (r := st.recorded()) is not None]
+    pe = problems.patch_embed("siglip2")
+    floor_ms = sol.floor(pe, sol.spec("B200")).t_floor_s * 1e3
+    refs = records.cublas()[:2]
+    fig, ax = plt.subplots(figsize=(7.8, 3.8))
+    xs, ys = [], []
+    for i, (name, ms, tflops, _src) in enumerate(points):
+        derived = ms is None and tflops
+        v = ms if ms is not None else (pe.flops / (tflops * 1e12) * 1e3 if tflops else None)
+        if v is None:
+            continue
+        xs.append(i)
+        ys.append(v)
+        ax.plot(i, v, "o", color="#2e86c1", mfc="white" if derived else "#2e86c1", ms=7, zorder=3)
+        ax.text(i, v, f"{v:.3f}" + ("*" if derived else ""), ha="center", va="bottom", fontsize=7.5)
+    ax.plot(xs, ys, "-", color="#2e86c1", lw=1.2)
+    ax.axhline(floor_ms, color="k", ls="--", lw=1, label=f"speed-of-light floor {floor_ms:.3f} ms (modelled)")
+    ax.axhline(refs[0].ms, color="#c0392b", ls=":", lw=1.3, label=f"cuBLAS FP8 GEMM only {refs[0].ms} ms (recorded)")
+    ax.axhline(refs[1].ms, color="#e67e22", ls=":", lw=1.3,
+               label=f"cuBLAS + unfused positional add {refs[1].ms} ms (recorded)")
+    ax.set_xticks(range(len(points)))
+    ax.set_xticklabels([p[0].split("_")[0] for p in points], fontsize=8)
+    ax.set_xlabel("fp8 stage (src/kernels/fp8/NN_*.cu)")
+    ax.set_ylabel("ms on a B200, full problem")
+    ax.set_ylim(0, max(ys + [refs[1].ms]) * 1.15)
+    ax.legend(fontsize=7.5, loc="upper right", frameon=False)
+    notes = sorted({p[3] for p in points if p[3]})
+    ax.set_title(f"FP8 patch embedding, stage by stage — {evidence_label('recorded', '; '.join(notes))}\n"
+                 "* = ms implied by the recorded TFLOPS (2·M·N·K); floor: datasheet peak and bandwidth", fontsize=8.5)
     fig.tight_layout()
     return fig

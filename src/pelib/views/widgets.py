@@ -1,12 +1,93 @@
-"""ipywidgets that sweep one parameter of a stage, with a static fallback for the rendered book."""
+"""Sweeps over one parameter of a stage: a live ipywidgets slider in JupyterLab, and in the rendered
+book an offline view whose every position was computed when the page was built.
+
+The rendered book has no kernel. A sweep displayed while the book is built (PELIB_BOOK_BUILD=1, set by
+book/_ext/pe_book.py) therefore also carries an HTML view: one panel per position, precomputed, and a
+plain range input that only chooses which panel is shown (book/_static/pe-sweep.js). JupyterLab shows
+the live widget instead (its MIME type ranks first there; the book's build drops it).
+"""
 from __future__ import annotations
 
+import html
+import itertools
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
+
+from .html import to_html
+
+BOOK_BUILD_ENV = "PELIB_BOOK_BUILD"
+OFFLINE_NOTE = ("Every position below was computed when this page was built; in JupyterLab "
+                "(<code>make lab</code>) the same control re-runs live.")
+_ids = itertools.count()
+
+
+def book_build() -> bool:
+    """True while the book is being built (the pages then embed offline views of their widgets)."""
+    return os.environ.get(BOOK_BUILD_ENV) == "1"
+
+
+def offline_view(controls: Sequence[tuple[str, Sequence[tuple[str, Any]]]], render: Callable[..., Any],
+                 initial: Sequence[int] | None = None, note: str = OFFLINE_NOTE) -> str:
+    """An HTML view with one range input per control and one precomputed panel per combination.
+
+    controls: [(name, [(label, value), ...]), ...]; render(*values) returns what a panel shows (a
+    table, a figure, text, or a list of them; see pelib.views.html.to_html). initial: the index of
+    each control's starting position (default: the first).
+    """
+    if not controls or any(not opts for _, opts in controls):
+        raise WidgetError("an offline view needs at least one control with at least one option")
+    initial = list(initial) if initial is not None else [0] * len(controls)
+    uid = f"pe-sweep-{os.getpid()}-{next(_ids)}"
+    parts = [f'<div class="pe-sweep" id="{uid}">', f'<p class="pe-sweep-note">{note}</p>' if note else "",
+             '<div class="pe-sweep-controls">']
+    for k, (name, opts) in enumerate(controls):
+        labels = [lab for lab, _ in opts]
+        cid = f"{uid}-{k}"
+        parts.append(
+            f'<label class="pe-sweep-control" for="{cid}">{html.escape(name)} '
+            f'<input type="range" class="pe-sweep-range" id="{cid}" min="0" max="{len(opts) - 1}" step="1" '
+            f'value="{initial[k]}" data-labels="{html.escape(json.dumps(labels), quote=True)}" '
+            f'aria-label="{html.escape(name, quote=True)}"/>'
+            f'<output for="{cid}">{html.escape(labels[initial[k]])}</output></label>')
+    parts.append("</div>")
+    start = ",".join(str(i) for i in initial)
+    for idx in itertools.product(*(range(len(opts)) for _, opts in controls)):
+        key = ",".join(str(i) for i in idx)
+        values = [controls[k][1][i][1] for k, i in enumerate(idx)]
+        hidden = "" if key == start else " hidden"
+        parts.append(f'<div class="pe-sweep-panel" data-key="{key}"{hidden}>{to_html(render(*values))}</div>')
+    parts.append("</div>")
+    return "".join(parts)
 
 
 class WidgetError(ValueError):
     """A sweep was set up with options it cannot show."""
+
+
+def offline_grid_html(controls: dict, render: Callable[..., Any], values: dict, max_panels: int = 40,
+                      note: str = OFFLINE_NOTE) -> str:
+    """The offline view of a sweep over several controls ({name: [(label, value), ...]}) rendered by
+    render(**values): every combination of the leading controls whose product stays within max_panels,
+    the others held at `values` (said in the note)."""
+    names, n = [], 1
+    for k, opts in controls.items():
+        if len(opts) < 2:          # nothing to move: held, like the controls past the panel budget
+            continue
+        if n * len(opts) > max_panels:
+            break
+        names.append(k)
+        n *= len(opts)
+    if not names:
+        raise WidgetError(f"no control fits {max_panels} offline panels")
+    held = [k for k in controls if k not in names]
+    if held:
+        note += (" Offline, the view covers " + ", ".join(names) + "; " + ", ".join(f"{k} stays at {values[k]}"
+                 for k in held) + " (it moves in JupyterLab).")
+    initial = [[v for _, v in controls[k]].index(values[k]) for k in names]
+    return offline_view([(k, controls[k]) for k in names],
+                        lambda *vs: render(**{**values, **dict(zip(names, vs))}), initial=initial, note=note)
 
 
 def _display(obj) -> None:
@@ -85,16 +166,28 @@ class Sweep:
 
     PLACEHOLDER = "(a slider: it moves in a live Jupyter kernel; the table above covers every option)"
 
+    def offline_html(self) -> str:
+        """The offline view: every option rendered now, switched by a range input in the page."""
+        values = [v for _, v in self.options]
+        start = values.index(self.value) if self.value in values else 0
+        return offline_view([(self.description or "option", self.options)], self.render, initial=[start])
+
+    def mimebundle(self, offline: bool | None = None) -> dict:
+        """What the sweep publishes: the live widget view (JupyterLab), the offline HTML view (the
+        built book, or wherever no widget exists) and a plain-text stand-in."""
+        data = dict(self.box._repr_mimebundle_() or {}) if self.box is not None else {}
+        if offline is None:
+            offline = book_build() or self.box is None
+        if offline:
+            data["text/html"] = self.offline_html()
+        data["text/plain"] = self.PLACEHOLDER
+        return data
+
     def _ipython_display_(self):
         if self.static is not None:
             _display(self.static() if callable(self.static) else self.static)
-        if self.box is not None:
-            from IPython.display import publish_display_data
-            # The widget view, with a plain-text stand-in instead of "VBox(children=...)" for renderers
-            # that have no widget state (the built book).
-            data = dict(self.box._repr_mimebundle_() or {})
-            data["text/plain"] = self.PLACEHOLDER
-            publish_display_data(data)
+        from IPython.display import publish_display_data
+        publish_display_data(self.mimebundle())
 
 
 def sweep(options: Sequence, render: Callable[[Any], Any], *, static=None, description: str = "",
@@ -166,21 +259,39 @@ class Grid:
                 _display(result)
         return result
 
+    offline: dict | None = None      # options the offline view covers, per control (default: all)
+    max_panels: int = 40
+
+    def offline_html(self) -> str:
+        """The offline view: every combination of the leading controls precomputed (offline_grid_html)."""
+        ctl = {k: [o for o in opts if self.offline is None or k not in self.offline or o[1] in self.offline[k]]
+               for k, opts in self.controls.items()}
+        return offline_grid_html(ctl, self.render, self.values, max_panels=self.max_panels)
+
+    def mimebundle(self, offline: bool | None = None) -> dict:
+        """As Sweep.mimebundle: the live widget, the offline view in the built book, a plain-text stand-in."""
+        data = dict(self.box._repr_mimebundle_() or {}) if self.box is not None else {}
+        if offline is None:
+            offline = book_build() or self.box is None
+        if offline:
+            data["text/html"] = self.offline_html()
+        data["text/plain"] = Sweep.PLACEHOLDER
+        return data
+
     def _ipython_display_(self):
         if self.static is not None:
             _display(self.static() if callable(self.static) else self.static)
-        if self.box is not None:
-            from IPython.display import publish_display_data
-            data = dict(self.box._repr_mimebundle_() or {})
-            data["text/plain"] = Sweep.PLACEHOLDER
-            publish_display_data(data)
+        from IPython.display import publish_display_data
+        publish_display_data(self.mimebundle())
 
 
 def sweep_grid(controls: dict, render: Callable[..., Any], *, static=None, values: dict | None = None,
-               live: bool = True) -> Grid:
+               live: bool = True, offline: dict | None = None, max_panels: int = 40) -> Grid:
     """Sliders over several parameters: `controls` maps each name to its options (values or (label, value)
     pairs), `render(**chosen)` turns the chosen values into a table/plot/text. `values` gives initial
-    values (default: each control's first option). static and live: as for sweep()."""
+    values (default: each control's first option). static and live: as for sweep(). The built book shows
+    the offline view: every combination of the leading controls (within max_panels; `offline` may narrow
+    a control's options there), the others held at their initial values and said so."""
     opts = {k: _options(v) for k, v in controls.items()}
     if not callable(render):
         raise WidgetError("render must be a function of the chosen options")
@@ -189,7 +300,7 @@ def sweep_grid(controls: dict, render: Callable[..., Any], *, static=None, value
         if k not in opts or v not in [x for _, x in opts[k]]:
             raise WidgetError(f"initial {k}={v!r} is not one of its options")
         start[k] = v
-    g = Grid(controls=opts, render=render, static=static)
+    g = Grid(controls=opts, render=render, static=static, offline=offline, max_panels=max_panels)
     if live:
         try:
             import ipywidgets as w

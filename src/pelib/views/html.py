@@ -1,0 +1,91 @@
+"""What a chapter shows, as self-contained HTML: tables, figures (PNG at 2x, embedded), notes and
+code. The offline sweep views (pelib.views.widgets) are built from these fragments; nothing here
+loads anything from outside the page."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import struct
+
+SCALE = 2  # figures are rendered at 2x and shown at 1x: sharp on high-density screens and when zoomed
+
+
+def figure_text(fig) -> str:
+    """The text drawn on a figure, titles first (where its evidence label is), tick labels left out."""
+    from matplotlib.text import Text
+
+    ticks = {id(t) for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels())}
+    titles = [fig._suptitle] if fig._suptitle is not None else []
+    titles += [ax.title for ax in fig.axes] + [getattr(ax, "_left_title") for ax in fig.axes]
+    rest = [t for t in fig.findobj(Text) if id(t) not in ticks]
+    seen = dict.fromkeys(t.get_text().strip() for t in titles + rest if t.get_visible())
+    return " | ".join(t for t in seen if t)
+
+
+def figure_png(fig, scale: int = SCALE, metadata: dict | None = None) -> tuple[bytes, int, int]:
+    """PNG bytes of a matplotlib figure at `scale` times its dpi, and its size in CSS pixels (1x)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=fig.dpi * scale, bbox_inches="tight", facecolor="white",
+                metadata=metadata)
+    data = buf.getvalue()
+    w, h = struct.unpack(">II", data[16:24])  # the IHDR chunk of a PNG
+    return data, round(w / scale), round(h / scale)
+
+
+def figure_html(fig, alt: str = "") -> str:
+    """A figure as an embedded PNG (2x) whose alt text is its titles (or, without titles, its drawn text)."""
+    text = figure_text(fig)
+    data, w, h = figure_png(fig, metadata={"Description": text[:4000]})
+    titles = [fig._suptitle.get_text() if fig._suptitle else ""] + [a.get_title() for a in fig.axes]
+    alt = alt or " / ".join(t for t in titles if t) or text
+    src = "data:image/png;base64," + base64.b64encode(data).decode()
+    return f'<img src="{src}" width="{w}" height="{h}" alt="{html.escape(alt[:300], quote=True)}"/>'
+
+
+def diff_html(text: str) -> str:
+    """A unified diff with removed lines red and added lines green (the classes Pygments uses)."""
+    out = []
+    for line in text.splitlines():
+        cls = ("gh" if line.startswith(("---", "+++")) else "gd" if line.startswith("-") else
+               "gi" if line.startswith("+") else "gu" if line.startswith("@@") else "")
+        esc = html.escape(line)
+        out.append(f'<span class="{cls}">{esc}</span>' if cls else esc)
+    return '<div class="highlight-diff"><div class="highlight"><pre>' + "\n".join(out) + "</pre></div></div>"
+
+
+def to_html(obj) -> str:
+    """One displayable object (or a list of them) as an HTML fragment."""
+    if obj is None:
+        return ""
+    if isinstance(obj, (list, tuple)):
+        return "".join(to_html(o) for o in obj)
+    try:
+        import matplotlib.figure
+    except ImportError:  # pragma: no cover - matplotlib is a dependency
+        matplotlib = None
+    else:
+        if isinstance(obj, matplotlib.figure.Figure):
+            import matplotlib.pyplot as plt
+            try:
+                return figure_html(obj)
+            finally:
+                plt.close(obj)
+    rep = getattr(obj, "_repr_html_", None)
+    if callable(rep):
+        r = rep()
+        if r is not None:
+            return r
+    lang = getattr(obj, "lang", None)
+    if isinstance(obj, str) and lang is not None:  # pelib.stages.Rendered: a code block
+        title = getattr(obj, "title", "")
+        head = f"<p><strong>{html.escape(title)}</strong></p>" if title else ""
+        if lang == "diff":
+            return head + diff_html(str(obj))
+        return head + f'<div class="highlight"><pre>{html.escape(str(obj))}</pre></div>'
+    if isinstance(obj, str):
+        return f'<div class="pe-note">{html.escape(obj)}</div>'
+    rep = getattr(obj, "_repr_markdown_", None)
+    if callable(rep):
+        return f'<div class="pe-note">{html.escape(rep())}</div>'
+    return f'<div class="pe-note">{html.escape(repr(obj))}</div>'

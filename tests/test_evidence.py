@@ -1,0 +1,75 @@
+"""One evidence vocabulary (pelib.evidence), one SMEM limit (pelib.limits), and no error row shown as a
+measured result."""
+import re
+
+import pytest
+
+from pelib import evidence, limits
+from pelib.facts import Table
+from pelib.paths import KERNELS
+
+
+def test_the_vocabulary():
+    assert evidence.KINDS == ("compiled", "emulated", "simulated", "measured", "recorded", "modelled")
+    assert set(evidence.DEFINITIONS) == set(evidence.KINDS)
+    assert evidence.recorded("note.md", "F6") == "recorded (note.md, F6)"
+    assert evidence.measured("NVIDIA H100", "2026-11-23") == "measured (NVIDIA H100, 2026-11-23)"
+    assert evidence.compiled("NVRTC 13.5", "sm_100a", "2026-11-24") == "compiled (NVRTC 13.5, sm_100a, 2026-11-24)"
+    assert evidence.kinds_in("x — compiled (NVRTC); recorded (a.md)") == ["compiled", "recorded"]
+    assert evidence.kind_of("calibrated") == "modelled" and evidence.kind_of("derived") == "recorded"
+
+
+@pytest.mark.parametrize("bad", [lambda: evidence.label("derived"), lambda: evidence.label("measured"),
+                                 lambda: evidence.label("recorded", ""), lambda: evidence.measured("", "2026"),
+                                 lambda: evidence.kind_of("guessed")])
+def test_bad_labels_are_refused(bad):
+    with pytest.raises(evidence.EvidenceError):
+        bad()
+
+
+def test_the_views_speak_the_vocabulary():
+    from pelib.views import plots
+    assert plots.KINDS == evidence.KINDS
+    assert plots.evidence_label("emulated") == "emulated"
+
+
+def test_one_smem_limit():
+    text = (KERNELS / "common" / "limits.cuh").read_text()
+    assert re.search(r"#define PE_SMEM_LIMIT \(227 \* 1024\)", text)
+    assert limits.SMEM_LIMIT == 232448
+    from pelib.models import pipeline
+    from pelib.stage import all_stages
+    assert pipeline.SMEM_LIMIT == pipeline.smem_limit() == limits.SMEM_LIMIT
+    assert {s.exports.smem_limit for s in all_stages()} == {limits.SMEM_LIMIT}   # every stage, the same constant
+
+
+def test_table_columns_are_the_union_of_the_rows():
+    t = Table([{"a": 1}, {"a": 2, "SMEM fits": "NO"}], "x — modelled")
+    assert t.columns == ["a", "SMEM fits"] and "NO" in t._repr_html_()
+
+
+def _cells(table: Table) -> list[str]:
+    return [str(v) for r in table.rows for v in r.values()]
+
+
+def test_a_failed_baseline_is_not_a_row():
+    """A committed run whose baseline failed: the table shows no error row, and says what is missing."""
+    from pelib import results
+    from pelib.views import hopper
+    rep = results.load_sweep()
+    fake = {**rep, "baselines": {**rep.get("baselines", {}),
+                                 "compile_fused": {"error": "Traceback ...\nAttributeError: no attribute 'ATOL'"}}}
+    t = hopper.recorded_comparison_table(fake)
+    assert not [c for c in _cells(t) if re.search(r"FAILED|Error|Traceback", c)]
+    assert any("not measured" in n.lower() and "AttributeError" in n for n in t.notes)
+
+
+def test_committed_results_show_no_error_row():
+    """Every committed sweep, as the chapters show it: no measured table carries a FAILED or error row."""
+    from pelib import results
+    from pelib.views import hopper
+    for path in results.sweep_files():
+        rep = results.load(path)
+        t = hopper.recorded_comparison_table(rep)
+        bad = [c for c in _cells(t) if re.search(r"\bFAILED\b|Error\b|Traceback", c)]
+        assert not bad, f"{path.name}: {t.caption!r} shows {bad}"
