@@ -25,8 +25,8 @@ DEFINITIONS = {
                 "NVRTC and nvdisasm on any machine",
     "emulated": "one output tile replayed by pelib.emulate from the layouts and descriptors the cubin "
                 "exports, against the torch reference; no GPU",
-    "simulated": "the stage's own source run on pelib.sim's CPU model: protocol, indexing and data path, "
-                 "never a time",
+    "simulated": "ran the stage's own source on the CPU model (pelib.sim): protocol, indexing and data path; "
+                 "no time",
     "measured": "produced by pelib on a GPU, with the device and the date (and clocks where they matter)",
     "recorded": "a number from the lab notes, with the note and section; never shown as live",
     "modelled": "a prediction of a pelib model (the pipeline-equilibrium model, speed-of-light floors), "

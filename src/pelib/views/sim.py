@@ -1,0 +1,656 @@
+"""Blackwell stages where no B200 is present: the stage's own source run on pelib.sim (the CPU model).
+
+    run = sim.simulate("fp8/09_persistent_megakernel", seed=1)    # a SimRun (cached by content)
+    sim.run_table([run, ...])          # verification against torch + the simulator's report (simulated)
+    sim.protocol_figure(run)           # per-role lanes and occupancy lanes, in simulated order, not time
+    sim.mistake("fp8/09_persistent_megakernel")   # one planted mistake of the catalog, what the simulator said
+
+A simulated run verifies protocol, indexing and data path; it has no time. Its event log carries an
+order stamp (`seq`), never a clock, and every picture here says so. On a B200 the chapters' cells take
+the measured path instead (pelib.views.fp8.results_table and friends); these functions still work there.
+
+Runs are cached by content (pelib.cache): the key covers every kernel file (stage, common/, sim/),
+pelib's host code, the stage, defines, problem and seed, so an edited kernel or simulator runs again.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+from .. import cache as _cache, device, evidence
+from ..facts import Table
+from ..paths import KERNELS
+from ..stage import SimUnavailable, Stage, StageError
+from .html import to_html
+from .widgets import _display
+
+SEEDS = (0, 1, 2)              # every simulated stage is shown at three scheduler seeds
+PROBLEMS = ("sim", "small")    # the first the stage's kind knows: the simulator's test size, else 'small'
+PICTURE = "simulated order, not time"
+EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
+               "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc",
+               "tmem_ld", "tmem_cp", "bar_sync", "cluster_sync", "exit")
+OUTCOMES = ("deadlock", "hazard", "misuse", "wrong output", "error")
+
+
+class SimViewError(ValueError):
+    """A simulated run or event log cannot be shown as asked; the message names what is missing."""
+
+
+def _pelib_sim():
+    """pelib.sim, the CPU back end, or SimUnavailable saying what to do (pelib.stage's own check)."""
+    try:  # the back end may be absent from a tree (it lands stage family by stage family)
+        return importlib.import_module("pelib.sim")
+    except ModuleNotFoundError as e:
+        if e.name != "pelib.sim":
+            raise
+        raise SimUnavailable("pelib.sim, the CPU model of TMA, mbarrier, TMEM and the MMAs, is not in this "
+                             "tree: the stage cannot be simulated here") from None
+
+
+def available() -> tuple[bool, str]:
+    """(True, '') where pelib.sim can run a stage here, else (False, why): no back end or no host compiler."""
+    try:
+        sim = _pelib_sim()
+    except SimUnavailable as e:
+        return False, str(e)
+    check = getattr(sim, "compiler", None) or getattr(sim, "find_compiler", None)
+    if callable(check):
+        try:
+            check()
+        except Exception as e:  # the back end's own message names what to install
+            return False, str(e)
+    return True, ""
+
+
+# ---- one simulated run -------------------------------------------------------------------------------
+
+@dataclass
+class SimRun:
+    """One stage run on pelib.sim: the verification against the torch reference and the simulator's report.
+
+    outcome: 'ok' (ran to the end, verified), 'wrong output' (ran to the end, did not verify), or what
+    stopped it: 'deadlock', 'hazard', 'misuse', 'error'. `stopped` is the simulator's message (the
+    blocked wait site with its tag, barrier, parity and source line, or the hazard), `events` the log."""
+
+    stage: str
+    label: str
+    problem: str
+    seed: int
+    outcome: str
+    verified: bool | None = None
+    max_abs: float | None = None
+    n_bad: int | None = None
+    n: int | None = None
+    verify_text: str = ""
+    stopped: str = ""
+    deadlock: list = field(default_factory=list)
+    hazards: list = field(default_factory=list)
+    misuse: list = field(default_factory=list)
+    seeds: list = field(default_factory=list)
+    launch: str = ""
+    events: list = field(default_factory=list, repr=False)
+    mutation: str = ""
+    wall_s: float = 0.0        # the host's time to run the model (measured on this CPU), never the kernel's
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    def summary(self) -> str:
+        """One line: what ran and what the simulator said."""
+        head = f"{self.stage}{' ' + self.mutation if self.mutation else ''} on {self.problem}, seed {self.seed}"
+        if self.ok:
+            return f"{head}: verified against torch, no deadlock, no hazard, no misuse ({evidence.simulated()})"
+        return f"{head}: {self.outcome}: {self.stopped or self.verify_text} ({evidence.simulated()})"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _as_stage(stage, defines: dict | None = None) -> Stage:
+    if isinstance(stage, Stage):
+        return stage.with_defines(**defines) if defines else stage
+    return Stage(stage, defines)
+
+
+def problem_for(stage: Stage):
+    """The simulator's problem for a stage: the kind's 'sim' problem where it has one, else 'small'."""
+    for name in PROBLEMS:
+        try:
+            return stage.problem(name)
+        except (KeyError, ValueError, StageError):
+            continue
+    raise SimViewError(f"{stage.key}: its kind has none of the problems {PROBLEMS}")
+
+
+def _entries(report, name: str) -> list:
+    got = getattr(report, name, None) if not isinstance(report, dict) else report.get(name)
+    return [str(x) for x in (got or [])]
+
+
+def _events(report) -> list[dict]:
+    ev = getattr(report, "events", None) if not isinstance(report, dict) else report.get("events")
+    if ev is None:
+        return []
+    names = getattr(getattr(ev, "dtype", None), "names", None)
+    if names:   # a numpy structured array with the contract's field names
+        return [{k: (r[k].item() if hasattr(r[k], "item") else r[k]) for k in names} for r in ev]
+    return [dict(e) for e in ev]
+
+
+def _kind_of_error(e: BaseException) -> str:
+    for cls in type(e).__mro__:
+        n = cls.__name__.lower()
+        for word in ("deadlock", "hazard", "misuse"):
+            if word in n:
+                return word
+    return "error"
+
+
+def _run_key(s: Stage, prob, seed: int, mutation: str) -> str:
+    """The content key of a simulated run: every kernel file, pelib's host code (not the views), the args."""
+    pelib = Path(__file__).resolve().parents[1]
+    files = sorted(p for p in KERNELS.rglob("*") if p.is_file() and p.suffix in (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c"))
+    files += sorted(p for p in pelib.rglob("*.py") if "views" not in p.relative_to(pelib).parts)
+    named = [(str(p), p.read_bytes()) for p in files]
+    return _cache.key(files=named, options={"stage": s.key, "defines": s.defines, "problem": prob.name,
+                                            "seed": seed, "mutation": mutation}, tool="pelib.sim-run-1")
+
+
+def _load(key: str) -> SimRun | None:
+    try:
+        e = _cache.Cache().get("simrun", key, require=("run.json.gz",))
+    except _cache.CacheUnavailable:
+        return None
+    data = e.read("run.json.gz") if e else None
+    if not data:
+        return None
+    try:
+        return SimRun(**{**json.loads(gzip.decompress(data)), "cached": True})
+    except (TypeError, ValueError, OSError):
+        return None
+
+
+def _store(key: str, run: SimRun) -> None:
+    try:
+        _cache.Cache().put("simrun", key, {"run.json.gz": gzip.compress(json.dumps(run.to_json(), default=str).encode())},
+                           meta={"stage": run.stage, "seed": run.seed, "outcome": run.outcome})
+    except _cache.CacheUnavailable:
+        pass
+
+
+def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None, use_cache: bool = True,
+             runner=None, mutation: str = "") -> SimRun:
+    """Run a stage on pelib.sim at the simulator's problem (Stage.run(device='sim')): the output poisoned,
+    launched through the stage's own host path, verified against the torch reference. A deadlock, hazard
+    or misuse the simulator raises is the run's outcome, with its message and the events up to the stop.
+
+    runner(stage, prob, seed) -> result dict, if given, replaces Stage.run (the catalog's mutated runs use
+    it, and the tests' fake back ends); mutation names what it planted (part of the cache key)."""
+    s = _as_stage(stage, defines)
+    prob = problem_for(s) if problem is None else s.problem(problem)
+    key = _run_key(s, prob, seed, mutation) if use_cache else ""
+    if use_cache:
+        hit = _load(key)
+        if hit is not None:
+            return hit
+    run = SimRun(stage=s.key, label=s.label, problem=prob.name, seed=seed, outcome="error", mutation=mutation)
+    t0 = time.perf_counter()
+    try:
+        res = runner(s, prob, seed) if runner else s.run(prob, "sim", seed=seed, time=False)
+    except SimUnavailable:
+        raise
+    except Exception as e:   # what the simulator stopped on: a SimError, or the host path's own error
+        sim_error = None
+        try:
+            sim_error = getattr(_pelib_sim(), "SimError", None)
+        except SimUnavailable:
+            pass
+        if sim_error is None or not isinstance(e, sim_error):
+            if not getattr(e, "report", None):
+                raise
+        run.outcome = _kind_of_error(e)
+        run.stopped = str(e).strip()
+        rep = getattr(e, "report", None)
+        if rep is not None:
+            run.deadlock, run.hazards, run.misuse = (_entries(rep, k) for k in ("deadlock", "hazards", "misuse"))
+            run.seeds = list(getattr(rep, "seeds", None) or [seed])
+            run.events = _events(rep)
+        run.seeds = run.seeds or [seed]
+    else:
+        rep = res.get("report") if isinstance(res, dict) else None
+        v = res.get("verify") if isinstance(res, dict) else None
+        run.verified = res.get("ok")
+        if v is not None:
+            run.max_abs, run.n_bad, run.n = float(v.max_abs), int(v.n_bad), int(v.n)
+            run.verify_text = str(v).splitlines()[0]
+        if rep is not None:
+            run.deadlock, run.hazards, run.misuse = (_entries(rep, k) for k in ("deadlock", "hazards", "misuse"))
+            run.seeds = list(getattr(rep, "seeds", None) or (rep.get("seeds") if isinstance(rep, dict) else None)
+                             or [seed])
+            run.events = _events(rep)
+        cfg = res.get("config") if isinstance(res, dict) else None
+        run.launch = cfg.describe() if hasattr(cfg, "describe") else ""
+        bad = run.deadlock and "deadlock" or run.hazards and "hazard" or run.misuse and "misuse"
+        run.outcome = bad or ("ok" if run.verified else "wrong output")
+        if bad:
+            run.stopped = "; ".join((run.deadlock or run.hazards or run.misuse)[:3])
+        elif not run.verified:
+            run.stopped = run.verify_text
+    run.wall_s = time.perf_counter() - t0
+    if use_cache:
+        _store(key, run)
+    return run
+
+
+def simulate_seeds(stage, defines: dict | None = None, seeds=SEEDS, **kw) -> list[SimRun]:
+    """simulate() at each seed (default 0, 1, 2)."""
+    return [simulate(stage, defines, seed=k, **kw) for k in seeds]
+
+
+# ---- tables ------------------------------------------------------------------------------------------
+
+def _site(text: str, limit: int = 140) -> str:
+    t = " ".join(str(text).split())
+    return t if len(t) <= limit else t[:limit - 1] + "…"
+
+
+def run_table(runs: list[SimRun], caption: str | None = None) -> Table:
+    """One row per run: the verification against torch and what the simulator reported (simulated)."""
+    if not runs:
+        raise SimViewError("no simulated runs to show")
+    rows = []
+    for r in runs:
+        rows.append({"stage": r.label, "problem": r.problem, "seed": ", ".join(str(x) for x in (r.seeds or [r.seed])),
+                     "verified vs torch": "—" if r.verified is None else ("PASS" if r.verified else "FAIL"),
+                     "max |err|": "—" if r.max_abs is None else f"{r.max_abs:.3g}",
+                     "bad elements": "—" if r.n_bad is None else f"{r.n_bad:,} of {r.n:,}",
+                     "deadlock": _site("; ".join(r.deadlock)) or ("—" if r.outcome != "deadlock" else _site(r.stopped)),
+                     "hazard": _site("; ".join(r.hazards)) or ("—" if r.outcome != "hazard" else _site(r.stopped)),
+                     "misuse": _site("; ".join(r.misuse)) or ("—" if r.outcome != "misuse" else _site(r.stopped)),
+                     "events": f"{len(r.events):,}"})
+    stages = sorted({r.stage for r in runs})
+    cap = caption or (f"{', '.join(stages)} on the simulator's problem ({runs[0].problem}), "
+                      f"{len(runs)} scheduler seed{'s' if len(runs) > 1 else ''}: output poisoned, verified against the "
+                      f"torch reference — {evidence.simulated('pelib.sim, the stage’s own source on the CPU model')}")
+    note = "Verified, no deadlock, no hazard, no misuse at every seed." if all(r.ok for r in runs) else \
+        "Not every seed ran clean: see the rows."
+    return Table(rows, cap, notes=[note + " Simulated runs have no time: nothing here is a duration."])
+
+
+# ---- what a chapter shows ----------------------------------------------------------------------------
+
+class Shown(list):
+    """Several outputs of one cell (tables, figures, text), shown one after the other; as HTML, all of them."""
+
+    def _ipython_display_(self):
+        _display(list(self))
+
+    def _repr_html_(self) -> str:
+        return to_html(list(self))
+
+    def __repr__(self) -> str:
+        return "\n\n".join(repr(x) if not isinstance(x, str) else x for x in self)
+
+
+def unavailable_note(why: str) -> str:
+    return f"Not simulated here: {why}"
+
+
+def stage_runs(stage, defines: dict | None = None, seeds=SEEDS) -> Shown:
+    """The 'On a B200' cell where no B200 is present: the stage simulated at each seed, its table."""
+    ok, why = available()
+    if not ok:
+        return Shown([unavailable_note(why)])
+    return Shown([run_table(simulate_seeds(stage, defines, seeds))])
+
+
+# ---- the protocol picture ----------------------------------------------------------------------------
+
+_KIND_STYLE = {   # kind -> (marker, colour, legend text)
+    "tma_load": ("v", "#2e86c1", "TMA load issued"),
+    "tma_load_done": ("^", "#85c1e9", "TMA load landed"),
+    "mma": ("s", "#c0392b", "MMA issued"),
+    "commit": ("D", "#7d3c98", "tcgen05.commit"),
+    "mma_done": ("d", "#d7bde2", "MMA complete"),
+    "tmem_ld": ("o", "#27ae60", "tcgen05.ld (TMEM read)"),
+    "tmem_cp": ("o", "#a9dfbf", "tcgen05.cp"),
+    "arrive": ("|", "#34495e", "mbarrier arrive"),
+    "expect_tx": ("|", "#5dade2", "arrive.expect_tx"),
+    "tma_store": ("P", "#e67e22", "TMA store"),
+    "bar_sync": ("_", "#7f8c8d", "bar.sync"),
+    "cluster_sync": ("*", "#7f8c8d", "cluster sync"),
+    "tmem_alloc": ("<", "#95a5a6", "TMEM alloc"),
+    "tmem_dealloc": (">", "#95a5a6", "TMEM dealloc"),
+    "exit": ("x", "#2c3e50", "exit"),
+}
+_TILE_COLORS = ("#2e86c1", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#d4ac0d", "#7f8c8d")
+_FREE_SLOT = ("commit", "mma_done")
+_STARTS_SLOT = ("tma_load", "expect_tx")
+
+
+def _as_events(x) -> list[dict]:
+    if isinstance(x, SimRun):
+        return x.events
+    if hasattr(x, "events") and not isinstance(x, (list, tuple)):
+        return _events(x)
+    return [dict(e) for e in x]
+
+
+def _role_name(e: dict) -> str:
+    r = e.get("role")
+    return str(r) if r not in (None, "") else f"warp {e.get('warp')}"
+
+
+def check_events(events: list[dict]) -> None:
+    """The contract's event fields are there (seq, cta, warp, kind) and every kind is one of EVENT_KINDS."""
+    if not events:
+        raise SimViewError("the run has no events: pelib.sim records them in SimReport.events")
+    for need in ("seq", "cta", "warp", "kind"):
+        if any(need not in e for e in events[:50]):
+            raise SimViewError(f"events lack the field {need!r} (the simulator contract's event log: seq, cta, "
+                               "cluster, rank, warp, lane, role, kind, ...)")
+    bad = sorted({e["kind"] for e in events} - set(EVENT_KINDS))
+    if bad:
+        raise SimViewError(f"unknown event kinds {bad}; the contract's are {EVENT_KINDS}")
+
+
+@dataclass
+class Interval:
+    lane: str
+    start: int
+    end: int
+    what: str          # 'filled', 'landed', 'read', 'written', 'drained', 'wait'
+    tile: int | None = None
+    open: bool = False  # still held when the log ended
+    note: str = ""
+
+
+def occupancy(events: list[dict], cluster: int | None = 0, stopped: bool = False) -> list[Interval]:
+    """The ring's slots and the TMEM accumulators as intervals of simulated order, from one cluster's events.
+
+    Slot s is held from the first TMA load (or arrive.expect_tx) into it until the tcgen05.commit (or the
+    MMA completion) that frees it; inside, 'landed' starts at the last load completion and 'read' at the
+    first MMA. Accumulator a is 'written' from its tile's first MMA to the commit after its last, then
+    'drained' from the first tcgen05.ld to its last event (the epilogue's arrive) before the next tile's
+    first MMA on it. Tiles are numbered in the order their accumulator intervals start. With `stopped`,
+    what is still held when the log ends is marked open (the run stopped there)."""
+    ev = sorted((e for e in events if cluster is None or e.get("cluster", 0) == cluster), key=lambda e: e["seq"])
+    end_seq = ev[-1]["seq"] if ev else 0
+    out: list[Interval] = []
+    for s in sorted({int(e["slot"]) for e in ev if e.get("slot") is not None}):
+        cur = None
+        for e in (x for x in ev if x.get("slot") is not None and int(x["slot"]) == s):
+            k = e["kind"]
+            if k.startswith("wait"):
+                continue
+            if cur is None:
+                if k in _STARTS_SLOT:
+                    cur = {"start": e["seq"], "landed": None, "read": None}
+            elif k in ("tma_load_done", "complete_tx"):
+                cur["landed"] = e["seq"]
+            elif k == "mma" and cur["read"] is None:
+                cur["read"] = e["seq"]
+            elif k in _FREE_SLOT and cur["read"] is not None:
+                out += _slot_parts(f"slot {s}", cur, e["seq"], False)
+                cur = None
+        if cur is not None:
+            out += _slot_parts(f"slot {s}", cur, end_seq, stopped)
+    tiles: list[Interval] = []
+    for a in sorted({int(e["acc"]) for e in ev if e.get("acc") is not None}):
+        cur = None
+        for e in (x for x in ev if x.get("acc") is not None and int(x["acc"]) == a):
+            k = e["kind"]
+            if k.startswith("wait"):
+                continue
+            if k == "mma" and (cur is None or cur["drain"] is not None):
+                if cur is not None:
+                    tiles += _acc_parts(f"acc {a}", cur, False)
+                cur = {"start": e["seq"], "commit": None, "drain": None, "last": e["seq"]}
+                continue
+            if cur is None:
+                continue
+            if k in ("commit", "mma_done") and cur["drain"] is None:
+                cur["commit"] = e["seq"]
+            elif k == "tmem_ld" and cur["drain"] is None:
+                cur["drain"] = e["seq"]
+            cur["last"] = e["seq"]
+        if cur is not None:
+            if stopped:
+                cur["last"] = end_seq
+            tiles += _acc_parts(f"acc {a}", cur, stopped)
+    starts = sorted({iv.tile for iv in tiles if iv.what == "written"})
+    for iv in tiles:
+        iv.tile = starts.index(iv.tile)
+    return out + tiles
+
+
+def _slot_parts(lane, cur, end, still) -> list[Interval]:
+    out = [Interval(lane, cur["start"], cur["landed"] or cur["read"] or end, "filled",
+                    open=still and cur["landed"] is None and cur["read"] is None)]
+    if cur["landed"] is not None:
+        out.append(Interval(lane, cur["landed"], cur["read"] or end, "landed", open=still and cur["read"] is None))
+    if cur["read"] is not None:
+        out.append(Interval(lane, cur["read"], end, "read", open=still))
+    return out
+
+
+def _acc_parts(lane, cur, still) -> list[Interval]:
+    """An accumulator's tile: written (first MMA .. commit), drained (first tcgen05.ld .. its last event)."""
+    w_end = cur["commit"] or cur["drain"] or cur["last"]
+    out = [Interval(lane, cur["start"], w_end, "written", tile=cur["start"], open=still and cur["drain"] is None)]
+    if cur["drain"] is not None:
+        out.append(Interval(lane, cur["drain"], cur["last"], "drained", tile=cur["start"], open=still))
+    return out
+
+
+def wait_spans(events: list[dict]) -> tuple[list[Interval], list[Interval]]:
+    """(finished, open) waits per (cta, warp): wait_begin .. wait_end of the warp's first lane that waits.
+    An open wait (no wait_end before the log ends) is where that warp stood when the run stopped."""
+    first_lane: dict = {}
+    for e in events:
+        if e["kind"] == "wait_begin":
+            k = (e["cta"], e["warp"])
+            first_lane[k] = min(first_lane.get(k, 99), int(e.get("lane", 0) or 0))
+    pending: dict = {}
+    done, still = [], []
+    end_seq = max((e["seq"] for e in events), default=0)
+    for e in sorted(events, key=lambda e: e["seq"]):
+        k = (e["cta"], e["warp"])
+        if e["kind"] not in ("wait_begin", "wait_end") or int(e.get("lane", 0) or 0) != first_lane.get(k):
+            continue
+        if e["kind"] == "wait_begin":
+            pending[k] = e
+        elif k in pending:
+            b = pending.pop(k)
+            done.append(Interval(f"{k[0]}:{k[1]}", b["seq"], e["seq"], "wait", note=_wait_note(b)))
+    for k, b in pending.items():
+        still.append(Interval(f"{k[0]}:{k[1]}", b["seq"], end_seq, "wait", open=True, note=_wait_note(b)))
+    return done, still
+
+
+def _wait_note(e: dict) -> str:
+    parts = [str(e["barrier"]) if e.get("barrier") not in (None, "") else "mbarrier"]
+    if e.get("parity") is not None:
+        parts.append(f"parity {e['parity']}")
+    if e.get("tag") not in (None, ""):
+        parts.append(f"tag {e['tag']}")
+    if e.get("line") not in (None, ""):
+        parts.append(f"line {e['line']}")
+    return ", ".join(parts)
+
+
+def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: int | None = None,
+                    window: tuple[int, int] | None = None, stopped: str | None = None):
+    """Per-role lanes (producer, MMA issuer, each epilogue warp; every CTA of the cluster) of waits (grey),
+    issues and completions (markers), then the ring's slots and the TMEM accumulators as occupancy lanes,
+    all in simulated order, not time. An accumulator's tile colour is the same on its MMAs and on the
+    epilogue's TMEM loads, so the epilogue of tile i beside the K loop of tile i+1 shows as two colours at
+    once. A run that stopped (a planted mistake) ends in a red line, its blocked waits hatched red.
+
+    run: a SimRun, a SimReport, or a list of event dicts (the contract's fields)."""
+    events = _as_events(run)
+    check_events(events)
+    if cluster is not None:
+        events = [e for e in events if e.get("cluster", 0) == cluster]
+        if not events:
+            raise SimViewError(f"no events of cluster {cluster}")
+    if window:
+        lo, hi = window
+        events = [e for e in events if lo <= e["seq"] <= hi]
+    events = sorted(events, key=lambda e: e["seq"])
+    if stopped is None and isinstance(run, SimRun) and not run.ok and run.outcome != "wrong output":
+        stopped = f"{run.outcome}: {_site(run.stopped, 110)}"
+    occ = occupancy(events, None, stopped=bool(stopped))
+    done, still = wait_spans(events)
+    tile_of = _tile_lookup(occ)
+
+    # lanes: per CTA, its warps in order (role names from the stage's exports where the simulator has them)
+    warps: dict = {}
+    for e in events:
+        warps.setdefault((e["cta"], e["warp"]), _role_name(e))
+    keys = sorted(warps)
+    if max_epi is not None:   # keep at most max_epi warps named 'epilogue' per CTA
+        kept, per = [], {}
+        for k in keys:
+            if "epi" in warps[k].lower():
+                per[k[0]] = per.get(k[0], 0) + 1
+                if per[k[0]] > max_epi:
+                    continue
+            kept.append(k)
+        keys = kept
+    occ_lanes = sorted({iv.lane for iv in occ}, key=lambda s: (s.split()[0] != "slot", int(s.split()[1])))
+    lanes = [f"CTA {c}: {warps[(c, w)]}" for c, w in keys] + [f"ring {s}" if s.startswith("slot") else f"TMEM {s}"
+                                                              for s in occ_lanes]
+    y_of_warp = {k: i for i, k in enumerate(keys)}
+    y_of_occ = {s: len(keys) + i for i, s in enumerate(occ_lanes)}
+    n = len(lanes)
+    lo, hi = events[0]["seq"], events[-1]["seq"]
+    fig, ax = plt.subplots(figsize=(9.6, 1.2 + 0.27 * n))
+    h = 0.62
+    # waits
+    for iv, col, hatch in [(iv, "#d5d8dc", None) for iv in done] + [(iv, "#f5b7b1", "///") for iv in still]:
+        c, w = (int(x) for x in iv.lane.split(":"))
+        if (c, w) not in y_of_warp:
+            continue
+        ax.broken_barh([(iv.start, max(iv.end - iv.start, 0.5))], (y_of_warp[(c, w)] - h / 2, h), facecolors=col,
+                       edgecolors="#c0392b" if hatch else "none", hatch=hatch, lw=0.6, zorder=1)
+    # issues and completions, by kind (acc-carrying ones in their tile's colour)
+    seen_kinds = []
+    for kind, (marker, colour, _) in _KIND_STYLE.items():
+        xs, ys, cs = [], [], []
+        for e in events:
+            if e["kind"] != kind or (e["cta"], e["warp"]) not in y_of_warp:
+                continue
+            xs.append(e["seq"])
+            ys.append(y_of_warp[(e["cta"], e["warp"])])
+            t = tile_of(e)
+            cs.append(_TILE_COLORS[t % len(_TILE_COLORS)] if t is not None and kind in ("mma", "tmem_ld", "commit")
+                      else colour)
+        if xs:
+            ax.scatter(xs, ys, marker=marker, c=cs, s=14 if marker not in "|_" else 40, lw=0.8, zorder=3)
+            seen_kinds.append(kind)
+    # occupancy lanes
+    shade = {"filled": 0.35, "landed": 0.6, "read": 0.95, "written": 0.95, "drained": 0.45}
+    for iv in occ:
+        y = y_of_occ[iv.lane]
+        base = _TILE_COLORS[iv.tile % len(_TILE_COLORS)] if iv.tile is not None else "#2e86c1"
+        ax.broken_barh([(iv.start, max(iv.end - iv.start, 0.5))], (y - h / 2, h), facecolors=base,
+                       alpha=shade.get(iv.what, 0.6), edgecolors="#c0392b" if iv.open else "none",
+                       hatch="///" if iv.open else None, lw=0.6, zorder=2)
+        if iv.what in ("written",) and iv.tile is not None and iv.end - iv.start > (hi - lo) * 0.03:
+            ax.text((iv.start + iv.end) / 2, y, f"tile {iv.tile}", ha="center", va="center", fontsize=6,
+                    color="white", zorder=4)
+    if occ_lanes:
+        ax.axhline(len(keys) - 0.5, color="#7f8c8d", lw=0.6)
+    ctas = sorted({c for c, _ in keys})
+    for c in ctas[1:]:
+        first = min(y_of_warp[k] for k in keys if k[0] == c)
+        ax.axhline(first - 0.5, color="#bdc3c7", lw=0.5, ls=":")
+    if stopped:
+        ax.axvline(hi, color="#c0392b", lw=1.4, zorder=5)
+        ax.text(hi, -0.9, "stopped here ", color="#c0392b", ha="right", va="center", fontsize=7)
+        blocked = blocked_lines(still, warps)
+    else:
+        blocked = []
+    ax.set_yticks(range(n))
+    ax.set_yticklabels(lanes, fontsize=7)
+    ax.set_ylim(n - 0.4, -1.4)
+    ax.set_xlim(lo - (hi - lo) * 0.01, hi + (hi - lo) * 0.01 + 1)
+    ax.set_xlabel(f"event order stamp (seq): {PICTURE}", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    head = title or "Pipeline protocol"
+    ax.set_title(f"{head} — {evidence.simulated('pelib.sim event log')}; {PICTURE}"
+                 + (f"\n{stopped}" if stopped else ""), fontsize=8.5, color="#922b21" if stopped else "black")
+    handles = [Patch(facecolor="#d5d8dc", label="waiting (try_wait)")]
+    if still:
+        handles.append(Patch(facecolor="#f5b7b1", hatch="///", edgecolor="#c0392b", label="blocked when it stopped"))
+    handles += [plt.Line2D([], [], ls="", marker=_KIND_STYLE[k][0], color=_KIND_STYLE[k][1], label=_KIND_STYLE[k][2])
+                for k in seen_kinds if k not in ("exit",)]
+    if occ:
+        handles += [Patch(facecolor="#2e86c1", alpha=0.35, label="slot filling / landed (lighter)"),
+                    Patch(facecolor="#2e86c1", alpha=0.95, label="slot read by MMA / acc written"),
+                    Patch(facecolor="#2e86c1", alpha=0.45, label="acc drained by tcgen05.ld"),
+                    Patch(facecolor="white", edgecolor="white", label="colour = tile (MMA, ld, acc)")]
+    ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
+    fig.tight_layout()
+    if blocked:   # under the axes: where each blocked warp waits (the deadlock's wait sites)
+        shown = blocked[:6] + ([f"... and {len(blocked) - 6} more"] if len(blocked) > 6 else [])
+        extra = 0.16 * (len(shown) + 1)
+        w, hgt = fig.get_size_inches()
+        fig.set_size_inches(w, hgt + extra)
+        fig.subplots_adjust(bottom=(fig.subplotpars.bottom * hgt + extra) / (hgt + extra),
+                            top=1 - (1 - fig.subplotpars.top) * hgt / (hgt + extra))
+        fig.text(0.01, 0.01, "blocked when it stopped (wait sites):\n" + "\n".join(shown), fontsize=7,
+                 color="#922b21", va="bottom", ha="left")
+    return fig
+
+
+def blocked_lines(still: list[Interval], roles: dict) -> list[str]:
+    """'CTA 0 MMA issuer: acc_empty[0], parity 0, tag 5, line 205' per blocked warp, alike ones merged."""
+    by: dict = {}
+    for iv in still:
+        c, w = (int(x) for x in iv.lane.split(":"))
+        role = roles.get((c, w), f"warp {w}")
+        key = (iv.note, role.split(" warp")[0] if "epilogue" in role else role)
+        by.setdefault(key, []).append(c)
+    return [f"{who} (CTA {', '.join(str(c) for c in sorted(set(cs)))}{', ' + str(len(cs)) + ' warps' if len(cs) > len(set(cs)) else ''}): {note}"
+            for (note, who), cs in by.items()]
+
+
+def _tile_lookup(occ: list[Interval]):
+    """e -> the tile of the accumulator interval that holds e's (acc, seq), or None."""
+    by_acc: dict = {}
+    for iv in occ:
+        if iv.lane.startswith("acc") and iv.tile is not None:
+            by_acc.setdefault(int(iv.lane.split()[1]), []).append(iv)
+
+    def tile(e):
+        a = e.get("acc")
+        if a is None:
+            return None
+        for iv in by_acc.get(int(a), []):
+            if iv.start <= e["seq"] <= iv.end:
+                return iv.tile
+        return None
+    return tile
+
+
+def overlap(run, cluster: int | None = 0) -> list[tuple[int, int]]:
+    """(tile i, tile i+1) pairs whose accumulator intervals overlap in simulated order: tile i drained by
+    the epilogue while tile i+1 is written by the MMAs (what a double-buffered accumulator is for)."""
+    occ = [iv for iv in occupancy(_as_events(run), cluster) if iv.lane.startswith("acc") and iv.tile is not None]
+    drained = {iv.tile: iv for iv in occ if iv.what == "drained"}
+    written = {iv.tile: iv for iv in occ if iv.what == "written"}
+    return [(t, t + 1) for t, d in sorted(drained.items())
+            if t + 1 in written and written[t + 1].start < d.end and d.start < written[t + 1].end]
