@@ -456,6 +456,8 @@ class Stage:
                 plan.wait()
                 rep = self.check(prob, t, ref)
                 res.update(ok=rep.ok, verify=rep, max_abs=rep.max_abs, n_bad=rep.n_bad)
+            if device == "sim":   # the simulator's report: deadlock, hazards, misuse, seeds, the event log
+                res["report"] = getattr(plan, "report", None)
             if time and device == "gpu" and res["ok"] is not False:
                 times = bench.time_fn(plan.run, iters=iters, warmup=warmup, wait=plan.wait)
                 r = bench.result(f"{self.key}", times, flops=prob.flops, bytes_moved=prob.min_bytes)

@@ -16,7 +16,7 @@ from ..kinds.fp8 import epi_columns, epilogue_map  # noqa: F401  (the chapters d
 from ..models import protocol
 from ..stage import Stage, find
 from ..stages import Rendered
-from . import plots, widgets
+from . import plots, sim, widgets
 
 ARCH = "sm_100a"
 FINAL = "09_persistent_megakernel"
@@ -370,6 +370,15 @@ def results_table(stage_names=None, problem="siglip2", *, iters: int = 20, defin
         row["recorded"] = s.recorded().describe() if s.recorded() else "—"
         rows.append(row)
     return Table(rows, f"Results on {device.current().name}: measured (today) beside recorded (lab notes)")
+
+
+def on_b200(stage_names, problem="siglip2", *, mistake: str | bool | None = None, iters: int = 20) -> sim.Shown:
+    """A chapter's 'On a B200' cell: on a B200 the stages run, verified then timed (results_table, measured);
+    elsewhere each runs on the simulator at three seeds (verified against torch, the simulator's report),
+    beside the lab's recorded number, and with `mistake` one planted mistake of the catalog (simulated)."""
+    names = [stage_names] if isinstance(stage_names, str) else list(stage_names)
+    return sim.on_b200(names, measured=lambda: results_table(names, problem, iters=iters), stage_of=stage,
+                       recorded=lambda: results_table(names), mistake=mistake)
 
 
 CUBLAS = [n for n in baselines.names() if n.startswith("cublas")]

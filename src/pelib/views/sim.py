@@ -18,6 +18,7 @@ import gzip
 import hashlib
 import importlib
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -167,6 +168,17 @@ def _run_key(s: Stage, prob, seed: int, mutation: str) -> str:
                                             "seed": seed, "mutation": mutation}, tool="pelib.sim-run-1")
 
 
+def _real_backend() -> bool:
+    """True where pelib.sim is this tree's file (its content is in every run's key); a stand-in (tests)
+    is never cached, so its runs cannot be shown as the simulator's."""
+    try:
+        f = getattr(_pelib_sim(), "__file__", None)
+    except SimUnavailable:
+        return False
+    pelib = Path(__file__).resolve().parents[1]
+    return bool(f) and Path(f).resolve().is_relative_to(pelib)
+
+
 def _load(key: str) -> SimRun | None:
     try:
         e = _cache.Cache().get("simrun", key, require=("run.json.gz",))
@@ -199,6 +211,7 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
     it, and the tests' fake back ends); mutation names what it planted (part of the cache key)."""
     s = _as_stage(stage, defines)
     prob = problem_for(s) if problem is None else s.problem(problem)
+    use_cache = use_cache and runner is None and _real_backend()
     key = _run_key(s, prob, seed, mutation) if use_cache else ""
     if use_cache:
         hit = _load(key)
@@ -654,3 +667,171 @@ def overlap(run, cluster: int | None = 0) -> list[tuple[int, int]]:
     written = {iv.tile: iv for iv in occ if iv.what == "written"}
     return [(t, t + 1) for t, d in sorted(drained.items())
             if t + 1 in written and written[t + 1].start < d.end and d.start < written[t + 1].end]
+
+
+# ---- the chapters' cells -------------------------------------------------------------------------------
+
+def picture(stage, defines: dict | None = None, *, seed: int = 0, title: str = "", **kw):
+    """The protocol picture of one simulated run of a stage (protocol_figure), or a note saying why not."""
+    ok, why = available()
+    if not ok:
+        return unavailable_note(why)
+    s = _as_stage(stage, defines)
+    run = simulate(s, seed=seed)
+    if not run.events:
+        return f"{s.key}: the simulator's report has no event log to draw ({run.outcome})."
+    return protocol_figure(run, title=title or f"{s.label}, {run.problem}, seed {run.seed}", **kw)
+
+
+def on_b200(stage_names, *, measured, stage_of, recorded=None, mistake: str | bool | None = None,
+            seeds=SEEDS) -> Shown:
+    """A chapter's 'On a B200' cell. On a B200 the stages run live, verified then timed: `measured()` (the
+    family's measured table, as before). Elsewhere each stage runs on the simulator at `seeds` (its
+    verification against torch and the simulator's report), then `recorded()` (the lab's numbers, if
+    given), then, with `mistake`, one planted mistake of the catalog and what the simulator said.
+
+    stage_of(name) -> Stage. mistake: a catalog id, or True for the stage's first catalog entry."""
+    if device.can_run("sm_100a"):  # pragma: no cover - B200
+        return Shown([measured()])
+    names = [stage_names] if isinstance(stage_names, str) else list(stage_names)
+    ok, why = available()
+    out = Shown()
+    if ok:
+        out.append(run_table([r for n in names for r in simulate_seeds(stage_of(n), seeds=seeds)]))
+    else:
+        out.append(unavailable_note(why))
+    if recorded is not None:
+        out.append(recorded())
+    if mistake and ok:
+        out += mistake_panel(stage_of(names[-1]), None if mistake is True else mistake)
+    return out
+
+
+# ---- planted mistakes (pelib.sim_catalog) ----------------------------------------------------------------
+
+_CATALOG_KIND = {"deadlock": "deadlock", "hazard": "hazard", "misuse": "misuse", "wrong output": "wrong",
+                 "ok": "correct", "error": "error"}
+
+
+def _catalog():
+    """pelib.sim_catalog (the planted-bug catalog), or SimUnavailable where this tree has none."""
+    try:  # the catalog lands beside the simulator; a tree without it shows a note instead
+        return importlib.import_module("pelib.sim_catalog")
+    except ModuleNotFoundError as e:
+        if e.name != "pelib.sim_catalog":
+            raise
+        raise SimUnavailable("pelib.sim_catalog, the catalog of planted mistakes, is not in this tree") from None
+
+
+def blocked_tags(run: SimRun) -> tuple[int, ...]:
+    """The wait tags a stopped run was blocked at: its open waits in the event log, and 'tag N' in its report."""
+    tags = {int(iv.note.split("tag ")[1].split(",")[0]) for iv in wait_spans(run.events)[1] if "tag " in iv.note} \
+        if run.events else set()
+    for text in [run.stopped] + run.deadlock:
+        tags |= {int(t) for t in re.findall(r"\btag[ =:]+(\d+)", text)}
+    return tuple(sorted(tags))
+
+
+def outcome(run: SimRun):
+    """A SimRun as the catalog's Outcome (kind, tags, detail, n_bad)."""
+    cat = _catalog()
+    detail = run.stopped or "; ".join(run.deadlock + run.hazards + run.misuse) or run.verify_text
+    return cat.Outcome(_CATALOG_KIND.get(run.outcome, run.outcome), blocked_tags(run) if run.outcome == "deadlock"
+                       else (), detail, run.n_bad)
+
+
+def simulate_mutation(mut, *, seed: int = 0, use_cache: bool = True) -> SimRun:
+    """The catalog's mutation `mut` (an id or a Mutation) applied to its stage and run on the simulator."""
+    cat = _catalog()
+    m = cat.mutation(mut) if isinstance(mut, str) else mut
+    planted = hashlib.sha256(json.dumps(m.sources(), sort_keys=True).encode()).hexdigest()[:16]
+    with cat.patched(cat.stage_of(m), m) as s:
+        return simulate(s, seed=seed, problem=m.problem if m.problem else None, use_cache=use_cache,
+                        mutation=f"{m.id}@{planted}")
+
+
+def _expected(m) -> str:
+    if m.expect == "deadlock":
+        return f"deadlock at tag {' or '.join(str(t) for t in m.tags)}"
+    if m.expect in ("hazard", "misuse"):
+        return f"{m.expect} naming '{m.site}'"
+    return "wrong output"
+
+
+def _said(run: SimRun) -> str:
+    if run.outcome == "deadlock":
+        tags = blocked_tags(run)
+        return f"deadlock, blocked at tag {', '.join(map(str, tags))}: {_site(run.stopped, 160)}" if tags else \
+            f"deadlock: {_site(run.stopped, 180)}"
+    if run.outcome == "wrong output":
+        return f"finished, output wrong: {run.n_bad:,} of {run.n:,} elements" if run.n_bad is not None else "wrong output"
+    if run.outcome == "ok":
+        return "finished, verified (the mistake went unseen)"
+    return f"{run.outcome}: {_site(run.stopped, 180)}"
+
+
+def mistakes_for(stage_key: str) -> list:
+    """The catalog's mutations of one stage."""
+    return [m for m in _catalog().CATALOG if m.stage == stage_key]
+
+
+def mistake_panel(stage, mutation_id: str | None = None, *, seed: int = 0, picture: bool = True) -> Shown:
+    """One planted mistake of the stage (the catalog's first for it, or `mutation_id`): what it changes, what
+    the catalog expects, what the simulator said, and the protocol picture up to where it stopped."""
+    s = _as_stage(stage)
+    try:
+        cat = _catalog()
+        muts = mistakes_for(s.key)
+    except SimUnavailable as e:
+        return Shown([unavailable_note(str(e))])
+    if mutation_id is not None:
+        muts = [cat.mutation(mutation_id)]
+    if not muts:
+        return Shown([f"The catalog plants no mistake in {s.key}."])
+    m = muts[0]
+    run = simulate_mutation(m, seed=seed)
+    ok, why = cat.matches(m, outcome(run))
+    diff = "; ".join(f"{p.find.strip()[:70]} → {p.replace.strip()[:70]}" for p in m.patches)
+    row = {"mutation": m.id, "the mistake": m.description, "patch": diff, "expected": _expected(m),
+           "the simulator said": _said(run), "seed": run.seed, "as expected": "yes" if ok else f"NO: {why}"}
+    out = Shown([Table([row], f"A planted mistake in {s.key} (a source patch applied for this run only, "
+                              f"pelib.sim_catalog) — {evidence.simulated()}",
+                       notes=[m.why] if getattr(m, "why", "") else None)])
+    if picture and run.events and run.outcome != "ok":
+        out.append(protocol_figure(run, title=f"{s.key} with '{m.id}'"))
+    return out
+
+
+def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None) -> Table:
+    """Every mutation of the catalog run on the simulator: what it plants, what the catalog expects, what the
+    simulator said (simulated); for the sm90 ones the H100's outcome from the committed proof (measured)."""
+    cat = _catalog()
+    gpu = {}
+    for r in (proof or {}).get("mutations", []):
+        gpu[r.get("id")] = r
+    rows = []
+    for m in cat.CATALOG:
+        if families and m.family not in families:
+            continue
+        run = simulate_mutation(m, seed=seed)
+        ok, _ = cat.matches(m, outcome(run))
+        row = {"mutation": m.id, "stage": m.stage, "the mistake": m.description, "expected": _expected(m),
+               "the simulator said": _said(run), "as expected": "yes" if ok else "NO"}
+        if proof is not None:
+            g = gpu.get(m.id)
+            row["H100"] = _gpu_said(g) if g else ("—" if m.family != "sm90" else "not run on the H100")
+        rows.append(row)
+    src = f"; H100 measured ({proof.get('device', '')}, {proof.get('date', '')})" if proof else ""
+    return Table(rows, f"The planted-bug catalog (pelib.sim_catalog), each mutation run once at seed {seed} — "
+                       f"{evidence.simulated()}{src}")
+
+
+def _gpu_said(g: dict) -> str:
+    o = g.get("gpu") or {}
+    kind = o.get("kind", "?")
+    if kind in ("fault", "deadlock"):
+        tags = o.get("tags") or []
+        return "trapped in a bounded wait" + (f" at tag {', '.join(map(str, tags))}" if tags else "")
+    if kind == "wrong":
+        return f"finished, output wrong ({o.get('n_bad'):,} elements)" if o.get("n_bad") is not None else "wrong output"
+    return kind

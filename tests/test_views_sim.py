@@ -1,0 +1,190 @@
+"""pelib.views.sim: what the chapters show where no B200 is present.
+
+The views run a stage through Stage.run(device='sim'), the stage's own host path (build, exports,
+launch configuration, tensor-map specs, argument binding, poison, verify) up to pelib.sim.prepare.
+Here pelib.sim is replaced at that edge by a stand-in whose plan writes the torch reference into the
+output (or a wrong one, or raises a deadlock) and reports an event log in the contract's schema
+(tests/sim_events.py); the picture and the tables are checked against what the stand-in planted.
+The same functions on the real simulator are tested in tests/test_views_sim_real.py.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from pelib import evidence  # noqa: E402
+from pelib.stage import Stage  # noqa: E402
+from pelib.views import figure_text, sim  # noqa: E402
+
+from sim_events import persistent_log  # noqa: E402
+
+
+class _Report:
+    def __init__(self, events, seeds=(0,), deadlock=(), hazards=(), misuse=()):
+        self.events, self.seeds = events, list(seeds)
+        self.deadlock, self.hazards, self.misuse = list(deadlock), list(hazards), list(misuse)
+        self.ok = not (deadlock or hazards or misuse)
+
+
+@pytest.fixture
+def fake_sim(monkeypatch):
+    """A stand-in pelib.sim: prepare() returns a plan whose run() writes state['fill'](tensors) into the
+    output and reports persistent_log(); with state['bug'] it raises SimDeadlock carrying the report."""
+    mod = types.ModuleType("pelib.sim")
+
+    class SimError(RuntimeError):
+        report = None
+
+    class SimDeadlock(SimError):
+        pass
+
+    mod.SimError, mod.SimDeadlock = SimError, SimDeadlock
+    state = {"bug": None, "fill": "reference", "prepared": []}
+    orig_inputs = Stage.inputs
+
+    def inputs(self, *a, **k):
+        t = orig_inputs(self, *a, **k)
+        state["t"], state["stage"], state["prob"] = t, self, self.problem(a[0] if a else k.get("problem", "small"))
+        return t
+
+    class Plan:
+        def __init__(self, kw):
+            self.kw, self.report = kw, None
+
+        def run(self):
+            t, s = state["t"], state["stage"]
+            if state["bug"]:
+                ev = persistent_log(bug=state["bug"], seed=1)
+                e = SimDeadlock("deadlock: CTA 0 warp 1 (MMA issuer) waits acc_empty[0] parity 0 tag 5 line 205")
+                e.report = _Report(ev, deadlock=["CTA 0 warp 1 MMA issuer: acc_empty[0] parity 0, tag 5, line 205"])
+                raise e
+            ref = s.kind.reference(state["prob"], t)
+            t["out"].copy_(ref.to(t["out"].dtype) if state["fill"] == "reference" else ref.to(t["out"].dtype) + 1)
+            self.report = _Report(persistent_log(seed=2))
+            return self
+
+        def wait(self):
+            pass
+
+    def prepare(build, args, **kw):
+        state["prepared"].append(kw)
+        return Plan(kw)
+
+    mod.prepare = prepare
+    monkeypatch.setitem(sys.modules, "pelib.sim", mod)
+    monkeypatch.setattr(Stage, "inputs", inputs)
+    return state
+
+
+def test_evidence_has_the_simulated_kind_and_its_sentence():
+    assert "simulated" in evidence.KINDS
+    d = evidence.DEFINITIONS["simulated"]
+    assert "own source" in d and "protocol, indexing and data path" in d and "no time" in d
+
+
+def test_simulate_runs_the_stage_host_path_and_reads_the_report(fake_sim):
+    run = sim.simulate("fp8/00_ws_cta1", seed=1)
+    assert run.ok and run.verified and run.max_abs == 0 and run.n_bad == 0 and not run.cached
+    assert run.events and {e["kind"] for e in run.events} >= {"mma", "tmem_ld", "wait_begin"}
+    kw = fake_sim["prepared"][-1]
+    s = Stage("fp8/00_ws_cta1")
+    assert kw["cluster"] == (s.exports.cluster_x, 1, 1) and kw["smem"] == s.exports.smem_bytes
+    t = sim.run_table([run])
+    assert "simulated" in evidence.kinds_in(t.caption)
+    assert t.rows[0]["verified vs torch"] == "PASS" and t.rows[0]["deadlock"] == "—"
+
+
+def test_a_wrong_output_is_reported_not_passed(fake_sim):
+    fake_sim["fill"] = "off by one"
+    run = sim.simulate("fp8/00_ws_cta1")
+    assert run.outcome == "wrong output" and run.verified is False and run.n_bad > 0
+    assert sim.run_table([run]).rows[0]["verified vs torch"] == "FAIL"
+    assert "Not every seed ran clean" in sim.run_table([run]).notes[0]
+
+
+def test_a_deadlock_is_the_outcome_with_its_wait_site(fake_sim):
+    fake_sim["bug"] = "acc_empty_short"
+    run = sim.simulate("fp8/00_ws_cta1")
+    assert run.outcome == "deadlock" and "acc_empty[0]" in run.stopped and run.verified is None
+    assert 5 in sim.blocked_tags(run)
+    row = sim.run_table([run]).rows[0]
+    assert "acc_empty[0]" in row["deadlock"] and row["verified vs torch"] == "—"
+
+
+def test_a_stand_in_back_end_is_never_cached(fake_sim, monkeypatch, tmp_path):
+    monkeypatch.setenv("PELIB_CACHE", str(tmp_path))
+    sim.simulate("fp8/00_ws_cta1")
+    assert not list(tmp_path.glob("simrun-*"))
+
+
+def test_on_b200_cell_simulates_where_no_b200_is_present(fake_sim):
+    from pelib.views import fp8
+    out = fp8.on_b200(["01_cta2"])
+    tables = [x for x in out if hasattr(x, "rows")]
+    assert len(tables[0].rows) == len(sim.SEEDS) and "simulated" in tables[0].caption
+    assert any("recorded" in t.caption for t in tables[1:])   # the lab's number stays beside it
+    assert "<table>" in out._repr_html_()
+
+
+def test_without_the_simulator_the_cell_says_why(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pelib.sim", None)   # import pelib.sim raises ModuleNotFoundError
+    ok, why = sim.available()
+    assert not ok and "pelib.sim" in why
+    out = sim.stage_runs("fp8/00_ws_cta1")
+    assert "Not simulated here" in out[0]
+
+
+# ---- the picture ---------------------------------------------------------------------------------------
+
+def test_occupancy_follows_the_ring_and_the_accumulators():
+    ev = persistent_log(tiles=5, kb=4, stages=3, seed=3)
+    occ = sim.occupancy(ev)
+    slots = {iv.lane for iv in occ if iv.lane.startswith("slot")}
+    assert slots == {"slot 0", "slot 1", "slot 2"}
+    written = sorted((iv for iv in occ if iv.what == "written"), key=lambda iv: iv.start)
+    assert [iv.tile for iv in written] == list(range(5))                 # five tiles, numbered in order
+    assert [iv.lane for iv in written] == ["acc 0", "acc 1", "acc 0", "acc 1", "acc 0"]
+    for s in slots:   # a slot is never held twice at once
+        ivs = sorted((iv for iv in occ if iv.lane == s), key=lambda iv: iv.start)
+        assert all(a.end <= b.start for a, b in zip(ivs, ivs[1:]))
+    assert not any(iv.open for iv in occ)
+
+
+def test_the_double_buffered_accumulator_overlaps_tiles():
+    """Some seed shows the epilogue of tile i beside the MMAs of tile i+1; with one accumulator none can."""
+    assert any(sim.overlap(persistent_log(tiles=5, kb=4, stages=3, seed=k)) for k in range(5))
+    assert not any(sim.overlap(persistent_log(tiles=4, kb=3, accs=1, seed=k)) for k in range(5))
+
+
+def test_protocol_figure_names_lanes_and_its_evidence():
+    fig = sim.protocol_figure(persistent_log(tiles=4), title="fake")
+    text = figure_text(fig)
+    assert "simulated" in evidence.kinds_in(text) and "simulated order, not time" in text
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[:2] == ["CTA 0: producer", "CTA 0: MMA issuer"]
+    assert "CTA 1: epilogue warp 1" in labels and "ring slot 1" in labels and "TMEM acc 1" in labels
+    assert "ms" not in text.split() and "cycles" not in text
+
+
+def test_protocol_figure_shows_where_a_planted_mistake_stops():
+    ev = persistent_log(tiles=5, kb=4, stages=3, bug="acc_empty_short")
+    done, still = sim.wait_spans(ev)
+    assert still and any("acc_empty[0]" in iv.note and "tag 5" in iv.note for iv in still)
+    fig = sim.protocol_figure(ev, stopped="deadlock: acc_empty one arrival short")
+    text = figure_text(fig)
+    assert "stopped here" in text and "acc_empty[0], parity 0, tag 5" in text
+    assert any(iv.open for iv in sim.occupancy(ev, stopped=True))
+
+
+def test_bad_event_logs_are_refused():
+    with pytest.raises(sim.SimViewError, match="no events"):
+        sim.protocol_figure([])
+    with pytest.raises(sim.SimViewError, match="seq"):
+        sim.protocol_figure([{"cta": 0, "warp": 0, "kind": "mma"}])
+    with pytest.raises(sim.SimViewError, match="unknown event kinds"):
+        sim.protocol_figure([{"seq": 0, "cta": 0, "warp": 0, "kind": "teleport"}])
