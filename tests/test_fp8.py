@@ -653,7 +653,8 @@ def test_sweep_widgets_have_a_static_fallback():
         ok, refused = F.options(which)
         assert w.static is not None and len(w.static.rows) == len(ok) + len(refused)
         assert any("does not compile" in r.get("note", "") for r in w.static.rows) == bool(refused)
-        fig, point, delta = w.select(value)        # what the table above cannot show: the point marked,
+        fig, point, delta, *simulated = w.select(value)   # what the table above cannot show: the point marked,
+        assert simulated                           # and the stage at this value on the simulator (or why not)
         assert point.rows[0][key] == value         # its SMEM against the limit, the SASS it changes
         assert f"={value}" in " ".join(t.get_text() for t in fig.axes[0].texts)
         assert "compiled" in point.caption and "recorded" in point.caption

@@ -548,10 +548,11 @@ def sweep_point(which: str, v: int, default: int):
              for op in sorted(set(h) | set(h0)) if h.get(op, 0) != h0.get(op, 0)]
     label = evidence_label(b)
     point = Table([sweep_row(which, v)], f"{define}={v} — registers/SMEM {label}; ms recorded ({src})")
+    simulated = sim.sweep_panel(stage(name, {define: v}))   # the stage at this value, run on the simulator
     if not delta:
         return [fig, point, f"The SASS of {define}={v} has the same opcode counts as the default "
-                            f"{define}={default} ({label})."]
-    return [fig, point, Table(delta, f"SASS opcodes that change against {define}={default} — {label}")]
+                            f"{define}={default} ({label}).", *simulated]
+    return [fig, point, Table(delta, f"SASS opcodes that change against {define}={default} — {label}"), *simulated]
 
 
 def ncu_tables() -> list[Table]:

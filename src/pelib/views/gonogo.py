@@ -11,7 +11,7 @@ from ..kinds import nvfp4 as kn
 from ..models import pipeline as model
 from ..stage import Stage
 from ..stages import Rendered
-from . import nvfp4 as nv, plots
+from . import nvfp4 as nv, plots, sim
 from ..variants import (BASE, CARDS, VARIANTS, all_evidence, card_evidence, emulate_check,  # noqa: F401
                         kloop_accounts)
 
@@ -260,6 +260,15 @@ def tma_store_live_table(stages: int = 5, shapes=nv.SHAPES, *, iters: int = 30) 
         row["evidence"] = f"measured ({env['device']}, {env['date'][:10]})"
         rows.append(row)
     return Table(rows, f"01 vs 02 at NUM_STAGES={stages}, verified then timed (L2 flushed, median of {iters})")
+
+
+def tma_store_on_b200(stages: int = 5, *, mistake: str | bool | None = True) -> sim.Shown:
+    """The chapter's 'On a B200' cell: on a B200, 01 and 02 verified and timed per shape (tma_store_live_table,
+    measured); elsewhere both run on the simulator at three seeds (verified against torch, the simulator's
+    report), the pending measurement said so, and one planted mistake of 02 (simulated)."""
+    return sim.on_b200(["01_pipelined", TMA_STAGE], measured=lambda: tma_store_live_table(stages),
+                       stage_of=lambda n: nv.stage(n, stages), recorded=lambda: tma_store_live_table(stages),
+                       mistake=mistake)
 
 
 def epilogue_sass(name: str = TMA_STAGE, stages: int = 5, ops=("LDTM", "STG", "STS.128", "MEMBAR", "FENCE", "BAR.SYNC",

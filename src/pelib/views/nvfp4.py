@@ -9,7 +9,7 @@ from ..kinds.nvfp4 import max_stages_that_fit, sf_ktile_bytes  # noqa: F401  (th
 from ..models.overlap import SHAPES, STAGE_COUNTS, modelled_sweep, recorded_sweep, simulate
 from ..stage import Stage
 from ..stages import Rendered
-from . import plots, widgets
+from . import plots, sim, widgets
 
 RECORD_NOTE = "nvfp4-gemm-optimization-log.md"
 # The SASS opcode of tcgen05.mma.kind::mxf4nvf4.block_scale.block16, as nvdisasm (CUDA 13) prints it:
@@ -445,3 +445,11 @@ def results_table(name: str = "00_single_stage", stages: int | None = None, shap
                "this page")
     return Table(rows, cap)
 
+
+
+def on_b200(name: str = "00_single_stage", stages: int | None = None, *, mistake: str | bool | None = None) -> sim.Shown:
+    """A chapter's 'On a B200' cell: on a B200 the stage is verified and timed on each lab shape (results_table,
+    measured); elsewhere it runs on the simulator at three seeds (verified against torch, the simulator's
+    report) beside the lab's recorded times, and with `mistake` one planted mistake of the catalog."""
+    return sim.on_b200([name], measured=lambda: results_table(name, stages), stage_of=lambda n: stage(n, stages),
+                       recorded=lambda: results_table(name, stages), mistake=mistake)

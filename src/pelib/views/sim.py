@@ -28,8 +28,8 @@ from matplotlib.patches import Patch
 
 from .. import cache as _cache, device, evidence
 from ..facts import Table
-from ..paths import KERNELS
-from ..stage import SimUnavailable, Stage, StageError
+from ..paths import KERNELS, RESULTS
+from ..stage import SimUnavailable, Stage, StageError, all_stages
 from .html import to_html
 from .widgets import _display
 
@@ -672,14 +672,17 @@ def overlap(run, cluster: int | None = 0) -> list[tuple[int, int]]:
 # ---- the chapters' cells -------------------------------------------------------------------------------
 
 def picture(stage, defines: dict | None = None, *, seed: int = 0, title: str = "", **kw):
-    """The protocol picture of one simulated run of a stage (protocol_figure), or a note saying why not."""
+    """The protocol picture of one simulated run of a stage (protocol_figure); where there is none to draw
+    (no simulator here, no event log) it prints why and returns None (a chapter's cell ends in ';')."""
     ok, why = available()
     if not ok:
-        return unavailable_note(why)
+        print(unavailable_note(why))
+        return None
     s = _as_stage(stage, defines)
     run = simulate(s, seed=seed)
     if not run.events:
-        return f"{s.key}: the simulator's report has no event log to draw ({run.outcome})."
+        print(f"{s.key}: the simulator's report has no event log to draw ({run.outcome}).")
+        return None
     return protocol_figure(run, title=title or f"{s.label}, {run.problem}, seed {run.seed}", **kw)
 
 
@@ -805,7 +808,15 @@ def mistake_panel(stage, mutation_id: str | None = None, *, seed: int = 0, pictu
 def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None) -> Table:
     """Every mutation of the catalog run on the simulator: what it plants, what the catalog expects, what the
     simulator said (simulated); for the sm90 ones the H100's outcome from the committed proof (measured)."""
-    cat = _catalog()
+    ok, why = available()
+    try:
+        cat = _catalog()
+    except SimUnavailable as e:
+        ok, why = False, str(e)
+    if not ok:
+        return Table([{"catalog": "every planted mistake", "simulated": why}],
+                     f"The planted-bug catalog, not run here — {evidence.simulated()} needs pelib.sim and "
+                     "pelib.sim_catalog", descriptive=True)
     gpu = {}
     for r in (proof or {}).get("mutations", []):
         gpu[r.get("id")] = r
@@ -813,10 +824,14 @@ def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None) ->
     for m in cat.CATALOG:
         if families and m.family not in families:
             continue
-        run = simulate_mutation(m, seed=seed)
-        ok, _ = cat.matches(m, outcome(run))
-        row = {"mutation": m.id, "stage": m.stage, "the mistake": m.description, "expected": _expected(m),
-               "the simulator said": _said(run), "as expected": "yes" if ok else "NO"}
+        row = {"mutation": m.id, "stage": m.stage, "the mistake": m.description, "expected": _expected(m)}
+        try:
+            run = simulate_mutation(m, seed=seed)
+        except getattr(cat, "CatalogError", ()) as e:   # the stage changed under the patch: said, not hidden
+            row.update({"the simulator said": f"not run: {e}", "as expected": "NO"})
+        else:
+            good, _ = cat.matches(m, outcome(run))
+            row.update({"the simulator said": _said(run), "as expected": "yes" if good else "NO"})
         if proof is not None:
             g = gpu.get(m.id)
             row["H100"] = _gpu_said(g) if g else ("—" if m.family != "sm90" else "not run on the H100")
@@ -835,3 +850,58 @@ def _gpu_said(g: dict) -> str:
     if kind == "wrong":
         return f"finished, output wrong ({o.get('n_bad'):,} elements)" if o.get("n_bad") is not None else "wrong output"
     return kind
+
+
+# ---- the whole line, and the Hopper proof ---------------------------------------------------------------
+
+BLACKWELL = ("nvfp4", "fp8")
+
+
+def blackwell_stages(variants: bool = True) -> list[Stage]:
+    """Every sm_100a stage file (NVFP4, FP8 and, with `variants`, the go/no-go variants), in name order."""
+    return [s for s in all_stages(BLACKWELL, variants=variants)]
+
+
+def stages_table(seed: int = 0, stage_list=None) -> Table:
+    """Every Blackwell stage simulated at one seed: verified against torch, the simulator's report."""
+    ok, why = available()
+    if not ok:
+        return Table([{"stage": "every sm_100a stage", "simulated": why}],
+                     f"Not simulated here — {evidence.simulated()} needs pelib.sim and a host C++ compiler",
+                     descriptive=True)
+    runs = [simulate(s, seed=seed) for s in (stage_list or blackwell_stages())]
+    t = run_table(runs, caption=f"Every Blackwell stage on the simulator's problem, seed {seed}: output poisoned, "
+                                f"verified against the torch reference — {evidence.simulated()}")
+    for row, r in zip(t.rows, runs):
+        row["stage"] = r.stage
+        row["problem"] = r.problem
+    return t
+
+
+def proof_record(results_dir: Path | None = None) -> dict | None:
+    """The newest committed H100 proof of the simulator (results/<date>-<device>/sim_proof.json), or None."""
+    root = results_dir or RESULTS
+    found = sorted(root.glob("*/sim_proof.json"))
+    if not found:
+        return None
+    data = json.loads(found[-1].read_text())
+    data.setdefault("path", str(found[-1].relative_to(root.parent)))
+    return data
+
+
+# ---- a sweep's position ----------------------------------------------------------------------------------
+
+def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: bool = True) -> list:
+    """What one position of a sweep adds (pelib.views.fp8.sweep_point): the stage at these defines run on
+    the simulator at one seed (verified, its report) and its protocol picture. In JupyterLab it runs live
+    for the chosen value (seconds at the small problem; a value run before comes from the cache)."""
+    ok, why = available()
+    if not ok:
+        return [unavailable_note(why)]
+    s = _as_stage(stage, defines)
+    run = simulate(s, seed=seed)
+    out: list = [run_table([run], caption=f"{s.label} on the simulator's problem ({run.problem}), seed {seed}: "
+                                          f"verified against torch — {evidence.simulated()}")]
+    if picture and run.events:
+        out.append(protocol_figure(run, title=f"{s.label}, {run.problem}, seed {seed}"))
+    return out
