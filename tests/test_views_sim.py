@@ -188,3 +188,27 @@ def test_bad_event_logs_are_refused():
         sim.protocol_figure([{"cta": 0, "warp": 0, "kind": "mma"}])
     with pytest.raises(sim.SimViewError, match="unknown event kinds"):
         sim.protocol_figure([{"seq": 0, "cta": 0, "warp": 0, "kind": "teleport"}])
+
+
+def test_on_a_b200_the_cell_measures_as_before(fake_gpu, monkeypatch):
+    """The B200 path of the 'On a B200' cell, on the CPU up to the launch (fake plans, tests/conftest.py):
+    verified, then timed; no simulator run."""
+    from conftest import fake_info
+    from pelib import device
+    from pelib.views import fp8
+    plans, state = fake_gpu
+    monkeypatch.setattr(device, "current", lambda: fake_info("sm_100a"))
+    monkeypatch.setattr(sim, "simulate", lambda *a, **k: pytest.fail("a B200 measures, it does not simulate"))
+    got = {}
+    orig = Stage.inputs
+
+    def inputs(self, *a, **k):
+        got["t"], got["s"] = orig(self, *a, **k), self
+        return got["t"]
+
+    monkeypatch.setattr(Stage, "inputs", inputs)
+    state["fill"] = lambda: got["t"]["out"].copy_(got["s"].kind.reference(got["s"].problem("small"), got["t"]))
+    out = fp8.on_b200(["00_ws_cta1"], problem="small", iters=2)
+    (t,) = out
+    assert t.rows[0]["verified"] == "PASS" and t.rows[0]["measured ms"] > 0
+    assert "measured" in t.caption and plans and plans[-1].runs >= 3
