@@ -817,9 +817,9 @@ def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None) ->
         return Table([{"catalog": "every planted mistake", "simulated": why}],
                      f"The planted-bug catalog, not run here — {evidence.simulated()} needs pelib.sim and "
                      "pelib.sim_catalog", descriptive=True)
-    gpu = {}
-    for r in (proof or {}).get("mutations", []):
-        gpu[r.get("id")] = r
+    gpu = (proof or {}).get("mutations", {})   # pelib.sim_proof's record: {id: {"outcome": {...}, ...}}
+    if isinstance(gpu, list):
+        gpu = {r.get("id"): r for r in gpu}
     rows = []
     for m in cat.CATALOG:
         if families and m.family not in families:
@@ -836,20 +836,23 @@ def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None) ->
             g = gpu.get(m.id)
             row["H100"] = _gpu_said(g) if g else ("—" if m.family != "sm90" else "not run on the H100")
         rows.append(row)
-    src = f"; H100 measured ({proof.get('device', '')}, {proof.get('date', '')})" if proof else ""
+    src = (f"; H100 column measured ({proof.get('name') or proof.get('device', '')}, {str(proof.get('date', ''))[:10]}, "
+           f"{proof.get('path', 'sim_proof.json')})" if proof else "")
     return Table(rows, f"The planted-bug catalog (pelib.sim_catalog), each mutation run once at seed {seed} — "
                        f"{evidence.simulated()}{src}")
 
 
 def _gpu_said(g: dict) -> str:
-    o = g.get("gpu") or {}
+    o = g.get("outcome") or g.get("gpu") or {}
     kind = o.get("kind", "?")
     if kind in ("fault", "deadlock"):
         tags = o.get("tags") or []
         return "trapped in a bounded wait" + (f" at tag {', '.join(map(str, tags))}" if tags else "")
     if kind == "wrong":
         return f"finished, output wrong ({o.get('n_bad'):,} elements)" if o.get("n_bad") is not None else "wrong output"
-    return kind
+    if kind == "hang":
+        return "hung (the launch's watchdog)"
+    return {"correct": "finished, output correct"}.get(kind, kind)
 
 
 # ---- the whole line, and the Hopper proof ---------------------------------------------------------------
