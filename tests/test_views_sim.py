@@ -43,7 +43,10 @@ def fake_sim(monkeypatch):
     class SimDeadlock(SimError):
         pass
 
-    mod.SimError, mod.SimDeadlock = SimError, SimDeadlock
+    class SimHazard(SimError):
+        pass
+
+    mod.SimError, mod.SimDeadlock, mod.SimHazard = SimError, SimDeadlock, SimHazard
     state = {"bug": None, "fill": "reference", "prepared": []}
     orig_inputs = Stage.inputs
 
@@ -58,6 +61,17 @@ def fake_sim(monkeypatch):
 
         def run(self):
             t, s = state["t"], state["stage"]
+            m = getattr(s, "mutation", None)   # a catalog mutation: behave as the catalog says the simulator does
+            if m is not None and m.expect == "deadlock":
+                e = SimDeadlock(f"deadlock: CTA 0 warp 0 waits empty[0] parity 0 tag {m.tags[0]} line 99")
+                e.report = _Report(persistent_log(bug="acc_empty_short"), deadlock=[f"tag {m.tags[0]}"])
+                raise e
+            if m is not None and m.expect in ("hazard", "misuse"):
+                e = SimHazard(f"{m.expect}: {m.site} at line 123 (CTA 0 warp 2)")
+                e.report = _Report(persistent_log(tiles=2), hazards=[f"{m.site} at line 123"])
+                raise e
+            if m is not None:
+                state["fill"] = "off by one"
             if state["bug"]:
                 ev = persistent_log(bug=state["bug"], seed=1)
                 e = SimDeadlock("deadlock: CTA 0 warp 1 (MMA issuer) waits acc_empty[0] parity 0 tag 5 line 205")
@@ -212,3 +226,44 @@ def test_on_a_b200_the_cell_measures_as_before(fake_gpu, monkeypatch):
     (t,) = out
     assert t.rows[0]["verified"] == "PASS" and t.rows[0]["measured ms"] > 0
     assert "measured" in t.caption and plans and plans[-1].runs >= 3
+
+
+# ---- planted mistakes ---------------------------------------------------------------------------------
+
+def test_a_planted_deadlock_names_its_wait_site_and_draws_where_it_stopped(fake_sim):
+    out = sim.mistake_panel("fp8/00_ws_cta1", "fp8-00-empty-first-wait-parity0")
+    table, fig = out
+    row = table.rows[0]
+    assert row["mutation"] == "fp8-00-empty-first-wait-parity0" and row["as expected"] == "yes"
+    assert row["expected"].startswith("deadlock at tag") and "blocked at tag" in row["the simulator said"]
+    assert "simulated" in evidence.kinds_in(table.caption) and "stopped here" in figure_text(fig)
+
+
+def test_a_planted_hazard_and_a_wrong_output(fake_sim):
+    (table, _fig) = sim.mistake_panel("fp8/09_persistent_megakernel")       # the catalog's first for 09
+    assert table.rows[0]["expected"].startswith("hazard") and table.rows[0]["as expected"] == "yes"
+    (table,) = sim.mistake_panel("fp8/00_ws_cta1", "fp8-00-dealloc-before-last-read", picture=False)
+    wrong = [m for m in sim.mistakes_for("sm90/01_warp_specialized") if m.expect == "wrong"][0]
+    (table,) = sim.mistake_panel("sm90/01_warp_specialized", wrong.id)
+    assert table.rows[0]["the simulator said"].startswith("finished, output wrong") and table.rows[0]["as expected"] == "yes"
+
+
+def test_the_catalog_table_puts_the_h100_beside_the_simulator(fake_sim, monkeypatch):
+    from pelib import sim_catalog as C
+    picked = [C.mutation("sm90-00-full-count-2"), C.mutation("sm90-01-comb-row-off-by-one")]
+    monkeypatch.setattr(C, "CATALOG", tuple(picked))
+    proof = {"name": "NVIDIA H100 80GB HBM3", "date": "2026-11-24T07:00:00+00:00", "path": "results/x/sim_proof.json",
+             "mutations": {"sm90-00-full-count-2": {"outcome": {"kind": "fault", "tags": [1]}},
+                           "sm90-01-comb-row-off-by-one": {"outcome": {"kind": "wrong", "n_bad": 1234}}}}
+    t = sim.catalog_table(proof)
+    assert [r["as expected"] for r in t.rows] == ["yes", "yes"]
+    assert t.rows[0]["H100"] == "trapped in a bounded wait at tag 1" and "1,234" in t.rows[1]["H100"]
+    assert evidence.kinds_in(t.caption) == ["simulated", "measured"]
+
+
+def test_the_committed_proof_is_found(tmp_path):
+    d = tmp_path / "results" / "2026-11-24-h100"
+    d.mkdir(parents=True)
+    (d / "sim_proof.json").write_text('{"name": "H100", "mutations": {}}')
+    assert sim.proof_record(tmp_path / "results")["path"].endswith("sim_proof.json")
+    assert sim.proof_record(tmp_path / "nothing") is None

@@ -124,9 +124,12 @@ def _as_stage(stage, defines: dict | None = None) -> Stage:
     return Stage(stage, defines)
 
 
-def problem_for(stage: Stage):
-    """The simulator's problem for a stage: the kind's 'sim' problem where it has one, else 'small'."""
-    for name in PROBLEMS:
+def problem_for(stage: Stage, problem=None):
+    """The simulator's problem for a stage: `problem` if given (a problem or a name the kind knows), else the
+    kind's 'sim' problem where it has one, else 'small'."""
+    if problem is not None and not isinstance(problem, str):
+        return problem
+    for name in ((problem,) if problem else ()) + PROBLEMS:
         try:
             return stage.problem(name)
         except (KeyError, ValueError, StageError):
@@ -210,7 +213,7 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
     runner(stage, prob, seed) -> result dict, if given, replaces Stage.run (the catalog's mutated runs use
     it, and the tests' fake back ends); mutation names what it planted (part of the cache key)."""
     s = _as_stage(stage, defines)
-    prob = problem_for(s) if problem is None else s.problem(problem)
+    prob = problem_for(s, problem)
     use_cache = use_cache and runner is None and _real_backend()
     key = _run_key(s, prob, seed, mutation) if use_cache else ""
     if use_cache:
@@ -800,7 +803,7 @@ def mistake_panel(stage, mutation_id: str | None = None, *, seed: int = 0, pictu
     out = Shown([Table([row], f"A planted mistake in {s.key} (a source patch applied for this run only, "
                               f"pelib.sim_catalog) — {evidence.simulated()}",
                        notes=[m.why] if getattr(m, "why", "") else None)])
-    if picture and run.events and run.outcome != "ok":
+    if picture and run.events and run.outcome not in ("ok", "wrong output"):   # where the protocol stopped
         out.append(protocol_figure(run, title=f"{s.key} with '{m.id}'"))
     return out
 
