@@ -525,6 +525,12 @@ def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: i
         lo, hi = window
         events = [e for e in events if lo <= e["seq"] <= hi]
     events = sorted(events, key=lambda e: e["seq"])
+    # a warp-wide instruction is one event per lane: draw the warp's lowest lane for each kind
+    low: dict = {}
+    for e in events:
+        k = (e["cta"], e["warp"], e["kind"])
+        low[k] = min(low.get(k, 1 << 30), int(e.get("lane") or 0))
+    events = [e for e in events if int(e.get("lane") or 0) == low[(e["cta"], e["warp"], e["kind"])]]
     if stopped is None and isinstance(run, SimRun) and not run.ok and run.outcome != "wrong output":
         stopped = f"{run.outcome}: {_site(run.stopped, 110)}"
     occ = occupancy(events, None, stopped=bool(stopped))
