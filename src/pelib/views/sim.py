@@ -14,10 +14,12 @@ pelib's host code, the stage, defines, problem and seed, so an edited kernel or 
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import importlib
 import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -142,6 +144,14 @@ def _entries(report, name: str) -> list:
     return [str(x) for x in (got or [])]
 
 
+def _seeds(report, seed: int) -> list:
+    """The scheduler seed(s) the report says it ran with (SimReport.seed), else the one asked for."""
+    get = (lambda k: report.get(k)) if isinstance(report, dict) else (lambda k: getattr(report, k, None))
+    if get("seeds"):
+        return list(get("seeds"))
+    return [get("seed")] if get("seed") is not None else [seed]
+
+
 def _events(report) -> list[dict]:
     ev = getattr(report, "events", None) if not isinstance(report, dict) else report.get("events")
     if ev is None:
@@ -150,6 +160,21 @@ def _events(report) -> list[dict]:
     if names:   # a numpy structured array with the contract's field names
         return [{k: (r[k].item() if hasattr(r[k], "item") else r[k]) for k in names} for r in ev]
     return [dict(e) for e in ev]
+
+
+@contextlib.contextmanager
+def _scheduler_seed(seed: int):
+    """PELIB_SIM_SEED=seed for one run: pelib.sim takes its interleaving from it (Stage.run's seed seeds the
+    inputs), so seed k is one interleaving and one set of inputs, reproducible by either."""
+    old = os.environ.get("PELIB_SIM_SEED")
+    os.environ["PELIB_SIM_SEED"] = str(int(seed))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PELIB_SIM_SEED", None)
+        else:
+            os.environ["PELIB_SIM_SEED"] = old
 
 
 def _kind_of_error(e: BaseException) -> str:
@@ -223,7 +248,8 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
     run = SimRun(stage=s.key, label=s.label, problem=prob.name, seed=seed, outcome="error", mutation=mutation)
     t0 = time.perf_counter()
     try:
-        res = runner(s, prob, seed) if runner else s.run(prob, "sim", seed=seed, time=False)
+        with _scheduler_seed(seed):
+            res = runner(s, prob, seed) if runner else s.run(prob, "sim", seed=seed, time=False)
     except SimUnavailable:
         raise
     except Exception as e:   # what the simulator stopped on: a SimError, or the host path's own error
@@ -240,8 +266,8 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
         rep = getattr(e, "report", None)
         if rep is not None:
             run.deadlock, run.hazards, run.misuse = (_entries(rep, k) for k in ("deadlock", "hazards", "misuse"))
-            run.seeds = list(getattr(rep, "seeds", None) or [seed])
-            run.events = _events(rep)
+            run.seeds = _seeds(rep, seed)
+            run.events = annotate(_events(rep), s)
         run.seeds = run.seeds or [seed]
     else:
         rep = res.get("report") if isinstance(res, dict) else None
@@ -252,9 +278,8 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
             run.verify_text = str(v).splitlines()[0]
         if rep is not None:
             run.deadlock, run.hazards, run.misuse = (_entries(rep, k) for k in ("deadlock", "hazards", "misuse"))
-            run.seeds = list(getattr(rep, "seeds", None) or (rep.get("seeds") if isinstance(rep, dict) else None)
-                             or [seed])
-            run.events = _events(rep)
+            run.seeds = _seeds(rep, seed)
+            run.events = annotate(_events(rep), s)
         cfg = res.get("config") if isinstance(res, dict) else None
         run.launch = cfg.describe() if hasattr(cfg, "describe") else ""
         bad = run.deadlock and "deadlock" or run.hazards and "hazard" or run.misuse and "misuse"
@@ -540,7 +565,8 @@ def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: i
     # lanes: per CTA, its warps in order (role names from the stage's exports where the simulator has them)
     warps: dict = {}
     for e in events:
-        warps.setdefault((e["cta"], e["warp"]), _role_name(e))
+        if int(e["warp"]) >= 0:     # warp -1: an asynchronous unit (TMA, tensor core): no lane of its own
+            warps.setdefault((e["cta"], e["warp"]), _role_name(e))
     keys = sorted(warps)
     if max_epi is not None:   # keep at most max_epi warps named 'epilogue' per CTA
         kept, per = [], {}
@@ -916,4 +942,110 @@ def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: b
                                           f"verified against torch — {evidence.simulated()}")]
     if picture and run.events:
         out.append(protocol_figure(run, title=f"{s.label}, {run.problem}, seed {seed}"))
+    return out
+
+
+# ---- naming what the event log leaves as numbers -------------------------------------------------------
+
+_BAR_NAME = re.compile(r"&\s*(\w+)\s*\[|\(\s*&?\s*(\w+)\s*[,)\[]|smem_u32\(\s*&?\s*(\w+)")
+_ACC = re.compile(r"acc|mma_done|tmem")
+_RING = re.compile(r"full|empty")
+_OFFSET = 0xFFFFFF          # a shared::cluster address carries the CTA rank above bit 24 (sim/runtime/api.h)
+
+
+def _line_text(path, line, stage: Stage, cache: dict) -> str:
+    key = str(path or stage.path)
+    if key not in cache:
+        p = Path(path) if path else stage.path
+        if not p.is_absolute():
+            for base in (stage.path.parent, KERNELS):
+                if (base / p).is_file():
+                    p = base / p
+                    break
+        try:
+            cache[key] = p.read_text().splitlines()
+        except OSError:
+            cache[key] = []
+    lines = cache[key]
+    return lines[line - 1] if line and 0 < line <= len(lines) else ""
+
+
+def _barrier_names(events: list[dict], stage: Stage) -> dict:
+    """{shared offset: (array name, index)}: the barrier expression at each event's source line (`&empty[s]`,
+    `acc_full`), the index from the offset (8-byte mbarriers, index 0 the lowest offset seen)."""
+    files: dict = {}
+    name_of: dict = {}
+    for e in events:
+        b = e.get("barrier")
+        if not isinstance(b, int) or (b & _OFFSET) in name_of:
+            continue
+        text = _line_text(e.get("file"), e.get("line"), stage, files).split("//")[0]
+        m = _BAR_NAME.search(text) if text else None
+        if m:
+            name = next(g for g in m.groups() if g)
+            if _ACC.search(name) or _RING.search(name):
+                name_of[b & _OFFSET] = name
+    lowest: dict = {}
+    for off, name in name_of.items():
+        lowest[name] = min(lowest.get(name, off), off)
+    return {off: (name, (off - lowest[name]) // 8) for off, name in name_of.items()}
+
+
+def _role_of(kinds: set, family: str) -> str:
+    parts = []
+    if "tma_load" in kinds:
+        parts.append("producer")
+    if "mma" in kinds:
+        parts.append("consumer (wgmma)" if family == "sm90" else "MMA issuer")
+    if kinds & {"tmem_ld", "tma_store"} and not (family == "sm90" and "mma" in kinds):
+        parts.append("epilogue")
+    return " + ".join(parts)
+
+
+def annotate(events: list[dict], stage) -> list[dict]:
+    """The log with what its numbers mean, read from the stage: each barrier's name and index (from the
+    source line of the event that used it), the ring slot and accumulator of every event (an MMA's slot is
+    the one its thread last waited full for, its accumulator the one it last waited empty for; a TMEM load's
+    accumulator the one its warp last waited full for), and each warp's role from what it did."""
+    s = _as_stage(stage)
+    if not events:
+        return events
+    names = _barrier_names(events, s)
+    acc_family = sorted({n for n, _ in names.values() if _ACC.search(n)})
+    ring_slot: dict = {}
+    acc_mma: dict = {}
+    acc_epi: dict = {}
+    kinds_of: dict = {}
+    out = []
+    for e in sorted(events, key=lambda e: e["seq"]):
+        e = dict(e)
+        kinds_of.setdefault((e["cta"], e["warp"]), set()).add(e["kind"])
+        b = e.get("barrier")
+        if isinstance(b, int) and (b & _OFFSET) in names:
+            name, idx = names[b & _OFFSET]
+            e["barrier"] = f"{name}[{idx}]" if any(n == name for n, i in names.values() if i > 0) else name
+            if _ACC.search(name):
+                e.setdefault("acc", None)
+                e["acc"] = idx if e["acc"] is None else e["acc"]
+            elif _RING.search(name):
+                e["slot"] = idx if e.get("slot") is None else e["slot"]
+        thread, warp = (e["cta"], e["warp"], e.get("lane")), (e["cta"], e["warp"])
+        if e["kind"] == "wait_end" and e.get("barrier"):
+            if e.get("slot") is not None and "full" in e["barrier"]:
+                ring_slot[thread] = e["slot"]
+            if e.get("acc") is not None:
+                (acc_mma if "empty" in e["barrier"] else acc_epi)[thread if "empty" in e["barrier"] else warp] = e["acc"]
+        if e["kind"] == "mma":
+            if e.get("slot") is None and thread in ring_slot:
+                e["slot"] = ring_slot[thread]
+            if e.get("acc") is None and acc_family:
+                e["acc"] = acc_mma.get(thread, 0)
+        if e["kind"] == "tmem_ld" and e.get("acc") is None and acc_family:
+            e["acc"] = acc_epi.get(warp, 0)
+        out.append(e)
+    roles = {k: _role_of(v, s.family) for k, v in kinds_of.items()}
+    for e in out:
+        if str(e.get("role") or "").startswith("warp ") or not e.get("role"):
+            r = roles.get((e["cta"], e["warp"]))
+            e["role"] = f"warp {e['warp']}: {r}" if r else f"warp {e['warp']}"
     return out
