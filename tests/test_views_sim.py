@@ -267,3 +267,50 @@ def test_the_committed_proof_is_found(tmp_path):
     (d / "sim_proof.json").write_text('{"name": "H100", "mutations": {}}')
     assert sim.proof_record(tmp_path / "results")["path"].endswith("sim_proof.json")
     assert sim.proof_record(tmp_path / "nothing") is None
+
+
+def test_annotate_names_barriers_slots_and_roles_from_the_source():
+    """Events as pelib.sim records them (barrier = shared offset, role 'warp N', no slot/acc) are named from
+    the stage's own source lines: FP8 09's ring and accumulator barriers, each MMA's slot and accumulator,
+    each TMEM load's accumulator, and each warp's role. An array's index counts from the lowest offset the
+    log used (slot 0 and accumulator 0 are the first any run uses)."""
+    s = Stage("fp8/09_persistent_megakernel")
+    lines = s.source.splitlines()
+
+    def at(text):
+        (n,) = [i + 1 for i, ln in enumerate(lines) if text in ln]
+        return n
+
+    full0, empty0, accf0, acce0 = 0x1000, 0x1020, 0x1040, 0x1050     # full[4], empty[4], acc_full[2], acc_empty[2]
+    seq = iter(range(1000))
+
+    def ev(warp, kind, bar=None, line=None, lane=0):
+        return {"seq": next(seq), "cta": 0, "cluster": 0, "rank": 0, "warp": warp, "lane": lane, "role": f"warp {warp}",
+                "kind": kind, "barrier": bar, "slot": None, "acc": None, "parity": 0, "tag": 1, "line": line}
+    log = [ev(1, "wait_end", acce0, at("&acc_empty[buf], sched.acc_phase() ^ 1, 5")),     # tile 0 took acc 0
+           ev(1, "wait_begin", acce0 + 8, at("&acc_empty[buf], sched.acc_phase() ^ 1, 5")),
+           ev(1, "wait_end", acce0 + 8, at("&acc_empty[buf], sched.acc_phase() ^ 1, 5")),
+           ev(0, "wait_end", empty0, at("&empty[s], ring.phase ^ 1, 1")),               # slot 0 came first
+           ev(0, "tma_load", full0, at("tma_load_2d_cta2(smem + SMEM_A_OFF")),
+           ev(1, "commit", accf0, at("smem_u32(&acc_full[buf]), 0b11")),
+           ev(0, "wait_end", empty0 + 16, at("&empty[s], ring.phase ^ 1, 1")),
+           ev(0, "tma_load", full0 + 16, at("tma_load_2d_cta2(smem + SMEM_A_OFF")),
+           ev(1, "wait_end", full0 + 16, at("mbarrier_wait_parity(&full[s], ring.phase, 2)")),
+           ev(1, "mma"),
+           ev(1, "commit", empty0 + 16, at("smem_u32(&empty[s]), 0b11")),
+           ev(1, "wait_end", full0, at("mbarrier_wait_parity(&full[s], ring.phase, 2)")),
+           ev(1, "commit", accf0 + 8, at("smem_u32(&acc_full[buf]), 0b11")),
+           ev(3, "wait_end", accf0 + 8, at("&acc_full[buf], sched.acc_phase(), 3")),
+           ev(3, "tmem_ld"), ev(3, "tmem_ld", lane=5),
+           ev(3, "arrive", (1 << 24) | (acce0 + 8), at("mbarrier_arrive_remote_cta(acc_empty, 0)"))]
+    out = sim.annotate(log, s)
+    by = {(e["warp"], e["kind"], e["seq"]): e for e in out}
+    mma = next(e for e in out if e["kind"] == "mma")
+    assert (mma["slot"], mma["acc"]) == (2, 1)
+    assert [e["barrier"] for e in out if e["kind"] == "commit"] == ["acc_full[0]", "empty[2]", "acc_full[1]"]
+    assert all(e["acc"] == 1 for e in out if e["kind"] == "tmem_ld")
+    assert next(e for e in out if e["kind"] == "arrive")["barrier"] == "acc_empty[1]"
+    assert [e["slot"] for e in out if e["kind"] == "tma_load"] == [0, 2]
+    roles = {e["warp"]: e["role"] for e in out}
+    assert roles == {0: "warp 0: producer", 1: "warp 1: MMA issuer", 3: "warp 3: epilogue"}
+    assert by and sim.occupancy(out)

@@ -947,7 +947,8 @@ def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: b
 
 # ---- naming what the event log leaves as numbers -------------------------------------------------------
 
-_BAR_NAME = re.compile(r"&\s*(\w+)\s*\[|\(\s*&?\s*(\w+)\s*[,)\[]|smem_u32\(\s*&?\s*(\w+)")
+_BAR_ARRAY = re.compile(r"&\s*(\w+)\s*\[")                       # &empty[s]: an element of an array
+_BAR_NAME = re.compile(r"\(\s*&?\s*(\w+)\s*[,)]|smem_u32\(\s*&?\s*(\w+)")   # acc_full, &mma_done
 _ACC = re.compile(r"acc|mma_done|tmem")
 _RING = re.compile(r"full|empty")
 _OFFSET = 0xFFFFFF          # a shared::cluster address carries the CTA rank above bit 24 (sim/runtime/api.h)
@@ -975,20 +976,23 @@ def _barrier_names(events: list[dict], stage: Stage) -> dict:
     `acc_full`), the index from the offset (8-byte mbarriers, index 0 the lowest offset seen)."""
     files: dict = {}
     name_of: dict = {}
+    arrays: set = set()
     for e in events:
         b = e.get("barrier")
         if not isinstance(b, int) or (b & _OFFSET) in name_of:
             continue
         text = _line_text(e.get("file"), e.get("line"), stage, files).split("//")[0]
-        m = _BAR_NAME.search(text) if text else None
+        m = (_BAR_ARRAY.search(text) or _BAR_NAME.search(text)) if text else None
         if m:
             name = next(g for g in m.groups() if g)
             if _ACC.search(name) or _RING.search(name):
                 name_of[b & _OFFSET] = name
+                if m.re is _BAR_ARRAY:
+                    arrays.add(name)
     lowest: dict = {}
     for off, name in name_of.items():
         lowest[name] = min(lowest.get(name, off), off)
-    return {off: (name, (off - lowest[name]) // 8) for off, name in name_of.items()}
+    return {off: (name, (off - lowest[name]) // 8, name in arrays) for off, name in name_of.items()}
 
 
 def _role_of(kinds: set, family: str) -> str:
@@ -1011,7 +1015,7 @@ def annotate(events: list[dict], stage) -> list[dict]:
     if not events:
         return events
     names = _barrier_names(events, s)
-    acc_family = sorted({n for n, _ in names.values() if _ACC.search(n)})
+    acc_family = sorted({n for n, _, _ in names.values() if _ACC.search(n)})
     ring_slot: dict = {}
     acc_mma: dict = {}
     acc_epi: dict = {}
@@ -1022,8 +1026,8 @@ def annotate(events: list[dict], stage) -> list[dict]:
         kinds_of.setdefault((e["cta"], e["warp"]), set()).add(e["kind"])
         b = e.get("barrier")
         if isinstance(b, int) and (b & _OFFSET) in names:
-            name, idx = names[b & _OFFSET]
-            e["barrier"] = f"{name}[{idx}]" if any(n == name for n, i in names.values() if i > 0) else name
+            name, idx, array = names[b & _OFFSET]
+            e["barrier"] = f"{name}[{idx}]" if array else name
             if _ACC.search(name):
                 e.setdefault("acc", None)
                 e["acc"] = idx if e["acc"] is None else e["acc"]
