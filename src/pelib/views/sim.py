@@ -253,16 +253,19 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
     except SimUnavailable:
         raise
     except Exception as e:   # what the simulator stopped on: a SimError, or the host path's own error
-        sim_error = None
         try:
-            sim_error = getattr(_pelib_sim(), "SimError", None)
+            back = _pelib_sim()
         except SimUnavailable:
-            pass
-        if sim_error is None or not isinstance(e, sim_error):
-            if not getattr(e, "report", None):
-                raise
-        run.outcome = _kind_of_error(e)
-        run.stopped = str(e).strip()
+            back = None
+        sim_error = getattr(back, "SimError", None)
+        found = sim_error is not None and isinstance(e, sim_error) or getattr(e, "report", None)
+        # the back end's own failure (its host build of this stage, its toolchain): the run's outcome, said
+        tool = back is not None and type(e).__module__ == getattr(back, "__name__", None)
+        if not (found or tool):
+            raise
+        run.outcome = _kind_of_error(e) if found else "error"
+        run.stopped = str(e).strip() if found else f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+        use_cache = use_cache and bool(found)     # a build failure is not a result: run again next time
         rep = getattr(e, "report", None)
         if rep is not None:
             run.deadlock, run.hazards, run.misuse = (_entries(rep, k) for k in ("deadlock", "hazards", "misuse"))
@@ -306,6 +309,14 @@ def _site(text: str, limit: int = 140) -> str:
     return t if len(t) <= limit else t[:limit - 1] + "…"
 
 
+def _report_text(r: SimRun) -> str:
+    """'no deadlock, no hazard, no misuse', or what stopped the run and where."""
+    if r.outcome in ("ok", "wrong output") and not (r.deadlock or r.hazards or r.misuse):
+        return "no deadlock, no hazard, no misuse"
+    items = r.deadlock or r.hazards or r.misuse
+    return f"{r.outcome}: {_site('; '.join(items) if items else r.stopped, 160)}"
+
+
 def run_table(runs: list[SimRun], caption: str | None = None) -> Table:
     """One row per run: the verification against torch and what the simulator reported (simulated)."""
     if not runs:
@@ -316,10 +327,7 @@ def run_table(runs: list[SimRun], caption: str | None = None) -> Table:
                      "verified vs torch": "—" if r.verified is None else ("PASS" if r.verified else "FAIL"),
                      "max |err|": "—" if r.max_abs is None else f"{r.max_abs:.3g}",
                      "bad elements": "—" if r.n_bad is None else f"{r.n_bad:,} of {r.n:,}",
-                     "deadlock": _site("; ".join(r.deadlock)) or ("—" if r.outcome != "deadlock" else _site(r.stopped)),
-                     "hazard": _site("; ".join(r.hazards)) or ("—" if r.outcome != "hazard" else _site(r.stopped)),
-                     "misuse": _site("; ".join(r.misuse)) or ("—" if r.outcome != "misuse" else _site(r.stopped)),
-                     "events": f"{len(r.events):,}"})
+                     "the simulator's report": _report_text(r), "events": f"{len(r.events):,}"})
     stages = sorted({r.stage for r in runs})
     cap = caption or (f"{', '.join(stages)} on the simulator's problem ({runs[0].problem}), "
                       f"{len(runs)} scheduler seed{'s' if len(runs) > 1 else ''}: output poisoned, verified against the "
