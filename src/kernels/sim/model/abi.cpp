@@ -1,0 +1,71 @@
+// The C ABI of the data-path models: what pelib (ctypes) and tests/test_sim_models.py call.
+// Each function returns 0 on success, or 1 with the ModelError text copied into err[0, err_len).
+// The engine links this translation unit into its host build (pe_sim_encode_tensormap is called by
+// pelib.sim); the C++ API in the headers is what the simulated twins of src/kernels/common use.
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "model/error.h"
+#include "model/tensormap.h"
+#include "model/tma_box.h"
+
+namespace {
+int fail(char* err, uint64_t err_len, const std::string& what) {
+  if (err && err_len) {
+    size_t n = std::min<size_t>(what.size(), size_t(err_len - 1));
+    std::memcpy(err, what.data(), n);
+    err[n] = 0;
+  }
+  return 1;
+}
+}  // namespace
+
+#define PE_SIM_TRY(...)                                  \
+  try {                                                  \
+    __VA_ARGS__;                                         \
+    return 0;                                            \
+  } catch (const pe_sim::ModelError& e) {                \
+    return fail(err, err_len, e.what);                   \
+  } catch (const std::exception& e) {                    \
+    return fail(err, err_len, e.what());                 \
+  }
+
+extern "C" {
+
+// See model/tensormap.h for the argument list.
+int pe_sim_encode_tensormap(void* out128, int dtype_code, int elem_bytes, int rank, const uint64_t* dims,
+                            const uint64_t* strides, const uint32_t* box, const uint32_t* estrides, int swizzle,
+                            int interleave, int oob_fill, int l2_promotion, uint64_t global_address, char* err,
+                            uint64_t err_len) {
+  if (!out128) return fail(err, err_len, "out128 is null");
+  PeSimTensorMap m;
+  std::string why = pe_sim::encode_tensormap(m, dtype_code, elem_bytes, rank, dims, strides, box, estrides,
+                                             swizzle, interleave, oob_fill, l2_promotion, global_address);
+  if (!why.empty()) return fail(err, err_len, "tensor map is invalid (cuTensorMapEncodeTiled rules): " + why);
+  std::memcpy(out128, &m, sizeof m);
+  return 0;
+}
+
+// Any ModelError of tensormap_from (e.g. a driver-encoded map) as text; 0 when the 128 bytes are valid.
+int pe_sim_check_tensormap(const void* map128, char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::tensormap_from(map128))
+}
+
+// tma_load_box / tma_store_box (model/tma_box.h); *bytes = the complete_tx count / bytes read.
+int pe_sim_tma_load_box(const void* map128, const int32_t* coords, int ncoords, uint8_t* smem, uint32_t smem_size,
+                        uint32_t smem_base_addr, uint32_t dst_addr, uint32_t* bytes, char* err, uint64_t err_len) {
+  PE_SIM_TRY(uint32_t b = pe_sim::tma_load_box(pe_sim::tensormap_from(map128), coords, ncoords, smem, smem_size,
+                                               smem_base_addr, dst_addr);
+             if (bytes) *bytes = b)
+}
+
+int pe_sim_tma_store_box(const void* map128, const int32_t* coords, int ncoords, const uint8_t* smem,
+                         uint32_t smem_size, uint32_t smem_base_addr, uint32_t src_addr, uint32_t* bytes, char* err,
+                         uint64_t err_len) {
+  PE_SIM_TRY(uint32_t b = pe_sim::tma_store_box(pe_sim::tensormap_from(map128), coords, ncoords, smem, smem_size,
+                                                smem_base_addr, src_addr);
+             if (bytes) *bytes = b)
+}
+
+}  // extern "C"
