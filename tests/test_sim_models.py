@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from pelib import descriptors as D
 from pelib import emulate as E
 from pelib import sim_tensormap as ST
 from pelib import tma
@@ -215,3 +216,125 @@ def test_tma_checks(lib):
         _load(lib, sw, (0, 0), 0, _smem())
     with pytest.raises(ModelError, match="3 coordinates for a rank-2"):
         _load(lib, sw, (0, 0, 0), BASE, _smem())
+
+
+# --- sm_90 wgmma ------------------------------------------------------------------------------------
+def _gmma_decode(lib, desc):
+    out = (ctypes.c_uint32 * 4)()
+    bo = ctypes.c_uint32()
+    call(lib, "pe_sim_decode_gmma_desc", ctypes.c_uint64(desc), out, ctypes.byref(bo))
+    return {"addr": out[0], "lbo": out[1], "sbo": out[2], "swizzle": out[3], "base_offset": bo.value}
+
+
+def test_gmma_desc_decode_round_trips(lib):
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        f = {"addr": int(rng.integers(0, 1 << 14)) << 4, "lbo": int(rng.integers(0, 1 << 14)) << 4,
+             "sbo": int(rng.integers(0, 1 << 14)) << 4, "swizzle": int(rng.choice([0, 32, 64, 128])),
+             "base_offset": int(rng.integers(0, 8))}
+        v = D.gmma_smem_desc(**f)
+        assert _gmma_decode(lib, v) == D.decode_gmma_smem_desc(v) == f
+    with pytest.raises(ModelError, match="bit 46"):
+        _gmma_decode(lib, D.umma_smem_desc(1024, 16, 1024, 128))
+
+
+def _operand(lib, smem, desc, rows, kbytes, fn="pe_sim_read_gmma_operand", base=BASE):
+    out = np.zeros(rows * kbytes, dtype=np.uint8)
+    call(lib, fn, ptr(smem), SMEM, base, ctypes.c_uint64(desc), rows, kbytes, ptr(out))
+    return out.reshape(rows, kbytes)
+
+
+@pytest.mark.parametrize("sw", [0, 32, 64, 128])
+def test_gmma_operand_reads_match_emulate(lib, sw):
+    """Every byte an m64nNk32 operand reads through a descriptor (K advance included) is the byte
+    pelib.emulate.operand_addresses names, on a random shared-memory image."""
+    rng = np.random.default_rng(sw)
+    smem = rng.integers(0, 256, SMEM, dtype=np.uint8)
+    img = E.SmemImage(SMEM, BASE)
+    img.data[:] = smem
+    for start, lbo, sbo, adv in ((4096, 16, 8 * max(sw, 16), 0), (8192, 256, 8 * max(sw, 16), 32),
+                                 (2048, 1024, 2 * 8 * max(sw, 16), 16 if sw != 32 else 0)):
+        desc = D.smem_desc_advance(D.gmma_smem_desc(BASE + start, lbo, sbo, sw), adv)
+        got = _operand(lib, smem, desc, 64, 32)
+        want = img.read(E.operand_addresses(desc, 64, 32, "K", arch="sm_90a"))
+        assert np.array_equal(got, want)
+
+
+def _gmma(lib, smem, adesc, bdesc, n, scale_d, acc):
+    call(lib, "pe_sim_gmma_e4m3", ptr(smem), SMEM, BASE, ctypes.c_uint64(adesc), ctypes.c_uint64(bdesc), n,
+         int(scale_d), acc.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+
+
+def _frag_to_tile(acc, n):
+    amap = E.wgmma_acc_map(n)
+    d = np.full((64, n), np.nan)
+    d[amap[..., 0], amap[..., 1]] = acc
+    return d
+
+
+def _fp8(rng, shape, small):
+    if small:
+        return E.encode_e4m3(rng.integers(-4, 5, shape))
+    return E.encode_e4m3(rng.normal(0, 2, shape).clip(-400, 400))
+
+
+@pytest.mark.parametrize("n,small", [(64, True), (96, False), (128, True), (192, False), (256, False)])
+def test_gmma_e4m3_k_loop_matches_torch(lib, n, small):
+    """A 64 x N x 128 product as the sm90 stages issue it: TMA (SW128, 128-B K rows) loads A and B, four
+    wgmma K-steps advance the descriptors by 32 B inside the swizzle atom, scale_d = 0 on the first."""
+    rng = np.random.default_rng(n)
+    K = 128
+    a, b = _fp8(rng, (64, K), small), _fp8(rng, (n, K), small)
+    smem = _smem()
+    a_off, b_off = BASE + 1024, BASE + 1024 + 64 * 128
+    for g, off, rows in ((a, a_off, 64), (b, b_off, n)):
+        spec = tma.make_spec("uint8", g.shape, (rows, 128), swizzle=128, address=g.ctypes.data)
+        _load(lib, spec, (0, 0), off, smem)
+    da, db = D.gmma_smem_desc(a_off, 16, 1024, 128), D.gmma_smem_desc(b_off, 16, 1024, 128)
+    acc = np.full((128, n // 2), np.nan, dtype=np.float32)      # poisoned: scale_d = 0 must ignore it
+    for s in range(K // 32):
+        _gmma(lib, smem, D.smem_desc_advance(da, 32 * s), D.smem_desc_advance(db, 32 * s), n, s > 0, acc)
+    av = torch.from_numpy(E.decode_values(a, "e4m3"))
+    bv = torch.from_numpy(E.decode_values(b, "e4m3"))
+    ref = (av @ bv.T).numpy()
+    got = _frag_to_tile(acc, n)
+    if small:
+        assert np.array_equal(got, ref), "small-integer inputs must give exact sums"
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+
+
+def test_gmma_wrong_sbo_predicted_by_emulate(lib):
+    """A wrong SBO (512 B instead of 8 x 128 B) reads other bytes; the model reads exactly the bytes
+    pelib.emulate predicts, and the product differs from the correct one."""
+    rng = np.random.default_rng(3)
+    a, b = _fp8(rng, (64, 128), True), _fp8(rng, (64, 128), True)
+    smem = _smem()
+    for g, off in ((a, BASE + 1024), (b, BASE + 1024 + 8192)):
+        spec = tma.make_spec("uint8", g.shape, (64, 128), swizzle=128, address=g.ctypes.data)
+        _load(lib, spec, (0, 0), off, smem)
+    img = E.SmemImage(SMEM, BASE)
+    img.data[:] = smem
+    da = D.gmma_smem_desc(BASE + 1024, 16, 512, 128)            # wrong: rows 8..15 read rows 4..7's bytes
+    db = D.gmma_smem_desc(BASE + 1024 + 8192, 16, 1024, 128)
+    acc = np.zeros((128, 32), dtype=np.float32)
+    _gmma(lib, smem, da, db, 64, False, acc)
+    ea = E.decode_values(E.read_operand(img, da, 64, 32, "K", arch="sm_90a"), "e4m3")
+    eb = E.decode_values(E.read_operand(img, db, 64, 32, "K", arch="sm_90a"), "e4m3")
+    pred = ea @ eb.T
+    got = _frag_to_tile(acc, 64)
+    assert np.array_equal(got, pred)
+    right = E.decode_values(a[:, :32], "e4m3") @ E.decode_values(b[:, :32], "e4m3").T
+    assert not np.array_equal(got, right)
+
+
+def test_gmma_checks(lib):
+    smem = _smem()
+    acc = np.zeros((128, 32), dtype=np.float32)
+    good = D.gmma_smem_desc(BASE + 1024, 16, 1024, 128)
+    with pytest.raises(ModelError, match="multiple of 8"):
+        _gmma(lib, smem, good, good, 60, False, acc)
+    with pytest.raises(ModelError, match="base_offset"):
+        _gmma(lib, smem, D.gmma_smem_desc(BASE + 1024, 16, 1024, 128, base_offset=1), good, 64, False, acc)
+    with pytest.raises(ModelError, match="outside this CTA's shared memory"):
+        _gmma(lib, smem, D.gmma_smem_desc(BASE + SMEM - 1024, 16, 1024, 128), good, 64, False, acc)

@@ -69,3 +69,30 @@ int pe_sim_tma_store_box(const void* map128, const int32_t* coords, int ncoords,
 }
 
 }  // extern "C"
+
+#include "model/gmma.h"
+
+extern "C" {
+
+// decode_gmma_desc: out4 = {start, lbo, sbo, swizzle}, *base_offset.
+int pe_sim_decode_gmma_desc(uint64_t desc, uint32_t* out4, uint32_t* base_offset, char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::SmemDescFields f = pe_sim::decode_gmma_desc(desc); out4[0] = f.start; out4[1] = f.lbo;
+             out4[2] = f.sbo; out4[3] = uint32_t(f.swizzle); *base_offset = f.base_offset)
+}
+
+// The bytes a K-major operand of `rows` x `kbytes` occupies through a wgmma descriptor (row-major out).
+int pe_sim_read_gmma_operand(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_addr, uint64_t desc,
+                             uint32_t rows, uint32_t kbytes, uint8_t* out, char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::read_kmajor(pe_sim::decode_gmma_desc(desc), rows, kbytes, smem, smem_size, smem_base_addr,
+                                 out, "operand"))
+}
+
+// gmma_e4m3 with the 128 threads' fragments stored contiguously: acc[t * (N/2) + i].
+int pe_sim_gmma_e4m3(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_addr, uint64_t adesc,
+                     uint64_t bdesc, int N, int scale_d, float* acc, char* err, uint64_t err_len) {
+  float* rows[128];
+  for (int t = 0; t < 128; ++t) rows[t] = acc + size_t(t) * (N > 0 ? N / 2 : 0);
+  PE_SIM_TRY(pe_sim::gmma_e4m3(smem, smem_size, smem_base_addr, adesc, bdesc, N, scale_d != 0, rows))
+}
+
+}  // extern "C"
