@@ -113,7 +113,7 @@ def test_encode_refuses_bad_maps(lib):
 
 
 # --- TMA boxes --------------------------------------------------------------------------------------
-SMEM = 64 * 1024
+SMEM = 192 * 1024
 BASE = 0x400          # shared-window address of smem[0] (1024-B aligned, not 0: addresses are not offsets)
 
 
@@ -252,8 +252,9 @@ def test_gmma_operand_reads_match_emulate(lib, sw):
     smem = rng.integers(0, 256, SMEM, dtype=np.uint8)
     img = E.SmemImage(SMEM, BASE)
     img.data[:] = smem
-    for start, lbo, sbo, adv in ((4096, 16, 8 * max(sw, 16), 0), (8192, 256, 8 * max(sw, 16), 32),
-                                 (2048, 1024, 2 * 8 * max(sw, 16), 16 if sw != 32 else 0)):
+    # a K advance stays inside one swizzle row (32/64/96 B under 128B), as the stages advance
+    for start, lbo, sbo, adv in ((4096, 16, 8 * max(sw, 16), 0), (8192, 256, 8 * max(sw, 16), 32 if sw != 32 else 0),
+                                 (2048, 1024, 2 * 8 * max(sw, 16), 96 if sw == 128 else 16)):
         desc = D.smem_desc_advance(D.gmma_smem_desc(BASE + start, lbo, sbo, sw), adv)
         got = _operand(lib, smem, desc, 64, 32)
         want = img.read(E.operand_addresses(desc, 64, 32, "K", arch="sm_90a"))
@@ -338,3 +339,232 @@ def test_gmma_checks(lib):
         _gmma(lib, smem, D.gmma_smem_desc(BASE + 1024, 16, 1024, 128, base_offset=1), good, 64, False, acc)
     with pytest.raises(ModelError, match="outside this CTA's shared memory"):
         _gmma(lib, smem, D.gmma_smem_desc(BASE + SMEM - 1024, 16, 1024, 128), good, 64, False, acc)
+    with pytest.raises(ModelError, match="not on a 1024-B swizzle pattern boundary"):
+        _gmma(lib, smem, D.gmma_smem_desc(BASE + 1024 + 512, 16, 1024, 128), good, 64, False, acc)
+
+
+# --- sm_100 tcgen05 ---------------------------------------------------------------------------------
+KIND = {"f16": 0, "f8f6f4": 2, "mxf4nvf4": 6}
+IDESC_FIELDS = ("m", "n", "a_fmt", "b_fmt", "c_fmt", "a_major", "b_major", "a_neg", "b_neg", "scale_fmt",
+                "a_sf_id", "b_sf_id", "k_size", "sparse", "saturate", "max_shift")
+U32P = ctypes.POINTER(ctypes.c_uint32)
+NAN_BITS = 0x7FC00000
+
+
+def _umma_smem_decode(lib, desc):
+    out = (ctypes.c_uint32 * 4)()
+    bo = ctypes.c_uint32()
+    call(lib, "pe_sim_decode_umma_smem_desc", ctypes.c_uint64(desc), out, ctypes.byref(bo))
+    return {"addr": out[0], "lbo": out[1], "sbo": out[2], "swizzle": out[3], "base_offset": bo.value, "lbo_mode": 0}
+
+
+def _idesc_decode(lib, v, kind):
+    out = (ctypes.c_int32 * 16)()
+    call(lib, "pe_sim_decode_umma_idesc", ctypes.c_uint32(v), KIND[kind], out)
+    return dict(zip(IDESC_FIELDS, out))
+
+
+def test_umma_smem_desc_decode_round_trips(lib):
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        f = {"addr": int(rng.integers(0, 1 << 14)) << 4, "lbo": int(rng.integers(0, 1 << 14)) << 4,
+             "sbo": int(rng.integers(0, 1 << 14)) << 4, "swizzle": int(rng.choice([0, 32, 64, 128])),
+             "base_offset": int(rng.integers(0, 8)), "lbo_mode": 0}
+        v = D.umma_smem_desc(**f)
+        assert _umma_smem_decode(lib, v) == D.decode_umma_smem_desc(v) == f
+    with pytest.raises(ModelError, match="misses bit 46"):
+        _umma_smem_decode(lib, D.gmma_smem_desc(1024, 16, 1024, 128))
+    with pytest.raises(ModelError, match="layout type 3"):
+        _umma_smem_decode(lib, D.umma_smem_desc(1024, 16, 1024, 0) | 3 << 61)
+    with pytest.raises(ModelError, match="reserved bits"):
+        _umma_smem_decode(lib, D.umma_smem_desc(1024, 16, 1024, 128) | 1 << 55)
+    with pytest.raises(ModelError, match="BASE32B is not modelled"):
+        _umma_smem_decode(lib, D.umma_smem_desc(1024, 16, 1024, "128B_base32b"))
+
+
+def test_umma_idesc_decode_round_trips(lib):
+    rng = np.random.default_rng(4)
+    for _ in range(100):
+        kind = str(rng.choice(["f16", "f8f6f4"]))
+        fmts = list(D.A_FORMATS[kind])
+        kw = {"m": int(rng.choice([64, 128, 256])), "n": 8 * int(rng.integers(1, 33)),
+              "a_fmt": str(rng.choice(fmts)), "b_fmt": str(rng.choice(fmts)), "a_neg": int(rng.integers(0, 2)),
+              "b_neg": int(rng.integers(0, 2)), "a_major": "K", "b_major": str(rng.choice(["K", "MN"])), "kind": kind}
+        if kind == "f8f6f4" and kw["b_fmt"] not in ("e4m3", "e5m2"):
+            kw["b_major"] = "K"
+        v = D.umma_instr_desc(**kw)
+        ref = D.decode_umma_instr_desc(v, kind)
+        got = _idesc_decode(lib, v, kind)
+        for k in ("m", "n", "a_neg", "b_neg", "saturate", "max_shift", "sparse"):
+            assert got[k] == ref[k], k
+        assert (got["a_fmt"], got["b_fmt"]) == (D.A_FORMATS[kind][ref["a_fmt"]], D.A_FORMATS[kind][ref["b_fmt"]])
+        assert (got["a_major"], got["b_major"]) == (D.MAJORS[ref["a_major"]], D.MAJORS[ref["b_major"]])
+        assert got["c_fmt"] == D.C_FORMATS[ref["c_fmt"]]
+    for m in (128, 256):
+        for n in (64, 128, 256):
+            for sf in ("ue4m3", "ue8m0"):
+                v = D.umma_instr_desc_block_scaled(m, n, scale_fmt=sf, b_sf_id=0 if sf == "ue4m3" else 2)
+                ref = D.decode_umma_instr_desc_block_scaled(v)
+                got = _idesc_decode(lib, v, "mxf4nvf4")
+                assert (got["m"], got["n"], got["a_fmt"], got["b_fmt"], got["a_sf_id"], got["b_sf_id"],
+                        got["scale_fmt"]) == (ref["m"], ref["n"], 1, 1, ref["a_sf_id"], ref["b_sf_id"],
+                                              D.SCALE_FORMATS[ref["scale_fmt"]])
+    with pytest.raises(ModelError, match="reserved bit"):
+        _idesc_decode(lib, D.umma_instr_desc(128, 128, "e4m3", "e4m3") | 1 << 23, "f8f6f4")
+    with pytest.raises(ModelError, match="reserved bits"):
+        _idesc_decode(lib, D.umma_instr_desc_block_scaled(128, 128) | 1 << 12, "mxf4nvf4")
+
+
+@pytest.mark.parametrize("sw,major,eb", [(128, "K", 1), (64, "K", 1), (32, "K", 1), (0, "K", 1),
+                                         (128, "MN", 2), (64, "MN", 1), (0, "MN", 2)])
+def test_umma_operand_reads_match_emulate(lib, sw, major, eb):
+    rng = np.random.default_rng(sw + eb)
+    smem = rng.integers(0, 256, SMEM, dtype=np.uint8)
+    img = E.SmemImage(SMEM, BASE)
+    img.data[:] = smem
+    W = max(sw, 16)
+    desc = D.umma_smem_desc(BASE + 4096, 2048 if major == "MN" else 256, 8 * W if major == "K" else 1024, sw)
+    out = np.zeros(128 * 32, dtype=np.uint8)
+    call(lib, "pe_sim_read_umma_operand", ptr(smem), SMEM, BASE, ctypes.c_uint64(desc), 128, 32,
+         int(major == "MN"), eb, ptr(out))
+    want = img.read(E.operand_addresses(desc, 128, 32, major, arch="sm_100a", elem_bytes=eb))
+    assert np.array_equal(out.reshape(128, 32), want)
+
+
+class Cta:
+    """One CTA for the tcgen05 model: a poisoned shared-memory image and a NaN-filled TMEM."""
+
+    def __init__(self, alloc_col0=0, alloc_cols=512):
+        self.smem = _smem()
+        self.tmem = np.full((128, 512), NAN_BITS, dtype=np.uint32)
+        self.alloc = (alloc_col0, alloc_cols)
+
+    def acc(self, col, n):
+        return self.tmem[:, col:col + n].copy().view(np.float32).astype(np.float64)
+
+
+def _mma(lib, kind, ctas, d_tmem, adesc, bdesc, idesc, acc_in, sfa=0, sfb=0):
+    n = len(ctas)
+    call(lib, "pe_sim_umma_mma", KIND[kind], n, (U8P * n)(*[ptr(c.smem) for c in ctas]),
+         (ctypes.c_uint32 * n)(*[SMEM] * n), (ctypes.c_uint32 * n)(*[BASE] * n),
+         (U32P * n)(*[c.tmem.ctypes.data_as(U32P) for c in ctas]),
+         (ctypes.c_uint32 * n)(*[c.alloc[0] for c in ctas]), (ctypes.c_uint32 * n)(*[c.alloc[1] for c in ctas]),
+         d_tmem, ctypes.c_uint64(adesc), ctypes.c_uint64(bdesc), ctypes.c_uint32(idesc), int(acc_in), sfa, sfb)
+
+
+def _tma_rows(lib, cta, g, row0, rows, off, box_k=128):
+    """TMA-load rows [row0, row0+rows) of the byte matrix g, all of K in 128-B boxes (SW128), K boxes
+    rows*128 B apart, as the stages lay a stage out."""
+    spec = tma.make_spec("uint8", g.shape, (rows, box_k), swizzle=128, address=g.ctypes.data)
+    for kb in range(g.shape[1] // box_k):
+        _load(lib, spec, (kb * box_k, row0), off + kb * rows * box_k, cta.smem)
+
+
+def _tmem_ld(lib, cta, warp, taddr, x):
+    regs = np.zeros(32 * x, dtype=np.uint32)
+    call(lib, "pe_sim_tmem_ld_32x32b", cta.tmem.ctypes.data_as(U32P), cta.alloc[0], cta.alloc[1], warp,
+         ctypes.c_uint32(taddr), x, regs.ctypes.data_as(U32P))
+    return regs.reshape(32, x)
+
+
+@pytest.mark.parametrize("cta_group,n,small", [(1, 128, True), (1, 256, False), (2, 256, True), (2, 128, False)])
+def test_umma_f8f6f4_matches_torch(lib, cta_group, n, small):
+    """tcgen05.mma kind::f8f6f4 E4M3 over K = 256 (2 K boxes x 4 MMAs, descriptors advanced 32 B inside the
+    128-B atom, enable-input-d off on the first): cta_group::1 M=128 and cta_group::2 M=256 with A and B
+    halves loaded into each CTA's smem as pelib.emulate.cta_pair_split says; D read back with tcgen05.ld."""
+    rng = np.random.default_rng(10 * cta_group + n)
+    M, K = 128 * cta_group, 256
+    a, b = _fp8(rng, (M, K), small), _fp8(rng, (n, K), small)
+    ctas = [Cta(0, 512) for _ in range(cta_group)]
+    a_off, b_off = BASE + 1024, BASE + 1024 + 128 * K
+    split = E.cta_pair_split(M, n) if cta_group == 2 else [{"a_rows": (0, 128), "b_rows": (0, n), "d_rows": (0, 128)}]
+    for c, part in zip(ctas, split):
+        _tma_rows(lib, c, a, part["a_rows"][0], 128, a_off)
+        _tma_rows(lib, c, b, part["b_rows"][0], part["b_rows"][1] - part["b_rows"][0], b_off)
+    rows_b = n // cta_group
+    idesc = D.umma_instr_desc(M, n, "e4m3", "e4m3")
+    acc_col = 128 if (cta_group, n) == (1, 128) else 0     # a nonzero D column where it fits
+    for s in range(K // 32):
+        kb, ks = divmod(32 * s, 128)
+        da = D.umma_smem_desc(a_off + kb * 128 * 128 + ks, 16, 1024, 128)
+        db = D.umma_smem_desc(b_off + kb * rows_b * 128 + ks, 16, 1024, 128)
+        _mma(lib, "f8f6f4", ctas, acc_col, da, db, idesc, s > 0)
+    ref = (torch.from_numpy(E.decode_values(a, "e4m3")) @ torch.from_numpy(E.decode_values(b, "e4m3")).T).numpy()
+    for v, c in enumerate(ctas):
+        # the epilogue's view: 4 warps x 32 lanes, tcgen05.ld.32x32b.x32 per 32 columns
+        got = np.zeros((128, n), dtype=np.uint32)
+        for w in range(4):
+            for j in range(n // 32):
+                got[32 * w:32 * w + 32, 32 * j:32 * j + 32] = _tmem_ld(lib, c, w + 4, (32 * w) << 16 | acc_col + 32 * j, 32)
+        got = got.view(np.float32).astype(np.float64)
+        want = ref[128 * v:128 * v + 128]
+        if small:
+            assert np.array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+        # outside the accumulator TMEM is untouched
+        assert (np.delete(c.tmem, np.s_[acc_col:acc_col + n], axis=1) == NAN_BITS).all()
+
+
+def test_umma_f16_bf16_mn_major_b(lib):
+    """kind::f16 BF16, A K-major SW128 and B MN-major SW128 (written at the addresses pelib.emulate's
+    canonical MN-major layout names), one MMA of K = 16, with enable-input-d adding to D."""
+    rng = np.random.default_rng(5)
+    a = torch.randint(-8, 9, (128, 16)).to(torch.bfloat16)
+    b = torch.randint(-8, 9, (64, 16)).to(torch.bfloat16)
+    c = Cta(0, 256)
+    img = E.SmemImage(SMEM, BASE)
+    da = D.umma_smem_desc(BASE + 1024, 16, 1024, 128)
+    db = D.umma_smem_desc(BASE + 1024 + 16384, 8192, 1024, 128)
+    ab = a.view(torch.uint8).numpy().reshape(128, 32)
+    bb = b.view(torch.uint8).numpy().reshape(64, 32)
+    img.write(E.operand_addresses(da, 128, 32, "K"), ab)
+    img.write(E.operand_addresses(db, 64, 32, "MN", elem_bytes=2), bb)
+    c.smem[:] = img.data
+    d0 = rng.integers(-100, 100, (128, 64)).astype(np.float32)
+    c.tmem[:, 32:96] = d0.view(np.uint32)
+    _mma(lib, "f16", [c], 32, da, db, D.umma_instr_desc(128, 64, "bf16", "bf16", b_major="MN", kind="f16"), True)
+    want = d0 + (a.double() @ b.double().T).numpy()
+    assert np.array_equal(c.acc(32, 64), want)
+
+
+def test_tmem_ld_map_matches_emulate(lib):
+    c = Cta(64, 128)
+    rng = np.random.default_rng(6)
+    c.tmem[:] = rng.integers(0, 2**32, c.tmem.shape, dtype=np.uint32)
+    t = E.Tmem(512)
+    t.data[:] = c.tmem
+    for warp in range(8):
+        for x in (1, 2, 16, 32, 64):
+            col = 64 + (warp * 8) % (128 - x + 1)
+            taddr = (32 * (warp % 4)) << 16 | col
+            regs = _tmem_ld(lib, c, warp, taddr, x)
+            assert np.array_equal(regs, E.tcgen05_ld_32x32b(t, warp, taddr, x).astype(np.uint32))
+            m = E.tmem_ld_map(warp, x, col)
+            assert np.array_equal(regs, c.tmem[m[..., 0], m[..., 1]])
+    with pytest.raises(ModelError, match="lanes 32..63"):
+        _tmem_ld(lib, c, 5, 0 << 16 | 64, 32)
+    with pytest.raises(ModelError, match="outside the allocation"):
+        _tmem_ld(lib, c, 0, 64 + 112, 32)
+    with pytest.raises(ModelError, match="beyond the 512 columns"):
+        _tmem_ld(lib, Cta(0, 512), 0, 500, 16)
+    with pytest.raises(ModelError, match=".num is one of"):
+        _tmem_ld(lib, c, 0, 64, 3)
+
+
+def test_umma_checks(lib):
+    c = Cta(0, 128)
+    good = D.umma_smem_desc(BASE + 1024, 16, 1024, 128)
+    idesc = D.umma_instr_desc(128, 128, "e4m3", "e4m3")
+    with pytest.raises(ModelError, match="outside the allocation"):
+        _mma(lib, "f8f6f4", [c], 64, good, good, idesc, False)
+    with pytest.raises(ModelError, match="beyond the 512 columns"):
+        _mma(lib, "f8f6f4", [Cta(0, 512)], 448, good, good, idesc, False)
+    with pytest.raises(ModelError, match="misses bit 46"):
+        _mma(lib, "f8f6f4", [c], 0, D.gmma_smem_desc(BASE + 1024, 16, 1024, 128), good, idesc, False)
+    with pytest.raises(ModelError, match="not on a 1024-B swizzle pattern boundary"):
+        _mma(lib, "f8f6f4", [c], 0, D.umma_smem_desc(BASE + 1024 + 256, 16, 1024, 128), good, idesc, False)
+    with pytest.raises(ModelError, match="cta_group::1 with M = 256"):
+        _mma(lib, "f8f6f4", [c], 0, good, good, D.umma_instr_desc(256, 128, "e4m3", "e4m3"), False)
+    with pytest.raises(ModelError, match="no allocation"):
+        _mma(lib, "f8f6f4", [Cta(0, 0)], 0, good, good, idesc, False)

@@ -27,6 +27,18 @@ struct SmemDescFields {
   uint32_t base_offset;  // 0..7 (must be 0 here: not modelled)
 };
 
+// A swizzled operand's pattern must start on its repeat boundary (1024/512/256 B) when base_offset is 0:
+// PTX ISA 9.7.16.4.1 "matrix base offset" is for starts off the boundary, which is not modelled. The
+// start's bits inside one swizzle row (a K advance of 32/64/96 B under 128B) are allowed.
+inline void check_pattern_start(const SmemDescFields& f, const char* what) {
+  if (!f.swizzle) return;
+  const uint32_t repeat = tma_smem_alignment(f.swizzle);
+  if ((f.start & ~uint32_t(f.swizzle - 1)) % repeat)
+    model_fail("%s descriptor: start 0x%x is not on a %u-B swizzle pattern boundary (plus an offset inside the "
+               "first %d-B row) and base_offset is 0: place the tile at a multiple of %u B", what, f.start, repeat,
+               f.swizzle, repeat);
+}
+
 // Shared address (18-bit window) of byte c along K of row r of a K-major operand.
 inline uint32_t kmajor_addr(const SmemDescFields& f, uint32_t r, uint32_t c) {
   uint32_t logical = f.swizzle ? f.start + (r / 8) * f.sbo + (r % 8) * uint32_t(f.swizzle) + c
@@ -50,6 +62,7 @@ inline void read_kmajor(const SmemDescFields& f, uint32_t rows, uint32_t kbytes,
   if (f.base_offset)
     model_fail("%s descriptor: base_offset %u is not modelled: start swizzled tiles on their pattern boundary "
                "and leave base_offset 0", what, f.base_offset);
+  check_pattern_start(f, what);
   if (f.swizzle && kbytes > uint32_t(f.swizzle))
     model_fail("%s: a K-major step reads %u B of K per row, more than the %dB swizzle span", what, kbytes,
                f.swizzle);
@@ -82,6 +95,7 @@ inline void read_mnmajor(const SmemDescFields& f, uint32_t rows, uint32_t kbytes
                          const char* what) {
   if (f.base_offset)
     model_fail("%s descriptor: base_offset %u is not modelled", what, f.base_offset);
+  check_pattern_start(f, what);
   const uint32_t base = smem_base_addr & 0x3FFFFu;
   for (uint32_t r = 0; r < rows; ++r)
     for (uint32_t k = 0; k < kbytes / elem_bytes; ++k)
@@ -111,6 +125,13 @@ inline float e5m2_to_float(uint8_t v) {
 inline float e2m1_to_float(uint8_t nibble) {
   static const float t[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
   return t[nibble & 15];
+}
+// IEEE binary16 (kind::f16 format 0), exact.
+inline float f16_to_float(uint16_t h) {
+  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  float mag = e == 31 ? (m ? __builtin_nanf("") : __builtin_inff())
+              : e == 0 ? std::ldexp(float(m), -24) : std::ldexp(float(1024 + m), e - 25);
+  return s ? -mag : mag;
 }
 inline float ue4m3_to_float(uint8_t v) { return v & 0x80 ? __builtin_nanf("") : e4m3_to_float(v); }
 inline float ue8m0_to_float(uint8_t v) { return v == 255 ? __builtin_nanf("") : std::ldexp(1.0f, int(v) - 127); }
