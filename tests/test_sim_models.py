@@ -568,3 +568,80 @@ def test_umma_checks(lib):
         _mma(lib, "f8f6f4", [c], 0, good, good, D.umma_instr_desc(256, 128, "e4m3", "e4m3"), False)
     with pytest.raises(ModelError, match="no allocation"):
         _mma(lib, "f8f6f4", [Cta(0, 0)], 0, good, good, idesc, False)
+
+
+def _cp(lib, cta, taddr, desc):
+    call(lib, "pe_sim_tmem_cp_32x128b_warpx4", ptr(cta.smem), SMEM, BASE, cta.tmem.ctypes.data_as(U32P),
+         cta.alloc[0], cta.alloc[1], ctypes.c_uint32(taddr), ctypes.c_uint64(desc))
+
+
+def test_tmem_cp_warpx4_matches_emulate(lib):
+    rng = np.random.default_rng(8)
+    c = Cta(0, 256)
+    c.smem[:] = rng.integers(0, 256, SMEM, dtype=np.uint8)
+    img = E.SmemImage(SMEM, BASE)
+    img.data[:] = c.smem
+    t = E.Tmem(256)
+    for i, (off, lbo) in enumerate(((2048, 128), (2560, 16), (8192 + 512 * 3, 128))):
+        desc = D.umma_smem_desc(BASE + off, lbo, 128, 0)
+        _cp(lib, c, 100 + 4 * i, desc)
+        E.tcgen05_cp_32x128b_warpx4(img, desc, t, 100 + 4 * i)
+    assert np.array_equal(c.tmem[:, :256][:, 100:112], t.raw[:, 100:112])
+    assert (np.delete(c.tmem, np.s_[100:112], axis=1) == NAN_BITS).all()
+    with pytest.raises(ModelError, match="lane field must be 0"):
+        _cp(lib, c, 32 << 16 | 100, D.umma_smem_desc(BASE + 2048, 128, 128, 0))
+    with pytest.raises(ModelError, match="outside the allocation"):
+        _cp(lib, c, 254, D.umma_smem_desc(BASE + 2048, 128, 128, 0))
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_umma_mxf4nvf4_block16_matches_torch(lib, exact):
+    """An NVFP4 K tile as nvfp4/00 issues it: packed E2M1 A (128 x 256) and B (128 x 256) by TMA (SW128),
+    UE4M3 scale factors in the CUTLASS blocked atoms in smem, tcgen05.cp 32x128b.warpx4 of each atom to
+    TMEM (SFA at column 256 + 4k, SFB at 272 + 4k), then 4 tcgen05.mma kind::mxf4nvf4.block_scale.block16
+    with K = 64 each. Against torch: sum_k A[m,k] SFA[m,k/16] B[n,k] SFB[n,k/16]."""
+    rng = np.random.default_rng(11 + exact)
+    M = N = 128
+    K = 256
+    a = rng.integers(0, 256, (M, K // 2), dtype=np.uint8)
+    b = rng.integers(0, 256, (N, K // 2), dtype=np.uint8)
+    if exact:
+        sfa = E.encode_e4m3(rng.choice([0.5, 1.0, 2.0, 4.0], (M, K // 16)))
+        sfb = E.encode_e4m3(rng.choice([0.25, 1.0, 2.0], (N, K // 16)))
+    else:
+        sfa = E.encode_e4m3(rng.uniform(0.01, 300, (M, K // 16)))
+        sfb = E.encode_e4m3(rng.uniform(0.01, 300, (N, K // 16)))
+    c = Cta(0, 512)
+    off_a, off_b, off_sfa, off_sfb = BASE + 1024, BASE + 1024 + 16384, BASE + 1024 + 32768, BASE + 1024 + 34816
+    _tma_rows(lib, c, a, 0, M, off_a)
+    _tma_rows(lib, c, b, 0, N, off_b)
+    c.smem[off_sfa - BASE:off_sfa - BASE + 2048] = E.sf_to_blocked(sfa)
+    c.smem[off_sfb - BASE:off_sfb - BASE + 2048] = E.sf_to_blocked(sfb)
+    tm_sfa, tm_sfb = 256, 272
+    for k in range(4):
+        _cp(lib, c, tm_sfa + 4 * k, D.umma_smem_desc(off_sfa + 512 * k, 128, 128, 0))
+        _cp(lib, c, tm_sfb + 4 * k, D.umma_smem_desc(off_sfb + 512 * k, 128, 128, 0))
+    idesc = D.umma_instr_desc_block_scaled(M, N)
+    da, db = D.umma_smem_desc(off_a, 16, 1024, 128), D.umma_smem_desc(off_b, 16, 1024, 128)
+    for k in range(4):
+        _mma(lib, "mxf4nvf4", [c], 0, D.smem_desc_advance(da, 32 * k), D.smem_desc_advance(db, 32 * k), idesc,
+             k > 0, tm_sfa + 4 * k, tm_sfb + 4 * k)
+    av = E.decode_values(a, "e2m1") * np.repeat(E.decode_values(sfa, "ue4m3"), 16, axis=1)
+    bv = E.decode_values(b, "e2m1") * np.repeat(E.decode_values(sfb, "ue4m3"), 16, axis=1)
+    ref = (torch.from_numpy(av) @ torch.from_numpy(bv).T).numpy()
+    got = c.acc(0, N)
+    if exact:
+        assert np.array_equal(got, ref)
+    else:
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    # a wrong scale column (SFB of the next K step) changes the result: the scales are really read
+    _mma(lib, "mxf4nvf4", [c], 0, da, db, idesc, False, tm_sfa, tm_sfb + 4)
+    one = E.decode_values(a[:, :32], "e2m1") * np.repeat(E.decode_values(sfa[:, :4], "ue4m3"), 16, axis=1)
+    two = E.decode_values(b[:, :32], "e2m1") * np.repeat(E.decode_values(sfb[:, 4:8], "ue4m3"), 16, axis=1)
+    np.testing.assert_allclose(c.acc(0, N), one @ two.T, rtol=1e-5, atol=1e-5 * np.abs(one @ two.T).max())
+    with pytest.raises(ModelError, match="scale-factor IDs must be 0"):
+        _mma(lib, "mxf4nvf4", [c], 0, da, db, idesc, False, tm_sfa | 1 << 30, tm_sfb)
+    with pytest.raises(ModelError, match="packed E2M1 is code 1"):
+        _mma(lib, "mxf4nvf4", [c], 0, da, db, idesc & ~(7 << 7) | 5 << 7, False, tm_sfa, tm_sfb)
+    with pytest.raises(ModelError, match="outside the allocation"):
+        _mma(lib, "mxf4nvf4", [Cta(0, 256)], 0, da, db, idesc, False, tm_sfa, tm_sfb)
