@@ -258,7 +258,7 @@ CATALOG: tuple[Mutation, ...] = (
     Mutation("nvfp4-01-refill-wait-parity-flipped", "nvfp4/01_pipelined",
              (P("mbarrier_wait_parity(&empty[s], phase, /*tag=*/2);", "mbarrier_wait_parity(&empty[s], phase ^ 1, /*tag=*/2);"),),
              "the refill waits on empty[s] with the wrong parity and passes before the MMAs read the slot",
-             "hazard", site="read", problem="ring",
+             "hazard", site="read",
              why="TMA rewrites a slot that an in-flight MMA (or tcgen05.cp) still reads"),
     Mutation("nvfp4-01-expect-tx-sf-short", "nvfp4/01_pipelined",
              (P("  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES);", "  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES - SFB_BYTES);"),),
