@@ -298,7 +298,7 @@ def _git_rev() -> str:
 
 def proof_gpu(out: Path) -> dict:
     info = _device.current()
-    if not info.present or info.arch != "sm_90a":
+    if not _device.can_run("sm_90a", info):
         raise SystemExit(f"--device gpu needs an sm_90 GPU (H100/H200); this is {info.describe()}")
     t0 = time.time()
     res = run_all_gpu(out / "sim_proof")
