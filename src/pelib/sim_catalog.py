@@ -169,7 +169,8 @@ CATALOG: tuple[Mutation, ...] = (
              "the resident-B barrier expects one K slice fewer than the loads deliver",
              "misuse", site="tx",
              why="the last slice's complete_tx drives the tx-count below zero (PTX ISA mbarrier: tx-count "
-                 "range); on hardware the phase completes early and the last slice usually lands in time"),
+                 "range), which the PTX ISA leaves undefined; on an H100 the phase never completed (deadlock at "
+                 "tags 1 and 4, results/2026-11-24-h100/sim_proof.json)"),
     Mutation("sm90-05-no-producer-tail", "sm90/05_multicast_a",
              (P("        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1, 3);",
                 "        (void)0;  // planted: no producer tail"),),
