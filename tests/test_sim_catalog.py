@@ -176,3 +176,4 @@ def test_committed_proof_is_whole_and_its_bytes_are_the_reference():
             if m.gpu == "wrong":
                 n_bad = P.compare(P.committed_bits(doc, r["outcome"]["sha256"]), s.kind.reference(prob, t))
                 assert n_bad == r["outcome"]["n_bad"] > 0
+

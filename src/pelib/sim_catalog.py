@@ -25,6 +25,7 @@ race whose effect on hardware is a matter of timing (the simulator still reports
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import shutil
 import tempfile
@@ -100,6 +101,13 @@ class Mutation:
         return out
 
 
+def patch_hash(m: "Mutation") -> str:
+    """sha256 over a mutation's patches and defines: what a recorded run of it must have used."""
+    h = hashlib.sha256(repr((m.stage, [(p.file, p.find, p.replace) for p in m.patches],
+                             sorted(m.defines.items()))).encode())
+    return h.hexdigest()
+
+
 def P(find: str, replace: str, file: str | None = None) -> Patch:
     return Patch(find, replace, file)
 
@@ -136,9 +144,11 @@ CATALOG: tuple[Mutation, ...] = (
                 "          const u32 phase = (it / NUM_STAGES) & 1;\n          const u64 tw = timing_now();\n"
                 "          mbarrier_wait_parity_nocall(&empty[s], phase ^ 1, 1);"),),
              "persistent producer restarts its ring position at every tile; the consumers carry theirs",
-             "deadlock", tags=(1, 2), gpu="deadlock",
-             why="on its second tile the producer refills slots 0.. while the consumers wait for slot "
-                 "num_kb % NUM_STAGES (needs two tiles per CTA and num_kb not a multiple of the ring)"),
+             "deadlock", tags=(1, 2), gpu="deadlock", defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: the producer's second tile refills slot 0 once its second release "
+                 "came, then waits for slot 1's second release, while the consumers wait for slot 1's second "
+                 "load (with a deeper ring a restarted producer may pass a fresh barrier's parity-1 wait "
+                 "first, a race)"),
     Mutation("sm90-02-tile-rank-offset-lost", "sm90/02_persistent_cluster",
              (P("return TileCoord{(m_blk * CG + rank) * BM, n_blk * TN};",
                 "return TileCoord{(m_blk + rank) * BM, n_blk * TN};", "common/tile_map.cuh"),),
@@ -193,30 +203,32 @@ CATALOG: tuple[Mutation, ...] = (
              "cta_group::2: the slot release is committed to the leader's empty barrier only",
              "deadlock", tags=(1, 4),
              why="the peer's producer never gets a slot back: its tail (tag 4) or its next lap (tag 1) waits"),
-    Mutation("fp8-08a-acc-commit-wrong-barrier", "fp8/08a_persistent_tiles",
-             (P("tcgen05_commit_multicast<CG>(smem_u32(&acc_full[buf]), 0b11);",
-                "tcgen05_commit_multicast<CG>(smem_u32(&acc_full[buf ^ 1]), 0b11);"),),
-             "the accumulator-complete commit goes to the other buffer's barrier", "deadlock", tags=(3,),
-             why="the epilogue waits on acc_full[0] of tile 0, which is never committed"),
+    Mutation("fp8-01-acc-commit-wrong-barrier", "fp8/01_cta2",
+             (P("tcgen05_commit_multicast<CG>(smem_u32(mma_done), 0b11);",
+                "tcgen05_commit_multicast<CG>(smem_u32(&empty[0]), 0b11);"),),
+             "the accumulator-complete commit goes to slot 0's empty barrier instead of mma_done",
+             "deadlock", tags=(3,),
+             why="mma_done never completes: every epilogue warp waits at tag 3"),
     Mutation("fp8-08a-acc-empty-one-warp-short", "fp8/08a_persistent_tiles",
-             (P("mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS);", "mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS - 1);"),),
-             "acc_empty counts one epilogue warp too few", "hazard", site="tmem",
-             why="the accumulator is handed back while one warp still reads it: the next MMA into it races "
-                 "that warp's tcgen05.ld"),
-    Mutation("fp8-08a-acc-phase-not-carried", "fp8/08a_persistent_tiles",
-             (P("mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);",
-                "mbarrier_wait_parity(&acc_empty[buf], 0 ^ 1, 5);"),),
-             "persistent MMA warp waits on acc_empty with the first lap's parity on every tile",
+             (P("mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS);", "mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS + 1);"),),
+             "acc_empty expects one arrival more than the pair's epilogue warps make (their count one warp short)",
              "deadlock", tags=(5,),
-             why="a buffer's second use waits for a phase that completes only after that use (three tiles "
-                 "per cluster)"),
+             why="a buffer's first release never completes: the MMA warp's third tile waits at tag 5 (a count "
+                 "one too low instead hands the buffer back early, a race)"),
+    Mutation("fp8-08a-acc-phase-from-tile-parity", "fp8/08a_persistent_tiles",
+             (P("mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);",
+                "mbarrier_wait_parity(&acc_empty[buf], (sched.slot() & 1) ^ 1, 5);"),),
+             "the MMA warp takes the accumulator phase from the tile count's parity, not its lap over the buffers",
+             "deadlock", tags=(5,),
+             why="tile 1 waits on buffer 1's fresh acc_empty with parity 0: a release of the tile it is about "
+                 "to compute"),
     Mutation("fp8-08a-ring-restarted-per-tile", "fp8/08a_persistent_tiles",
              (P("      PipelineState<NUM_STAGES> ring;\n      for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {\n        const TileCoord tile = sched.coord(rank, BM, TN, CG);",
                 "      PipelineState<NUM_STAGES> ring;\n      for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {\n        const TileCoord tile = sched.coord(rank, BM, TN, CG);\n        ring = PipelineState<NUM_STAGES>{};  // planted: the ring restarts at every tile"),),
              "persistent producer restarts its ring (slot and phase) at every tile; the MMA warp carries its",
-             "deadlock", tags=(1, 2),
-             why="on the second tile the producer waits for slot 0's next release while the MMA waits for a "
-                 "slot the producer skipped (num_kb not a multiple of NUM_STAGES)"),
+             "deadlock", tags=(1, 2), defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: on its second tile the producer waits for slot 1's second release while "
+                 "the MMA waits for slot 1's second load"),
     Mutation("fp8-08a-ring-not-wrapped", "fp8/08a_persistent_tiles",
              (P("    if (++index == STAGES) {", "    if (++index == STAGES + 1) {", "common/scheduler.cuh"),),
              "the ring index runs one slot past the end before wrapping (common/scheduler.cuh PipelineState)",
@@ -240,10 +252,12 @@ CATALOG: tuple[Mutation, ...] = (
              "misuse", site="exit",
              why="a CTA may exit (and free TMEM) while the leader's multicast commits still arrive on it"),
     Mutation("fp8-00-dealloc-before-last-read", "fp8/00_ws_cta1",
-             (P("  tcgen05_fence_before_thread_sync();\n  __syncthreads();\n  if (warp == 1) {",
-                "  tcgen05_fence_before_thread_sync();\n  if (warp == 1) {  // planted: no __syncthreads before the dealloc"),),
-             "TMEM is deallocated without waiting for the epilogue's last tcgen05.ld", "misuse", site="tmem",
-             why="the epilogue warps read columns that are no longer allocated"),
+             (P("      tcgen05_commit<CG>(smem_u32(mma_done));     // the accumulator is complete",
+                "      tcgen05_dealloc<CG>(tmem_base, TMEM_COLS);  // planted: freed before anyone read it\n"
+                "      tcgen05_commit<CG>(smem_u32(mma_done));     // the accumulator is complete"),),
+             "the MMA warp frees TMEM right after issuing its last MMA, before the epilogue has read it",
+             "misuse", site="tmem",
+             why="the epilogue's tcgen05.ld (after mma_done, which follows the dealloc) reads unallocated columns"),
     Mutation("fp8-05-wrong-lane-quarter", "fp8/05_epi_warps",
              (P("    const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL;",
                 "    const u32 t_row = tmem_base + ((u32)(((warp - 2) % 4) * 32) << 16) + TMEM_ACC_COL;"),),

@@ -91,14 +91,14 @@ def run_gpu(job: dict, out_dir: Path | None) -> dict:
     """One job on this process's GPU: the outcome (kind correct / wrong / fault / hang) and the output's
     sha256; faults are returned, not raised (the caller must exit: the context is unusable)."""
     base, mut = _setup(job)
-    defines = dict(C.GPU_DEFINES) if mut else {}
     info = _device.require(base.arch)
-    with (C.patched(base.with_defines(**defines), mut) if mut else _plain(base)) as s:
+    with (C.patched(base.with_defines(**C.GPU_DEFINES), mut) if mut else _plain(base)) as s:
+        defines = dict(s.defines)
         prob = s.problem(mut.problem if mut else PROBLEM)
         t = s.inputs(prob, SEED, "gpu", info, exact=True)
         grid = grid_of(s, prob)
         plan = s.plan(prob, t, "gpu", info=info, grid=grid)
-        rec = {**job, "problem": prob.name, "shape": [prob.m, prob.n, prob.k], "grid": grid,
+        rec = {**job, **({"patch_sha256": C.patch_hash(mut)} if mut else {}), "problem": prob.name, "shape": [prob.m, prob.n, prob.k], "grid": grid,
                "block": s.exports.num_threads, "cluster": s.exports.cluster_x, "defines": defines, "seed": SEED}
         verify.poison(t["out"])
         try:
