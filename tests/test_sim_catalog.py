@@ -177,3 +177,14 @@ def test_committed_proof_is_whole_and_its_bytes_are_the_reference():
                 n_bad = P.compare(P.committed_bits(doc, r["outcome"]["sha256"]), s.kind.reference(prob, t))
                 assert n_bad == r["outcome"]["n_bad"] > 0
 
+
+
+def test_committed_proof_ran_todays_mutations():
+    """Each mutation in the committed GPU proof was built with the catalog's defines and today's patch: a
+    changed mutation needs a new GPU run (python -m pelib.sim_proof --device gpu)."""
+    from pelib import sim_proof as P
+    doc = P.load_proof()
+    for mid, r in doc["mutations"].items():
+        m = C.mutation(mid)
+        assert r["defines"] == {**m.defines, **C.GPU_DEFINES}, (mid, r["defines"])
+        assert r.get("patch_sha256") == C.patch_hash(m), mid

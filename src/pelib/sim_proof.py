@@ -275,8 +275,9 @@ def run_all_gpu(out_dir: Path, budget_s: float = 420.0, todo: list[dict] | None 
                     o = results[i]["outcome"]
                     o["tags"] = list(C.gpu_tags(out))
                     if o["kind"] == "fault":
-                        o["detail"] = (o["detail"] + "\n" + "\n".join(sorted({x.strip() for x in lines_i
-                                                                                 if "timed out" in x})[:8]))[:2000]
+                        said = sorted({x.strip() for x in lines_i if "timed out" in x})[:8] or \
+                            [x.rstrip() for x in lines_i[-8:]]   # no tag line: what the worker said last
+                        o["detail"] = (o["detail"] + "\n" + "\n".join(said))[:2500]
             if cur not in results:
                 results[cur] = {**todo[cur], "outcome": C.Outcome(
                     "error", detail="the worker exited without a result: " + "".join(text.get(cur, []))[-1500:]).as_dict()}
