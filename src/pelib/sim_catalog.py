@@ -15,8 +15,9 @@ cannot silently rot when a stage changes), plus a one-line description and the e
     wrong      the kernel finishes and its output differs from the reference (on exact-arithmetic inputs:
                differs at all).
 
-`gpu` says what an H100 shows for an sm90 mutation ("deadlock", "wrong"), or None where the mistake is a
-race whose effect on hardware is a matter of timing (the simulator still reports it every time).
+`gpu` says what an H100 shows for an sm90 mutation ("deadlock": a bounded wait traps; "wrong"; "illegal-address":
+the launch faults with CUDA_ERROR_ILLEGAL_ADDRESS), or None where the mistake is a race whose effect on
+hardware is a matter of timing (the simulator still reports it).
 
     with patched(Stage("sm90/01_warp_specialized"), mutation("sm90-empty-first-wait-parity0")) as s:
         s.build          # NVRTC, the patched source
@@ -37,6 +38,7 @@ from .paths import KERNELS
 from .stage import Stage
 
 KINDS = ("deadlock", "hazard", "misuse", "wrong")
+GPU_SHOWS = ("deadlock", "wrong", "illegal-address")
 # A hang of a mutated stage on a GPU traps in about a second and prints its wait tag (pelib.sweep's
 # debug build: the call-free waits of the sm90 stages become the printing ones).
 GPU_DEFINES = {"PE_WAIT_PRINTF": 1, "PE_WAIT_LIMIT": 1 << 20}
@@ -65,7 +67,7 @@ class Mutation:
     expect: str                      # one of KINDS
     tags: tuple = ()                 # deadlock: wait tags at which a blocked fiber must be reported
     site: str = ""                   # hazard / misuse: a word the report's kind or message contains
-    gpu: str | None = None           # sm90: what an H100 shows ("deadlock", "wrong"); None: a race
+    gpu: str | None = None           # sm90: what an H100 shows (GPU_SHOWS); None: a race
     defines: dict = field(default_factory=dict)
     problem: str = "sim"
     why: str = ""                    # how the mistake becomes the expected report
@@ -77,6 +79,8 @@ class Mutation:
             raise CatalogError(f"{self.id}: a deadlock names the wait tags where it shows")
         if self.expect in ("hazard", "misuse") and not self.site:
             raise CatalogError(f"{self.id}: a {self.expect} names the site (a word of the report)")
+        if self.gpu is not None and self.gpu not in GPU_SHOWS:
+            raise CatalogError(f"{self.id}: gpu={self.gpu!r}, one of {GPU_SHOWS} or None")
 
     @property
     def family(self) -> str:
@@ -173,7 +177,7 @@ CATALOG: tuple[Mutation, ...] = (
               P("tma_load_2d(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, n0);",
                 "tma_load_2d(smem + SMEM_B_OFF + kb * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, n0);")),
              "the loads' shared-memory slot is the K slice index, not wrapped at the ring size",
-             "misuse", site="outside", defines={"NUM_STAGES": 2},
+             "misuse", site="outside", gpu="illegal-address", defines={"NUM_STAGES": 2},
              why="2 slots, 3 K slices: slice 2's B box runs over the barriers and past this CTA's shared memory"),
     Mutation("sm90-03-staging-reused-before-store-read", "sm90/03_staged_epilogue",
              (P("if (tid == 0) cp_async_bulk_wait_group_read<0>();  // the previous tile's stores have read stg",
@@ -187,8 +191,8 @@ CATALOG: tuple[Mutation, ...] = (
              "the resident-B barrier expects one K slice fewer than the loads deliver",
              "misuse", site="tx",
              why="the last slice's complete_tx drives the tx-count below zero (PTX ISA mbarrier: tx-count "
-                 "range), which the PTX ISA leaves undefined; on an H100 the phase never completed (deadlock at "
-                 "tags 1 and 4, results/2026-11-24-h100/sim_proof.json)"),
+                 "range), which the PTX ISA leaves undefined; on an H100 one run deadlocked at tags 1 and 4, "
+                 "the next finished correct (results/2026-11-24-h100/README.md)"),
     Mutation("sm90-05-no-producer-tail", "sm90/05_multicast_a",
              (P("        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1, 3);",
                 "        (void)0;  // planted: no producer tail"),),
@@ -434,11 +438,15 @@ def agrees(sim: Outcome, gpu: Outcome) -> tuple[bool, str]:
         return True, f"both wrong, same output bytes ({gpu.n_bad} wrong elements)"
     if gpu.kind == sim.kind == "correct":
         return True, "both correct"
+    if gpu.kind == "fault" and "ILLEGAL_ADDRESS" in gpu.detail and sim.kind == "misuse" and "outside" in sim.detail:
+        return True, "both stop at an access outside the CTA's shared memory (GPU: CUDA_ERROR_ILLEGAL_ADDRESS)"
     return False, f"simulator: {sim.kind}, GPU: {gpu.kind}"
 
 
 def gpu_expected(mut: Mutation, gpu: Outcome) -> bool:
     """The GPU showed what the catalog says an H100 shows (a KernelFault from a trapped wait is a deadlock)."""
     if mut.gpu == "deadlock":
-        return gpu.kind in ("fault", "deadlock")
+        return gpu.kind in ("fault", "deadlock") and "ILLEGAL_ADDRESS" not in gpu.detail
+    if mut.gpu == "illegal-address":
+        return gpu.kind == "fault" and "ILLEGAL_ADDRESS" in gpu.detail
     return mut.gpu is not None and gpu.kind == mut.gpu
