@@ -411,11 +411,13 @@ class Stage:
         return plan
 
     # ---- run -------------------------------------------------------------------------------------
-    def inputs(self, problem="small", seed: int = 0, device: str = "gpu", info=None) -> dict:
-        """The problem's seeded inputs (pelib.problems), on the GPU the stage runs on or on the CPU (sim)."""
+    def inputs(self, problem="small", seed: int = 0, device: str = "gpu", info=None, exact: bool = False) -> dict:
+        """The problem's seeded inputs (pelib.problems), on the GPU the stage runs on or on the CPU (sim);
+        exact=True: small integers whose every sum and output are exact (the kind's exact_inputs), so the
+        output must equal the reference, and every back end's output, bit for bit."""
         prob = self.problem(problem)
         where = "cpu" if device == "sim" else f"cuda:{(info or _device.current()).ordinal}"
-        return self.kind.inputs(prob, seed, where)
+        return self.kind.inputs(prob, seed, where, exact=exact)
 
     def check(self, problem, tensors: dict, ref=None) -> _verify.VerifyReport:
         """The output in tensors['out'] against the torch reference (tolerance from the formats and the

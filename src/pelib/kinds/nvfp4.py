@@ -11,7 +11,10 @@ import numpy as np
 import torch
 
 from .. import descriptors as D, emulate as E, problems, reference, verify
-from .base import Kind, KindError
+from .base import EXACT_AB, EXACT_INT, Kind, KindError, check_exact
+
+E2M1_CODE = {0: 0, 1: 2, 2: 4, -1: 10, -2: 12}   # E2M1 codes of the small integers (reference.E2M1_VALUES)
+E4M3_ONE = 0x38                                  # 1.0 in E4M3: the unit block scale
 
 
 def check_layout(ex: dict) -> list[str]:
@@ -207,6 +210,8 @@ class Nvfp4(Kind):
             return p
         if p == "ring":   # 8 K tiles: every ring of 1..7 stages wraps
             return problems.NvFp4Gemm("ring", 128, 256, 2048)
+        if p == "sim":    # the simulator's: 2 CTAs, 6 K tiles (the default 4-stage ring wraps)
+            return problems.NvFp4Gemm("sim", 128, 256, 1536)
         return problems.nvfp4_gemm(self.FULL if p == "full" else p)
 
     def check_problem(self, stage, prob) -> None:
@@ -221,6 +226,30 @@ class Nvfp4(Kind):
         if ex.smem_bytes > ex.smem_limit:
             raise KindError(f"{stage.label} needs {ex.smem_bytes} B of shared memory per block; sm_100 allows "
                             f"{ex.smem_limit} B (227 KB): use at most {max_stages_that_fit(ex)} stages")
+
+    def exact_inputs(self, prob, seed: int, device) -> dict:
+        """Seeded small-integer inputs: a in [-2, 2], b in [-1, 1] as E2M1 codes, every block scale 1.0 and
+        both global scales 1.0 (alpha = 1). Every FP32 partial sum is an integer below 2^24; the FP16 output
+        is checked to be an integer within +-2048 (exact in FP16) where K alone does not prove it."""
+        g = torch.Generator().manual_seed(int(seed))
+        ra, rb = EXACT_AB
+        lut = torch.zeros(5, dtype=torch.uint8)
+        for v, code in E2M1_CODE.items():
+            lut[v + 2] = code
+        va = torch.randint(-ra, ra + 1, (prob.m, prob.k), generator=g)
+        vb = torch.randint(-rb, rb + 1, (prob.n, prob.k), generator=g)
+        if prob.k * ra * rb > EXACT_INT["float16"]:
+            check_exact(va.double() @ vb.double().t(), "float16", f"{prob.name} seed {seed}")
+        a, b = (reference.pack_fp4(lut[v + 2]) for v in (va, vb))
+        kb = prob.k // reference.SF_VEC
+        sfa = torch.full((prob.m, kb), E4M3_ONE, dtype=torch.uint8).view(reference.FP8)
+        sfb = torch.full((prob.n, kb), E4M3_ONE, dtype=torch.uint8).view(reference.FP8)
+        one = torch.ones(1, dtype=torch.float32)
+        out = torch.full((prob.m, prob.n), float("nan"), dtype=prob.out_dtype, device=device)
+        return {"a": a.to(device), "b": b.to(device), "sfa": sfa.to(device), "sfb": sfb.to(device),
+                "sfa_mma": reference.sf_to_mma_layout(sfa).to(device),
+                "sfb_mma": reference.sf_to_mma_layout(sfb).to(device),
+                "gsa": one.to(device), "gsb": one.clone().to(device), "out": out}
 
     def reference(self, prob, t):
         return reference.nvfp4_gemm_reference(t["a"], t["sfa"], t["gsa"], t["b"], t["sfb"], t["gsb"],

@@ -1,0 +1,452 @@
+"""Planted bugs: protocol and indexing mistakes a kernel author really makes, as data, each with the report
+it must produce.
+
+A mutation is a source patch applied at test time (never a committed variant): an exact `find` -> `replace`
+on a stage file or on a common/ building block, where `find` must occur exactly once (so the catalog
+cannot silently rot when a stage changes), plus a one-line description and the expected report:
+
+    deadlock   the simulator's deadlock lists a blocked wait at one of `tags` (the stage's wait tags, the
+               third argument of mbarrier_wait_parity); on a GPU the bounded wait traps, prints its tag
+               (PE_WAIT_PRINTF) and pelib.launch raises KernelFault;
+    hazard     a SimHazard whose kind or message names `site` (e.g. a shared-memory write while a TMA
+               store still reads it);
+    misuse     a SimMisuse whose kind or message names `site` (e.g. a TMEM read outside the warp's lane
+               quarter, an mbarrier tx-count underflow);
+    wrong      the kernel finishes and its output differs from the reference (on exact-arithmetic inputs:
+               differs at all).
+
+`gpu` says what an H100 shows for an sm90 mutation ("deadlock": a bounded wait traps; "wrong"; "illegal-address":
+the launch faults with CUDA_ERROR_ILLEGAL_ADDRESS), or None where the mistake is a race whose effect on
+hardware is a matter of timing (the simulator still reports it).
+
+    with patched(Stage("sm90/01_warp_specialized"), mutation("sm90-empty-first-wait-parity0")) as s:
+        s.build          # NVRTC, the patched source
+        s.run("sim", device="sim", inputs=s.inputs("sim", 0, "sim", exact=True))
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import build as _build
+from .paths import KERNELS
+from .stage import Stage
+
+KINDS = ("deadlock", "hazard", "misuse", "wrong")
+GPU_SHOWS = ("deadlock", "wrong", "illegal-address")
+# A hang of a mutated stage on a GPU traps in about a second and prints its wait tag (pelib.sweep's
+# debug build: the call-free waits of the sm90 stages become the printing ones).
+GPU_DEFINES = {"PE_WAIT_PRINTF": 1, "PE_WAIT_LIMIT": 1 << 20}
+
+
+class CatalogError(ValueError):
+    """A mutation does not apply: its find text occurs zero or several times, or it names no file."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace the one occurrence of `find` in `file` (the stage file when None, else a path under
+    src/kernels such as 'common/scheduler.cuh') by `replace`."""
+
+    find: str
+    replace: str
+    file: str | None = None
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    stage: str                       # stage key, e.g. "sm90/01_warp_specialized"
+    patches: tuple                   # Patch, ...
+    description: str                 # one line: the mistake
+    expect: str                      # one of KINDS
+    tags: tuple = ()                 # deadlock: wait tags at which a blocked fiber must be reported
+    site: str = ""                   # hazard / misuse: a word the report's kind or message contains
+    gpu: str | None = None           # sm90: what an H100 shows (GPU_SHOWS); None: a race
+    defines: dict = field(default_factory=dict)
+    problem: str = "sim"
+    why: str = ""                    # how the mistake becomes the expected report
+
+    def __post_init__(self):
+        if self.expect not in KINDS:
+            raise CatalogError(f"{self.id}: expect={self.expect!r}, one of {KINDS}")
+        if self.expect == "deadlock" and not self.tags:
+            raise CatalogError(f"{self.id}: a deadlock names the wait tags where it shows")
+        if self.expect in ("hazard", "misuse") and not self.site:
+            raise CatalogError(f"{self.id}: a {self.expect} names the site (a word of the report)")
+        if self.gpu is not None and self.gpu not in GPU_SHOWS:
+            raise CatalogError(f"{self.id}: gpu={self.gpu!r}, one of {GPU_SHOWS} or None")
+
+    @property
+    def family(self) -> str:
+        return self.stage.split("/")[0]
+
+    def sources(self) -> dict[str, str]:
+        """{file under src/kernels: patched text}, each find asserted to occur exactly once."""
+        out: dict[str, str] = {}
+        for p in self.patches:
+            rel = p.file or f"{self.stage}.cu"
+            text = out.get(rel)
+            if text is None:
+                path = KERNELS / rel
+                if not path.is_file():
+                    raise CatalogError(f"{self.id}: no file {rel} under src/kernels")
+                text = path.read_text()
+            n = text.count(p.find)
+            if n != 1:
+                raise CatalogError(f"{self.id}: the find text occurs {n} times in {rel} (must be once; the stage "
+                                   f"changed? update the catalog): {p.find[:80]!r}")
+            out[rel] = text.replace(p.find, p.replace)
+        return out
+
+
+def patch_hash(m: "Mutation") -> str:
+    """sha256 over a mutation's patches and defines: what a recorded run of it must have used."""
+    h = hashlib.sha256(repr((m.stage, [(p.file, p.find, p.replace) for p in m.patches],
+                             sorted(m.defines.items()))).encode())
+    return h.hexdigest()
+
+
+def P(find: str, replace: str, file: str | None = None) -> Patch:
+    return Patch(find, replace, file)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The catalog
+# ---------------------------------------------------------------------------------------------------
+CATALOG: tuple[Mutation, ...] = (
+    # ---- sm90 (Hopper twin): what an H100 can show, and what only the model sees -------------------
+    Mutation("sm90-00-full-count-2", "sm90/00_tma_wgmma",
+             (P("mbarrier_init(&full_bar, 1);", "mbarrier_init(&full_bar, 2);"),),
+             "the TMA barrier expects two arrivals, one thread arrives", "deadlock", tags=(1,), gpu="deadlock",
+             why="full_bar's phase needs a second arrival nobody makes: every thread waits at tag 1"),
+    Mutation("sm90-01-empty-first-wait-parity0", "sm90/01_warp_specialized",
+             (P("mbarrier_wait_parity_nocall(&empty[s], phase ^ 1, 1);", "mbarrier_wait_parity_nocall(&empty[s], phase, 1);"),),
+             "the producer's first wait on a fresh empty barrier uses parity 0", "deadlock", tags=(1,),
+             gpu="deadlock",
+             why="parity 0 of a fresh barrier completes only when the consumers release the slot, which needs "
+                 "the load the producer never issues: producer at tag 1, consumers at tag 2"),
+    Mutation("sm90-01-comb-row-off-by-one", "sm90/01_warp_specialized",
+             (P("const u16* crow = comb + (size_t)comb_row(row) * N", "const u16* crow = comb + (size_t)comb_row(row + 1) * N"),),
+             "the epilogue adds the next patch's comb row", "wrong", gpu="wrong"),
+    Mutation("sm90-01-kstep-16B", "sm90/01_warp_specialized",
+             (P("const u32 a_off = s * A_STAGE_BYTES + (wg * WG_M + mi) * 64 * BK + ks * 32;",
+                "const u32 a_off = s * A_STAGE_BYTES + (wg * WG_M + mi) * 64 * BK + ks * 16;"),),
+             "A's descriptor advances 16 B per k32 step instead of 32 B (K slices of A and B disagree)",
+             "wrong", gpu="wrong"),
+    Mutation("sm90-01a-ring-restarted-per-tile", "sm90/01a_persistent",
+             (P("        for (int kb = 0; kb < num_kb; ++kb, ++it) {\n          const int s = it % NUM_STAGES;\n"
+                "          const u32 phase = (it / NUM_STAGES) & 1;\n          const u64 tw = timing_now();\n"
+                "          mbarrier_wait_parity_nocall(&empty[s], phase ^ 1, 1);",
+                "        it = 0;  // planted: the producer's ring position is not carried across tiles\n"
+                "        for (int kb = 0; kb < num_kb; ++kb, ++it) {\n          const int s = it % NUM_STAGES;\n"
+                "          const u32 phase = (it / NUM_STAGES) & 1;\n          const u64 tw = timing_now();\n"
+                "          mbarrier_wait_parity_nocall(&empty[s], phase ^ 1, 1);"),),
+             "persistent producer restarts its ring position at every tile; the consumers carry theirs",
+             "deadlock", tags=(1, 2), gpu="deadlock", defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: the producer's second tile refills slot 0 once its second release "
+                 "came, then waits for slot 1's second release, while the consumers wait for slot 1's second "
+                 "load (with a deeper ring a restarted producer may pass a fresh barrier's parity-1 wait "
+                 "first, a race)"),
+    Mutation("sm90-02-tile-rank-offset-lost", "sm90/02_persistent_cluster",
+             (P("return TileCoord{(m_blk * CG + rank) * BM, n_blk * TN};",
+                "return TileCoord{(m_blk + rank) * BM, n_blk * TN};", "common/tile_map.cuh"),),
+             "the cluster tile's row block is not scaled by the cluster size (common/tile_map.cuh cta_tile)",
+             "wrong", gpu="wrong",
+             why="clusters overlap by one CTA tile and the last rows are never written"),
+    Mutation("sm90-02-last-release-leader-only", "sm90/02_persistent_cluster",
+             (P("      if (tid < CLUSTER_M) mbarrier_arrive_remote_cta(&empty[(it - 1) % NUM_STAGES], tid);",
+                "      if (tid < 1) mbarrier_arrive_remote_cta(&empty[(it - 1) % NUM_STAGES], tid);"),),
+             "a tile's last slot is released in the leader CTA only, not in the peer the B multicast also fills",
+             "deadlock", tags=(1, 3), gpu="deadlock",
+             why="the peer's empty[s] misses two arrivals: its producer never gets the slot back (tag 1, or "
+                 "tag 3 in its tail), and the leader then waits for the peer's half of B"),
+    Mutation("sm90-03c-turn-parity-same", "sm90/03c_pingpong",
+             (P("mbarrier_wait_parity_nocall(&turn[wg], wg == 0 ? ((n + 1) & 1) : (n & 1), 5);",
+                "mbarrier_wait_parity_nocall(&turn[wg], n & 1, 5);"),),
+             "ping-pong: both warpgroups wait for their turn with the same parity, so neither goes first",
+             "deadlock", tags=(5,), gpu="deadlock"),
+    Mutation("sm90-00a-ring-not-wrapped", "sm90/00a_smem_ring",
+             (P("tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, m0);",
+                "tma_load_2d(smem + SMEM_A_OFF + kb * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, m0);"),
+              P("tma_load_2d(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, n0);",
+                "tma_load_2d(smem + SMEM_B_OFF + kb * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, n0);")),
+             "the loads' shared-memory slot is the K slice index, not wrapped at the ring size",
+             "misuse", site="outside", gpu="illegal-address", defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: slice 2's B box runs over the barriers and past this CTA's shared memory"),
+    Mutation("sm90-03-staging-reused-before-store-read", "sm90/03_staged_epilogue",
+             (P("if (tid == 0) cp_async_bulk_wait_group_read<0>();  // the previous tile's stores have read stg",
+                "// planted: no wait for the previous tile's TMA stores before stg is written again"),),
+             "the staging buffer is rewritten before the previous tile's TMA stores have read it",
+             "hazard", site="store",
+             why="st.shared into a buffer an in-flight cp.async.bulk tensor store reads"),
+    Mutation("sm90-04-b-expect-tx-one-slice-short", "sm90/04_pingpong_resident_b",
+             (P("mbarrier_arrive_expect_tx(b_full, (u32)(num_kb * B_SLICE_BYTES));",
+                "mbarrier_arrive_expect_tx(b_full, (u32)((num_kb - 1) * B_SLICE_BYTES));"),),
+             "the resident-B barrier expects one K slice fewer than the loads deliver",
+             "misuse", site="tx",
+             why="the last slice's complete_tx drives the tx-count below zero (PTX ISA mbarrier: tx-count "
+                 "range), which the PTX ISA leaves undefined; on an H100 one run deadlocked at tags 1 and 4, "
+                 "the next finished correct (results/2026-11-24-h100/README.md)"),
+    Mutation("sm90-05-no-producer-tail", "sm90/05_multicast_a",
+             (P("        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1, 3);",
+                "        (void)0;  // planted: no producer tail"),),
+             "a multicast producer exits without waiting for the peers' last releases",
+             "misuse", site="exit",
+             why="the CTA may exit while peer consumers still arrive on its empty barriers (CUTLASS load_tail)"),
+    # ---- FP8 on sm_100a -------------------------------------------------------------------------
+    Mutation("fp8-00-empty-first-wait-parity0", "fp8/00_ws_cta1",
+             (P("mbarrier_wait_parity(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once",
+                "mbarrier_wait_parity(&empty[s], phase, 1);"),),
+             "the producer's first wait on a fresh empty barrier uses parity 0", "deadlock", tags=(1,)),
+    Mutation("fp8-01-expect-tx-one-cta-short", "fp8/01_cta2",
+             (P("if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);",
+                "if (leader) mbarrier_arrive_expect_tx(&full[s], STAGE_BYTES);"),),
+             "cta_group::2: the leader's expect_tx counts its own stage, not the pair's", "misuse", site="tx",
+             why="both CTAs' TMA bytes complete on the leader's full[s]: the tx-count goes below zero"),
+    Mutation("fp8-01-commit-without-multicast", "fp8/01_cta2",
+             (P("tcgen05_commit_multicast<CG>(smem_u32(&empty[s]), 0b11);  // slot s free, in both CTAs",
+                "tcgen05_commit_multicast<CG>(smem_u32(&empty[s]), 0b01);"),),
+             "cta_group::2: the slot release is committed to the leader's empty barrier only",
+             "deadlock", tags=(1, 4),
+             why="the peer's producer never gets a slot back: its tail (tag 4) or its next lap (tag 1) waits"),
+    Mutation("fp8-01-acc-commit-wrong-barrier", "fp8/01_cta2",
+             (P("tcgen05_commit_multicast<CG>(smem_u32(mma_done), 0b11);",
+                "tcgen05_commit_multicast<CG>(smem_u32(&empty[0]), 0b11);"),),
+             "the accumulator-complete commit goes to slot 0's empty barrier instead of mma_done",
+             "deadlock", tags=(3,),
+             why="mma_done never completes: every epilogue warp waits at tag 3"),
+    Mutation("fp8-08a-acc-empty-one-warp-short", "fp8/08a_persistent_tiles",
+             (P("mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS);", "mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS + 1);"),),
+             "acc_empty expects one arrival more than the pair's epilogue warps make (their count one warp short)",
+             "deadlock", tags=(5,),
+             why="a buffer's first release never completes: the MMA warp's third tile waits at tag 5 (a count "
+                 "one too low instead hands the buffer back early, a race)"),
+    Mutation("fp8-08a-acc-phase-from-tile-parity", "fp8/08a_persistent_tiles",
+             (P("mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);",
+                "mbarrier_wait_parity(&acc_empty[buf], (sched.slot() & 1) ^ 1, 5);"),),
+             "the MMA warp takes the accumulator phase from the tile count's parity, not its lap over the buffers",
+             "deadlock", tags=(5,),
+             why="tile 1 waits on buffer 1's fresh acc_empty with parity 0: a release of the tile it is about "
+                 "to compute"),
+    Mutation("fp8-08a-ring-restarted-per-tile", "fp8/08a_persistent_tiles",
+             (P("      PipelineState<NUM_STAGES> ring;\n      for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {\n        const TileCoord tile = sched.coord(rank, BM, TN, CG);",
+                "      PipelineState<NUM_STAGES> ring;\n      for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {\n        const TileCoord tile = sched.coord(rank, BM, TN, CG);\n        ring = PipelineState<NUM_STAGES>{};  // planted: the ring restarts at every tile"),),
+             "persistent producer restarts its ring (slot and phase) at every tile; the MMA warp carries its",
+             "deadlock", tags=(1, 2), defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: on its second tile the producer waits for slot 1's second release while "
+                 "the MMA waits for slot 1's second load"),
+    Mutation("fp8-00-ring-not-wrapped", "fp8/00_ws_cta1",
+             (P("tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);",
+                "tma_load_2d(smem + SMEM_A_OFF + kb * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);"),
+              P("tma_load_2d(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, tile.n0);",
+                "tma_load_2d(smem + SMEM_B_OFF + kb * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, tile.n0);")),
+             "the producer's shared-memory slot is the K slice index, not wrapped at the ring size",
+             "misuse", site="outside", defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: slice 2's B box starts at the end of the B ring and runs past this CTA's "
+                 "shared memory (its A box lands in the free B slot 0)"),
+    Mutation("fp8-09-acc-released-before-wait-ld", "fp8/09_persistent_megakernel",
+             (P("    tcgen05_ld_32x32b_x32(t_row + c, acc);\n    if (j >= CH)",
+                "    tcgen05_ld_32x32b_x32(t_row + c, acc);\n"
+                "    if (j == 2 * CH - 1) { tcgen05_fence_before_thread_sync(); __syncwarp(); "
+                "if (lane == 0) mbarrier_arrive_remote_cta(acc_empty, 0); }  // planted: before wait::ld\n"
+                "    if (j >= CH)"),
+              P("  if (lane == 0) mbarrier_arrive_remote_cta(acc_empty, 0);\n  stage_copy_out",
+                "  stage_copy_out")),
+             "the epilogue releases the accumulator after its last tcgen05.ld but before tcgen05.wait::ld",
+             "hazard", site="tmem",
+             why="the MMA of a later tile may write the columns the unfinished tcgen05.ld still reads"),
+    Mutation("fp8-01-no-cluster-sync-teardown", "fp8/01_cta2",
+             (P("  tcgen05_fence_before_thread_sync();\n  cluster_sync();\n  if (warp == 1) {",
+                "  tcgen05_fence_before_thread_sync();\n  __syncthreads();  // planted: no cluster_sync\n  if (warp == 1) {"),),
+             "cta_group::2 teardown: the pair deallocates TMEM and exits without a cluster_sync",
+             "misuse", site="exit",
+             why="a CTA may exit (and free TMEM) while the leader's multicast commits still arrive on it"),
+    Mutation("fp8-00-dealloc-before-last-read", "fp8/00_ws_cta1",
+             (P("      tcgen05_commit<CG>(smem_u32(mma_done));     // the accumulator is complete",
+                "      tcgen05_dealloc<CG>(tmem_base, TMEM_COLS);  // planted: freed before anyone read it\n"
+                "      tcgen05_commit<CG>(smem_u32(mma_done));     // the accumulator is complete"),),
+             "the MMA warp frees TMEM right after issuing its last MMA, before the epilogue has read it",
+             "misuse", site="tmem",
+             why="the epilogue's tcgen05.ld (after mma_done, which follows the dealloc) reads unallocated columns"),
+    Mutation("fp8-05-wrong-lane-quarter", "fp8/05_epi_warps",
+             (P("    const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL;",
+                "    const u32 t_row = tmem_base + ((u32)(((warp - 2) % 4) * 32) << 16) + TMEM_ACC_COL;"),),
+             "epilogue warp w reads TMEM lanes 32*((w-2)%4), not its own quarter 32*(w%4)", "misuse",
+             site="quarter",
+             why="tcgen05.ld reaches only the lane quarter of warp w % 4 (PTX ISA tcgen05 data movement)"),
+    Mutation("fp8-f24-staging-reused-before-store-read", "fp8/variants/09_f24_swizzled_staging",
+             (P("  if (lane == 0) cp_async_bulk_wait_group_read<1>();\n  __syncwarp();\n#pragma unroll",
+                "  __syncwarp();  // planted: no wait for the previous half-0 TMA store\n#pragma unroll"),),
+             "F24: staging buffer 0 is rewritten before the previous tile's TMA store (Phase 2) has read it",
+             "hazard", site="store"),
+    # ---- NVFP4 ------------------------------------------------------------------------------------
+    Mutation("nvfp4-01-refill-wait-parity-flipped", "nvfp4/01_pipelined",
+             (P("mbarrier_wait_parity(&empty[s], phase, /*tag=*/2);", "mbarrier_wait_parity(&empty[s], phase ^ 1, /*tag=*/2);"),),
+             "the refill waits on empty[s] with the wrong parity and passes before the MMAs read the slot",
+             "hazard", site="read",
+             why="TMA rewrites a slot that an in-flight MMA (or tcgen05.cp) still reads"),
+    Mutation("nvfp4-01-expect-tx-sf-short", "nvfp4/01_pipelined",
+             (P("  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES);", "  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES - SFB_BYTES);"),),
+             "expect_tx leaves out the SFB box", "misuse", site="tx"),
+    Mutation("nvfp4-02-exit-before-store-read", "nvfp4/02_tma_store_epilogue",
+             (P("  cp_async_bulk_wait_group_read<0>();   // the staging tile has been read: the CTA may exit (SMEM freed)",
+                "  // planted: the CTA exits without waiting for its TMA stores to read the staging tile"),),
+             "the CTA exits while its TMA stores still read the staging tile", "misuse", site="exit"),
+    Mutation("nvfp4-00-full-wait-parity-fixed", "nvfp4/00_single_stage",
+             (P("mbarrier_wait_parity(full, kt & 1, /*tag=*/1);", "mbarrier_wait_parity(full, 0, /*tag=*/1);"),),
+             "the single-stage loop waits for parity 0 on every K tile", "hazard", site="read",
+             why="from the second K tile on the wait passes at once: the MMA reads a tile TMA is still writing"),
+)
+
+BY_ID = {m.id: m for m in CATALOG}
+if len(BY_ID) != len(CATALOG):
+    raise CatalogError("duplicate mutation ids in the catalog")
+
+
+def mutation(mid: str) -> Mutation:
+    if mid not in BY_ID:
+        raise KeyError(f"no mutation {mid!r}; have {sorted(BY_ID)}")
+    return BY_ID[mid]
+
+
+def of_family(family: str) -> list[Mutation]:
+    return [m for m in CATALOG if m.family == family]
+
+
+# ---------------------------------------------------------------------------------------------------
+# A stage on a patched file
+# ---------------------------------------------------------------------------------------------------
+class PatchedStage(Stage):
+    """`base` built from a patched copy of its file in a temporary folder. The copy sits alone in that
+    folder, which NVRTC searches first (pelib.build: the stage's folder, then src/kernels), so a patched
+    building block (folder/common/<name>.cuh) shadows src/kernels/common/<name>.cuh and every other
+    include resolves as for the original."""
+
+    def __init__(self, base: Stage, path: Path, mutation: Mutation):
+        super().__init__(base.path, base.defines)
+        self.path = path
+        self.base = base
+        self.mutation = mutation
+
+    def __repr__(self) -> str:
+        return f"PatchedStage({self.key!r}, {self.mutation.id!r})"
+
+    @property
+    def label(self) -> str:
+        return f"{super().label} [{self.mutation.id}]"
+
+    def with_defines(self, **defines) -> "PatchedStage":
+        return PatchedStage(self.base.with_defines(**defines), self.path, self.mutation)
+
+
+@contextlib.contextmanager
+def patched(stage: Stage | str, mut: Mutation | str):
+    """A PatchedStage on a temporary copy of `stage`'s file with `mut` applied (folder removed on exit)."""
+    mut = mutation(mut) if isinstance(mut, str) else mut
+    stage = Stage(stage, mut.defines) if isinstance(stage, str) else stage
+    if stage.key != mut.stage:
+        raise CatalogError(f"{mut.id} patches {mut.stage}, not {stage.key}")
+    srcs = mut.sources()
+    tmp = Path(tempfile.mkdtemp(prefix=f"pe-mut-{mut.id}-"))
+    try:
+        top = tmp / stage.path.name
+        top.write_text(srcs.pop(f"{mut.stage}.cu", stage.path.read_text()))
+        for rel, text in srcs.items():
+            if not rel.startswith("common/"):
+                raise CatalogError(f"{mut.id}: a patched header must be a common/ building block, not {rel}")
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_text(text)
+        yield PatchedStage(stage, top, mut)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stage_of(mut: Mutation | str, **defines) -> Stage:
+    mut = mutation(mut) if isinstance(mut, str) else mut
+    return Stage(mut.stage, {**mut.defines, **defines})
+
+
+def compile_check(mut: Mutation | str, **defines) -> _build.Build:
+    """NVRTC-build the mutated stage for its arch (cached like every build); BuildError if it does not."""
+    with patched(stage_of(mut, **defines), mut) as s:
+        return s.build
+
+
+# ---------------------------------------------------------------------------------------------------
+# Outcomes: what a run showed, and whether it is what the catalog expects
+# ---------------------------------------------------------------------------------------------------
+_TAG_RE = re.compile(r"mbarrier wait timed out after \d+ tries: tag=(\d+)")
+
+
+@dataclass
+class Outcome:
+    """What one run of a (mutated) stage showed: kind in deadlock | hazard | misuse | wrong | correct |
+    fault (a GPU trap without a printed tag) | hang | error; the wait tags a deadlock blocked at; the
+    report's text; the number of wrong elements and the output's sha256 where it finished."""
+
+    kind: str
+    tags: tuple = ()
+    detail: str = ""
+    n_bad: int | None = None
+    sha256: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "tags": list(self.tags), "detail": self.detail[:2000], "n_bad": self.n_bad,
+                "sha256": self.sha256}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Outcome":
+        return cls(d["kind"], tuple(d.get("tags") or ()), d.get("detail", ""), d.get("n_bad"), d.get("sha256"))
+
+
+def gpu_tags(text: str) -> tuple[int, ...]:
+    """The wait tags printed by bounded waits that timed out (common/mbarrier.cuh pe_wait_timeout)."""
+    return tuple(sorted({int(t) for t in _TAG_RE.findall(text)}))
+
+
+def matches(mut: Mutation, out: Outcome) -> tuple[bool, str]:
+    """Whether a simulator outcome is the report the catalog expects (kind AND site), and why not."""
+    if out.kind != mut.expect:
+        return False, f"expected {mut.expect}, got {out.kind}: {out.detail[:300]}"
+    if mut.expect == "deadlock":
+        if not set(out.tags) & set(mut.tags):
+            return False, f"deadlock at tags {sorted(out.tags)}, expected one of {list(mut.tags)}"
+    elif mut.expect in ("hazard", "misuse"):
+        if mut.site.lower() not in out.detail.lower():
+            return False, f"{out.kind} does not name {mut.site!r}: {out.detail[:300]}"
+    return True, ""
+
+
+def agrees(sim: Outcome, gpu: Outcome) -> tuple[bool, str]:
+    """Whether the simulator and the GPU tell the same story about one mutation: both deadlock and every
+    tag the GPU printed is a wait the simulator found blocked; or both finish with wrong outputs and the
+    same bytes (exact inputs: a deterministic mistake gives one output); or both correct."""
+    if gpu.kind in ("fault", "hang", "deadlock") and sim.kind == "deadlock":
+        if gpu.tags and not set(gpu.tags) <= set(sim.tags):
+            return False, f"GPU trapped at tags {list(gpu.tags)}, the simulator blocked at {list(sim.tags)}"
+        return True, "both deadlock" + (f" (GPU tags {list(gpu.tags)} among the simulator's {list(sim.tags)})"
+                                        if gpu.tags else " (GPU printed no tag)")
+    if gpu.kind == sim.kind == "wrong":
+        if gpu.sha256 and sim.sha256 and gpu.sha256 != sim.sha256:
+            return False, "both wrong, but the wrong outputs differ"
+        return True, f"both wrong, same output bytes ({gpu.n_bad} wrong elements)"
+    if gpu.kind == sim.kind == "correct":
+        return True, "both correct"
+    if gpu.kind == "fault" and "ILLEGAL_ADDRESS" in gpu.detail and sim.kind == "misuse" and "outside" in sim.detail:
+        return True, "both stop at an access outside the CTA's shared memory (GPU: CUDA_ERROR_ILLEGAL_ADDRESS)"
+    return False, f"simulator: {sim.kind}, GPU: {gpu.kind}"
+
+
+def gpu_expected(mut: Mutation, gpu: Outcome) -> bool:
+    """The GPU showed what the catalog says an H100 shows (a KernelFault from a trapped wait is a deadlock)."""
+    if mut.gpu == "deadlock":
+        return gpu.kind in ("fault", "deadlock") and "ILLEGAL_ADDRESS" not in gpu.detail
+    if mut.gpu == "illegal-address":
+        return gpu.kind == "fault" and "ILLEGAL_ADDRESS" in gpu.detail
+    return mut.gpu is not None and gpu.kind == mut.gpu
