@@ -389,7 +389,9 @@ class Stage:
         hook = spec_hook or (lambda specs: specs)
         if device == "sim":
             sim = _sim()
-            cfg = self.launch_config(prob, info=_device.DeviceInfo(False, "simulated"), grid=grid)
+            # a persistent grid for the kind's few simulated SMs, so its loops wrap on a test-size problem
+            cfg = self.launch_config(prob, info=_device.DeviceInfo(False, "simulated"), grid=grid,
+                                     sm_count=getattr(self.kind, "SIM_SM_COUNT", None))
             specs = hook(self.tensor_map_specs(prob, tensors))
             maps = {k: tma.TensorMap(s, cumap=None, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
             defines = self.defines if timing is None else {**self.defines, "TIMING": 1}
@@ -481,7 +483,8 @@ class Stage:
         info = _device.require(self.arch) if device == "gpu" else None
         t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
         tb = self.timing_build()
-        cfg = self.launch_config(prob, info=info or _device.DeviceInfo(False, "simulated"), grid=grid)
+        cfg = self.launch_config(prob, info=info or _device.DeviceInfo(False, "simulated"), grid=grid,
+                                 sm_count=None if info else getattr(self.kind, "SIM_SM_COUNT", None))
         lay = _timing.layout(tb, cfg.ctas)
         buf = _timing.alloc(lay, device=t["out"].device)     # beside the inputs (the GPU's, or the CPU's for sim)
         plan = self.plan(prob, t, device, timing=buf, info=info, grid=cfg.grid[0], spec_hook=spec_hook,

@@ -1,7 +1,6 @@
 // Simulated twin of common/convert.cuh (PTX ISA 9.7.9.21 cvt with .rn; 9.7.4 add.rn.bf16x2): the same
 // roundings in integer arithmetic, so the host compiler's flags cannot change a bit.
 #pragma once
-#include <cmath>
 #include "common/types.cuh"
 
 PE_DEVICE float bf16lo_to_f32(u32 x) { return __uint_as_float(x << 16); }

@@ -17,6 +17,7 @@
 // Every function takes the call site (file, line) through a defaulted argument, so a report names the
 // stage's source line.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -133,6 +134,10 @@ uint64_t globaltimer(Site site);
 #define __cluster_dims__(...)
 #define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
+// `__shared__ alignas(8) u64 bar;` puts alignas after a decl-specifier (thread_local), which C++ refuses;
+// the GNU attribute means the same and may stand there. No standard header is included after this point
+// (runtime/entry.h undefines it first).
+#define alignas(n) __attribute__((aligned(n)))
 
 struct alignas(16) uint4 {
   unsigned x, y, z, w;

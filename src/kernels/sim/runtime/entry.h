@@ -2,6 +2,7 @@
 // its arguments unpacked from an array of pointers (the same binding as a CUDA launch's kernelParams),
 // and this library copy's shared-memory window (its thread-local block; runtime/api.h).
 #pragma once
+#undef alignas
 #include <link.h>
 
 #include <cstddef>
