@@ -296,7 +296,7 @@ class SimReport:
         if self.ok:
             return f"simulated, seed {self.seed}: no deadlock, hazard or misuse ({self.stats.get('steps', 0):,} steps)"
         parts = []
-        for name, items in (("deadlock", self.deadlock), ("misuse", self.misuse), ("hazard", self.hazards)):
+        for name, items in (("hazard", self.hazards), ("misuse", self.misuse), ("deadlock", self.deadlock)):
             if items:
                 shown = "\n  ".join(items[:12]) + (f"\n  ... and {len(items) - 12} more" if len(items) > 12 else "")
                 parts.append(f"{name} ({len(items)}):\n  {shown}")
@@ -411,7 +411,9 @@ class SimPlan:
         r = self.report
         if r is None or r.ok:
             return
-        cls = SimDeadlock if r.deadlock else SimMisuse if r.misuse else SimHazard
+        # the earliest problem names the class: hazards never stop a run, a misuse stops it at once, and a
+        # deadlock is what is left at the end
+        cls = SimHazard if r.hazards else SimMisuse if r.misuse else SimDeadlock
         raise cls(f"{self.kernel} ({self.arch}{', ' + str(self.defines) if self.defines else ''}): {r.summary()}", r)
 
     def wait(self) -> None:

@@ -39,11 +39,15 @@ struct ThreadPub {
 };
 extern ThreadPub* g_pub;
 
+// The call site of a simulated instruction: a defaulted `Site site = Site()` parameter takes the file and
+// line of the call (the builtins as the constructor's default arguments are evaluated where the outer
+// function is called, as std::source_location::current() is).
 struct Site {
   const char* file;
   int line;
+  constexpr Site(const char* f = __builtin_FILE(), int l = __builtin_LINE()) : file(f), line(l) {}
 };
-#define PE_SIM_SITE pe_sim::Site site = pe_sim::Site{__builtin_FILE(), __builtin_LINE()}
+#define PE_SIM_SITE pe_sim::Site site = pe_sim::Site()
 
 // ---- identity and addresses ----
 unsigned smem_addr(const void* p, Site site);              // generic pointer -> shared::cta address

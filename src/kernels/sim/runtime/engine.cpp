@@ -121,6 +121,14 @@ struct Fiber {
   u64 bulk_open_group = 0;                       // the group new copies join until the next commit
   std::unordered_map<u64, int> bulk_pending;     // group -> copies not yet complete
   std::deque<u64> bulk_committed;                // committed groups, oldest first
+  struct StoreRec {
+    Cta* cta;
+    u32 off, n;
+    u64 op;
+    std::vector<uint8_t> snap;   // the source bytes when the store was issued
+    Site site;
+  };
+  std::unordered_map<u64, std::vector<StoreRec>> bulk_stores;   // group -> its stores (until retired)
   // tcgen05.ld results waiting for tcgen05.wait::ld
   struct PendingLd {
     u32* regs;
@@ -138,6 +146,8 @@ struct Barrier {
   int64_t pending = 0;
   int64_t tx = 0;
   u64 phase = 0;    // completed phases; the current phase's parity is phase & 1
+  u64 observed = 0; // completed phases a wait of this CTA has seen
+  u64 remote_gen = 0;   // cluster barrier generation + 1 of the last signal from a peer CTA
   std::vector<Fiber*> waiters;
 };
 
@@ -225,6 +235,8 @@ struct Cta {
   std::vector<Range> tmem_writes;        // in-flight MMA writes of TMEM: lo/hi = columns, lanes in what
   u64 clock = 0;
   int pending_ops = 0;                   // queued async ops that touch this CTA
+  std::vector<u64> tc_from;              // per peer rank: cluster barrier generation + 1 of its last
+                                         // tcgen05 op on this CTA (cta_group::2 MMA / cp, commit multicast)
 };
 
 struct Cluster {
@@ -422,6 +434,13 @@ inline Cta* cta_of_rank(Cta* me, u32 rank, Site s) {
   return v[rank];
 }
 
+// A peer's tcgen05 operation on CTA c (its TMEM, shared memory or barriers), for the teardown check.
+void note_tc_remote(Cta* from, Cta* c) {
+  if (from == c) return;
+  if (c->tc_from.size() < c->cluster->ctas.size()) c->tc_from.resize(c->cluster->ctas.size(), 0);
+  c->tc_from[size_t(from->rank)] = c->cluster->bar_gen + 1;
+}
+
 // A shared (::cta or ::cluster) address -> (CTA, window offset), checked against the window.
 struct SAddr {
   Cta* cta;
@@ -544,6 +563,8 @@ void bar_signal(Cta* c, u32 off, int arrivals, int64_t tx_add, int64_t tx_done, 
                "then fence.mbarrier_init and a CTA or cluster barrier before anyone signals it)", what, off, c->id), s, f);
     return;
   }
+  Cta* from = f ? f->cta : (E->cur ? E->cur->cta : nullptr);
+  if (from && from != c) b->remote_gen = c->cluster->bar_gen + 1;
   b->tx += tx_add;
   b->tx -= tx_done;
   if (arrivals) {
@@ -574,8 +595,10 @@ void fiber_main(void* arg) {
   // exit checks (PTX ISA: async operations must be waited before the thread exits)
   Site s = f->site;
   if (!f->lds.empty()) misuse("thread exits with a tcgen05.ld whose registers it never waited for (tcgen05.wait::ld)", s, f);
-  bool bulk_left = false;
+  bool bulk_left = !f->bulk_stores.empty();
   for (auto& g : f->bulk_pending) bulk_left |= g.second > 0;
+  for (auto& [g, recs] : f->bulk_stores)
+    for (auto& r : recs) remove_ranges(r.cta->reads, r.op);
   if (bulk_left)
     misuse("thread exits with bulk copies (TMA stores) not waited for: cp.async.bulk.commit_group and "
            "cp.async.bulk.wait_group before exit", s, f);
@@ -626,6 +649,33 @@ void cta_exit_check(Cta* c) {
     misuse(fmt("CTA %d exits with %d asynchronous operation(s) still in flight on its shared memory, TMEM or "
                "barriers (wait for them, or keep the cluster together until its peers are done)", c->id,
                c->pending_ops), s, c->fibers[0]);
+  for (auto& [off, b] : c->bars)
+    if (b.init && b.tx != 0)
+      misuse(fmt("CTA %d exits with its mbarrier at 0x%x holding a tx-count of %lld B (expect_tx and the bytes "
+                 "that arrived differ; %s)", c->id, off, (long long)b.tx, bar_state(b).c_str()), s, c->fibers[0]);
+  for (Cta* p : c->cluster->ctas) {
+    if (p == c || p->live == 0) continue;
+    for (auto& [off, b] : c->bars)
+      if (b.init && b.pending != int64_t(b.count) && b.count > 1) {
+        misuse(fmt("CTA %d exits while peer CTA %d still runs and its mbarrier at 0x%x is mid-phase (%lld of %u "
+                   "arrivals missing): a peer may still arrive on it (wait for its last phase, the producer "
+                   "tail, or cluster_sync before exit)", c->id, p->id, off, (long long)b.pending, b.count), s,
+               c->fibers[0]);
+        break;
+      }
+    for (auto& [off, b] : c->bars)
+      if (b.init && b.remote_gen == c->cluster->bar_gen + 1 && b.phase > b.observed) {
+        misuse(fmt("CTA %d exits while peer CTA %d still runs: its mbarrier at 0x%x took arrivals from peers since "
+                   "the last cluster barrier and its last completed phase was never waited for here, so nothing "
+                   "shows the peers are done with it (wait for the last phase, the producer tail, or cluster_sync "
+                   "before exit)", c->id, p->id, off), s, c->fibers[0]);
+        break;
+      }
+    if (size_t(p->rank) < c->tc_from.size() && c->tc_from[size_t(p->rank)] == c->cluster->bar_gen + 1)
+      misuse(fmt("CTA %d exits while peer CTA %d, which issued tcgen05 operations on it since the last cluster "
+                 "barrier, still runs (a cta_group::2 pair leaves together: cluster_sync before exit)", c->id, p->id),
+             s, c->fibers[0]);
+  }
   c->exited = true;
   bool all = true;
   for (Cta* p : c->cluster->ctas) all &= p->exited;
@@ -1002,7 +1052,10 @@ bool mbar_try_wait(unsigned addr, unsigned parity, Site s) {
     misuse_fatal(fmt("mbarrier.try_wait on 0x%x, which holds no initialized mbarrier", addr), s);
   point(s);
   b = find_bar(a.cta, a.off);
-  if (b && (b->phase & 1) != (parity & 1)) return true;
+  if (b && (b->phase & 1) != (parity & 1)) {
+    b->observed = std::max(b->observed, b->phase);
+    return true;
+  }
   // try_wait may suspend the thread for a while before it returns false: here, until the phase moves
   const u64 ph = b ? b->phase : 0;
   while (b && b->phase == ph) {
@@ -1030,7 +1083,10 @@ void mbar_wait(unsigned addr, unsigned parity, unsigned tag, Site s) {
   for (;;) {
     b = find_bar(a.cta, a.off);
     if (!b) misuse_fatal(fmt("mbarrier wait (tag %u): the barrier at 0x%x was invalidated", tag, addr), s);
-    if ((b->phase & 1) != (parity & 1)) break;
+    if ((b->phase & 1) != (parity & 1)) {
+      b->observed = std::max(b->observed, b->phase);
+      break;
+    }
     b->waiters.push_back(f);
     WaitInfo w;
     w.kind = W_MBAR;
@@ -1166,9 +1222,10 @@ void tma_store(const void* tmap, unsigned src, const int* coords, int ncoords, S
   c->reads.push_back(Range{off, off + g.footprint, id, "a TMA store", s});
   const u64 group = f->bulk_open_group;
   f->bulk_pending[group]++;
+  f->bulk_stores[group].push_back(
+      Fiber::StoreRec{c, off, g.footprint, id, std::vector<uint8_t>(c->win + off, c->win + off + g.footprint), s});
   event(EV_TMA_STORE, f, s);
-  op->complete = [m, cs, ncoords, c, off, id, f, group, g, s]() {
-    remove_ranges(c->reads, id);
+  op->complete = [m, cs, ncoords, c, off, f, group, s]() {
     tma_store_box(m, cs, ncoords, c->win, c->dyn_off + c->dyn_size, 0, off);
     event(EV_TMA_STORE_DONE, nullptr, s, -1, -1, -1, c);
     f->bulk_pending[group]--;
@@ -1188,11 +1245,7 @@ void bulk_wait(int n, bool, Site s) {
   Fiber* f = E->cur;
   point(s);
   for (;;) {
-    // every committed group but the newest n must be complete (PTX ISA cp.async.bulk.wait_group)
-    while (!f->bulk_committed.empty() && f->bulk_pending[f->bulk_committed.front()] == 0) {
-      f->bulk_pending.erase(f->bulk_committed.front());
-      f->bulk_committed.pop_front();
-    }
+    // every committed group but the newest n must be complete (PTX ISA 9.7.9.26 cp.async.bulk.wait_group)
     bool done = true;
     for (size_t i = 0; i + size_t(n) < f->bulk_committed.size(); ++i) done &= f->bulk_pending[f->bulk_committed[i]] == 0;
     if (done) break;
@@ -1200,6 +1253,20 @@ void bulk_wait(int n, bool, Site s) {
     w.kind = W_BULK;
     w.site = s;
     block(w);
+  }
+  // retire them: until now their sources could still be read, so a write to them before this point was a race
+  while (f->bulk_committed.size() > size_t(n)) {
+    const u64 g = f->bulk_committed.front();
+    f->bulk_committed.pop_front();
+    f->bulk_pending.erase(g);
+    for (auto& r : f->bulk_stores[g]) {
+      remove_ranges(r.cta->reads, r.op);
+      if (std::memcmp(r.snap.data(), r.cta->win + r.off, r.n) != 0)
+        hazard(fmt("shared memory [0x%x, 0x%x) of CTA %d, the source of a TMA store issued at %s:%d, was written "
+                   "before cp.async.bulk.wait_group.read retired the store (staging buffer reused before the "
+                   "store read it)", r.off, r.off + r.n, r.cta->id, short_file(r.site.file), r.site.line), s, f);
+    }
+    f->bulk_stores.erase(g);
   }
 }
 
@@ -1423,6 +1490,7 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
     }
     p->tmem_writes.push_back(Range{col, col + id.n, oid, "a tcgen05.mma", s});
   }
+  for (Cta* p : pair) note_tc_remote(c, p);
   Op* op = new Op();
   op->chain = tc_chain(f);
   op->what = "tcgen05.mma";
@@ -1465,6 +1533,7 @@ void tc_commit(int cg, unsigned bar, unsigned mask, bool multicast, Site s) {
     targets.push_back({cta_of_rank(me, (bar >> 24) & 0xFF, s), off});
   }
   (void)cg;
+  for (auto& t : targets) note_tc_remote(me, t.first);
   Op* op = new Op();
   op->chain = tc_chain(f);
   op->what = "tcgen05.commit";
@@ -1547,7 +1616,10 @@ void tc_cp_32x128b_warpx4(int cg, unsigned taddr, uint64_t desc, Site s) {
   const u64 oid = E->op_seq + 1;
   std::vector<Cta*> pair{c};
   if (cg == 2 && c->cluster->ctas.size() > size_t(c->rank) + 1) pair.push_back(c->cluster->ctas[c->rank + 1]);
-  for (Cta* p : pair) p->reads.push_back(Range{r.first, r.second, oid, "a tcgen05.cp", s});
+  for (Cta* p : pair) {
+    p->reads.push_back(Range{r.first, r.second, oid, "a tcgen05.cp", s});
+    note_tc_remote(c, p);
+  }
   Op* op = new Op();
   op->chain = tc_chain(f);
   op->what = "tcgen05.cp";
