@@ -145,3 +145,46 @@ def test_agreement_rules():
     assert C.agrees(C.Outcome("wrong", sha256="ab", n_bad=3), C.Outcome("wrong", sha256="ab", n_bad=3))[0]
     assert not C.agrees(C.Outcome("wrong", sha256="ab"), C.Outcome("wrong", sha256="cd"))[0]
     assert not C.agrees(C.Outcome("deadlock", (1,)), C.Outcome("wrong"))[0]
+
+
+# ---- the committed H100 proof (results/2026-11-24-h100/sim_proof.json) --------------------------------------
+
+def test_committed_proof_is_whole_and_its_bytes_are_the_reference():
+    """The JSON covers every sm90 stage file and every sm90 mutation; each stored output hashes to its name;
+    the stages' GPU output is the CPU torch reference of the same exact inputs, bit for bit."""
+    from pelib import sim_proof as P
+    doc = P.load_proof()
+    assert doc["name"].startswith("NVIDIA H100") and doc["driver"] and doc["date"] and doc["git"]
+    assert sorted(doc["stages"]) == sorted(s.key for s in P.sm90_stages())
+    assert sorted(doc["mutations"]) == sorted(m.id for m in P.sm90_mutations())
+    s = Stage("sm90/01_warp_specialized")
+    prob = s.problem(P.PROBLEM)
+    t = s.inputs(prob, P.SEED, "sim", exact=True)
+    want = P.sha256(P.bits_of(s.kind.reference(prob, t)))
+    for key, r in doc["stages"].items():
+        assert r["outcome"] == {**r["outcome"], "kind": "correct", "n_bad": 0, "sha256": want}, key
+        assert r["grid"] == P.grid_of(Stage(key), prob)
+    for r in list(doc["stages"].values()) + list(doc["mutations"].values()):
+        if r["outcome"]["sha256"]:
+            bits = P.committed_bits(doc, r["outcome"]["sha256"])
+            assert P.sha256(bits) == r["outcome"]["sha256"] and bits.shape == (prob.m, prob.n)
+    for mid, r in doc["mutations"].items():
+        m = C.mutation(mid)
+        assert r["as_expected"] == C.gpu_expected(m, C.Outcome.from_dict(r["outcome"]))
+        if m.gpu is not None:
+            assert r["as_expected"], (mid, r["outcome"])
+            if m.gpu == "wrong":
+                n_bad = P.compare(P.committed_bits(doc, r["outcome"]["sha256"]), s.kind.reference(prob, t))
+                assert n_bad == r["outcome"]["n_bad"] > 0
+
+
+
+def test_committed_proof_ran_todays_mutations():
+    """Each mutation in the committed GPU proof was built with the catalog's defines and today's patch: a
+    changed mutation needs a new GPU run (python -m pelib.sim_proof --device gpu)."""
+    from pelib import sim_proof as P
+    doc = P.load_proof()
+    for mid, r in doc["mutations"].items():
+        m = C.mutation(mid)
+        assert r["defines"] == {**m.defines, **C.GPU_DEFINES}, (mid, r["defines"])
+        assert r.get("patch_sha256") == C.patch_hash(m), mid

@@ -15,8 +15,9 @@ cannot silently rot when a stage changes), plus a one-line description and the e
     wrong      the kernel finishes and its output differs from the reference (on exact-arithmetic inputs:
                differs at all).
 
-`gpu` says what an H100 shows for an sm90 mutation ("deadlock", "wrong"), or None where the mistake is a
-race whose effect on hardware is a matter of timing (the simulator still reports it every time).
+`gpu` says what an H100 shows for an sm90 mutation ("deadlock": a bounded wait traps; "wrong"; "illegal-address":
+the launch faults with CUDA_ERROR_ILLEGAL_ADDRESS), or None where the mistake is a race whose effect on
+hardware is a matter of timing (the simulator still reports it).
 
     with patched(Stage("sm90/01_warp_specialized"), mutation("sm90-empty-first-wait-parity0")) as s:
         s.build          # NVRTC, the patched source
@@ -25,6 +26,7 @@ race whose effect on hardware is a matter of timing (the simulator still reports
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import shutil
 import tempfile
@@ -36,6 +38,7 @@ from .paths import KERNELS
 from .stage import Stage
 
 KINDS = ("deadlock", "hazard", "misuse", "wrong")
+GPU_SHOWS = ("deadlock", "wrong", "illegal-address")
 # A hang of a mutated stage on a GPU traps in about a second and prints its wait tag (pelib.sweep's
 # debug build: the call-free waits of the sm90 stages become the printing ones).
 GPU_DEFINES = {"PE_WAIT_PRINTF": 1, "PE_WAIT_LIMIT": 1 << 20}
@@ -64,7 +67,7 @@ class Mutation:
     expect: str                      # one of KINDS
     tags: tuple = ()                 # deadlock: wait tags at which a blocked fiber must be reported
     site: str = ""                   # hazard / misuse: a word the report's kind or message contains
-    gpu: str | None = None           # sm90: what an H100 shows ("deadlock", "wrong"); None: a race
+    gpu: str | None = None           # sm90: what an H100 shows (GPU_SHOWS); None: a race
     defines: dict = field(default_factory=dict)
     problem: str = "sim"
     why: str = ""                    # how the mistake becomes the expected report
@@ -76,6 +79,8 @@ class Mutation:
             raise CatalogError(f"{self.id}: a deadlock names the wait tags where it shows")
         if self.expect in ("hazard", "misuse") and not self.site:
             raise CatalogError(f"{self.id}: a {self.expect} names the site (a word of the report)")
+        if self.gpu is not None and self.gpu not in GPU_SHOWS:
+            raise CatalogError(f"{self.id}: gpu={self.gpu!r}, one of {GPU_SHOWS} or None")
 
     @property
     def family(self) -> str:
@@ -98,6 +103,13 @@ class Mutation:
                                    f"changed? update the catalog): {p.find[:80]!r}")
             out[rel] = text.replace(p.find, p.replace)
         return out
+
+
+def patch_hash(m: "Mutation") -> str:
+    """sha256 over a mutation's patches and defines: what a recorded run of it must have used."""
+    h = hashlib.sha256(repr((m.stage, [(p.file, p.find, p.replace) for p in m.patches],
+                             sorted(m.defines.items()))).encode())
+    return h.hexdigest()
 
 
 def P(find: str, replace: str, file: str | None = None) -> Patch:
@@ -136,9 +148,11 @@ CATALOG: tuple[Mutation, ...] = (
                 "          const u32 phase = (it / NUM_STAGES) & 1;\n          const u64 tw = timing_now();\n"
                 "          mbarrier_wait_parity_nocall(&empty[s], phase ^ 1, 1);"),),
              "persistent producer restarts its ring position at every tile; the consumers carry theirs",
-             "deadlock", tags=(1, 2), gpu="deadlock",
-             why="on its second tile the producer refills slots 0.. while the consumers wait for slot "
-                 "num_kb % NUM_STAGES (needs two tiles per CTA and num_kb not a multiple of the ring)"),
+             "deadlock", tags=(1, 2), gpu="deadlock", defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: the producer's second tile refills slot 0 once its second release "
+                 "came, then waits for slot 1's second release, while the consumers wait for slot 1's second "
+                 "load (with a deeper ring a restarted producer may pass a fresh barrier's parity-1 wait "
+                 "first, a race)"),
     Mutation("sm90-02-tile-rank-offset-lost", "sm90/02_persistent_cluster",
              (P("return TileCoord{(m_blk * CG + rank) * BM, n_blk * TN};",
                 "return TileCoord{(m_blk + rank) * BM, n_blk * TN};", "common/tile_map.cuh"),),
@@ -157,6 +171,14 @@ CATALOG: tuple[Mutation, ...] = (
                 "mbarrier_wait_parity_nocall(&turn[wg], n & 1, 5);"),),
              "ping-pong: both warpgroups wait for their turn with the same parity, so neither goes first",
              "deadlock", tags=(5,), gpu="deadlock"),
+    Mutation("sm90-00a-ring-not-wrapped", "sm90/00a_smem_ring",
+             (P("tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, m0);",
+                "tma_load_2d(smem + SMEM_A_OFF + kb * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, m0);"),
+              P("tma_load_2d(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, n0);",
+                "tma_load_2d(smem + SMEM_B_OFF + kb * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, n0);")),
+             "the loads' shared-memory slot is the K slice index, not wrapped at the ring size",
+             "misuse", site="outside", gpu="illegal-address", defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: slice 2's B box runs over the barriers and past this CTA's shared memory"),
     Mutation("sm90-03-staging-reused-before-store-read", "sm90/03_staged_epilogue",
              (P("if (tid == 0) cp_async_bulk_wait_group_read<0>();  // the previous tile's stores have read stg",
                 "// planted: no wait for the previous tile's TMA stores before stg is written again"),),
@@ -169,7 +191,8 @@ CATALOG: tuple[Mutation, ...] = (
              "the resident-B barrier expects one K slice fewer than the loads deliver",
              "misuse", site="tx",
              why="the last slice's complete_tx drives the tx-count below zero (PTX ISA mbarrier: tx-count "
-                 "range); on hardware the phase completes early and the last slice usually lands in time"),
+                 "range), which the PTX ISA leaves undefined; on an H100 one run deadlocked at tags 1 and 4, "
+                 "the next finished correct (results/2026-11-24-h100/README.md)"),
     Mutation("sm90-05-no-producer-tail", "sm90/05_multicast_a",
              (P("        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1, 3);",
                 "        (void)0;  // planted: no producer tail"),),
@@ -192,35 +215,41 @@ CATALOG: tuple[Mutation, ...] = (
              "cta_group::2: the slot release is committed to the leader's empty barrier only",
              "deadlock", tags=(1, 4),
              why="the peer's producer never gets a slot back: its tail (tag 4) or its next lap (tag 1) waits"),
-    Mutation("fp8-08a-acc-commit-wrong-barrier", "fp8/08a_persistent_tiles",
-             (P("tcgen05_commit_multicast<CG>(smem_u32(&acc_full[buf]), 0b11);",
-                "tcgen05_commit_multicast<CG>(smem_u32(&acc_full[buf ^ 1]), 0b11);"),),
-             "the accumulator-complete commit goes to the other buffer's barrier", "deadlock", tags=(3,),
-             why="the epilogue waits on acc_full[0] of tile 0, which is never committed"),
+    Mutation("fp8-01-acc-commit-wrong-barrier", "fp8/01_cta2",
+             (P("tcgen05_commit_multicast<CG>(smem_u32(mma_done), 0b11);",
+                "tcgen05_commit_multicast<CG>(smem_u32(&empty[0]), 0b11);"),),
+             "the accumulator-complete commit goes to slot 0's empty barrier instead of mma_done",
+             "deadlock", tags=(3,),
+             why="mma_done never completes: every epilogue warp waits at tag 3"),
     Mutation("fp8-08a-acc-empty-one-warp-short", "fp8/08a_persistent_tiles",
-             (P("mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS);", "mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS - 1);"),),
-             "acc_empty counts one epilogue warp too few", "hazard", site="tmem",
-             why="the accumulator is handed back while one warp still reads it: the next MMA into it races "
-                 "that warp's tcgen05.ld"),
-    Mutation("fp8-08a-acc-phase-not-carried", "fp8/08a_persistent_tiles",
-             (P("mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);",
-                "mbarrier_wait_parity(&acc_empty[buf], 0 ^ 1, 5);"),),
-             "persistent MMA warp waits on acc_empty with the first lap's parity on every tile",
+             (P("mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS);", "mbarrier_init(&acc_empty[b], CG * NUM_EPI_WARPS + 1);"),),
+             "acc_empty expects one arrival more than the pair's epilogue warps make (their count one warp short)",
              "deadlock", tags=(5,),
-             why="a buffer's second use waits for a phase that completes only after that use (three tiles "
-                 "per cluster)"),
+             why="a buffer's first release never completes: the MMA warp's third tile waits at tag 5 (a count "
+                 "one too low instead hands the buffer back early, a race)"),
+    Mutation("fp8-08a-acc-phase-from-tile-parity", "fp8/08a_persistent_tiles",
+             (P("mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);",
+                "mbarrier_wait_parity(&acc_empty[buf], (sched.slot() & 1) ^ 1, 5);"),),
+             "the MMA warp takes the accumulator phase from the tile count's parity, not its lap over the buffers",
+             "deadlock", tags=(5,),
+             why="tile 1 waits on buffer 1's fresh acc_empty with parity 0: a release of the tile it is about "
+                 "to compute"),
     Mutation("fp8-08a-ring-restarted-per-tile", "fp8/08a_persistent_tiles",
              (P("      PipelineState<NUM_STAGES> ring;\n      for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {\n        const TileCoord tile = sched.coord(rank, BM, TN, CG);",
                 "      PipelineState<NUM_STAGES> ring;\n      for (PersistentTileScheduler<ACC_BUFS> sched(first, clusters, total_tiles, n_tiles); sched.valid(); sched.advance()) {\n        const TileCoord tile = sched.coord(rank, BM, TN, CG);\n        ring = PipelineState<NUM_STAGES>{};  // planted: the ring restarts at every tile"),),
              "persistent producer restarts its ring (slot and phase) at every tile; the MMA warp carries its",
-             "deadlock", tags=(1, 2),
-             why="on the second tile the producer waits for slot 0's next release while the MMA waits for a "
-                 "slot the producer skipped (num_kb not a multiple of NUM_STAGES)"),
-    Mutation("fp8-08a-ring-not-wrapped", "fp8/08a_persistent_tiles",
-             (P("    if (++index == STAGES) {", "    if (++index == STAGES + 1) {", "common/scheduler.cuh"),),
-             "the ring index runs one slot past the end before wrapping (common/scheduler.cuh PipelineState)",
-             "misuse", site="bounds",
-             why="slot NUM_STAGES addresses shared memory past the A ring and a barrier past full[]"),
+             "deadlock", tags=(1, 2), defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: on its second tile the producer waits for slot 1's second release while "
+                 "the MMA waits for slot 1's second load"),
+    Mutation("fp8-00-ring-not-wrapped", "fp8/00_ws_cta1",
+             (P("tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);",
+                "tma_load_2d(smem + SMEM_A_OFF + kb * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, tile.m0);"),
+              P("tma_load_2d(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, tile.n0);",
+                "tma_load_2d(smem + SMEM_B_OFF + kb * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, tile.n0);")),
+             "the producer's shared-memory slot is the K slice index, not wrapped at the ring size",
+             "misuse", site="outside", defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: slice 2's B box starts at the end of the B ring and runs past this CTA's "
+                 "shared memory (its A box lands in the free B slot 0)"),
     Mutation("fp8-09-acc-released-before-wait-ld", "fp8/09_persistent_megakernel",
              (P("    tcgen05_ld_32x32b_x32(t_row + c, acc);\n    if (j >= CH)",
                 "    tcgen05_ld_32x32b_x32(t_row + c, acc);\n"
@@ -239,10 +268,12 @@ CATALOG: tuple[Mutation, ...] = (
              "misuse", site="exit",
              why="a CTA may exit (and free TMEM) while the leader's multicast commits still arrive on it"),
     Mutation("fp8-00-dealloc-before-last-read", "fp8/00_ws_cta1",
-             (P("  tcgen05_fence_before_thread_sync();\n  __syncthreads();\n  if (warp == 1) {",
-                "  tcgen05_fence_before_thread_sync();\n  if (warp == 1) {  // planted: no __syncthreads before the dealloc"),),
-             "TMEM is deallocated without waiting for the epilogue's last tcgen05.ld", "misuse", site="tmem",
-             why="the epilogue warps read columns that are no longer allocated"),
+             (P("      tcgen05_commit<CG>(smem_u32(mma_done));     // the accumulator is complete",
+                "      tcgen05_dealloc<CG>(tmem_base, TMEM_COLS);  // planted: freed before anyone read it\n"
+                "      tcgen05_commit<CG>(smem_u32(mma_done));     // the accumulator is complete"),),
+             "the MMA warp frees TMEM right after issuing its last MMA, before the epilogue has read it",
+             "misuse", site="tmem",
+             why="the epilogue's tcgen05.ld (after mma_done, which follows the dealloc) reads unallocated columns"),
     Mutation("fp8-05-wrong-lane-quarter", "fp8/05_epi_warps",
              (P("    const u32 t_row = tmem_base + ((u32)(sub * 32) << 16) + TMEM_ACC_COL;",
                 "    const u32 t_row = tmem_base + ((u32)(((warp - 2) % 4) * 32) << 16) + TMEM_ACC_COL;"),),
@@ -258,7 +289,7 @@ CATALOG: tuple[Mutation, ...] = (
     Mutation("nvfp4-01-refill-wait-parity-flipped", "nvfp4/01_pipelined",
              (P("mbarrier_wait_parity(&empty[s], phase, /*tag=*/2);", "mbarrier_wait_parity(&empty[s], phase ^ 1, /*tag=*/2);"),),
              "the refill waits on empty[s] with the wrong parity and passes before the MMAs read the slot",
-             "hazard", site="read", problem="ring",
+             "hazard", site="read",
              why="TMA rewrites a slot that an in-flight MMA (or tcgen05.cp) still reads"),
     Mutation("nvfp4-01-expect-tx-sf-short", "nvfp4/01_pipelined",
              (P("  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES);", "  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES - SFB_BYTES);"),),
@@ -407,11 +438,15 @@ def agrees(sim: Outcome, gpu: Outcome) -> tuple[bool, str]:
         return True, f"both wrong, same output bytes ({gpu.n_bad} wrong elements)"
     if gpu.kind == sim.kind == "correct":
         return True, "both correct"
+    if gpu.kind == "fault" and "ILLEGAL_ADDRESS" in gpu.detail and sim.kind == "misuse" and "outside" in sim.detail:
+        return True, "both stop at an access outside the CTA's shared memory (GPU: CUDA_ERROR_ILLEGAL_ADDRESS)"
     return False, f"simulator: {sim.kind}, GPU: {gpu.kind}"
 
 
 def gpu_expected(mut: Mutation, gpu: Outcome) -> bool:
     """The GPU showed what the catalog says an H100 shows (a KernelFault from a trapped wait is a deadlock)."""
     if mut.gpu == "deadlock":
-        return gpu.kind in ("fault", "deadlock")
+        return gpu.kind in ("fault", "deadlock") and "ILLEGAL_ADDRESS" not in gpu.detail
+    if mut.gpu == "illegal-address":
+        return gpu.kind == "fault" and "ILLEGAL_ADDRESS" in gpu.detail
     return mut.gpu is not None and gpu.kind == mut.gpu

@@ -381,20 +381,26 @@ class Stage:
         return tuple(out)
 
     def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None,
-             spec_hook=None):
+             spec_hook=None, sim_seed: int = 0):
         """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim').
         `spec_hook(specs) -> specs` may change the tensor maps first (a host-side change such as F21's L2
-        promotion)."""
+        promotion). `sim_seed` picks the simulated interleaving (PELIB_SIM_SEED overrides it)."""
         prob = self.problem(problem)
         hook = spec_hook or (lambda specs: specs)
         if device == "sim":
             sim = _sim()
-            cfg = self.launch_config(prob, info=_device.DeviceInfo(False, "simulated"), grid=grid)
+            # a persistent grid for the kind's few simulated SMs, so its loops wrap on a test-size problem
+            cfg = self.launch_config(prob, info=_device.DeviceInfo(False, "simulated"), grid=grid,
+                                     sm_count=getattr(self.kind, "SIM_SM_COUNT", None))
             specs = hook(self.tensor_map_specs(prob, tensors))
             maps = {k: tma.TensorMap(s, cumap=None, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
-            return sim.prepare(self.build, self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
+            defines = self.defines if timing is None else {**self.defines, "TIMING": 1}
+            plan = sim.prepare(self.build if timing is None else self.timing_build(),
+                               self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
                                cluster=cfg.cluster, smem=cfg.smem, kernel=self.build.kernel, arch=self.arch,
-                               defines=self.defines)
+                               defines=defines, seed=sim_seed, timing=timing is not None)
+            plan.config = cfg
+            return plan
         if device != "gpu":
             raise StageError(f"device={device!r}: plan() launches on 'gpu' or 'sim'")
         cfg = self.launch_config(prob, info=info, grid=grid)
@@ -427,11 +433,12 @@ class Stage:
 
     def run(self, problem="small", device: str = "gpu", *, seed: int = 0, verify: bool = True, time: bool = True,
             iters: int = 20, warmup: int = 3, inputs: dict | None = None, ref=None, spec_hook=None,
-            hook=None) -> dict:
+            hook=None, grid: int | None = None, sim_seed: int = 0) -> dict:
         """llm.c's order: poison the output, launch, verify against the torch reference, and only then time.
 
         device='gpu' launches through pelib.launch (the stage's GPU only), 'sim' through pelib.sim (the
-        CPU model: protocol and data, never a time), 'compile' only builds and configures. `spec_hook`
+        CPU model: protocol and data, never a time; `sim_seed` picks its interleaving and the result carries the
+        plan, whose report holds the event log), 'compile' only builds and configures. `spec_hook`
         changes the tensor maps (see plan); `hook(inputs)`, if given, returns a context entered around the
         launches (e.g. an L2 access-policy window over B). Returns a result dict with the launch config,
         the verification report, and the timing statistics (measured)."""
@@ -446,8 +453,10 @@ class Stage:
                     "evidence": evidence_label(self.build)}
         info = _device.require(self.arch) if device == "gpu" else None
         t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
-        plan = self.plan(prob, t, device, info=info, spec_hook=spec_hook)
+        plan = self.plan(prob, t, device, info=info, spec_hook=spec_hook, grid=grid, sim_seed=sim_seed)
         cfg = getattr(plan, "config", None)
+        if device == "sim":
+            res["plan"] = plan
         res.update(device=info.describe() if info else "pelib.sim (CPU model)",
                    evidence=f"measured ({info.name})" if info else "simulated (pelib.sim)",
                    config=cfg, launch=cfg.as_dict() if cfg else None)
@@ -456,6 +465,8 @@ class Stage:
                 _verify.poison(t["out"])
                 plan.run()
                 plan.wait()
+                if device == "sim":
+                    res["sim"] = plan.report
                 rep = self.check(prob, t, ref)
                 res.update(ok=rep.ok, verify=rep, max_abs=rep.max_abs, n_bad=rep.n_bad)
             if device == "sim":   # the simulator's report: deadlock, hazards, misuse, seeds, the event log
@@ -468,16 +479,18 @@ class Stage:
         return res
 
     def run_timing(self, problem="small", device: str = "gpu", *, seed: int = 0, inputs: dict | None = None,
-                   spec_hook=None, hook=None):
+                   spec_hook=None, hook=None, grid: int | None = None, sim_seed: int = 0):
         """The TIMING=1 build launched once after a warm-up; its clock64 records decoded (pelib.timing)."""
         prob = self.problem(problem)
         info = _device.require(self.arch) if device == "gpu" else None
         t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
         tb = self.timing_build()
-        cfg = self.launch_config(prob, info=info or _device.DeviceInfo(False, "simulated"))
+        cfg = self.launch_config(prob, info=info or _device.DeviceInfo(False, "simulated"), grid=grid,
+                                 sm_count=None if info else getattr(self.kind, "SIM_SM_COUNT", None))
         lay = _timing.layout(tb, cfg.ctas)
         buf = _timing.alloc(lay, device=t["out"].device)     # beside the inputs (the GPU's, or the CPU's for sim)
-        plan = self.plan(prob, t, device, timing=buf, info=info, grid=cfg.grid[0], spec_hook=spec_hook)
+        plan = self.plan(prob, t, device, timing=buf, info=info, grid=cfg.grid[0], spec_hook=spec_hook,
+                         sim_seed=sim_seed)
         with hook(t) if hook else _nothing():
             plan.run()          # warm-up: caches, TLBs, the module load
             plan.wait()

@@ -43,27 +43,7 @@
 #include "common/types.cuh"
 #include "common/cluster.cuh"
 
-#define PE_WAIT_BOUNDED_PRINTF 0
-#define PE_WAIT_BOUNDED_TRAP 1
-#define PE_WAIT_UNBOUNDED 2
-#ifndef PE_WAIT_KIND
-#ifdef PE_UNBOUNDED_WAIT
-#define PE_WAIT_KIND PE_WAIT_UNBOUNDED
-#else
-#define PE_WAIT_KIND PE_WAIT_BOUNDED_PRINTF
-#endif
-#endif
-#if PE_WAIT_KIND < 0 || PE_WAIT_KIND > 2
-#error "PE_WAIT_KIND: 0 (bounded, printf), 1 (bounded, trap) or 2 (unbounded)"
-#endif
-#if PE_WAIT_KIND == PE_WAIT_BOUNDED_PRINTF && !defined(PE_WAIT_PRINTF)
-#define PE_WAIT_KIND_NOCALL PE_WAIT_BOUNDED_TRAP
-#else
-#define PE_WAIT_KIND_NOCALL PE_WAIT_KIND
-#endif
-#ifndef PE_WAIT_LIMIT
-#define PE_WAIT_LIMIT (1u << 26)  // tries, each of which may suspend for a hardware time slice
-#endif
+#include "common/wait_kind.cuh"
 
 // PTX ISA: mbarrier.init: expected arrival count of the first phase
 PE_DEVICE void mbarrier_init(u64* bar, u32 count) {

@@ -41,19 +41,7 @@ enum pe_phase : u32 {
 #define PE_TIMING_TILES 16
 #endif
 
-// PTX ISA: Special Registers: %clock64 (volatile: not moved across the timed code)
-PE_DEVICE u64 clock64_read() {
-  u64 t;
-  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) :: "memory");
-  return t;
-}
-
-// PTX ISA: Special Registers: %globaltimer (nanoseconds)
-PE_DEVICE u64 globaltimer_read() {
-  u64 t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) :: "memory");
-  return t;
-}
+#include "common/clock.cuh"
 
 #ifdef TIMING
 PELIB_EXPORT(timing_warps, PE_TIMING_WARPS);

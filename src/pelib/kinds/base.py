@@ -84,6 +84,9 @@ class Kind:
     EMULATED_TILE = (1, 0)           # the (row block, column block) emulate_check replays by default
     MMA_OPCODES: tuple = ()          # SASS opcodes the facts row counts
     TENSOR_ALIASES: dict = {}        # kernel parameter name -> inputs key (sm90's `c` is the output)
+    # The simulator's test size (problem 'sim'): several K slices, more tiles than the resident CTAs of a
+    # persistent grid sized for SIM_SM_COUNT SMs, so persistent loops and rings wrap; small enough for a CPU.
+    SIM_SM_COUNT = 4
 
     # ---- problems, inputs, reference ----
     def problem(self, p):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import banks, emulate, precision, staging
+from .. import banks, emulate, precision, problems, staging
 from .base import Kind, KindError, bf16_bits, bf16_value
 
 
@@ -57,6 +57,15 @@ def check_epi_map(ex: dict) -> list[str]:
 class Fp8(Kind):
     family = "fp8"
     MMA_OPCODES = ("UTCQMMA",)
+    # The simulator's test size: 6 pair tiles of 256 x 256 over 3 K slices; the persistent stages' 2 clusters
+    # (SIM_SM_COUNT = 4) take 3 tiles each, so both accumulator buffers and the ring wrap.
+    SIM = (768, 512, 384)
+
+    def problem(self, p):
+        if p == "sim":
+            m, n, k = self.SIM
+            return problems.PatchEmbed(name="sim", m=m, n=n, k=k)
+        return super().problem(p)
 
     def check_launch(self, stage, prob) -> None:
         ex = stage.exports

@@ -210,6 +210,8 @@ class Nvfp4(Kind):
             return p
         if p == "ring":   # 8 K tiles: every ring of 1..7 stages wraps
             return problems.NvFp4Gemm("ring", 128, 256, 2048)
+        if p == "sim":    # the simulator's: 2 CTAs, 6 K tiles (the default 4-stage ring wraps)
+            return problems.NvFp4Gemm("sim", 128, 256, 1536)
         return problems.nvfp4_gemm(self.FULL if p == "full" else p)
 
     def check_problem(self, stage, prob) -> None:

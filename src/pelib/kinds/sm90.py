@@ -16,7 +16,9 @@ from .base import Kind, KindError, bf16_bits, bf16_value
 #   k128    one K slice (a ring position is both the first and last of its tile), 5 row tiles per CTA;
 #   tail    the last row tile is partial (TMA zero-fills, the epilogue skips rows);
 #   medium  ~18 row tiles per resident-B CTA, many per persistent 02/03 CTA.
-CHECK_SHAPES = {"small": (5632, 768, 256), "k128": (14080, 768, 128), "tail": (1000, 768, 768)}
+#   sim     the simulator's: 3 K slices, the last row tile 8 rows, rows wrap the 196 positions twice; on
+#           SIM_SM_COUNT = 4 SMs every persistent CTA or cluster takes 3 to 7 tiles.
+CHECK_SHAPES = {"small": (5632, 768, 256), "k128": (14080, 768, 128), "tail": (1000, 768, 768), "sim": (392, 768, 384)}
 CHECK_PROBLEMS = ("small", "k128", "tail", "medium")
 RESIDUE_PERIOD = 49   # row tiles of 64 rows whose comb rows repeat: 196 / gcd(196, 64)
 

@@ -1,0 +1,154 @@
+// The C ABI of the data-path models: what pelib (ctypes) and tests/test_sim_models.py call.
+// Each function returns 0 on success, or 1 with the ModelError text copied into err[0, err_len).
+// The engine links this translation unit into its host build (pe_sim_encode_tensormap is called by
+// pelib.sim); the C++ API in the headers is what the simulated twins of src/kernels/common use.
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "model/error.h"
+#include "model/tensormap.h"
+#include "model/tma_box.h"
+
+namespace {
+int fail(char* err, uint64_t err_len, const std::string& what) {
+  if (err && err_len) {
+    size_t n = std::min<size_t>(what.size(), size_t(err_len - 1));
+    std::memcpy(err, what.data(), n);
+    err[n] = 0;
+  }
+  return 1;
+}
+}  // namespace
+
+#define PE_SIM_TRY(...)                                  \
+  try {                                                  \
+    __VA_ARGS__;                                         \
+    return 0;                                            \
+  } catch (const pe_sim::ModelError& e) {                \
+    return fail(err, err_len, e.what);                   \
+  } catch (const std::exception& e) {                    \
+    return fail(err, err_len, e.what());                 \
+  }
+
+extern "C" {
+
+// See model/tensormap.h for the argument list.
+int pe_sim_encode_tensormap(void* out128, int dtype_code, int elem_bytes, int rank, const uint64_t* dims,
+                            const uint64_t* strides, const uint32_t* box, const uint32_t* estrides, int swizzle,
+                            int interleave, int oob_fill, int l2_promotion, uint64_t global_address, char* err,
+                            uint64_t err_len) {
+  if (!out128) return fail(err, err_len, "out128 is null");
+  PeSimTensorMap m;
+  std::string why = pe_sim::encode_tensormap(m, dtype_code, elem_bytes, rank, dims, strides, box, estrides,
+                                             swizzle, interleave, oob_fill, l2_promotion, global_address);
+  if (!why.empty()) return fail(err, err_len, "tensor map is invalid (cuTensorMapEncodeTiled rules): " + why);
+  std::memcpy(out128, &m, sizeof m);
+  return 0;
+}
+
+// Any ModelError of tensormap_from (e.g. a driver-encoded map) as text; 0 when the 128 bytes are valid.
+int pe_sim_check_tensormap(const void* map128, char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::tensormap_from(map128))
+}
+
+// tma_load_box / tma_store_box (model/tma_box.h); *bytes = the complete_tx count / bytes read.
+int pe_sim_tma_load_box(const void* map128, const int32_t* coords, int ncoords, uint8_t* smem, uint32_t smem_size,
+                        uint32_t smem_base_addr, uint32_t dst_addr, uint32_t* bytes, char* err, uint64_t err_len) {
+  PE_SIM_TRY(uint32_t b = pe_sim::tma_load_box(pe_sim::tensormap_from(map128), coords, ncoords, smem, smem_size,
+                                               smem_base_addr, dst_addr);
+             if (bytes) *bytes = b)
+}
+
+int pe_sim_tma_store_box(const void* map128, const int32_t* coords, int ncoords, const uint8_t* smem,
+                         uint32_t smem_size, uint32_t smem_base_addr, uint32_t src_addr, uint32_t* bytes, char* err,
+                         uint64_t err_len) {
+  PE_SIM_TRY(uint32_t b = pe_sim::tma_store_box(pe_sim::tensormap_from(map128), coords, ncoords, smem, smem_size,
+                                                smem_base_addr, src_addr);
+             if (bytes) *bytes = b)
+}
+
+}  // extern "C"
+
+#include "model/gmma.h"
+
+extern "C" {
+
+// decode_gmma_desc: out4 = {start, lbo, sbo, swizzle}, *base_offset.
+int pe_sim_decode_gmma_desc(uint64_t desc, uint32_t* out4, uint32_t* base_offset, char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::SmemDescFields f = pe_sim::decode_gmma_desc(desc); out4[0] = f.start; out4[1] = f.lbo;
+             out4[2] = f.sbo; out4[3] = uint32_t(f.swizzle); *base_offset = f.base_offset)
+}
+
+// The bytes a K-major operand of `rows` x `kbytes` occupies through a wgmma descriptor (row-major out).
+int pe_sim_read_gmma_operand(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_addr, uint64_t desc,
+                             uint32_t rows, uint32_t kbytes, uint8_t* out, char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::read_kmajor(pe_sim::decode_gmma_desc(desc), rows, kbytes, smem, smem_size, smem_base_addr,
+                                 out, "operand"))
+}
+
+// gmma_e4m3 with the 128 threads' fragments stored contiguously: acc[t * (N/2) + i].
+int pe_sim_gmma_e4m3(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_addr, uint64_t adesc,
+                     uint64_t bdesc, int N, int scale_d, float* acc, char* err, uint64_t err_len) {
+  float* rows[128];
+  for (int t = 0; t < 128; ++t) rows[t] = acc + size_t(t) * (N > 0 ? N / 2 : 0);
+  PE_SIM_TRY(pe_sim::gmma_e4m3(smem, smem_size, smem_base_addr, adesc, bdesc, N, scale_d != 0, rows))
+}
+
+}  // extern "C"
+
+#include "model/umma.h"
+
+extern "C" {
+
+// decode_umma_smem_desc: out4 = {start, lbo, sbo, swizzle}, *base_offset.
+int pe_sim_decode_umma_smem_desc(uint64_t desc, uint32_t* out4, uint32_t* base_offset, char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::SmemDescFields f = pe_sim::decode_umma_smem_desc(desc); out4[0] = f.start; out4[1] = f.lbo;
+             out4[2] = f.sbo; out4[3] = uint32_t(f.swizzle); *base_offset = f.base_offset)
+}
+
+// decode_umma_idesc: out16 = {m, n, a_fmt, b_fmt, c_fmt, a_major, b_major, a_neg, b_neg, scale_fmt, a_sf_id,
+// b_sf_id, k_size, sparse, saturate, max_shift}.
+int pe_sim_decode_umma_idesc(uint32_t idesc, int kind, int32_t* out16, char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::UmmaIdesc d = pe_sim::decode_umma_idesc(idesc, kind);
+             const int32_t v[16] = {int32_t(d.m), int32_t(d.n), d.a_fmt, d.b_fmt, d.c_fmt, d.a_major, d.b_major,
+                                    d.a_neg, d.b_neg, d.scale_fmt, d.a_sf_id, d.b_sf_id, d.k_size, d.sparse,
+                                    d.saturate, d.max_shift};
+             std::memcpy(out16, v, sizeof v))
+}
+
+// The bytes of an operand read through an sm_100 descriptor, K-major (elem_bytes ignored) or MN-major.
+int pe_sim_read_umma_operand(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_addr, uint64_t desc,
+                             uint32_t rows, uint32_t kbytes, int mn_major, uint32_t elem_bytes, uint8_t* out,
+                             char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::SmemDescFields f = pe_sim::decode_umma_smem_desc(desc);
+             if (mn_major) pe_sim::read_mnmajor(f, rows, kbytes, elem_bytes, smem, smem_size, smem_base_addr, out, "operand");
+             else pe_sim::read_kmajor(f, rows, kbytes, smem, smem_size, smem_base_addr, out, "operand"))
+}
+
+// umma_mma over `cta_group` CTAs given as parallel arrays (CTA 0 = the even CTA of the pair).
+int pe_sim_umma_mma(int kind, int cta_group, const uint8_t* const* smem, const uint32_t* smem_size,
+                    const uint32_t* smem_base_addr, uint32_t* const* tmem, const uint32_t* alloc_col0,
+                    const uint32_t* alloc_cols, uint32_t d_tmem, uint64_t adesc, uint64_t bdesc, uint32_t idesc,
+                    int enable_input_d, uint32_t sfa_tmem, uint32_t sfb_tmem, char* err, uint64_t err_len) {
+  pe_sim::UmmaCta c[2] = {};
+  for (int v = 0; v < cta_group && v < 2; ++v)
+    c[v] = pe_sim::UmmaCta{smem[v], smem_size[v], smem_base_addr[v], tmem[v], alloc_col0[v], alloc_cols[v]};
+  PE_SIM_TRY(pe_sim::umma_mma(kind, cta_group, c, d_tmem, adesc, bdesc, idesc, enable_input_d != 0, sfa_tmem, sfb_tmem))
+}
+
+// tmem_ld_32x32b: regs[t * x + i].
+int pe_sim_tmem_ld_32x32b(uint32_t* tmem, uint32_t alloc_col0, uint32_t alloc_cols, int warp, uint32_t taddr, int x,
+                          uint32_t* regs, char* err, uint64_t err_len) {
+  pe_sim::UmmaCta c{nullptr, 0, 0, tmem, alloc_col0, alloc_cols};
+  PE_SIM_TRY(pe_sim::tmem_ld_32x32b(c, warp, taddr, x, regs))
+}
+
+int pe_sim_tmem_cp_32x128b_warpx4(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_addr, uint32_t* tmem,
+                                  uint32_t alloc_col0, uint32_t alloc_cols, uint32_t taddr, uint64_t src_desc,
+                                  char* err, uint64_t err_len) {
+  pe_sim::UmmaCta c{smem, smem_size, smem_base_addr, tmem, alloc_col0, alloc_cols};
+  PE_SIM_TRY(pe_sim::tmem_cp_32x128b_warpx4(c, taddr, src_desc))
+}
+
+}  // extern "C"

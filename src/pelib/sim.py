@@ -1,0 +1,438 @@
+"""Run a stage's own CUDA source on the CPU: the simulator's host build, launch and reports.
+
+    plan = pelib.sim.prepare(build, args, grid=..., block=..., cluster=..., smem=..., kernel=..., arch=...,
+                             defines=..., seed=0)
+    plan.run()          # raises SimDeadlock / SimHazard / SimMisuse (all SimError) naming thread and line
+    plan.report         # SimReport: ok, seed, deadlock / hazards / misuse lists, events
+
+The stage file is compiled unchanged by a host C++ compiler (g++ >= 11 or clang++ >= 14, found at run
+time) with `-I src/kernels/sim -I src/kernels`, so `#include "common/<x>.cuh"` picks the simulated twin
+of each instruction header (src/kernels/sim/common) and the real building blocks. The engine
+(src/kernels/sim/runtime: fibers, scheduler, memories, asynchronous units, reports) and the data-path
+models (src/kernels/sim/model) are one shared library; each stage build is another, loaded once per CTA
+slot (its thread-local block is that CTA's shared memory; runtime/api.h). Both are cached like NVRTC
+builds (pelib.cache: every file the compiler opened, by content, atomic writes).
+
+Evidence: "simulated" — the stage's own source ran on the CPU model (protocol, indexing, data path);
+the simulated clock only orders events and is never a time.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import cache as _cache, sim_tensormap, tma
+from .paths import KERNELS
+
+SIM_DIR = KERNELS / "sim"
+RUNTIME_SOURCES = ("runtime/engine.cpp", "runtime/fiber.cpp")
+OPT = os.environ.get("PELIB_SIM_OPT", "-O1")
+CXXFLAGS = ("-std=c++17", "-fPIC", "-shared", "-g0", "-fno-strict-aliasing", "-Wno-unknown-pragmas",
+            "-Wno-ignored-attributes", "-Wno-attributes")
+MIN_VERSIONS = {"g++": 11, "clang++": 14}
+STACK_BYTES = 64 * 1024          # per simulated thread
+MAX_EVENTS = 2_000_000
+MAX_STEPS = 200_000_000           # scheduler steps before a run counts as not finishing (PELIB_SIM_MAX_STEPS)
+SMEM_LIMIT = 227 * 1024          # common/limits.cuh PE_SMEM_LIMIT (the engine checks a launch against it)
+EVIDENCE = "simulated (pelib.sim: the stage's own source on the CPU model; no time)"
+EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
+               "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc", "tmem_ld",
+               "tmem_cp", "bar_sync", "cluster_sync", "exit")
+# struct PeSimEvent of runtime/engine.cpp
+EVENT_DTYPE = np.dtype([("seq", "<u8"), ("cta", "<i4"), ("cluster", "<i4"), ("rank", "<i4"), ("warp", "<i4"),
+                        ("lane", "<i4"), ("kind", "<i4"), ("barrier", "<i4"), ("parity", "<i4"), ("tag", "<i4"),
+                        ("line", "<i4"), ("file", "<i4"), ("pad", "<i4")])
+
+
+class SimError(RuntimeError):
+    """The simulated run found a problem; .report holds everything, the message names thread, line and seed."""
+
+    def __init__(self, message: str, report: "SimReport | None" = None):
+        super().__init__(message)
+        self.report = report
+
+
+class SimDeadlock(SimError):
+    """No simulated thread can run and not all have exited: every blocked thread's wait site is listed."""
+
+
+class SimHazard(SimError):
+    """Shared memory or TMEM touched while an asynchronous operation still reads or writes it."""
+
+
+class SimMisuse(SimError):
+    """An instruction used against its rules (TMEM outside the allocation, exit with work pending, ...)."""
+
+
+class SimToolchainError(RuntimeError):
+    """No usable host C++ compiler for the simulator."""
+
+
+# ---- the host compiler -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Compiler:
+    path: str
+    kind: str          # "g++" or "clang++"
+    version: str
+
+    @property
+    def tool(self) -> str:
+        return f"{self.kind}-{self.version}"
+
+
+_COMPILER: Compiler | None = None
+
+
+def _probe(cmd: str) -> Compiler | None:
+    path = shutil.which(cmd)
+    if not path:
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    kind = "clang++" if "clang" in out else "g++"
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out.splitlines()[0] if out else "")
+    if not m:
+        return None
+    if int(m.group(1)) < MIN_VERSIONS[kind]:
+        return None
+    return Compiler(path, kind, m.group(0))
+
+
+def compiler() -> Compiler:
+    """The host compiler: $PELIB_SIM_CXX, $CXX, g++, clang++ or c++, the first that is new enough."""
+    global _COMPILER
+    if _COMPILER is None:
+        tried = []
+        for c in (os.environ.get("PELIB_SIM_CXX"), os.environ.get("CXX"), "g++", "clang++", "c++"):
+            if not c:
+                continue
+            tried.append(c)
+            got = _probe(c)
+            if got:
+                _COMPILER = got
+                break
+        else:
+            raise SimToolchainError(
+                f"the simulator needs a host C++17 compiler, g++ >= 11 or clang++ >= 14 (tried {', '.join(tried)}): "
+                "install one (Debian/Ubuntu: apt-get install g++; conda: conda install -c conda-forge gxx) or "
+                "point PELIB_SIM_CXX at it")
+    return _COMPILER
+
+
+# ---- host builds, cached -----------------------------------------------------------------------------
+
+_CACHE_DIR: Path | None = None      # tests may set it (like pelib.build.CACHE_DIR)
+_LOCK = threading.Lock()
+
+
+def _store() -> _cache.Cache:
+    return _cache.Cache(_CACHE_DIR) if _CACHE_DIR is not None else _cache.DEFAULT
+
+
+@dataclass
+class HostBuild:
+    """A shared library the host compiler built (or the cache gave back)."""
+
+    path: Path
+    cached: bool
+    seconds: float = 0.0
+    log: str = ""
+
+
+def _compile(name: str, source_text: str, files: list[tuple[str, bytes]], flags: list[str], out_name: str) -> HostBuild:
+    """Compile one translation unit (given as text) into a shared library, through the cache."""
+    import time
+    cc = compiler()
+    base = _cache.key(files=files + [("tu.cpp", source_text.encode())], options={"flags": flags}, tool=cc.tool)
+    store = _store()
+    entry = store.lookup(name, base, require=(out_name,))
+    if entry is not None and entry.read(out_name) is not None:
+        return HostBuild(entry.path / out_name, True)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pelib-sim-") as tmp:
+        src = Path(tmp) / "tu.cpp"
+        src.write_text(source_text)
+        out = Path(tmp) / out_name
+        dep = Path(tmp) / "tu.d"
+        cmd = [cc.path, *flags, "-MD", "-MF", str(dep), str(src), "-o", str(out)]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SimBuildError(f"the host compiler could not build {name} for the simulator:\n"
+                                f"{' '.join(cmd)}\n{p.stderr.strip()[-6000:]}")
+        deps = [d for d in _cache.parse_depfile(dep.read_text()) if d.resolve() != src.resolve()]
+        data = out.read_bytes()
+        secs = time.perf_counter() - t0
+        e = store.store(name, base, deps, {out_name: data}, {"compiler": cc.tool, "flags": flags})
+        if e is not None:
+            return HostBuild(e.path / out_name, False, secs, p.stderr)
+        keep = Path(tempfile.mkdtemp(prefix="pelib-sim-uncached-")) / out_name
+        keep.write_bytes(data)
+        return HostBuild(keep, False, secs, p.stderr)
+
+
+class SimBuildError(RuntimeError):
+    """The host compiler rejected the stage, a twin header or the engine; the message has its log."""
+
+
+def _includes() -> list[str]:
+    return [f"-I{SIM_DIR}", f"-I{KERNELS}"]
+
+
+def engine_build() -> HostBuild:
+    """The engine + models library (src/kernels/sim/runtime and model), cached."""
+    text = "".join(f'#include "{SIM_DIR / s}"\n' for s in RUNTIME_SOURCES)
+    return _compile("pesim-engine", text, [], [*CXXFLAGS, OPT, *_includes()], "libpesim.so")
+
+
+def _define_flags(defines: dict) -> list[str]:
+    out = []
+    for k, v in sorted((defines or {}).items()):
+        out.append(f"-D{k}" if v is None or v is True else f"-D{k}={int(v) if isinstance(v, bool) else v}")
+    return out
+
+
+def stage_build(source: Path, kernel: str, defines: dict | None = None) -> HostBuild:
+    """The stage file, unchanged, plus the entry point (runtime/entry.h), as a host shared library."""
+    source = Path(source).resolve()
+    text = f'#include "{source}"\n#include "runtime/entry.h"\nPE_SIM_ENTRY({kernel})\n'
+    flags = [*CXXFLAGS, OPT, *_includes(), *_define_flags(defines or {})]
+    return _compile(f"{source.stem}-sim", text, [], flags, "stage.so")
+
+
+# ---- loading ---------------------------------------------------------------------------------------
+
+_ENGINE: dict[str, ctypes.CDLL] = {}
+_COPIES: dict[str, list[ctypes.CDLL]] = {}
+_COPY_DIR: Path | None = None
+
+
+def _engine() -> ctypes.CDLL:
+    b = engine_build()
+    key = str(b.path)
+    if key not in _ENGINE:
+        lib = ctypes.CDLL(key, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+        lib.pe_sim_run.argtypes = [ctypes.c_void_p]
+        lib.pe_sim_run.restype = ctypes.c_int
+        lib.pe_sim_report_json.restype = ctypes.c_char_p
+        lib.pe_sim_events.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+        lib.pe_sim_events.restype = ctypes.c_void_p
+        lib.pe_sim_event_size.restype = ctypes.c_int
+        if lib.pe_sim_event_size() != EVENT_DTYPE.itemsize:
+            raise SimBuildError("runtime/engine.cpp's PeSimEvent and pelib.sim.EVENT_DTYPE differ: keep them in step")
+        _ENGINE[key] = lib
+    return _ENGINE[key]
+
+
+def _copies(lib: Path, n: int) -> list[ctypes.CDLL]:
+    """n loaded copies of one stage library: each copy's thread-local block is one CTA's shared memory."""
+    global _COPY_DIR
+    key = str(lib)
+    have = _COPIES.setdefault(key, [])
+    if len(have) < n:
+        if _COPY_DIR is None:
+            _COPY_DIR = Path(tempfile.mkdtemp(prefix="pelib-sim-slots-"))
+        for i in range(len(have), n):
+            dst = _COPY_DIR / f"{abs(hash(key)):x}-{i}.so"
+            shutil.copyfile(lib, dst)
+            have.append(ctypes.CDLL(str(dst), mode=os.RTLD_NOW | os.RTLD_LOCAL))
+    return have[:n]
+
+
+# ---- the launch ------------------------------------------------------------------------------------
+
+class _Launch(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint32 * 3), ("block", ctypes.c_uint32 * 3), ("cluster", ctypes.c_uint32 * 3),
+                ("smem", ctypes.c_uint32), ("smem_limit", ctypes.c_uint32), ("seed", ctypes.c_uint64),
+                ("nslots", ctypes.c_int32), ("entries", ctypes.POINTER(ctypes.c_void_p)),
+                ("windows", ctypes.POINTER(ctypes.c_void_p)), ("args", ctypes.POINTER(ctypes.c_void_p)),
+                ("nranges", ctypes.c_int32), ("ranges", ctypes.POINTER(ctypes.c_uint64)),
+                ("max_events", ctypes.c_int64), ("stack_bytes", ctypes.c_uint64), ("max_steps", ctypes.c_uint64)]
+
+
+@dataclass
+class SimReport:
+    """What one simulated run found. `events` is the event log (pelib.sim.EVENT_KINDS), a list of dicts."""
+
+    ok: bool
+    seed: int
+    deadlock: list = field(default_factory=list)
+    hazards: list = field(default_factory=list)
+    misuse: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    events_array: np.ndarray | None = field(default=None, repr=False)
+    files: list = field(default_factory=list, repr=False)
+
+    @property
+    def events(self) -> list[dict]:
+        """One dict per event in simulated order: seq (an order stamp, never a time), cta, cluster, rank, warp,
+        lane, role, kind, barrier (shared offset), parity, tag, line, file."""
+        if self.events_array is None:
+            return []
+        a = self.events_array
+        out = []
+        for r in a.tolist():
+            seq, cta, cl, rank, warp, lane, kind, bar, par, tag, line, fi, _ = r
+            out.append({"seq": seq, "cta": cta, "cluster": cl, "rank": rank, "warp": warp, "lane": lane,
+                        "role": f"warp {warp}" if warp >= 0 else "async unit", "kind": EVENT_KINDS[kind],
+                        "barrier": None if bar < 0 else bar, "slot": None, "acc": None,
+                        "parity": None if par < 0 else par, "tag": None if tag < 0 else tag, "line": line,
+                        "file": self.files[fi] if 0 <= fi < len(self.files) else None})
+        return out
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"simulated, seed {self.seed}: no deadlock, hazard or misuse ({self.stats.get('steps', 0):,} steps)"
+        parts = []
+        for name, items in (("hazard", self.hazards), ("misuse", self.misuse), ("deadlock", self.deadlock)):
+            if items:
+                shown = "\n  ".join(items[:12]) + (f"\n  ... and {len(items) - 12} more" if len(items) > 12 else "")
+                parts.append(f"{name} ({len(items)}):\n  {shown}")
+        return f"simulated, seed {self.seed} (reproduce with PELIB_SIM_SEED={self.seed}):\n" + "\n".join(parts)
+
+
+def default_seed(seed: int = 0) -> int:
+    env = os.environ.get("PELIB_SIM_SEED", "")
+    return int(env) if env.strip() else int(seed)
+
+
+def _ptr(x) -> int:
+    return int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.ctypes.data)
+
+
+class SimPlan:
+    """A prepared simulated launch: run() executes it (synchronously), wait() is a no-op, report holds the result."""
+
+    def __init__(self, stage_lib: HostBuild, args: tuple, grid, block, cluster, smem: int, kernel: str, arch: str,
+                 defines: dict, seed: int, timing: bool = False, slots: int | None = None,
+                 max_events: int = MAX_EVENTS):
+        self.lib = stage_lib
+        self.kernel, self.arch, self.defines = kernel, arch, dict(defines or {})
+        self.grid, self.block, self.cluster = tuple(grid), tuple(block), tuple(cluster)
+        self.smem = int(smem)
+        self.seed = int(seed)
+        self.timing = timing
+        self.max_events = int(max_events)
+        self.report: SimReport | None = None
+        self.config = None
+        cx = int(np.prod(self.cluster))
+        ctas = int(np.prod(self.grid))
+        self.slots = slots or min(ctas, max(cx, 2 * cx if cx > 1 else 4))
+        self._keep = []
+        self._argv, self._ranges = self._bind(args)
+
+    def _bind(self, args):
+        vals, ranges = [], []
+        for a in args:
+            if isinstance(a, tma.TensorMap):
+                raw = sim_tensormap.encode(a.spec)
+                buf = np.zeros(128 + 64, np.uint8)
+                off = (-buf.ctypes.data) % 64
+                view = buf[off:off + 128]
+                view[:] = np.frombuffer(raw, np.uint8)
+                self._keep.append(buf)
+                vals.append(view.ctypes.data)
+                if a.owner is not None and hasattr(a.owner, "data_ptr"):
+                    ranges.append((int(a.owner.data_ptr()), a.owner.numel() * a.owner.element_size()))
+            elif a is None:
+                b = np.zeros(1, np.uint64)
+                self._keep.append(b)
+                vals.append(b.ctypes.data)
+            elif hasattr(a, "data_ptr"):   # a tensor: the kernel gets its address
+                if a.device.type != "cpu":
+                    raise SimError(f"device='sim' runs on the CPU: a tensor on {a.device} cannot be simulated")
+                if not a.is_contiguous():
+                    raise SimError("device='sim': pass contiguous tensors (the kernel indexes them densely)")
+                b = np.array([a.data_ptr()], np.uint64)
+                self._keep.append((b, a))
+                vals.append(b.ctypes.data)
+                ranges.append((int(a.data_ptr()), a.numel() * a.element_size()))
+            elif isinstance(a, np.generic):
+                b = np.array([a], a.dtype)
+                self._keep.append(b)
+                vals.append(b.ctypes.data)
+            else:
+                raise SimError(f"device='sim': no binding for a kernel argument of type {type(a).__name__}")
+        argv = (ctypes.c_void_p * max(1, len(vals)))(*vals)
+        flat = np.array([x for r in ranges for x in r] or [0], np.uint64)
+        self._keep.append(flat)
+        return argv, (flat, len(ranges))
+
+    def run(self, check: bool = True) -> SimReport:
+        eng = _engine()
+        copies = _copies(self.lib.path, self.slots)
+        entries = (ctypes.c_void_p * self.slots)(*[ctypes.cast(c.pe_sim_kernel_entry, ctypes.c_void_p).value for c in copies])
+        windows = (ctypes.c_void_p * self.slots)(*[ctypes.cast(c.pe_sim_window, ctypes.c_void_p).value for c in copies])
+        flat, nr = self._ranges
+        L = _Launch()
+        L.grid[:] = [int(x) for x in self.grid]
+        L.block[:] = [int(x) for x in self.block]
+        L.cluster[:] = [int(x) for x in self.cluster]
+        L.smem = self.smem
+        L.smem_limit = SMEM_LIMIT
+        L.seed = self.seed
+        L.nslots = self.slots
+        L.entries = ctypes.cast(entries, ctypes.POINTER(ctypes.c_void_p))
+        L.windows = ctypes.cast(windows, ctypes.POINTER(ctypes.c_void_p))
+        L.args = ctypes.cast(self._argv, ctypes.POINTER(ctypes.c_void_p))
+        L.nranges = nr
+        L.ranges = flat.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64))
+        L.max_events = self.max_events
+        L.stack_bytes = STACK_BYTES
+        L.max_steps = int(os.environ.get("PELIB_SIM_MAX_STEPS", MAX_STEPS))
+        with _LOCK:   # one engine per process
+            eng.pe_sim_run(ctypes.byref(L))
+            doc = json.loads(eng.pe_sim_report_json().decode())
+            n = ctypes.c_int64(0)
+            p = eng.pe_sim_events(ctypes.byref(n))
+            ev = (np.frombuffer((ctypes.c_char * (n.value * EVENT_DTYPE.itemsize)).from_address(p), EVENT_DTYPE).copy()
+                  if n.value else np.zeros(0, EVENT_DTYPE))
+        stats = {k: doc.get(k) for k in ("steps", "switches", "ops", "p_async", "p_yield", "events_truncated")}
+        stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster))
+        self.report = SimReport(ok=bool(doc["ok"]), seed=self.seed, deadlock=doc["deadlock"], hazards=doc["hazards"],
+                                misuse=doc["misuse"], stats=stats, events_array=ev, files=doc["files"])
+        if check:
+            self.raise_for_report()
+        return self.report
+
+    def raise_for_report(self) -> None:
+        r = self.report
+        if r is None or r.ok:
+            return
+        # the earliest problem names the class: hazards never stop a run, a misuse stops it at once, and a
+        # deadlock is what is left at the end
+        cls = SimHazard if r.hazards else SimMisuse if r.misuse else SimDeadlock
+        raise cls(f"{self.kernel} ({self.arch}{', ' + str(self.defines) if self.defines else ''}): {r.summary()}", r)
+
+    def wait(self) -> None:
+        return None
+
+    @property
+    def events(self) -> list[dict]:
+        return self.report.events if self.report else []
+
+
+def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=None, seed: int = 0,
+            timing: bool = False, slots: int | None = None, max_events: int = MAX_EVENTS) -> SimPlan:
+    """A simulated launch of `build`'s source (a pelib.build.Build: its source file and kernel name) with the
+    same arguments a GPU launch binds (tensor maps as pelib.tma.TensorMap, tensors on the CPU, scalars).
+    The seed picks the interleaving (PELIB_SIM_SEED overrides it)."""
+    src = getattr(build, "source", build)
+    lib = stage_build(Path(src), kernel, defines)
+    g = tuple(grid) + (1,) * (3 - len(tuple(grid)))
+    b = tuple(block) + (1,) * (3 - len(tuple(block)))
+    c = tuple(cluster) + (1,) * (3 - len(tuple(cluster)))
+    return SimPlan(lib, tuple(args), g, b, c, smem, kernel, arch, defines or {}, default_seed(seed), timing, slots,
+                   max_events)

@@ -1,0 +1,391 @@
+"""The simulator proven on Hopper: every sm90 stage on exact-arithmetic inputs, and the catalog's sm90
+mutations, on an H100 and in pelib.sim, compared.
+
+    PYTHONPATH=src python3 -m pelib.sim_proof --device gpu --out results/2026-11-24-h100   # on the H100
+    PYTHONPATH=src python -m pelib.sim_proof --device sim                                  # on a CPU
+
+--device gpu writes <out>/sim_proof.json (device, driver, date, git rev; per stage the output's sha256;
+per mutation what the GPU did: KernelFault and the wait tags its trapped waits printed, KernelHang, wrong
+output with its count of wrong elements and sha256, or correct) and <out>/sim_proof/<sha256[:16]>.npz,
+each distinct output's BF16 bits once (stages computing the same GEMM on the same inputs share one). Every
+job runs in a worker process: a trap leaves the CUDA context unusable, so the worker exits and the next job
+starts a new one. --device sim runs the same jobs in the simulator and compares them with the committed
+JSON (the stages bit for bit, the mutations by pelib.sim_catalog.agrees); tests/test_sim_catalog.py asserts
+the same comparison.
+
+Every job uses the problem 'sim' of the kind (several K slices, a partial last row tile, more tiles than
+resident CTAs so persistent loops wrap), seed 0, and the grid the simulator launches (launch_config with
+the kind's SIM_SM_COUNT), so both back ends run one launch.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import device as _device, launch, sim_catalog as C, stages as _stages, verify
+from .paths import ROOT
+from .stage import Stage
+
+PROBLEM = "sim"
+SEED = 0
+JOB_TIMEOUT_S = 90.0
+PROOF_JSON = ROOT / "results" / "2026-11-24-h100" / "sim_proof.json"
+GPU_TIMEOUT_S = 20.0       # pelib.launch's watchdog for one launch here (KernelHang after it)
+
+
+def sm90_stages() -> list[Stage]:
+    return [Stage(p) for p in _stages.family_stages("sm90")]
+
+
+def sm90_mutations() -> list[C.Mutation]:
+    return C.of_family("sm90")
+
+
+def jobs() -> list[dict]:
+    return ([{"job": "stage", "stage": s.key} for s in sm90_stages()]
+            + [{"job": "mutation", "id": m.id, "stage": m.stage} for m in sm90_mutations()])
+
+
+def grid_of(stage: Stage, prob) -> int:
+    """The simulator's grid: the kind's SIM_SM_COUNT SMs, so a persistent stage's loops wrap."""
+    return stage.launch_config(prob, info=_device.DeviceInfo(False, "simulated"),
+                               sm_count=stage.kind.SIM_SM_COUNT).grid[0]
+
+
+def bits_of(out: torch.Tensor) -> np.ndarray:
+    return out.detach().cpu().contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def sha256(bits: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(bits).tobytes()).hexdigest()
+
+
+def compare(bits: np.ndarray, ref: torch.Tensor) -> int:
+    """Elements whose bits differ from the reference's (exact inputs: the output is one set of bits)."""
+    return int((bits != bits_of(ref)).sum())
+
+
+# ---- one job ---------------------------------------------------------------------------------------------
+
+def _setup(job: dict):
+    """(stage or patched-stage context, problem, defines) of a job."""
+    if job["job"] == "stage":
+        return Stage(job["stage"]), None
+    m = C.mutation(job["id"])
+    return C.stage_of(m), m
+
+
+def run_gpu(job: dict, out_dir: Path | None) -> dict:
+    """One job on this process's GPU: the outcome (kind correct / wrong / fault / hang) and the output's
+    sha256; faults are returned, not raised (the caller must exit: the context is unusable)."""
+    base, mut = _setup(job)
+    info = _device.require(base.arch)
+    with (C.patched(base.with_defines(**C.GPU_DEFINES), mut) if mut else _plain(base)) as s:
+        defines = dict(s.defines)
+        prob = s.problem(mut.problem if mut else PROBLEM)
+        t = s.inputs(prob, SEED, "gpu", info, exact=True)
+        grid = grid_of(s, prob)
+        plan = s.plan(prob, t, "gpu", info=info, grid=grid)
+        rec = {**job, **({"patch_sha256": C.patch_hash(mut)} if mut else {}), "problem": prob.name, "shape": [prob.m, prob.n, prob.k], "grid": grid,
+               "block": s.exports.num_threads, "cluster": s.exports.cluster_x, "defines": defines, "seed": SEED}
+        verify.poison(t["out"])
+        try:
+            plan.run()
+            plan.wait(timeout_s=GPU_TIMEOUT_S)
+        except launch.KernelFault as e:
+            _flush_device_printf()
+            return {**rec, "outcome": C.Outcome("fault", detail=f"KernelFault: {e}").as_dict(), "fatal": True}
+        except launch.KernelHang as e:
+            return {**rec, "outcome": C.Outcome("hang", detail=f"KernelHang: {e}").as_dict(), "fatal": True}
+        cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in t.items()}
+        return {**rec, **_finished(s, prob, cpu, out_dir)}
+
+
+def _finished(s, prob, t: dict, out_dir: Path | None) -> dict:
+    bits = bits_of(t["out"])
+    ref = s.kind.reference(prob, t)
+    n_bad = compare(bits, ref)
+    h = sha256(bits)
+    if out_dir is not None:
+        f = out_dir / f"{h[:16]}.npz"
+        if not f.exists():
+            np.savez_compressed(f, bits=bits)
+    kind = "correct" if n_bad == 0 else "wrong"
+    return {"outcome": C.Outcome(kind, n_bad=n_bad, sha256=h).as_dict(), "file": f"{h[:16]}.npz"}
+
+
+def run_sim(job: dict, seed: int = SEED) -> dict:
+    """One job in pelib.sim: the outcome (correct / wrong / deadlock / hazard / misuse) and the output's
+    sha256 where the launch finished."""
+    from . import sim   # the CPU back end, merged from its own branch
+    base, mut = _setup(job)
+    with (C.patched(base, mut) if mut else _plain(base)) as s:
+        prob = s.problem(mut.problem if mut else PROBLEM)
+        t = s.inputs(prob, SEED, "sim", exact=True)
+        grid = grid_of(s, prob)
+        plan = s.plan(prob, t, "sim", grid=grid, seed=seed)
+        verify.poison(t["out"])
+        try:
+            plan.run()
+            plan.wait()
+        except sim.SimError as e:
+            return {**job, "seed": seed, "outcome": sim_outcome(e).as_dict()}
+        rep = getattr(plan, "report", None)
+        res = {**job, "seed": seed, **_finished(s, prob, t, None)}
+        if rep is not None and not rep.ok:
+            res["outcome"] = sim_outcome(rep).as_dict()
+        return res
+
+
+def sim_outcome(e) -> C.Outcome:
+    """A SimError (or a SimReport that is not ok) as an Outcome: its kind, the wait tags of every blocked
+    fiber of a deadlock, and its text."""
+    from . import sim   # the CPU back end, merged from its own branch
+    rep = e if isinstance(e, sim.SimReport) else getattr(e, "report", None)
+    text = str(e)
+    if isinstance(e, sim.SimDeadlock) or (rep is not None and getattr(rep, "deadlock", None)):
+        sites = list(getattr(rep, "deadlock", None) or [])
+        tags = {int(d["tag"]) if isinstance(d, dict) else int(getattr(d, "tag"))
+                for d in sites if (d.get("tag") if isinstance(d, dict) else getattr(d, "tag", None)) is not None}
+        return C.Outcome("deadlock", tuple(sorted(tags)), text)
+    if isinstance(e, sim.SimHazard) or (rep is not None and getattr(rep, "hazards", None)):
+        return C.Outcome("hazard", detail=text if isinstance(e, Exception) else repr(rep.hazards))
+    if isinstance(e, sim.SimMisuse) or (rep is not None and getattr(rep, "misuse", None)):
+        return C.Outcome("misuse", detail=text if isinstance(e, Exception) else repr(rep.misuse))
+    return C.Outcome("error", detail=text)
+
+
+class _plain:
+    def __init__(self, s):
+        self.s = s
+
+    def __enter__(self):
+        return self.s
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _flush_device_printf() -> None:
+    """Let the device printf buffer (a trapped wait's tag line) reach stdout: the synchronize itself fails."""
+    try:
+        from cuda.bindings import driver
+        driver.cuCtxSynchronize()
+    except Exception:
+        pass
+    sys.stdout.flush()
+
+
+# ---- workers: one process per run of jobs, restarted after a fault -----------------------------------------
+
+def _fake_gpu(job: dict, out_dir: Path | None) -> dict:
+    """PELIB_PROOF_FAKE=1 (tests of the worker logic on a CPU; measures nothing): a stage 'computes' the
+    reference; a mutation the catalog says deadlocks prints a trapped wait's line and faults."""
+    base, mut = _setup(job)
+    prob = base.problem(mut.problem if mut else PROBLEM)
+    t = base.inputs(prob, SEED, "sim", exact=True)
+    t["out"] = base.kind.reference(prob, t)
+    if mut and mut.gpu == "deadlock":
+        print(f"pelib: mbarrier wait timed out after 1048576 tries: tag={mut.tags[0]} smem=0x0 parity=0 "
+              "cta=(0,0,0) thread=0", flush=True)
+        return {**job, "outcome": C.Outcome("fault", detail="KernelFault: (fake)").as_dict(), "fatal": True}
+    if mut:
+        t["out"][0, 0] += 1
+    return {**job, **_finished(base, prob, t, out_dir)}
+
+
+def _worker(jobs_file: Path, start: int, out_dir: Path) -> int:
+    todo = json.loads(jobs_file.read_text())
+    run = _fake_gpu if os.environ.get("PELIB_PROOF_FAKE") == "1" else run_gpu
+    for i in range(start, len(todo)):
+        print(f"@@START {i}", flush=True)
+        try:
+            res = run(todo[i], out_dir)
+        except Exception as e:   # a build or setup error: recorded, the worker goes on
+            res = {**todo[i], "outcome": C.Outcome("error", detail=f"{type(e).__name__}: {e}").as_dict()}
+        print("@@RESULT " + json.dumps(res), flush=True)
+        if res.get("fatal"):
+            return 3
+    return 0
+
+
+def _prebuild(job: dict) -> str:
+    base, mut = _setup(job)
+    with (C.patched(base.with_defines(**C.GPU_DEFINES), mut) if mut else _plain(base)) as s:
+        s.build
+    return job.get("id", job["stage"])
+
+
+def run_all_gpu(out_dir: Path, budget_s: float = 420.0, todo: list[dict] | None = None,
+                prebuild: bool = True) -> list[dict]:
+    """Every job on the GPU, in worker processes; a job whose worker died gets the tags its trap printed."""
+    from concurrent.futures import ProcessPoolExecutor
+    todo = jobs() if todo is None else todo
+    with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as ex:   # NVRTC builds, cached
+        list(ex.map(_prebuild, todo if prebuild else []))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jf = out_dir / "jobs.json"
+    jf.write_text(json.dumps(todo))
+    results: dict[int, dict] = {}
+    start, t0 = 0, time.time()
+    try:
+        while start < len(todo) and time.time() - t0 < budget_s:
+            p = subprocess.Popen([sys.executable, "-m", "pelib.sim_proof", "--worker", str(jf), "--start", str(start),
+                                  "--out", str(out_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            lines: queue.Queue = queue.Queue()
+            threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] + [lines.put(None)], daemon=True).start()
+            cur, text, last = start, {start: []}, time.time()
+            while True:
+                try:
+                    line = lines.get(timeout=1.0)
+                except queue.Empty:
+                    if time.time() - last > JOB_TIMEOUT_S:
+                        p.kill()
+                        results.setdefault(cur, {**todo[cur], "outcome": C.Outcome(
+                            "hang", detail=f"no result in {JOB_TIMEOUT_S:g} s; worker killed").as_dict()})
+                        break
+                    continue
+                if line is None:
+                    break
+                last = time.time()
+                if line.startswith("@@START "):
+                    cur = int(line.split()[1])
+                    text[cur] = []
+                elif line.startswith("@@RESULT "):
+                    results[cur] = json.loads(line[len("@@RESULT "):])
+                else:
+                    text.setdefault(cur, []).append(line)
+            p.wait()
+            for i, lines_i in text.items():   # the tags a trapped wait printed (they reach the pipe at exit)
+                if i in results:
+                    out = "".join(lines_i)
+                    o = results[i]["outcome"]
+                    o["tags"] = list(C.gpu_tags(out))
+                    if o["kind"] == "fault":
+                        said = sorted({x.strip() for x in lines_i if "timed out" in x})[:8] or \
+                            [x.rstrip() for x in lines_i[-8:]]   # no tag line: what the worker said last
+                        o["detail"] = (o["detail"] + "\n" + "\n".join(said))[:2500]
+            if cur not in results:
+                results[cur] = {**todo[cur], "outcome": C.Outcome(
+                    "error", detail="the worker exited without a result: " + "".join(text.get(cur, []))[-1500:]).as_dict()}
+            start = max(results) + 1
+    finally:
+        jf.unlink(missing_ok=True)
+    return [results[i] for i in sorted(results)]
+
+
+def _git_rev() -> str:
+    if os.environ.get("PELIB_GIT_REV"):
+        return os.environ["PELIB_GIT_REV"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def proof_gpu(out: Path) -> dict:
+    info = _device.current()
+    if not _device.can_run("sm_90a", info):
+        raise SystemExit(f"--device gpu needs an sm_90 GPU (H100/H200); this is {info.describe()}")
+    t0 = time.time()
+    res = run_all_gpu(out / "sim_proof")
+    stages_out = {r["stage"]: r for r in res if r["job"] == "stage"}
+    muts = {r["id"]: r for r in res if r["job"] == "mutation"}
+    doc = {"what": "sm90 stages on exact-arithmetic inputs (bit for bit against the simulator) and the sm90 "
+                   "mutations of pelib.sim_catalog on a GPU", "evidence": f"measured ({info.name})",
+           "device": info.describe(), "name": info.name, "driver": info.driver,
+           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": _git_rev(),
+           "problem": PROBLEM, "seed": SEED, "exact_inputs": True, "wall_s": round(time.time() - t0, 1),
+           "stages": stages_out, "mutations": muts}
+    derive(doc)
+    (out / "sim_proof.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def derive(doc: dict) -> dict:
+    """The fields read off the measured outcomes and the catalog: each mutation's expected GPU behaviour and
+    whether the GPU showed it, and the summary (run again after a change of the catalog's `gpu` field)."""
+    for mid, r in doc["mutations"].items():
+        r["expected_gpu"] = C.mutation(mid).gpu
+        r["as_expected"] = C.gpu_expected(C.mutation(mid), C.Outcome.from_dict(r["outcome"]))
+    doc["summary"] = {"stages_correct": sum(r["outcome"]["kind"] == "correct" for r in doc["stages"].values()),
+                      "stages": len(doc["stages"]),
+                      "mutations_gpu_shows": sum(r["expected_gpu"] is not None for r in doc["mutations"].values()),
+                      "mutations_as_expected": sum(bool(r["as_expected"]) for r in doc["mutations"].values()),
+                      "mutations": len(doc["mutations"])}
+    return doc
+
+
+def load_proof(path: Path = PROOF_JSON) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def committed_bits(doc: dict, sha: str, path: Path = PROOF_JSON) -> np.ndarray:
+    return np.load(Path(path).parent / "sim_proof" / f"{sha[:16]}.npz")["bits"]
+
+
+def proof_sim(path: Path = PROOF_JSON, seeds=(0, 1, 2)) -> dict:
+    """The simulator on the committed jobs: each stage's output bytes against the GPU's, each mutation's
+    outcome against the GPU's (pelib.sim_catalog.agrees) and the catalog's (matches), for every seed."""
+    doc = load_proof(path)
+    out = {"stages": {}, "mutations": {}}
+    for key, g in doc["stages"].items():
+        r = run_sim({"job": "stage", "stage": key})
+        out["stages"][key] = {"sim": r["outcome"], "gpu": g["outcome"],
+                              "bit_identical": r["outcome"].get("sha256") == g["outcome"]["sha256"]}
+    for mid, g in doc["mutations"].items():
+        per = []
+        for seed in seeds:
+            r = run_sim({"job": "mutation", "id": mid, "stage": g["stage"]}, seed)
+            so, go = C.Outcome.from_dict(r["outcome"]), C.Outcome.from_dict(g["outcome"])
+            per.append({"seed": seed, "sim": r["outcome"], "matches": C.matches(C.mutation(mid), so),
+                        "agrees": C.agrees(so, go)})
+        out["mutations"][mid] = {"gpu": g["outcome"], "runs": per}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pelib.sim_proof", description=__doc__.split("\n")[0])
+    ap.add_argument("--device", choices=("gpu", "sim"), default="sim")
+    ap.add_argument("--out", default=str(PROOF_JSON.parent), help="gpu: where sim_proof.json and sim_proof/ go")
+    ap.add_argument("--proof", default=str(PROOF_JSON), help="sim: the committed GPU JSON to compare with")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        return _worker(Path(a.worker), a.start, Path(a.out))
+    if a.device == "gpu":
+        doc = proof_gpu(Path(a.out))
+        print(json.dumps(doc["summary"]))
+        for mid, r in doc["mutations"].items():
+            o = r["outcome"]
+            print(f"{mid:45s} {o['kind']:8s} tags={o['tags']} n_bad={o['n_bad']} expected={r['expected_gpu']} "
+                  f"ok={r['as_expected']}")
+        return 0
+    res = proof_sim(Path(a.proof))
+    same = sum(v["bit_identical"] for v in res["stages"].values())
+    agree = sum(all(x["agrees"][0] for x in v["runs"]) for v in res["mutations"].values())
+    print(f"stages bit-identical {same}/{len(res['stages'])}; mutations agreeing {agree}/{len(res['mutations'])}")
+    for mid, v in res["mutations"].items():
+        for x in v["runs"]:
+            if not (x["agrees"][0] and x["matches"][0]):
+                print(f"  {mid} seed {x['seed']}: {x['agrees'][1]} {x['matches'][1]}")
+    return 0 if same == len(res["stages"]) and agree == len(res["mutations"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
