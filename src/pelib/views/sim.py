@@ -18,6 +18,7 @@ import contextlib
 import gzip
 import hashlib
 import importlib
+import inspect
 import json
 import os
 import re
@@ -248,8 +249,13 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
     run = SimRun(stage=s.key, label=s.label, problem=prob.name, seed=seed, outcome="error", mutation=mutation)
     t0 = time.perf_counter()
     try:
-        with _scheduler_seed(seed):
-            res = runner(s, prob, seed) if runner else s.run(prob, "sim", seed=seed, time=False)
+        with _scheduler_seed(seed):   # for a Stage.run without sim_seed; pelib.sim reads PELIB_SIM_SEED too
+            if runner:
+                res = runner(s, prob, seed)
+            elif "sim_seed" in inspect.signature(s.run).parameters:
+                res = s.run(prob, "sim", seed=seed, sim_seed=seed, time=False)
+            else:
+                res = s.run(prob, "sim", seed=seed, time=False)
     except SimUnavailable:
         raise
     except Exception as e:   # what the simulator stopped on: a SimError, or the host path's own error
@@ -385,6 +391,8 @@ _KIND_STYLE = {   # kind -> (marker, colour, legend text)
 }
 _TILE_COLORS = ("#2e86c1", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#d4ac0d", "#7f8c8d")
 _FREE_SLOT = ("commit", "mma_done")
+_PER_LANE = {"wait_begin", "wait_end", "tmem_ld", "bar_sync", "exit", "cluster_sync"}
+_IDLE_KINDS = {"bar_sync", "exit", "cluster_sync", "tmem_alloc", "tmem_dealloc"}
 _STARTS_SLOT = ("tma_load", "expect_tx")
 
 
@@ -443,18 +451,21 @@ def occupancy(events: list[dict], cluster: int | None = 0, stopped: bool = False
             k = e["kind"]
             if k.startswith("wait"):
                 continue
-            if cur is None:
-                if k in _STARTS_SLOT:
-                    cur = {"start": e["seq"], "landed": None, "read": None}
+            if k in _STARTS_SLOT and (cur is None or cur["freed"] is not None):
+                if cur is not None:
+                    out += _slot_parts(f"slot {s}", cur, cur["freed"], False)
+                cur = {"start": e["seq"], "landed": None, "read": None, "freed": None}
+            elif cur is None:
+                continue
             elif k in ("tma_load_done", "complete_tx"):
                 cur["landed"] = e["seq"]
             elif k == "mma" and cur["read"] is None:
                 cur["read"] = e["seq"]
-            elif k in _FREE_SLOT and cur["read"] is not None:
-                out += _slot_parts(f"slot {s}", cur, e["seq"], False)
-                cur = None
+            elif _frees_slot(e) and cur["read"] is not None:
+                cur["freed"] = e["seq"]      # the last release before the next fill ends the round
         if cur is not None:
-            out += _slot_parts(f"slot {s}", cur, end_seq, stopped)
+            done = cur["freed"] is not None
+            out += _slot_parts(f"slot {s}", cur, cur["freed"] if done else end_seq, stopped and not done)
     tiles: list[Interval] = []
     for a in sorted({int(e["acc"]) for e in ev if e.get("acc") is not None}):
         cur = None
@@ -482,6 +493,14 @@ def occupancy(events: list[dict], cluster: int | None = 0, stopped: bool = False
     for iv in tiles:
         iv.tile = starts.index(iv.tile)
     return out + tiles
+
+
+def _frees_slot(e: dict) -> bool:
+    """A release of a ring slot: a tcgen05.commit or an MMA completion for it, or an arrive on its empty
+    barrier (Hopper's consumers release a slot by arriving on it)."""
+    if e["kind"] in _FREE_SLOT:
+        return True
+    return e["kind"] == "arrive" and "empty" in str(e.get("barrier") or "")
 
 
 def _slot_parts(lane, cur, end, still) -> list[Interval]:
@@ -558,12 +577,20 @@ def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: i
         lo, hi = window
         events = [e for e in events if lo <= e["seq"] <= hi]
     events = sorted(events, key=lambda e: e["seq"])
-    # a warp-wide instruction is one event per lane: draw the warp's lowest lane for each kind
+    # a warp-wide instruction is one event per lane: draw the warp's lowest lane for each such kind
     low: dict = {}
     for e in events:
-        k = (e["cta"], e["warp"], e["kind"])
-        low[k] = min(low.get(k, 1 << 30), int(e.get("lane") or 0))
-    events = [e for e in events if int(e.get("lane") or 0) == low[(e["cta"], e["warp"], e["kind"])]]
+        if e["kind"] in _PER_LANE and int(e["warp"]) >= 0:
+            k = (e["cta"], e["warp"], e["kind"])
+            low[k] = min(low.get(k, 1 << 30), int(e.get("lane") or 0))
+    events = [e for e in events if e["kind"] not in _PER_LANE or int(e["warp"]) < 0
+              or int(e.get("lane") or 0) == low[(e["cta"], e["warp"], e["kind"])]]
+    # the axis is the order of this cluster's events (dense): other clusters' events interleave in seq
+    events = [{**e, "seq": i} for i, e in enumerate(events)]
+    did: dict = {}
+    for e in events:
+        did.setdefault((e["cta"], e["warp"]), set()).add(e["kind"])
+    idle = sorted(k for k, v in did.items() if k[1] >= 0 and v <= _IDLE_KINDS)
     if stopped is None and isinstance(run, SimRun) and not run.ok and run.outcome != "wrong output":
         stopped = f"{run.outcome}: {_site(run.stopped, 110)}"
     occ = occupancy(events, None, stopped=bool(stopped))
@@ -573,7 +600,7 @@ def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: i
     # lanes: per CTA, its warps in order (role names from the stage's exports where the simulator has them)
     warps: dict = {}
     for e in events:
-        if int(e["warp"]) >= 0:     # warp -1: an asynchronous unit (TMA, tensor core): no lane of its own
+        if int(e["warp"]) >= 0 and (e["cta"], e["warp"]) not in idle:   # warp -1: an asynchronous unit
             warps.setdefault((e["cta"], e["warp"]), _role_name(e))
     keys = sorted(warps)
     if max_epi is not None:   # keep at most max_epi warps named 'epilogue' per CTA
@@ -643,7 +670,12 @@ def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: i
     ax.set_yticklabels(lanes, fontsize=7)
     ax.set_ylim(n - 0.4, -1.4)
     ax.set_xlim(lo - (hi - lo) * 0.01, hi + (hi - lo) * 0.01 + 1)
-    ax.set_xlabel(f"event order stamp (seq): {PICTURE}", fontsize=8)
+    ax.set_xlabel(f"order of this cluster's events in the simulated run: {PICTURE}", fontsize=8)
+    if idle:   # under the legend: the warps that only synchronised
+        names = [f"CTA {c} warp {w}" for c, w in idle]
+        ax.text(1.01, 0.0, "not drawn (only\nsynchronised):\n" + "\n".join(
+            ", ".join(names[i:i + 2]) for i in range(0, min(len(names), 8), 2)) + ("\n..." if len(names) > 8 else ""),
+            transform=ax.transAxes, ha="left", va="bottom", fontsize=6, color="#566573")
     ax.tick_params(axis="x", labelsize=7)
     head = title or "Pipeline protocol"
     ax.set_title(f"{head} — {evidence.simulated('pelib.sim event log')}; {PICTURE}"
