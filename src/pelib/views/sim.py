@@ -140,6 +140,15 @@ def problem_for(stage: Stage, problem=None):
     raise SimViewError(f"{stage.key}: its kind has none of the problems {PROBLEMS}")
 
 
+def fitted(s: Stage, prob) -> Stage:
+    """The stage built for the problem where a define fixes a dimension (F28 unrolls its K loop for K_ITERS
+    k-blocks, exported as k_iters): the simulator's K, not the lab's."""
+    ex = s.exports
+    if "k_iters" in ex and "K_ITERS" not in s.defines and prob.k != ex["k_iters"] * ex.block_k:
+        return s.with_defines(K_ITERS=prob.k // ex.block_k)
+    return s
+
+
 def _entries(report, name: str) -> list:
     got = getattr(report, name, None) if not isinstance(report, dict) else report.get(name)
     return [str(x) for x in (got or [])]
@@ -240,6 +249,7 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
     it, and the tests' fake back ends); mutation names what it planted (part of the cache key)."""
     s = _as_stage(stage, defines)
     prob = problem_for(s, problem)
+    s = fitted(s, prob)
     use_cache = use_cache and runner is None and _real_backend()
     key = _run_key(s, prob, seed, mutation) if use_cache else ""
     if use_cache:
@@ -319,8 +329,7 @@ def _report_text(r: SimRun) -> str:
     """'no deadlock, no hazard, no misuse', or what stopped the run and where."""
     if r.outcome in ("ok", "wrong output") and not (r.deadlock or r.hazards or r.misuse):
         return "no deadlock, no hazard, no misuse"
-    items = r.deadlock or r.hazards or r.misuse
-    return f"{r.outcome}: {_site('; '.join(items) if items else r.stopped, 160)}"
+    return f"{r.outcome}: {_site(first_site(r), 160)}"
 
 
 def run_table(runs: list[SimRun], caption: str | None = None) -> Table:
@@ -836,16 +845,39 @@ def _expected(m) -> str:
     return "wrong output"
 
 
+_ABS_PATH = re.compile(r"(?:/[^\s:/]+)+/([^\s:/]+\.(?:cu|cuh|h|cpp))")
+
+
+def clean(text: str) -> str:
+    """A report's text with file paths cut to what a reader knows: fp8/01_cta2.cu:244, not a temporary copy."""
+    def short(m):
+        p = Path(m.group(0))
+        try:
+            return str(p.relative_to(KERNELS))
+        except ValueError:
+            return p.name
+    return _ABS_PATH.sub(short, str(text))
+
+
+def first_site(run: SimRun) -> str:
+    """The report's most telling entry: a blocked mbarrier wait (its tag) before other waits, else the first."""
+    items = run.deadlock or run.hazards or run.misuse
+    if not items:
+        return clean(run.stopped)
+    tagged = [x for x in items if re.search(r"\btag\b", x)]
+    return clean((tagged or items)[0]) + (f" (and {len(items) - 1} more)" if len(items) > 1 else "")
+
+
 def _said(run: SimRun) -> str:
     if run.outcome == "deadlock":
         tags = blocked_tags(run)
-        return f"deadlock, blocked at tag {', '.join(map(str, tags))}: {_site(run.stopped, 160)}" if tags else \
-            f"deadlock: {_site(run.stopped, 180)}"
+        head = f"deadlock, blocked at tag {', '.join(map(str, tags))}" if tags else "deadlock"
+        return f"{head}: {_site(first_site(run), 220)}"
     if run.outcome == "wrong output":
         return f"finished, output wrong: {run.n_bad:,} of {run.n:,} elements" if run.n_bad is not None else "wrong output"
     if run.outcome == "ok":
         return "finished, verified (the mistake went unseen)"
-    return f"{run.outcome}: {_site(run.stopped, 180)}"
+    return f"{run.outcome}: {_site(first_site(run), 220)}"
 
 
 def mistakes_for(stage_key: str) -> list:
