@@ -39,7 +39,8 @@ def test_the_persistent_stage_overlaps_its_accumulators(need_sim):
     assert any(sim.overlap(r) for r in runs), "no seed shows tile i drained beside tile i+1 written"
     fig = sim.protocol_figure(runs[0])
     text = figure_text(fig)
-    assert "simulated order, not time" in text and "TMEM acc 1" in text
+    lanes = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "simulated order, not time" in text and "TMEM acc 1" in lanes and "CTA 1: warp 5: epilogue" in lanes
 
 
 def test_a_planted_mistake_is_reported_as_the_catalog_expects(need_sim):
