@@ -15,6 +15,7 @@ pelib's host code, the stage, defines, problem and seed, so an edited kernel or 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import importlib
@@ -140,13 +141,14 @@ def problem_for(stage: Stage, problem=None):
     raise SimViewError(f"{stage.key}: its kind has none of the problems {PROBLEMS}")
 
 
-def fitted(s: Stage, prob) -> Stage:
-    """The stage built for the problem where a define fixes a dimension (F28 unrolls its K loop for K_ITERS
-    k-blocks, exported as k_iters): the simulator's K, not the lab's."""
+def fitted(s: Stage, prob):
+    """The simulator's problem with the K a stage is built for, where its build fixes K (F28 unrolls its K
+    loop for K_ITERS k-blocks, exported as k_iters, and its ring schedule needs that K): same M and N."""
     ex = s.exports
-    if "k_iters" in ex and "K_ITERS" not in s.defines and prob.k != ex["k_iters"] * ex.block_k:
-        return s.with_defines(K_ITERS=prob.k // ex.block_k)
-    return s
+    if "k_iters" in ex and prob.k != ex["k_iters"] * ex.block_k and dataclasses.is_dataclass(prob):
+        k = ex["k_iters"] * ex.block_k
+        return dataclasses.replace(prob, name=f"{prob.name} with K={k}", k=k)
+    return prob
 
 
 def _entries(report, name: str) -> list:
@@ -248,8 +250,7 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
     runner(stage, prob, seed) -> result dict, if given, replaces Stage.run (the catalog's mutated runs use
     it, and the tests' fake back ends); mutation names what it planted (part of the cache key)."""
     s = _as_stage(stage, defines)
-    prob = problem_for(s, problem)
-    s = fitted(s, prob)
+    prob = fitted(s, problem_for(s, problem))
     use_cache = use_cache and runner is None and _real_backend()
     key = _run_key(s, prob, seed, mutation) if use_cache else ""
     if use_cache:
