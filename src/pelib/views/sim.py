@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import gzip
 import hashlib
 import importlib
@@ -35,7 +36,7 @@ from ..facts import Table
 from ..paths import KERNELS, RESULTS
 from ..stage import SimUnavailable, Stage, StageError, all_stages
 from .html import to_html
-from .widgets import _display
+from .widgets import _display, book_build
 
 SEEDS = (0, 1, 2)              # every simulated stage is shown at three scheduler seeds
 PROBLEMS = ("sim", "small")    # the first the stage's kind knows: the simulator's test size, else 'small'
@@ -344,13 +345,18 @@ def run_table(runs: list[SimRun], caption: str | None = None) -> Table:
                      "max |err|": "—" if r.max_abs is None else f"{r.max_abs:.3g}",
                      "bad elements": "—" if r.n_bad is None else f"{r.n_bad:,} of {r.n:,}",
                      "the simulator's report": _report_text(r), "events": f"{len(r.events):,}"})
-    stages = sorted({r.stage for r in runs})
-    cap = caption or (f"{', '.join(stages)} on the simulator's problem ({runs[0].problem}), "
-                      f"{len(runs)} scheduler seed{'s' if len(runs) > 1 else ''}: output poisoned, verified against the "
+    stages = list(dict.fromkeys(r.stage for r in runs))
+    seeds = sorted({k for r in runs for k in (r.seeds or [r.seed])})
+    cap = caption or (f"{', '.join(stages)} on the simulator's problem ({runs[0].problem}), scheduler "
+                      f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: output poisoned, verified against the "
                       f"torch reference — {evidence.simulated('pelib.sim, the stage’s own source on the CPU model')}")
     note = "Verified, no deadlock, no hazard, no misuse at every seed." if all(r.ok for r in runs) else \
         "Not every seed ran clean: see the rows."
-    return Table(rows, cap, notes=[note + " Simulated runs have no time: nothing here is a duration."])
+    cached = sum(r.cached for r in runs)
+    cache = "the run cache (an earlier run of the same source at the same seed)"
+    where = (f" Every row from {cache}." if cached == len(runs) else
+             f" {cached} of {len(runs)} rows from {cache}, the others ran now." if cached else " Every row ran now.")
+    return Table(rows, cap, notes=[note + where + " Simulated runs have no time: nothing here is a duration."])
 
 
 # ---- what a chapter shows ----------------------------------------------------------------------------
@@ -602,7 +608,7 @@ def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: i
         did.setdefault((e["cta"], e["warp"]), set()).add(e["kind"])
     idle = sorted(k for k, v in did.items() if k[1] >= 0 and v <= _IDLE_KINDS)
     if stopped is None and isinstance(run, SimRun) and not run.ok and run.outcome != "wrong output":
-        stopped = f"{run.outcome}: {_site(run.stopped, 110)}"
+        stopped = f"{run.outcome}: {_site(first_site(run), 140)}"
     occ = occupancy(events, None, stopped=bool(stopped))
     done, still = wait_spans(events)
     tile_of = _tile_lookup(occ)
@@ -662,7 +668,7 @@ def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: i
                        alpha=shade.get(iv.what, 0.6), edgecolors="#c0392b" if iv.open else "none",
                        hatch="///" if iv.open else None, lw=0.6, zorder=2)
         if iv.what in ("written",) and iv.tile is not None and iv.end - iv.start > (hi - lo) * 0.03:
-            ax.text((iv.start + iv.end) / 2, y, f"tile {iv.tile}", ha="center", va="center", fontsize=6,
+            ax.text((iv.start + iv.end) / 2, y, f"tile {iv.tile}", ha="center", va="center", fontsize=7,
                     color="white", zorder=4)
     if occ_lanes:
         ax.axhline(len(keys) - 0.5, color="#7f8c8d", lw=0.6)
@@ -670,26 +676,23 @@ def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: i
     for c in ctas[1:]:
         first = min(y_of_warp[k] for k in keys if k[0] == c)
         ax.axhline(first - 0.5, color="#bdc3c7", lw=0.5, ls=":")
+    blocked = blocked_lines(still, warps) if stopped else []
     if stopped:
         ax.axvline(hi, color="#c0392b", lw=1.4, zorder=5)
-        ax.text(hi, -0.9, "stopped here ", color="#c0392b", ha="right", va="center", fontsize=7)
-        blocked = blocked_lines(still, warps)
-    else:
-        blocked = []
+        ax.text(hi, -0.9, "stopped here ", color="#c0392b", ha="right", va="center", fontsize=7.5)
     ax.set_yticks(range(n))
-    ax.set_yticklabels(lanes, fontsize=7)
+    ax.set_yticklabels(lanes, fontsize=8)
     ax.set_ylim(n - 0.4, -1.4)
     ax.set_xlim(lo - (hi - lo) * 0.01, hi + (hi - lo) * 0.01 + 1)
-    ax.set_xlabel(f"order of this cluster's events in the simulated run: {PICTURE}", fontsize=8)
-    if idle:   # under the legend: the warps that only synchronised
-        names = [f"CTA {c} warp {w}" for c, w in idle]
-        ax.text(1.01, 0.0, "not drawn (only\nsynchronised):\n" + "\n".join(
-            ", ".join(names[i:i + 2]) for i in range(0, min(len(names), 8), 2)) + ("\n..." if len(names) > 8 else ""),
-            transform=ax.transAxes, ha="left", va="bottom", fontsize=6, color="#566573")
-    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel(f"order of this cluster's events in the simulated run: {PICTURE}", fontsize=8.5)
+    ax.tick_params(axis="x", labelsize=7.5)
     head = title or "Pipeline protocol"
-    ax.set_title(f"{head} — {evidence.simulated('pelib.sim event log')}; {PICTURE}"
-                 + (f"\n{stopped}" if stopped else ""), fontsize=8.5, color="#922b21" if stopped else "black")
+    lines = [f"{head} — {evidence.simulated('pelib.sim event log')}; {PICTURE}"]
+    if stopped:
+        lines.append(_site(stopped, 150))
+        shown = blocked[:4] + ([f"... and {len(blocked) - 4} more"] if len(blocked) > 4 else [])
+        lines += [f"blocked: {b}" for b in shown]
+    ax.set_title("\n".join(lines), fontsize=9, loc="left", color="#922b21" if stopped else "black")
     handles = [Patch(facecolor="#d5d8dc", label="waiting (try_wait)")]
     if still:
         handles.append(Patch(facecolor="#f5b7b1", hatch="///", edgecolor="#c0392b", label="blocked when it stopped"))
@@ -699,18 +702,13 @@ def protocol_figure(run, *, title: str = "", cluster: int | None = 0, max_epi: i
         handles += [Patch(facecolor="#2e86c1", alpha=0.35, label="slot filling / landed (lighter)"),
                     Patch(facecolor="#2e86c1", alpha=0.95, label="slot read by MMA / acc written"),
                     Patch(facecolor="#2e86c1", alpha=0.45, label="acc drained by tcgen05.ld"),
-                    Patch(facecolor="white", edgecolor="white", label="colour = tile (MMA, ld, acc)")]
-    ax.legend(handles=handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
+                    Patch(facecolor="white", edgecolor="white", label="colour of MMA, ld, acc = its tile")]
+    if idle:
+        handles.append(Patch(facecolor="white", edgecolor="white", label="not drawn (only synchronised): " + ", ".join(
+            f"CTA {c} warp {w}" for c, w in idle[:4]) + (" ..." if len(idle) > 4 else "")))
+    ax.legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(0.0, -0.62 / (0.27 * n + 0.3)),
+              ncol=3, frameon=False, handlelength=1.6, columnspacing=1.2)
     fig.tight_layout()
-    if blocked:   # under the axes: where each blocked warp waits (the deadlock's wait sites)
-        shown = blocked[:6] + ([f"... and {len(blocked) - 6} more"] if len(blocked) > 6 else [])
-        extra = 0.16 * (len(shown) + 1)
-        w, hgt = fig.get_size_inches()
-        fig.set_size_inches(w, hgt + extra)
-        fig.subplots_adjust(bottom=(fig.subplotpars.bottom * hgt + extra) / (hgt + extra),
-                            top=1 - (1 - fig.subplotpars.top) * hgt / (hgt + extra))
-        fig.text(0.01, 0.01, "blocked when it stopped (wait sites):\n" + "\n".join(shown), fontsize=7,
-                 color="#922b21", va="bottom", ha="left")
     return fig
 
 
@@ -720,7 +718,8 @@ def blocked_lines(still: list[Interval], roles: dict) -> list[str]:
     for iv in still:
         c, w = (int(x) for x in iv.lane.split(":"))
         role = roles.get((c, w), f"warp {w}")
-        key = (iv.note, role.split(" warp")[0] if "epilogue" in role else role)
+        what = role.split(": ", 1)[1] if role.startswith("warp ") and ": " in role else role
+        key = (iv.note, what)
         by.setdefault(key, []).append(c)
     return [f"{who} (CTA {', '.join(str(c) for c in sorted(set(cs)))}{', ' + str(len(cs)) + ' warps' if len(cs) > len(set(cs)) else ''}): {note}"
             for (note, who), cs in by.items()]
@@ -838,6 +837,21 @@ def simulate_mutation(mut, *, seed: int = 0, use_cache: bool = True) -> SimRun:
                         mutation=f"{m.id}@{planted}")
 
 
+def patch_text(m, limit: int = 3) -> str:
+    """The lines a mutation changes, as '- old' / '+ new' (at most `limit` of each per patch)."""
+    out = []
+    for p in m.patches:
+        a, b = p.find.splitlines(), p.replace.splitlines()
+        sm = difflib.SequenceMatcher(a=a, b=b)
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            if tag == "equal":
+                continue
+            out += [f"- {x.strip()}" for x in a[i1:i2][:limit]] + [f"+ {x.strip()}" for x in b[j1:j2][:limit]]
+        if p.file:
+            out.append(f"(in {p.file})")
+    return " ".join(out)
+
+
 def _expected(m) -> str:
     if m.expect == "deadlock":
         return f"deadlock at tag {' or '.join(str(t) for t in m.tags)}"
@@ -902,7 +916,7 @@ def mistake_panel(stage, mutation_id: str | None = None, *, seed: int = 0, pictu
     m = muts[0]
     run = simulate_mutation(m, seed=seed)
     ok, why = cat.matches(m, outcome(run))
-    diff = "; ".join(f"{p.find.strip()[:70]} → {p.replace.strip()[:70]}" for p in m.patches)
+    diff = patch_text(m)
     row = {"mutation": m.id, "the mistake": m.description, "patch": diff, "expected": _expected(m),
            "the simulator said": _said(run), "seed": run.seed, "as expected": "yes" if ok else f"NO: {why}"}
     out = Shown([Table([row], f"A planted mistake in {s.key} (a source patch applied for this run only, "
@@ -1002,16 +1016,19 @@ def proof_record(results_dir: Path | None = None) -> dict | None:
 
 # ---- a sweep's position ----------------------------------------------------------------------------------
 
-def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: bool = True) -> list:
+def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: bool = True,
+                use_cache: bool | None = None) -> list:
     """What one position of a sweep adds (pelib.views.fp8.sweep_point): the stage at these defines run on
     the simulator at one seed (verified, its report) and its protocol picture. In JupyterLab it runs live
-    for the chosen value (seconds at the small problem; a value run before comes from the cache)."""
+    for the chosen value (seconds at the small problem); the book's build takes a run from the cache where
+    the same source ran at the same seed before (use_cache: default, only while the book is built)."""
     ok, why = available()
     if not ok:
         return [unavailable_note(why)]
     s = _as_stage(stage, defines)
-    run = simulate(s, seed=seed)
-    out: list = [run_table([run], caption=f"{s.label} on the simulator's problem ({run.problem}), seed {seed}: "
+    run = simulate(s, seed=seed, use_cache=book_build() if use_cache is None else use_cache)
+    how = "" if not run.cached else " (from the run cache: this source, this seed)"
+    out: list = [run_table([run], caption=f"{s.label} on the simulator's problem ({run.problem}), seed {seed}{how}: "
                                           f"verified against torch — {evidence.simulated()}")]
     if picture and run.events:
         out.append(protocol_figure(run, title=f"{s.label}, {run.problem}, seed {seed}"))
