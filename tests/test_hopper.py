@@ -210,6 +210,53 @@ def test_emulated_tiles_match_the_reference():
         assert not np.allclose(np.nan_to_num(bad, nan=1e30), ref)
 
 
+def test_emulated_permuted_b_needs_both_halves_of_the_map():
+    """Stages 06+ (b_perm): the replay loads B in the permuted row order and the epilogue maps accumulator
+    column r to output column permuted_b_rows[r]. Either half alone gives a wrong tile, so the check
+    of every permuted stage can fail."""
+    import numpy as np
+    from pelib import emulate as E
+    s = S("06")
+    assert s.exports["b_perm"] == 1
+    prob = s.problem("small")
+    t = prob.make_inputs(seed=2)
+    m0, n0 = 64, 256
+    ref = (t["a"].double()[m0:m0 + 64] @ t["b"].double()[n0:n0 + 256].T).numpy()
+    p = E.TileParams.from_exports(s.exports)
+    perm = np.asarray(sm90.permuted_b_rows(t["b"].shape[0]))
+    assert (perm != np.arange(perm.size)).any()
+    loaded = E.emulate_tile(p, t["a"], t["b"][perm], m0=m0, n0=n0)            # B permuted, no column map
+    assert not np.allclose(loaded, ref)
+    mapped = np.empty_like(loaded)
+    mapped[:, perm[n0:n0 + 256] - n0] = loaded                               # both: the kind's replay
+    np.testing.assert_allclose(mapped, ref, rtol=0, atol=1e-9)
+    unmapped_b = np.empty_like(ref)
+    unmapped_b[:, perm[n0:n0 + 256] - n0] = E.emulate_tile(p, t["a"], t["b"], m0=m0, n0=n0)
+    assert not np.allclose(unmapped_b, ref)                                   # the column map alone
+    for key in ("06", "07", "08", "09", "10", "11"):
+        r = S(key).emulate_check("medium", tile=(37, 1), seed=4)
+        assert r["ok"] and r["issues"] == [], (key, r)
+
+
+def test_emulated_half_slices_drive_b_by_its_own_slice():
+    """Stage 11: A pieces of 64 B under B slices of 128 B (b_block_k = 2 x block_k). Replayed with B
+    driven like A (one slice per piece) the boxes do not divide the slice and the emulator refuses;
+    with A's SW64 descriptor swapped for the SW128 one the operands are read wrong and the tile fails."""
+    import numpy as np
+    from pelib import emulate as E
+    s = S("11")
+    ex = s.exports
+    assert (ex["block_k"], ex["b_block_k"], ex["tmap_a_swizzle"]) == (64, 128, 64)
+    t = s.problem("small").make_inputs(seed=1)
+    with pytest.raises(E.EmulationError, match="K boxes"):
+        E.emulate_tile(E.TileParams.from_exports(ex, b_block_k=64), t["a"], t["b"], m0=64, n0=0)
+    p = E.TileParams.from_exports(ex)
+    good = E.emulate_tile(p, t["a"], t["b"], m0=64, n0=0)
+    wrong = p.with_(a_desc=descriptors.gmma_smem_desc(p.a_smem_offset, 16, 1024, 128))
+    bad, rep = E.emulate_tile(wrong, t["a"], t["b"], m0=64, n0=0, return_report=True)
+    assert not rep.ok and not np.allclose(np.nan_to_num(bad, nan=1e30), good)
+
+
 def test_compile_baseline_error_names_the_exception():
     log = "\n".join(["  triton_mm_9 3.37 ms 40.2% ACC_TYPE='tl.float32'", "Traceback (most recent call last):",
                      '  File "x.py", line 1', "AttributeError: module 'pelib.hopper' has no attribute 'ATOL'"])
