@@ -55,6 +55,14 @@ def test_stage_header_retells_its_record(name):
     assert rec.what.split(":")[0].split(" ")[0] in s.header.recorded
 
 
+def test_the_split_persistent_stages_retell_their_own_states():
+    """08b is F18's kernel state and 09 F19a's, though each header also names an older state to compare."""
+    got = {n: F.stage(n).recorded() for n in ("08a_persistent_tiles", "08b_double_staging", "09_persistent_megakernel")}
+    assert got["08a_persistent_tiles"] is None
+    assert got["08b_double_staging"].what.startswith("F18") and got["08b_double_staging"].ms == 0.543
+    assert got["09_persistent_megakernel"].what.startswith("F19a") and got["09_persistent_megakernel"].ms == 0.542
+
+
 # ---- compiled facts -----------------------------------------------------------------------
 
 def test_budgets(built):
