@@ -541,6 +541,18 @@ def all_stages(families=("nvfp4", "fp8", "sm90"), variants: bool = True) -> list
     return out
 
 
+def lineage(stage_list) -> Table:
+    """One row per stage: its declared parent, its idea, and the code lines its diff against that parent
+    changes (pelib.stages.diff_stats, header excluded; a block only re-indented does not count)."""
+    rows = []
+    for s in stage_list:
+        d = stages.diff_stats(s.path, ignore_indent=True) if s.header.parent else None
+        rows.append({"stage": s.name, "parent": (s.header.parent or "—").split("/")[-1], "idea": s.header.idea,
+                     "changed lines": f"+{d['added']} / -{d['removed']}" if d else "—"})
+    return Table(rows, "Each stage and its declared parent (the headers' Parent lines); changed lines counted in "
+                       "the sources, headers excluded", descriptive=True)
+
+
 def table(stage_list=None, measured: dict | None = None, chips=("h100", "h200")) -> Table:
     """One row per stage: idea, parent, registers, shared memory (compiled), the lab's B200 record, the
     newest committed H100 and H200 times and their share of cuBLAS's GEMM in the same run (measured)."""

@@ -14,7 +14,7 @@ from .. import baselines, device, records, sass, sass_account, staging, stages, 
 from ..facts import Table, evidence_label
 from ..kinds.fp8 import epi_columns, epilogue_map  # noqa: F401  (the chapters draw the column map)
 from ..models import protocol
-from ..stage import Stage, find
+from ..stage import Stage, find, lineage
 from ..stages import Rendered
 from . import plots, widgets
 
@@ -92,6 +92,11 @@ def sweep_table(name: str, define: str, values, columns=None) -> Table:
     if any("note" in r for r in rows):
         cols = cols + ["note"]
     return Table(rows, f"{stage(name).name}: {define} sweep — {evidence_label(stage(name).build)}", cols)
+
+
+def lineage_table(stage_names=None) -> Table:
+    """Stages with their declared parent, idea and diff size (pelib.stage.lineage)."""
+    return lineage([stage(n) for n in stage_names or names()])
 
 
 def exports_table(stage_names=None) -> Table:
