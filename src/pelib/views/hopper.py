@@ -26,6 +26,78 @@ def stage_list() -> Table:
                   for s in map(Stage, stages.family_stages("sm90"))], "sm90 stages (src/kernels/sm90)", descriptive=True)
 
 
+def tree_order(stage_list: list[Stage]) -> list[tuple[Stage, int]]:
+    """The declared tree (each header's Parent line) in reading order, with each stage's branch depth: a
+    parent's child with the largest subtree continues its line (depth unchanged); its other children
+    branch off one level deeper and are listed, with their subtrees, right after the parent."""
+    by_key = {s.key: s for s in stage_list}
+    kids: dict[str | None, list[Stage]] = {}
+    for s in stage_list:
+        par = s.header.parent if s.header.parent in by_key else None
+        kids.setdefault(par, []).append(s)
+
+    def size(s):
+        return 1 + sum(size(c) for c in kids.get(s.key, []))
+    out = []
+
+    def walk(s, depth):
+        out.append((s, depth))
+        cs = kids.get(s.key, [])
+        if not cs:
+            return
+        main = max(cs, key=lambda c: (size(c), -cs.index(c)))
+        for c in cs:
+            if c is not main:
+                walk(c, depth + 1)
+        walk(main, depth)
+    for root in kids.get(None, []):
+        walk(root, 0)
+    return out
+
+
+def tree_table(chips=("h100", "h200")) -> Table:
+    """The sm90 stages as their headers declare them (stage, parent, idea; a branch is indented under its
+    parent), each diff's size against its parent, and the newest committed time of each stage at its
+    default defines on each chip with its share of cuBLAS's GEMM in the same run folder (measured)."""
+    measured = results.stage_times()
+    seen: dict[str, set] = {c: set() for c in chips}
+    rows = []
+    for s, depth in tree_order([Stage(p) for p in stages.family_stages("sm90")]):
+        d = stages.diff_stats(s.path, ignore_indent=True) if s.header.parent else None
+        row = {"stage": "\u2003" * depth + ("\u21b3 " if depth else "") + s.name,
+               "parent": (s.header.parent or "—").split("/")[-1], "idea": s.header.idea,
+               "changed lines": f"+{d['added']} / -{d['removed']}" if d else "—"}
+        for c in chips:
+            m = measured.get(s.key, {}).get(c)
+            row[f"{c.upper()} ms"] = round(m["ms"], 3) if m else "—"
+            row[f"{c.upper()} % of cuBLAS"] = f"{100 * m['cublas_ms'] / m['ms']:.0f}%" if m and m.get("cublas_ms") else "—"
+            if m:
+                seen[c].add(f"{m['device']}, {m['date']}, results/{m['file']}")
+        rows.append(row)
+    src = "; ".join(f"{c.upper()}: " + " and ".join(sorted(v)) for c, v in seen.items() if v)
+    return Table(rows, "The declared tree of the sm90 stages (headers' Parent lines; changed lines counted in the "
+                       f"sources, headers excluded) — measured, full problem, verified first ({src}); % of cuBLAS = "
+                       "cuBLAS GEMM-only time of the same results folder over the stage's",
+                 notes=["— : the stage has no run at its default defines on that chip in the committed results"])
+
+
+def emulate_table(problem: str = "small") -> Table:
+    """One tile of every sm90 stage replayed by pelib.emulate from its exports, against the torch reference."""
+    rows = []
+    for p in stages.family_stages("sm90"):
+        s = Stage(p)
+        r = s.emulate_check(problem)
+        ex = s.exports
+        rows.append({"stage": s.name, "tile (m0, n0)": r["tile"], "shape": f"{r['shape'][0]} x {r['shape'][1]}",
+                     "A ring": f"{ex.pipeline_stages} x {ex.box('a')[0] * ex.box('a')[1] // 1024} KiB, "
+                               f"SW{ex.box('a')[2]}",
+                     "B rows": "permuted" if ex.get("b_perm") else "in order",
+                     "max |err|": r["max_abs_err"], "issues": "; ".join(r["issues"]) or "none",
+                     "within 1 BF16 ulp": "yes" if r["ok"] else "NO"})
+    return Table(rows, f"One tile of each sm90 stage on '{problem}' — emulated (pelib.emulate, from each stage's "
+                       "exports) against the torch reference")
+
+
 def stage_facts(s: Stage) -> dict:
     """Compiled facts of one sm90 build: registers, spills, shared memory, tile, SASS counts, ptxas warnings."""
     b, ex = s.build, s.exports
