@@ -527,7 +527,7 @@ def cta_pair_split(m: int = 256, n: int = 256, acc_col: int = 0) -> list[dict]:
 
 
 # --- one output tile -------------------------------------------------------------------------------
-MMA_KINDS = {0: "f16", 1: "tf32", 2: "f8f6f4", 3: "i8", 4: "mxf8f6f4", 5: "mxf4", 6: "mxf4nvf4"}
+MMA_KINDS = D.MMA_KINDS   # the stages' mma_kind export codes (common/descriptors.cuh UMMA_KIND_*)
 
 # Export name -> meaning; TileParams.from_exports reads these (PELIB_EXPORT(name, value) in the stage).
 EXPORT_NAMES = {
