@@ -171,7 +171,12 @@ def diff_stats(a: str | Path, b: str | Path | None = None, ignore_indent: bool =
     not count as changed code (as `git diff -w`)."""
     if b is None:
         a, b = parent_of(a), a
-    la, lb = _strip_header(resolve(a).read_text().splitlines()), _strip_header(resolve(b).read_text().splitlines())
+    return diff_stats_text(resolve(a).read_text(), resolve(b).read_text(), ignore_indent)
+
+
+def diff_stats_text(a: str, b: str, ignore_indent: bool = False) -> dict:
+    """diff_stats of two stage files' texts (e.g. as git holds an older version of them)."""
+    la, lb = _strip_header(a.splitlines()), _strip_header(b.splitlines())
     if ignore_indent:
         la, lb = [x.strip() for x in la], [x.strip() for x in lb]
     added = removed = 0
