@@ -56,29 +56,35 @@ def tree_order(stage_list: list[Stage]) -> list[tuple[Stage, int]]:
 
 
 def tree_table(chips=("h100", "h200")) -> Table:
-    """The sm90 stages as their headers declare them (stage, parent, idea; a branch is indented under its
+    """The sm90 stages as their headers declare them (stage, idea, parent; a branch is indented under its
     parent), each diff's size against its parent, and the newest committed time of each stage at its
-    default defines on each chip with its share of cuBLAS's GEMM in the same run folder (measured)."""
+    default defines on each chip with its share of cuBLAS's GEMM in the same results folder (measured)."""
     measured = results.stage_times()
-    seen: dict[str, set] = {c: set() for c in chips}
+    devices: dict[str, set] = {c: set() for c in chips}
+    files: set = set()
     rows = []
     for s, depth in tree_order([Stage(p) for p in stages.family_stages("sm90")]):
         d = stages.diff_stats(s.path, ignore_indent=True) if s.header.parent else None
-        row = {"stage": "\u2003" * depth + ("\u21b3 " if depth else "") + s.name,
-               "parent": (s.header.parent or "—").split("/")[-1], "idea": s.header.idea,
+        row = {"stage": "\u2003" * depth + ("\u21b3 " if depth else "") + s.name, "idea": s.header.idea,
+               "parent": s.header.parent.split("/")[-1].split("_")[0] if s.header.parent else "—",
                "changed lines": f"+{d['added']} / -{d['removed']}" if d else "—"}
         for c in chips:
             m = measured.get(s.key, {}).get(c)
             row[f"{c.upper()} ms"] = round(m["ms"], 3) if m else "—"
-            row[f"{c.upper()} % of cuBLAS"] = f"{100 * m['cublas_ms'] / m['ms']:.0f}%" if m and m.get("cublas_ms") else "—"
+            row[f"{c.upper()} vs cuBLAS"] = f"{100 * m['cublas_ms'] / m['ms']:.0f}%" if m and m.get("cublas_ms") else "—"
             if m:
-                seen[c].add(f"{m['device']}, {m['date']}, results/{m['file']}")
+                devices[c].add(f"{m['device']}, {m['date']}")
+                files.add(f"results/{m['file']}")
         rows.append(row)
-    src = "; ".join(f"{c.upper()}: " + " and ".join(sorted(v)) for c, v in seen.items() if v)
-    return Table(rows, "The declared tree of the sm90 stages (headers' Parent lines; changed lines counted in the "
-                       f"sources, headers excluded) — measured, full problem, verified first ({src}); % of cuBLAS = "
-                       "cuBLAS GEMM-only time of the same results folder over the stage's",
-                 notes=["— : the stage has no run at its default defines on that chip in the committed results"])
+    devs = "; ".join(" and ".join(sorted(v)) for v in devices.values() if v)
+    return Table(rows, f"The declared tree of the sm90 stages — measured ({devs}; full problem, verified before "
+                       "timing, median of 20)",
+                 notes=["stage, idea, parent: the headers; changed lines: the diff against the parent, headers "
+                        "excluded, indentation ignored (descriptive)",
+                        "vs cuBLAS: cuBLAS's GEMM-only time in the same results folder over the stage's time "
+                        "(above 100 %: faster than cuBLAS)",
+                        "from " + ", ".join(sorted(files)) + "; — : no run at the stage's default defines on that "
+                        "chip in the committed results"])
 
 
 def emulate_table(problem: str = "small") -> Table:
