@@ -744,3 +744,12 @@ def test_staging_header_builds_for_hopper(tmp_path):
     for arch in ("sm_90a", "sm_100a"):
         b = B.build(src, arch, cache=False)
         assert b.facts.spills == 0 and "STS.128" in B._sass.opcode_histogram(b.sass, modifiers=True)
+
+
+def test_barrier_table_reads_the_release_point():
+    """08a and 08b free an accumulator after the whole drain, 09 after the last TMEM load (F19a): the
+    acc_early_release export, which the barrier table shows."""
+    assert [F.stage(n).exports["acc_early_release"] for n in ("08a", "08b", "09")] == [0, 0, 1]
+    early = {r["barrier"].split("[")[0]: r for r in F.barrier_table("09").rows}["acc_empty"]["arrivals"]
+    late = {r["barrier"].split("[")[0]: r for r in F.barrier_table("08a").rows}["acc_empty"]["arrivals"]
+    assert "F19a" in early and "whole drain" in late

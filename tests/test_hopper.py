@@ -561,3 +561,34 @@ def test_sweep_lists_the_new_stages_and_the_baseline_twice():
     keys = {k.split("/")[1][:2] for k, _ in todo}
     assert set(NEW_STAGES) <= keys and len(todo) + len(sweep.AGAIN) <= 50
     assert all(a in todo for a in sweep.AGAIN)      # the drift run repeats an entry of the sweep
+
+
+def test_the_declared_tree_in_reading_order():
+    """views.hopper.tree_order draws the headers' Parent lines: every stage once, each after its parent,
+    the branches (05 from 04; 10 and 11 from 06; 09 from 07) one level deeper than their parent."""
+    from pelib.stage import Stage
+    from pelib.views import hopper as hv
+    order = hv.tree_order([Stage(p) for p in stages.family_stages("sm90")])
+    names = [s.name.split("_")[0] for s, _ in order]
+    depth = {s.name.split("_")[0]: d for s, d in order}
+    assert sorted(names) == sorted(STAGE_KEYS) and len(names) == len(set(names))
+    for s, _ in order:
+        if s.header.parent:
+            par = s.header.parent.split("/")[-1].split("_")[0]
+            assert names.index(par) < names.index(s.name.split("_")[0])
+    assert depth["04"] == depth["06"] == depth["07"] == depth["08"] == 0
+    assert depth["05"] == depth["10"] == depth["11"] == depth["09"] == 1
+
+
+def test_tree_table_reads_the_committed_runs():
+    from pelib import results
+    from pelib.views import hopper as hv
+    t = hv.tree_table()
+    rows = {r["stage"].split()[-1]: r for r in t.rows}
+    times = results.stage_times()
+    for name, r in rows.items():
+        for chip in ("h100", "h200"):
+            m = times.get(f"sm90/{name}", {}).get(chip)
+            assert r[f"{chip.upper()} ms"] == (round(m["ms"], 3) if m else "—"), (name, chip)
+    assert rows["00a_smem_ring"]["H100 ms"] != "—" and rows["00a_smem_ring"]["H200 ms"] != "—"
+    assert "measured" in t.caption and "2026-11-24" in t.caption
