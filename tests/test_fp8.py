@@ -753,3 +753,10 @@ def test_barrier_table_reads_the_release_point():
     early = {r["barrier"].split("[")[0]: r for r in F.barrier_table("09").rows}["acc_empty"]["arrivals"]
     late = {r["barrier"].split("[")[0]: r for r in F.barrier_table("08a").rows}["acc_empty"]["arrivals"]
     assert "F19a" in early and "whole drain" in late
+
+
+def test_f4_variant_retells_its_experiment():
+    """The F4 variant's header names experiment F4 before the commit it is compared with: its record is F4's."""
+    from pelib.stage import Stage
+    r = Stage("fp8/variants/05_f4_runtime_bounds").recorded()
+    assert r.what.startswith("experiment F4") and r.ms == 0.826

@@ -534,4 +534,8 @@ def stage_record(stage_key: str, recorded_text: str = "", pipeline_stages: int |
         m = re.search(rf"\b{re.escape(st.state.split(' ')[0])}\b", text)
         if m:
             hits.append((m.start(), Recorded(st.ms, st.tflops, st.state, st.source)))
+    for e in experiments():              # "experiment F4": a variant that retells one experiment
+        m = re.search(rf"\bexperiment {re.escape(e.id)}\b", text)
+        if m and e.result_ms is not None:
+            hits.append((m.start(), Recorded(e.result_ms, None, f"experiment {e.id}: {e.title}", e.source)))
     return min(hits, key=lambda x: x[0])[1] if hits else None
