@@ -65,7 +65,8 @@ def tree_table(chips=("h100", "h200")) -> Table:
     rows = []
     for s, depth in tree_order([Stage(p) for p in stages.family_stages("sm90")]):
         d = stages.diff_stats(s.path, ignore_indent=True) if s.header.parent else None
-        row = {"stage": "\u2003" * depth + ("\u21b3 " if depth else "") + s.name, "idea": s.header.idea,
+        row = {"stage": "\u2003" * depth + ("\u21b3 " if depth else "") + s.name.split("_")[0],
+               "idea": s.header.idea,
                "parent": s.header.parent.split("/")[-1].split("_")[0] if s.header.parent else "—",
                "changed lines": f"+{d['added']} / -{d['removed']}" if d else "—"}
         for c in chips:
@@ -79,7 +80,7 @@ def tree_table(chips=("h100", "h200")) -> Table:
     devs = "; ".join(" and ".join(sorted(v)) for v in devices.values() if v)
     return Table(rows, f"The declared tree of the sm90 stages — measured ({devs}; full problem, verified before "
                        "timing, median of 20)",
-                 notes=["stage, idea, parent: the headers; changed lines: the diff against the parent, headers "
+                 notes=["stage (its number; src/kernels/sm90/NN_*.cu), idea, parent: the headers; changed lines: the diff against the parent, headers "
                         "excluded, indentation ignored (descriptive)",
                         "vs cuBLAS: cuBLAS's GEMM-only time in the same results folder over the stage's time "
                         "(above 100 %: faster than cuBLAS)",
