@@ -216,17 +216,18 @@ def _timed_entries(data: dict) -> list[dict]:
 def stage_times(root: Path | None = None) -> dict[str, dict[str, dict]]:
     """{stage key: {chip: {ms, device, date, cublas_ms, file}}}: each stage at its default defines, verified,
     from the newest run on each chip (h100, h200) whose files time it (sweeps, pelib.hopper_perf runs,
-    stage lists), with cuBLAS's GEMM-only time of the same run folder where it has one."""
+    stage lists; inside a folder, by the date each file records), with cuBLAS's GEMM-only time of the same run folder where it has one."""
     out: dict[str, dict[str, dict]] = {}
     for run in runs(root):                     # oldest first: a newer run overwrites
-        found, cublas = {}, None
+        found, cublas, dated = {}, None, []
         for p in sorted(run.glob("*.json")):
             try:
                 data = load(p)
             except (OSError, ValueError):      # a half-written or broken file is not a result
                 continue
-            if not isinstance(data, dict):
-                continue
+            if isinstance(data, dict):
+                dated.append((str((data.get("env") or {}).get("date") or data.get("date") or ""), p, data))
+        for _, p, data in sorted(dated, key=lambda x: x[0]):   # a folder's runs by their date: newer overwrites
             cublas = baseline_ms(data.get("baselines")) or cublas
             env = data.get("env") or {"device": data.get("device"), "date": data.get("date")}
             for v in _timed_entries(data):
