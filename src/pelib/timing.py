@@ -375,9 +375,18 @@ def check_events(events) -> list[dict]:
     return out
 
 
+def _what(e: dict) -> str:
+    """'full[0] (tag 2)': the barrier and the wait tag an event names, where it names them."""
+    bar, tag = e.get("barrier"), e.get("tag")
+    out = "" if bar in (None, "") else str(bar)
+    if tag not in (None, ""):
+        out += f" (tag {tag})"
+    return out.strip()
+
+
 def _label(e: dict) -> str:
-    what = e.get("tag") or e.get("barrier")
-    return e["kind"] + (f" {what}" if what not in (None, "") else "")
+    what = _what(e)
+    return e["kind"] + (f" {what}" if what else "")
 
 
 def sim_spans(events, ctas=None) -> Spans:
@@ -401,13 +410,13 @@ def sim_spans(events, ctas=None) -> Spans:
             open_waits[key] = e
         elif e["kind"] == "wait_end" and key in open_waits:
             b = open_waits.pop(key)
-            spans.append(Span(c, w, "wait " + (b.get("tag") or str(b.get("barrier", ""))).strip(), "wait",
+            spans.append(Span(c, w, ("wait " + _what(b)).strip(), "wait",
                               b["seq"], e["seq"] - b["seq"], args))
         else:
             spans.append(Span(c, w, _label(e), SIM_KINDS[e["kind"]], e["seq"], None, args))
     for key, b in open_waits.items():          # a wait that never ended: the deadlock's wait
         last = ev[-1]["seq"] if ev else b["seq"]
-        spans.append(Span(key[0], key[1], "wait " + str(b.get("tag") or b.get("barrier", "")) + " (never ends)",
+        spans.append(Span(key[0], key[1], ("wait " + _what(b)).strip() + " (never ends)",
                           "wait", b["seq"], last - b["seq"], {"open": True}))
     spans += _occupancy(ev, "slot", ("tma_load",), RING_TID, "ring slot", threads)
     spans += _occupancy(ev, "acc", ("mma",), ACC_TID, "accumulator", threads)
