@@ -198,3 +198,34 @@ def test_cli_trace_sim_writes_the_event_log(tmp_path, monkeypatch):
     assert stage_mod.main(["fp8/01_warp_specialized", "--device", "sim", "--trace", str(out)]) == 0
     tr = json.loads(out.read_text())
     assert tr["otherData"]["evidence"] == "simulated order, not time" and timing.check_trace(tr) == []
+
+
+# ---- the protocol picture (pelib.views.protocol): the same spans, labelled by their evidence ---------------
+
+def test_protocol_picture_measured_and_simulated():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pelib.views import protocol
+    t = protocol.committed_records()
+    assert t is not None and t.meta["stage"] == "sm90/06_permuted_b"
+    ax = protocol.protocol_picture(t)
+    title = ax.get_title()
+    assert "measured clock64 (NVIDIA H100 80GB HBM3, 2026-11-24" in title and "not time" not in title
+    ticks = [x.get_text() for x in ax.get_yticklabels()]
+    assert ticks == ["producer (warp 0)", "consumer warpgroup 1 (warp 4)", "consumer warpgroup 2 (warp 8)",
+                     "ring: tile in flight (1)", "ring: tile in flight (2)"]
+    assert "cycles" in ax.get_xlabel()
+    plt.close(ax.figure)
+    ax = protocol.protocol_picture(_sim_events(), stage="synthetic")
+    assert ax.get_title().endswith("simulated order, not time") and "measured" not in ax.get_title()
+    assert [x.get_text() for x in ax.get_yticklabels()] == ["producer", "mma", "epilogue 0", "ring slot 0",
+                                                            "accumulator 0"]
+    assert ax.get_xlabel() == "simulated order (seq), not time"
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="no events or records for CTA 5"):
+        protocol.protocol_picture(_sim_events(), cta=5)
+    rows = protocol.role_table(t).rows
+    assert {r["lane"] for r in rows} >= {"producer (warp 0)", "consumer warpgroup 1 (warp 4)"}
+    assert any(r["span"] == "tma_wait (summed)" for r in rows)
