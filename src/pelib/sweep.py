@@ -668,6 +668,8 @@ def main(argv=None) -> int:
                   ("tma_wait", "kloop", "epi_wait", "epi_phase1", "tile") if ph in avg))
     for r in report.get("debug", []):
         print(f"[debug] {r['label']}: " + (" / ".join(wait_tags(r)) or fail_reason(r) or "passed"))
+        for ln in stages.explain_timeout("\n".join(r.get("worker_output", [])), r["stage"])[:8]:
+            print(f"    {ln}")   # tag -> barrier -> source line
     if report.get("ncu"):
         print(format_ncu(report["ncu"]))
     mc = report.get("memcheck")
