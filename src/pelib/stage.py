@@ -579,7 +579,8 @@ def _sweep(spec: str | None) -> list[dict]:
     return [{k: int(v) if re.fullmatch(r"-?\d+", v) else v} for v in vals.split(",")]
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line's arguments (main parses them; the first-hour page's test parses its commands)."""
     ap = argparse.ArgumentParser(prog="python -m pelib.stage", description="Build, run, verify and time one stage.")
     ap.add_argument("stage", nargs="?", help="family/name, e.g. fp8/06_stages (omit with --table)")
     ap.add_argument("-D", dest="defines", action="append", metavar="K=V", help="a define (repeatable)")
@@ -591,6 +592,11 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (Perfetto) of a TIMING run (gpu) or of "
                     "the simulator's event log (sim)")
     ap.add_argument("--table", action="store_true", help="one row per stage file (idea, parent, facts, results)")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = parser()
     a = ap.parse_args(argv)
     if a.table:
         print(table([Stage(a.stage)] if a.stage else None))
