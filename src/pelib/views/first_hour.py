@@ -71,7 +71,7 @@ def trap_example(log: str = "gpu_faults.log", kernel: Path | None = None, folder
 
 def wait_table(key: str = "fp8/09_persistent_megakernel") -> Table:
     """A stage's bounded waits: tag, barrier, parity, source line (what a timed-out tag points to)."""
-    rows = [{"tag": w.tag, "barrier": w.barrier, "parity": w.parity, "line": f"{w.file.name}:{w.line}"}
+    rows = [{"tag": f"tag {w.tag}", "barrier": w.barrier, "parity": w.parity, "line": f"{w.file.name}:{w.line}"}
             for w in stages.wait_sites(key)]
     return Table(rows, f"{key}: its bounded waits, by tag (read from the source)", descriptive=True)
 
