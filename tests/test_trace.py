@@ -213,15 +213,15 @@ def test_protocol_picture_measured_and_simulated():
     ax = protocol.protocol_picture(t)
     title = ax.get_title()
     assert "measured clock64 (NVIDIA H100 80GB HBM3, 2026-11-24" in title and "not time" not in title
-    ticks = [x.get_text() for x in ax.get_yticklabels()]
+    ticks = [x.get_text() for x in ax.get_yticklabels()][::-1]      # top to bottom
     assert ticks == ["producer (warp 0)", "consumer warpgroup 1 (warp 4)", "consumer warpgroup 2 (warp 8)",
                      "ring: tile in flight (1)", "ring: tile in flight (2)"]
     assert "cycles" in ax.get_xlabel()
     plt.close(ax.figure)
     ax = protocol.protocol_picture(_sim_events(), stage="synthetic")
     assert ax.get_title().endswith("simulated order, not time") and "measured" not in ax.get_title()
-    assert [x.get_text() for x in ax.get_yticklabels()] == ["producer", "mma", "epilogue 0", "ring slot 0",
-                                                            "accumulator 0"]
+    assert [x.get_text() for x in ax.get_yticklabels()][::-1] == ["producer", "mma", "epilogue 0", "ring slot 0",
+                                                                  "accumulator 0"]
     assert ax.get_xlabel() == "simulated order (seq), not time"
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="no events or records for CTA 5"):

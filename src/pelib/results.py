@@ -58,8 +58,10 @@ def sweep_files(root: Path | None = None) -> list[Path]:
     return files(SWEEP_GLOB, root)
 
 
-def latest_sweep(root: Path | None = None) -> dict | None:
-    """The newest readable sweep (by its env date, then file name); None if there is none."""
+def latest_sweep(root: Path | None = None, having=()) -> dict | None:
+    """The newest readable sweep (by its env date, then file name); None if there is none. With `having`,
+    [(stage, defines, defaults)], the newest that ran every one of those entries (a run of the stage
+    files at their defaults does not replace the last run of the variants a chapter quotes)."""
     best = None
     for p in sweep_files(root):
         try:
@@ -67,6 +69,8 @@ def latest_sweep(root: Path | None = None) -> dict | None:
         except (OSError, ValueError):   # a half-written or broken file is not a result
             continue
         if not isinstance(data, dict) or not isinstance(data.get("variants"), list):
+            continue
+        if having and not all(find_variant(data, st, d, df) for st, d, df in having):
             continue
         key = (str(data.get("env", {}).get("date", "")), p.name)
         if best is None or key > best[0]:
