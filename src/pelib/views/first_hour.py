@@ -76,6 +76,6 @@ def wait_table(key: str = "fp8/09_persistent_megakernel") -> Table:
     return Table(rows, f"{key}: its bounded waits, by tag (read from the source)", descriptive=True)
 
 
-def where_results_land(device_name: str = "NVIDIA B200", date: str = "2026-12-01") -> str:
+def where_results_land(device_name: str = "NVIDIA B200", date: str = "YYYY-MM-DD") -> str:
     """The folder `make bench` writes for a device and date (pelib.results.run_dir, the same call)."""
     return str(results.run_dir({"device": device_name, "date": date}).relative_to(paths.ROOT))
