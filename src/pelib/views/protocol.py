@@ -76,7 +76,7 @@ def protocol_picture(source, *, cta: int = 0, window: tuple[float, float] | None
         ends = [s.ts + (s.dur or 0) for s in sp.spans if s.pid == cta and s.tid in prod]
         window = (0, max(ends)) if ends else None
     if ax is None:
-        _, ax = plt.subplots(figsize=(11, 0.55 * len(ln) + 1.6))
+        _, ax = plt.subplots(figsize=(9, 0.5 * len(ln) + 1.6))
     y_of = {tid: len(ln) - 1 - i for i, (tid, _) in enumerate(ln)}
     lo, hi = window if window else (-float("inf"), float("inf"))
     for s in sp.spans:
