@@ -614,7 +614,8 @@ def _sweep(spec: str | None) -> list[dict]:
     return [{k: int(v) if re.fullmatch(r"-?\d+", v) else v} for v in vals.split(",")]
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line's arguments (main parses them; the first-hour page's test parses its commands)."""
     ap = argparse.ArgumentParser(prog="python -m pelib.stage", description="Build, run, verify and time one stage.")
     ap.add_argument("stage", nargs="?", help="family/name, e.g. fp8/06_stages (omit with --table)")
     ap.add_argument("-D", dest="defines", action="append", metavar="K=V", help="a define (repeatable)")
@@ -623,11 +624,17 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, choices=DEVICES,
                     help="gpu (measured), sim (simulated) or compile (facts only); default: gpu where it runs")
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--trace", metavar="OUT.json", help="with --device sim: write the event log")
+    ap.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (Perfetto) of a TIMING run (gpu) or of "
+                    "the simulator's event log (sim)")
     ap.add_argument("--table", action="store_true",
                     help="one row per stage file (idea, parent, facts, results) as a Markdown table")
     ap.add_argument("--write-readme", metavar="README.md",
                     help="with --table: write the table between the README's stage-table markers")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = parser()
     a = ap.parse_args(argv)
     if a.table:
         md = table([Stage(a.stage)] if a.stage else None).to_markdown()
@@ -663,10 +670,40 @@ def main(argv=None) -> int:
         if res.get("ms") is not None:
             print(f"{res['label']}: median {res['ms']:.4f} ms [p10 {res['p10_ms']:.4f}, p90 {res['p90_ms']:.4f}], "
                   f"{res.get('tflops', 0):.1f} TFLOPS — {res['evidence']}")
-        if a.trace and device == "sim":
-            import json
-            Path(a.trace).write_text(json.dumps(getattr(res.get("plan"), "events", []), default=str))
+        if a.trace:
+            ok &= _write_trace(s, a.problem, device, res, a.trace)
     return 0 if ok else 1
+
+
+def _write_trace(s: Stage, problem, device: str, res: dict, path: str) -> bool:
+    """--trace: Chrome trace JSON (pelib.timing.chrome_trace) of a TIMING run's clock64 records (gpu;
+    the decoded records are saved beside it as <path>.records.npz) or of the simulator's events (sim)."""
+    if device == "gpu":
+        if res.get("ok") is False:
+            print(f"--trace: {s.label} did not verify: no TIMING run")
+            return False
+        env = bench.environment(_device.current())
+        tm = s.run_timing(problem)
+        meta = {"stage": s.key + (" " + s.label.split(" ", 1)[1] if s.defines else ""), "problem": s.problem(problem).name,
+                "device": env["device"], "date": env["date"], "git": env["git"], "driver": env.get("driver_version"),
+                "sm_clock_max_khz": env.get("sm_clock_max_khz"), "timing_build": "TIMING=1",
+                "wait_kind": s.timing_build().exports.get("wait_kind")}
+        tm.save(path + ".records.npz", **meta)
+        _timing.chrome_trace(tm, path, **{k: meta[k] for k in ("stage", "device", "date", "git")})
+        print(f"wrote {path} (measured clock64, {tm.layout.ctas} CTAs) and {path}.records.npz")
+        return True
+    if device == "sim":
+        events = res.get("events")
+        if events is None:
+            events = getattr(res.get("report"), "events", None)
+        if events is None:
+            print("--trace: the simulator returned no event log")
+            return False
+        _timing.chrome_trace(events, path, stage=s.key)
+        print(f"wrote {path} (simulated order, not time)")
+        return True
+    print("--trace needs --device gpu (a TIMING run's clock64 records) or --device sim (the event log)")
+    return False
 
 
 if __name__ == "__main__":

@@ -365,7 +365,8 @@ def stage_widget(live: bool | None = None):
     verified, timed run on the 'medium' problem. The static fallback is the table of all options."""
     if live is None:
         live = device.can_run(ARCH)
-    rep = results.latest_sweep()
+    # the newest committed sweep that ran every option of the widget (a run at the defaults only does not)
+    rep = results.latest_sweep(having=[(sm90(k, d).key, d, None) for _, (k, d) in WIDGET_VARIANTS])
     medium = "medium" if live else None
     rows = [variant_row(k, d, rep) for _, (k, d) in WIDGET_VARIANTS]
     caption = (f"stages and consumer warpgroups — {evidence_label(sm90('00').build)}"
