@@ -31,7 +31,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
-from .. import cache as _cache, device, evidence
+from .. import cache as _cache, device, evidence, timing
 from ..facts import Table
 from ..paths import KERNELS, RESULTS
 from ..stage import SimUnavailable, Stage, StageError, all_stages
@@ -40,10 +40,8 @@ from .widgets import _display, book_build
 
 SEEDS = (0, 1, 2)              # every simulated stage is shown at three scheduler seeds
 PROBLEMS = ("sim", "small")    # the first the stage's kind knows: the simulator's test size, else 'small'
-PICTURE = "simulated order, not time"
-EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
-               "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc",
-               "tmem_ld", "tmem_cp", "bar_sync", "cluster_sync", "exit")
+PICTURE = timing.SIM_ORDER                # "simulated order, not time": one wording, pelib.timing's
+EVENT_KINDS = tuple(timing.SIM_KINDS)     # the event-log schema's kinds (pelib.timing checks traces with them)
 OUTCOMES = ("deadlock", "hazard", "misuse", "wrong output", "error")
 
 
@@ -429,7 +427,7 @@ def check_events(events: list[dict]) -> None:
     """The contract's event fields are there (seq, cta, warp, kind) and every kind is one of EVENT_KINDS."""
     if not events:
         raise SimViewError("the run has no events: pelib.sim records them in SimReport.events")
-    for need in ("seq", "cta", "warp", "kind"):
+    for need in timing.SIM_REQUIRED:
         if any(need not in e for e in events[:50]):
             raise SimViewError(f"events lack the field {need!r} (the simulator contract's event log: seq, cta, "
                                "cluster, rank, warp, lane, role, kind, ...)")
