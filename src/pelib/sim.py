@@ -152,14 +152,34 @@ class HostBuild:
     log: str = ""
 
 
+_MEMO: dict = {}   # (cache root, name, key) -> (HostBuild, [(dependency, mtime_ns, size)]): this process's lookups
+
+
+def _stamp(paths) -> list:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((str(p), st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((str(p), None, None))
+    return out
+
+
 def _compile(name: str, source_text: str, files: list[tuple[str, bytes]], flags: list[str], out_name: str) -> HostBuild:
     """Compile one translation unit (given as text) into a shared library, through the cache."""
     import time
     cc = compiler()
     base = _cache.key(files=files + [("tu.cpp", source_text.encode())], options={"flags": flags}, tool=cc.tool)
     store = _store()
+    memo_key = (str(store.root), name, base)
+    hit = _MEMO.get(memo_key)
+    if hit is not None and hit[0].path.is_file() and _stamp(p for p, _, _ in hit[1]) == hit[1]:
+        return HostBuild(hit[0].path, True)
     entry = store.lookup(name, base, require=(out_name,))
     if entry is not None and entry.read(out_name) is not None:
+        deps = json.loads((entry.path / "meta.json").read_text()).get("deps") or []
+        _MEMO[memo_key] = (HostBuild(entry.path / out_name, True), _stamp(d for d, _ in deps))
         return HostBuild(entry.path / out_name, True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pelib-sim-") as tmp:

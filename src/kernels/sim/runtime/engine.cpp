@@ -630,9 +630,10 @@ void fiber_main(void* arg) {
     }
     WarpColl& wc = c->warps[f->warp];
     wc.mask &= ~(1u << f->lane);
-    if (wc.what && wc.arrived && (wc.arrived & wc.mask) == wc.mask) {
-      // the remaining lanes are all in: nothing to compute for data collectives with an exited lane
-      misuse(fmt("lane %d exited while its warp waits in %s", f->lane, wc.what), s, f);
+    if (wc.what && wc.arrived) {
+      misuse(fmt("lane %d exited while lanes 0x%08x of its warp wait in %s at %s:%d (a warp collective needs "
+                 "every lane of its mask)", f->lane, wc.arrived, wc.what, short_file(wc.site.file), wc.site.line),
+             s, f);
     }
   }
   if (c->live == 0) cta_exit_check(c);
