@@ -36,7 +36,10 @@ from .paths import KERNELS
 
 SIM_DIR = KERNELS / "sim"
 RUNTIME_SOURCES = ("runtime/engine.cpp", "runtime/fiber.cpp")
-OPT = os.environ.get("PELIB_SIM_OPT", "-O1")
+# -O1 for both: measured here, -O2 builds the engine in 10.9 s instead of 8.3 s and a stage in 0.85 s
+# instead of 0.7 s, and runs a test-size stage no faster (0.2-0.5 s either way). PELIB_SIM_OPT overrides.
+ENGINE_OPT = os.environ.get("PELIB_SIM_OPT", "-O1")
+STAGE_OPT = os.environ.get("PELIB_SIM_OPT", "-O1")
 CXXFLAGS = ("-std=c++17", "-fPIC", "-shared", "-g0", "-fno-strict-aliasing", "-Wno-unknown-pragmas",
             "-Wno-ignored-attributes", "-Wno-attributes")
 MIN_VERSIONS = {"g++": 11, "clang++": 14}
@@ -214,7 +217,7 @@ def _includes() -> list[str]:
 def engine_build() -> HostBuild:
     """The engine + models library (src/kernels/sim/runtime and model), cached."""
     text = "".join(f'#include "{SIM_DIR / s}"\n' for s in RUNTIME_SOURCES)
-    return _compile("pesim-engine", text, [], [*CXXFLAGS, OPT, *_includes()], "libpesim.so")
+    return _compile("pesim-engine", text, [], [*CXXFLAGS, ENGINE_OPT, *_includes()], "libpesim.so")
 
 
 def _define_flags(defines: dict) -> list[str]:
@@ -228,7 +231,7 @@ def stage_build(source: Path, kernel: str, defines: dict | None = None) -> HostB
     """The stage file, unchanged, plus the entry point (runtime/entry.h), as a host shared library."""
     source = Path(source).resolve()
     text = f'#include "{source}"\n#include "runtime/entry.h"\nPE_SIM_ENTRY({kernel})\n'
-    flags = [*CXXFLAGS, OPT, *_includes(), *_define_flags(defines or {})]
+    flags = [*CXXFLAGS, STAGE_OPT, *_includes(), *_define_flags(defines or {})]
     return _compile(f"{source.stem}-sim", text, [], flags, "stage.so")
 
 
