@@ -71,7 +71,13 @@ def _nvfp4_rings():
 
 
 SWEEPS = ([("fp8/06_stages", {"NUM_STAGES": n}) for n in (4, 5)]
-          + [("fp8/05_epi_warps", {"NUM_EPI_WARPS": n}) for n in (5, 6)] + _nvfp4_rings())
+          + [("fp8/05_epi_warps", {"NUM_EPI_WARPS": n}) for n in (5, 6)] + _nvfp4_rings()
+          + [("nvfp4/02_tma_store_epilogue", {"STAGING_IN_RING": 0}),
+             ("sm90/06_permuted_b", {"B_PERM_TMA": 0}),          # B permuted in shared memory by the consumers
+             ("sm90/06_permuted_b", {"TURN_EARLY": 1}),
+             ("sm90/03_staged_epilogue", {"EPI_TMA_STORE": 0}),
+             ("sm90/01_warp_specialized", {"BLOCK_N": 128}),
+             ("sm90/02_persistent_cluster", {"NUM_STAGES": 2})])
 
 
 @pytest.mark.parametrize("key,defines", SWEEPS, ids=_ids(SWEEPS))
