@@ -68,7 +68,12 @@ def test_deadlock_names_the_wait():
     msg = str(e.value)
     assert "tag 7" in msg and "parity 0" in msg and "pending arrivals 1 of 2" in msg
     assert "sim_engine.cu:" in msg and "PELIB_SIM_SEED=0" in msg
-    assert e.value.report.deadlock and not e.value.report.ok
+    rep = e.value.report
+    assert not rep.ok and rep.tags == (7,)
+    d = rep.deadlock[0]
+    assert d["wait"] == "mbarrier" and d["tag"] == 7 and d["parity"] == 0 and d["phase"] == 0
+    assert d["pending"] == 1 and d["count"] == 2 and d["tx"] == 0 and d["file"].endswith("sim_engine.cu")
+    assert {x["cta"] for x in rep.deadlock} == {0, 1} and all(len(x["lanes"]) == 32 for x in rep.deadlock)
 
 
 def test_arrival_overflow_is_misuse():

@@ -287,7 +287,11 @@ class _Launch(ctypes.Structure):
 
 @dataclass
 class SimReport:
-    """What one simulated run found. `events` is the event log (pelib.sim.EVENT_KINDS), a list of dicts."""
+    """What one simulated run found. deadlock / hazards / misuse are lists of dicts, each with its "text" and
+    the thread it names (cta, cluster, rank, warp, lane or lanes, role, file, line); a deadlock entry also has
+    its wait: "wait" (mbarrier, bar.sync, barrier.cluster, a warp collective, ...) and for an mbarrier its
+    "tag", "barrier" (shared offset), "parity" waited for, the barrier's "phase", "pending" arrivals of
+    "count" and "tx" bytes. `events` is the event log (pelib.sim.EVENT_KINDS), a list of dicts."""
 
     ok: bool
     seed: int
@@ -315,13 +319,19 @@ class SimReport:
                         "file": self.files[fi] if 0 <= fi < len(self.files) else None})
         return out
 
+    @property
+    def tags(self) -> tuple:
+        """The wait tags of the blocked mbarrier waits of a deadlock."""
+        return tuple(sorted({d["tag"] for d in self.deadlock if d.get("tag") is not None}))
+
     def summary(self) -> str:
         if self.ok:
             return f"simulated, seed {self.seed}: no deadlock, hazard or misuse ({self.stats.get('steps', 0):,} steps)"
         parts = []
         for name, items in (("hazard", self.hazards), ("misuse", self.misuse), ("deadlock", self.deadlock)):
             if items:
-                shown = "\n  ".join(items[:12]) + (f"\n  ... and {len(items) - 12} more" if len(items) > 12 else "")
+                shown = "\n  ".join(d["text"] for d in items[:12])
+                shown += f"\n  ... and {len(items) - 12} more" if len(items) > 12 else ""
                 parts.append(f"{name} ({len(items)}):\n  {shown}")
         return f"simulated, seed {self.seed} (reproduce with PELIB_SIM_SEED={self.seed}):\n" + "\n".join(parts)
 

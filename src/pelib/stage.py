@@ -382,10 +382,12 @@ class Stage:
         return tuple(out)
 
     def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None,
-             spec_hook=None, sim_seed: int = 0):
+             spec_hook=None, sim_seed: int = 0, seed: int | None = None):
         """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim').
         `spec_hook(specs) -> specs` may change the tensor maps first (a host-side change such as F21's L2
-        promotion). `sim_seed` picks the simulated interleaving (PELIB_SIM_SEED overrides it)."""
+        promotion). `sim_seed` (or `seed`, as pelib.sim.prepare names it) picks the simulated interleaving
+        (PELIB_SIM_SEED overrides it)."""
+        sim_seed = sim_seed if seed is None else seed
         prob = self.problem(problem)
         hook = spec_hook or (lambda specs: specs)
         if device == "sim":

@@ -311,6 +311,17 @@ std::string fmt(const char* f, ...) {
   return buf;
 }
 
+std::string jesc(const std::string& t) {
+  std::string o = "\"";
+  for (char ch : t) {
+    if (ch == '"' || ch == '\\') o += '\\', o += ch;
+    else if (ch == '\n') o += "\\n";
+    else if ((unsigned char)ch < 0x20) o += ' ';
+    else o += ch;
+  }
+  return o + "\"";
+}
+
 const char* short_file(const char* f) {
   if (!f) return "?";
   const char* k = std::strstr(f, "src/kernels/");
@@ -322,6 +333,18 @@ std::string where(const Fiber* f, Site s) {
   const Cta* c = f->cta;
   return fmt("CTA %d (cluster %d, rank %d) warp %d lane %d [warp %d] at %s:%d", c->id, c->cluster->id, c->rank,
              f->warp, f->lane, f->warp, short_file(s.file), s.line);
+}
+
+// A report record as a JSON object: its text and the thread and source line it names.
+std::string record(const std::string& text, const Fiber* f, Site s, const std::string& extra = "") {
+  std::string o = "{\"text\":" + jesc(text);
+  if (f) {
+    const Cta* c = f->cta;
+    o += fmt(",\"cta\":%d,\"cluster\":%d,\"rank\":%d,\"warp\":%d,\"lane\":%d,\"role\":\"warp %d\"", c->id,
+             c->cluster->id, c->rank, f->warp, f->lane, f->warp);
+  }
+  o += ",\"file\":" + jesc(short_file(s.file)) + fmt(",\"line\":%d", s.line) + extra + "}";
+  return o;
 }
 
 int file_id(const char* f) {
@@ -357,7 +380,7 @@ void event(int kind, Fiber* f, Site s, int barrier = -1, int parity = -1, int ta
 
 // ---- errors ------------------------------------------------------------------------------------------
 void misuse(const std::string& what, Site s, Fiber* f = nullptr) {
-  if (E->rep.misuse.size() < 50) E->rep.misuse.push_back(what + " — " + where(f ? f : E->cur, s));
+  if (E->rep.misuse.size() < 50) E->rep.misuse.push_back(record(what + " — " + where(f ? f : E->cur, s), f ? f : E->cur, s));
   E->aborted = true;
 }
 [[noreturn]] void misuse_fatal(const std::string& what, Site s) {
@@ -365,7 +388,7 @@ void misuse(const std::string& what, Site s, Fiber* f = nullptr) {
   abort_fiber();
 }
 void hazard(const std::string& what, Site s, Fiber* f = nullptr) {
-  if (E->rep.hazards.size() < 50) E->rep.hazards.push_back(what + " — " + where(f, s));
+  if (E->rep.hazards.size() < 50) E->rep.hazards.push_back(record(what + " — " + where(f, s), f, s));
 }
 
 // ---- scheduling ---------------------------------------------------------------------------------------
@@ -516,9 +539,10 @@ void complete_one_op() {
   try {
     op->complete();
   } catch (const ModelError& e) {
-    E->rep.misuse.push_back(e.what + fmt(" — %s issued by CTA %d warp %d lane %d at %s:%d", op->what, op->issuer_cta,
-                                         op->issuer_warp, op->issuer_lane, short_file(op->site.file),
-                                         op->site.line));
+    E->rep.misuse.push_back(record(e.what + fmt(" — %s issued by CTA %d warp %d lane %d at %s:%d", op->what,
+                                                op->issuer_cta, op->issuer_warp, op->issuer_lane,
+                                                short_file(op->site.file), op->site.line),
+                                   op->issuer, op->site));
     E->aborted = true;
   }
   E->cur = saved;
@@ -751,12 +775,17 @@ void start_clusters() {
 }
 
 void deadlock_report() {
-  std::map<std::string, std::vector<int>> groups;   // one line per (CTA, wait site), with the threads
+  struct Group {
+    std::vector<int> lanes;
+    const Fiber* f;
+    std::string extra;
+  };
+  std::map<std::string, Group> groups;   // one record per (CTA, warp, wait site), with its lanes
   for (Fiber* f : E->fibers_all) {
     if (f->state != FS::Blocked) continue;
     const WaitInfo& w = f->w;
     Cta* c = f->cta;
-    std::string what;
+    std::string what, extra;
     if (w.kind == W_MBAR || w.kind == W_MBAR_TRY) {
       Cta* bc = c;
       u32 r = (w.addr >> 24) & 0xFF;
@@ -764,39 +793,55 @@ void deadlock_report() {
       Barrier* b = find_bar(bc, w.addr & 0xFFFFFF);
       what = fmt("mbarrier wait (tag %u) on the barrier at 0x%x for parity %u; %s", w.tag, w.addr & 0xFFFFFF, w.parity,
                  b ? bar_state(*b).c_str() : "no barrier initialized there");
+      extra = fmt(",\"wait\":\"mbarrier\",\"tag\":%u,\"barrier\":%u,\"barrier_cta\":%d,\"parity\":%u", w.tag,
+                  w.addr & 0xFFFFFF, bc->id, w.parity);
+      if (b)
+        extra += fmt(",\"phase\":%llu,\"phase_parity\":%llu,\"pending\":%lld,\"count\":%u,\"tx\":%lld",
+                     (unsigned long long)b->phase, (unsigned long long)(b->phase & 1), (long long)b->pending, b->count,
+                     (long long)b->tx);
     } else if (w.kind == W_NAMED_BAR) {
       NamedBar& nb = c->nbar[w.addr];
       what = fmt("named barrier %u (bar.sync, %u threads): %u arrived", w.addr, nb.count, nb.arrived);
+      extra = fmt(",\"wait\":\"bar.sync\",\"barrier\":%u,\"count\":%u,\"arrived\":%u", w.addr, nb.count, nb.arrived);
     } else if (w.kind == W_WARP) {
       WarpColl& wc = c->warps[f->warp];
       what = fmt("%s: lanes 0x%08x of 0x%08x arrived (the other lanes never reach it: divergent warp)", w.what,
                  wc.arrived, wc.mask);
+      extra = ",\"wait\":" + jesc(w.what);
     } else if (w.kind == W_CLUSTER) {
       what = fmt("barrier.cluster.wait: %u of %d threads of the cluster arrived", c->cluster->bar_arrived,
                  c->cluster->live_threads);
+      extra = ",\"wait\":\"barrier.cluster\"";
     } else if (w.kind == W_WGMMA) {
       what = fmt("wgmma.wait_group: %s", w.what);
+      extra = ",\"wait\":\"wgmma.wait_group\"";
     } else if (w.kind == W_BULK) {
       what = "cp.async.bulk.wait_group";
+      extra = ",\"wait\":\"cp.async.bulk.wait_group\"";
     } else if (w.kind == W_TMEM_ALLOC) {
       what = "tcgen05.alloc: no free TMEM columns (an earlier allocation is never freed)";
+      extra = ",\"wait\":\"tcgen05.alloc\"";
     } else {
       what = w.what;
     }
     std::string key = fmt("CTA %d (cluster %d, rank %d) warp %d: %s at %s:%d", c->id, c->cluster->id, c->rank, f->warp,
                           what.c_str(), short_file(w.site.file), w.site.line);
-    groups[key].push_back(f->lane);
+    Group& g = groups[key];
+    if (!g.f) g.f = f, g.extra = extra;
+    g.lanes.push_back(f->lane);
   }
-  for (auto& [k, lanes] : groups) {
-    std::string l;
-    if (lanes.size() == 32) l = "lanes 0-31";
-    else {
-      l = "lane" + std::string(lanes.size() > 1 ? "s " : " ");
-      for (size_t i = 0; i < lanes.size(); ++i) l += (i ? "," : "") + std::to_string(lanes[i]);
+  for (auto& [k, g] : groups) {
+    std::string l, lj = "[";
+    if (g.lanes.size() == 32) l = "lanes 0-31";
+    else l = "lane" + std::string(g.lanes.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < g.lanes.size(); ++i) {
+      if (g.lanes.size() != 32) l += (i ? "," : "") + std::to_string(g.lanes[i]);
+      lj += (i ? "," : "") + std::to_string(g.lanes[i]);
     }
-    E->rep.deadlock.push_back(k + " [" + l + "]");
+    E->rep.deadlock.push_back(record(k + " [" + l + "]", g.f, g.f->w.site, g.extra + ",\"lanes\":" + lj + "]"));
   }
-  if (E->rep.deadlock.empty()) E->rep.deadlock.push_back("no fiber can run, none is blocked, and CTAs wait to start");
+  if (E->rep.deadlock.empty())
+    E->rep.deadlock.push_back(record("no fiber can run, none is blocked, and CTAs wait to start", nullptr, Site{"", 0}));
 }
 
 void run_loop() {
@@ -814,8 +859,9 @@ void run_loop() {
           sites[fmt("CTA %d warp %d %s at %s:%d", f->cta->id, f->warp, f->state == FS::Blocked ? "blocked" : "runnable",
                     short_file((f->state == FS::Blocked ? f->w.site : f->site).file),
                     (f->state == FS::Blocked ? f->w.site : f->site).line)]++;
-      for (auto& [k, n] : sites) E->rep.deadlock.push_back(fmt("no progress after %llu steps: %s (%d threads)",
-                                                              (unsigned long long)E->L.max_steps, k.c_str(), n));
+      for (auto& [k, n] : sites)
+        E->rep.deadlock.push_back(record(fmt("no progress after %llu steps: %s (%d threads)",
+                                             (unsigned long long)E->L.max_steps, k.c_str(), n), nullptr, Site{"", 0}));
       break;
     }
     if (E->ops_pending && (E->ready.empty() || E->chance(E->p_async))) {
@@ -1695,6 +1741,11 @@ std::string jstr(const std::string& s) {
   }
   return o + "\"";
 }
+std::string jobjs(const std::vector<std::string>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += (i ? "," : "") + v[i];
+  return o + "]";
+}
 std::string jlist(const std::vector<std::string>& v) {
   std::string o = "[";
   for (size_t i = 0; i < v.size(); ++i) o += (i ? "," : "") + jstr(v[i]);
@@ -1745,7 +1796,7 @@ int pe_sim_run(const PeSimLaunch* L) {
               L->smem, E->slots[0].win_size - PE_SIM_SMEM_CAPACITY, L->smem_limit);
   if (L->smem > PE_SIM_SMEM_CAPACITY) bad = fmt("dynamic shared memory %u B exceeds the simulator's window", L->smem);
   if (!bad.empty()) {
-    E->rep.misuse.push_back(bad + " (launch)");
+    E->rep.misuse.push_back(record(bad + " (launch)", nullptr, s0));
   } else {
     for (u32 i = 0; i < nctas; ++i) {
       Cta& c = E->ctas[i];
@@ -1764,8 +1815,8 @@ int pe_sim_run(const PeSimLaunch* L) {
   // recycle stacks
   for (Fiber* f : E->fibers_all) E->stacks_free.push_back(f->stack);
   const bool ok = E->rep.deadlock.empty() && E->rep.hazards.empty() && E->rep.misuse.empty();
-  E->report_json = "{\"ok\":" + std::string(ok ? "true" : "false") + ",\"deadlock\":" + jlist(E->rep.deadlock) +
-                   ",\"hazards\":" + jlist(E->rep.hazards) + ",\"misuse\":" + jlist(E->rep.misuse) +
+  E->report_json = "{\"ok\":" + std::string(ok ? "true" : "false") + ",\"deadlock\":" + jobjs(E->rep.deadlock) +
+                   ",\"hazards\":" + jobjs(E->rep.hazards) + ",\"misuse\":" + jobjs(E->rep.misuse) +
                    ",\"files\":" + jlist(E->files) + ",\"events_truncated\":" +
                    (E->events_truncated ? "true" : "false") + ",\"steps\":" + std::to_string(E->steps) +
                    ",\"switches\":" + std::to_string(E->switches) + ",\"ops\":" + std::to_string(E->ops_done) +
