@@ -293,6 +293,7 @@ struct Engine {
   int live_fibers = 0;
   u64 steps = 0, switches = 0, ops_done = 0;
   std::vector<uint8_t*> stacks_free;
+  std::vector<Cluster*> finished;   // clusters whose CTAs all exited: slots and stacks to recycle
 
   u32 rnd(u32 n) { return n ? u32(rng() % n) : 0; }
   bool chance(int pct) { return int(rng() % 100) < pct; }
@@ -704,9 +705,8 @@ void cta_exit_check(Cta* c) {
   c->exited = true;
   bool all = true;
   for (Cta* p : c->cluster->ctas) all &= p->exited;
-  if (all) {
-    for (Cta* p : c->cluster->ctas) p->slot->cta = nullptr;
-    start_clusters();
+  if (all) {   // the scheduler recycles the cluster's stacks and slots once no fiber runs on them
+    E->finished.push_back(c->cluster);
   }
 }
 
@@ -844,9 +844,23 @@ void deadlock_report() {
     E->rep.deadlock.push_back(record("no fiber can run, none is blocked, and CTAs wait to start", nullptr, Site{"", 0}));
 }
 
+void recycle() {
+  for (Cluster* cl : E->finished)
+    for (Cta* p : cl->ctas) {
+      p->slot->cta = nullptr;
+      for (Fiber* f : p->fibers) {
+        E->stacks_free.push_back(f->stack);
+        f->stack = nullptr;
+      }
+    }
+  E->finished.clear();
+  start_clusters();
+}
+
 void run_loop() {
   start_clusters();
   while (!E->aborted) {
+    if (!E->finished.empty()) recycle();
     if (E->ready.empty() && E->ops_pending == 0) {
       if (E->live_fibers > 0 || !E->pending_clusters.empty()) deadlock_report();
       break;
@@ -1813,7 +1827,8 @@ int pe_sim_run(const PeSimLaunch* L) {
     run_loop();
   }
   // recycle stacks
-  for (Fiber* f : E->fibers_all) E->stacks_free.push_back(f->stack);
+  for (Fiber* f : E->fibers_all)
+    if (f->stack) E->stacks_free.push_back(f->stack);
   const bool ok = E->rep.deadlock.empty() && E->rep.hazards.empty() && E->rep.misuse.empty();
   E->report_json = "{\"ok\":" + std::string(ok ? "true" : "false") + ",\"deadlock\":" + jobjs(E->rep.deadlock) +
                    ",\"hazards\":" + jobjs(E->rep.hazards) + ",\"misuse\":" + jobjs(E->rep.misuse) +
