@@ -7,20 +7,24 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import build as nvrtc, sim
+from pelib import build as nvrtc, sim, tma
 from pelib.paths import KERNELS
 from pelib.stage import Stage
 
 KERNEL = Path(__file__).parent / "kernels" / "sim_engine.cu"
 T = 128          # threads per CTA
-SMEM = 2048      # dynamic shared memory of the launch
+SMEM = 4096      # dynamic shared memory of the launch
 
 
-def launch(mode: int, seed: int = 0, smem: int = SMEM, n: int | None = None, ctas: int = 2):
+def launch(mode: int, seed: int = 0, smem: int = SMEM, n: int | None = None, ctas: int = 2, defines=None):
     out = torch.zeros(2 * T * ctas, dtype=torch.int32)
+    out2 = torch.zeros(16 * ctas, 64, dtype=torch.bfloat16)
+    spec = tma.spec_from_tensor(out2, (16, 64), swizzle=0)
     arg_n = np.int32(n if n is not None else out.numel())
-    plan = sim.prepare(KERNEL, (out, arg_n), grid=(ctas, 1, 1), block=(T, 1, 1), cluster=(1, 1, 1), smem=smem,
-                       kernel="sim_engine", arch="host", defines={"MODE": mode}, seed=seed)
+    args = (tma.TensorMap(spec, cumap=None, owner=out2), out, out2, arg_n)
+    plan = sim.prepare(KERNEL, args, grid=(ctas, 1, 1), block=(T, 1, 1), cluster=(1, 1, 1), smem=smem,
+                       kernel="sim_engine", arch="host", defines={"MODE": mode, **(defines or {})}, seed=seed)
+    plan.out2 = out2
     return plan, out
 
 
@@ -105,6 +109,25 @@ def test_exit_with_tmem_allocated_is_misuse():
 def test_dynamic_shared_memory_over_the_limit_is_misuse():
     with pytest.raises(sim.SimMisuse, match="per-block limit"):
         launch(0, 0, smem=228 * 1024)[0].run()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tma_store_from_staging(seed):
+    plan, _ = launch(7, seed)
+    plan.run()
+    words = plan.out2.view(torch.int32).view(2, 16, 32).numpy()     # CTA, row, 4-B word
+    for c in range(2):
+        want = c * 1000 + np.arange(16 * 32) // 4                     # each 16-B chunk holds one value
+        assert (words[c].reshape(-1) == want).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_staging_rewritten_before_the_store_read_it_is_a_hazard(seed):
+    """Whether or not the simulated store has already copied the tile, a write to its source before
+    cp.async.bulk.wait_group.read is reported (PTX ISA: the source may be read until then)."""
+    plan, _ = launch(7, seed, defines={"STORE_RACE": 1})
+    with pytest.raises(sim.SimHazard, match="before cp.async.bulk.wait_group.read retired the store"):
+        plan.run()
 
 
 def test_host_build_is_cached(tmp_path, monkeypatch):

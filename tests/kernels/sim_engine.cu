@@ -8,17 +8,21 @@
 //   MODE 4  misuse: st.shared past the launch's dynamic shared memory
 //   MODE 5  misuse: a global store past the end of `out`
 //   MODE 6  misuse: warp 0 allocates TMEM and the CTA exits without tcgen05.dealloc
+//   MODE 7  correct: thread 0 stages 16 x 64 BF16 in shared memory and TMA-stores them to out2 (rows
+//           16 * blockIdx.x ..) through tmap; with STORE_RACE the staging tile is rewritten before
+//           cp.async.bulk.wait_group.read (a hazard whatever the interleaving)
 #include "common/types.cuh"
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
 #include "common/memory.cuh"
 #include "common/tcgen05.cuh"
+#include "common/tma.cuh"
 
 #ifndef MODE
 #define MODE 0
 #endif
 
-extern "C" __global__ void sim_engine(u32* out, int n) {
+extern "C" __global__ void sim_engine(const __grid_constant__ TensorMap tmap, u32* out, u16* out2, int n) {
   extern __shared__ __align__(1024) u8 smem_raw[];
   u64* bar = reinterpret_cast<u64*>(smem_raw);
   u32* tmem_slot = reinterpret_cast<u32*>(smem_raw + 64);
@@ -52,6 +56,22 @@ extern "C" __global__ void sim_engine(u32* out, int n) {
   if (t == 0) st_global_b32(out + n, 1);
 #elif MODE == 6
   if (warp == 0) tcgen05_alloc<1>(smem_u32(tmem_slot), 32);
+#elif MODE == 7
+  const u32 stg = smem_u32(smem_raw + 1024);   // 16 rows x 128 B
+  if (t == 0) {
+    for (int i = 0; i < 16 * 128 / 16; ++i) {
+      const u32 v = (u32)(blockIdx.x * 1000 + i);
+      st_shared_v4(stg + 16 * i, v, v, v, v);
+    }
+    fence_proxy_async_shared_cta();
+    tma_store_2d(&tmap, smem_raw + 1024, 0, 16 * (int)blockIdx.x);
+    cp_async_bulk_commit_group();
+#ifdef STORE_RACE
+    st_shared_v4(stg, 7, 7, 7, 7);
 #endif
-  (void)n;
+    cp_async_bulk_wait_group_read<0>();
+    cp_async_bulk_wait_group<0>();
+  }
+#endif
+  (void)n, (void)out2, (void)tmap;
 }
