@@ -320,6 +320,11 @@ class SimReport:
         return out
 
     @property
+    def seeds(self) -> tuple:
+        """The seeds this report covers (one run: its seed)."""
+        return (self.seed,)
+
+    @property
     def tags(self) -> tuple:
         """The wait tags of the blocked mbarrier waits of a deadlock."""
         return tuple(sorted({d["tag"] for d in self.deadlock if d.get("tag") is not None}))
