@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pelib import stages
+from pelib.kinds.nvfp4 import max_stages_that_fit
 from pelib.stage import Stage
 
 SEEDS = (0, 1, 2)
@@ -64,7 +65,6 @@ def test_nvfp4(key, defines, seed):
 def _nvfp4_rings():
     out = []
     for key in ("nvfp4/01_pipelined", "nvfp4/02_tma_store_epilogue"):
-        from pelib.kinds.nvfp4 import max_stages_that_fit
         top = max_stages_that_fit(Stage(key).exports)
         out += [(key, {"NUM_STAGES": n}) for n in range(1, top + 1) if n != Stage(key).exports["pipeline_stages"]]
     return out

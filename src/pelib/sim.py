@@ -245,6 +245,9 @@ _COPY_DIR: Path | None = None
 def _engine() -> ctypes.CDLL:
     b = engine_build()
     key = str(b.path)
+    if _ENGINE and key not in _ENGINE:
+        raise SimBuildError("the simulator's engine (src/kernels/sim/runtime, model) changed after this process "
+                            "loaded it: stage libraries bind to the first engine loaded, so restart Python")
     if key not in _ENGINE:
         lib = ctypes.CDLL(key, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
         lib.pe_sim_run.argtypes = [ctypes.c_void_p]
