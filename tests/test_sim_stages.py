@@ -85,7 +85,7 @@ def test_swept_defines(key, defines):
     run_sim(key, defines, 0)
 
 
-EXACT = [(k, d) for k, d in SM90 + FP8 + VARIANTS if "f22" not in k] + NVFP4
+EXACT = SM90 + FP8 + VARIANTS + NVFP4
 
 
 @pytest.mark.parametrize("key,defines", EXACT, ids=_ids(EXACT))
