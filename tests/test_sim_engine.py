@@ -130,6 +130,12 @@ def test_staging_rewritten_before_the_store_read_it_is_a_hazard(seed):
         plan.run()
 
 
+def test_store_without_proxy_fence_is_a_hazard():
+    plan, _ = launch(7, 0, defines={"NO_PROXY_FENCE": 1})
+    with pytest.raises(sim.SimHazard, match="never ordered with fence.proxy.async"):
+        plan.run()
+
+
 def test_host_build_is_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(sim, "_CACHE_DIR", tmp_path)
     a = sim.stage_build(KERNEL, "sim_engine", {"MODE": 0})

@@ -10,7 +10,8 @@
 //   MODE 6  misuse: warp 0 allocates TMEM and the CTA exits without tcgen05.dealloc
 //   MODE 7  correct: thread 0 stages 16 x 64 BF16 in shared memory and TMA-stores them to out2 (rows
 //           16 * blockIdx.x ..) through tmap; with STORE_RACE the staging tile is rewritten before
-//           cp.async.bulk.wait_group.read (a hazard whatever the interleaving)
+//           cp.async.bulk.wait_group.read (a hazard whatever the interleaving); with NO_PROXY_FENCE the
+//           st.shared writes reach the TMA store without fence.proxy.async (a hazard)
 #include "common/types.cuh"
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
@@ -63,7 +64,9 @@ extern "C" __global__ void sim_engine(const __grid_constant__ TensorMap tmap, u3
       const u32 v = (u32)(blockIdx.x * 1000 + i);
       st_shared_v4(stg + 16 * i, v, v, v, v);
     }
+#ifndef NO_PROXY_FENCE
     fence_proxy_async_shared_cta();
+#endif
     tma_store_2d(&tmap, smem_raw + 1024, 0, 16 * (int)blockIdx.x);
     cp_async_bulk_commit_group();
 #ifdef STORE_RACE

@@ -136,6 +136,7 @@ struct Fiber {
     u32 lane0, col0, ncols;
   };
   std::vector<PendingLd> lds;
+  u64 last_proxy_fence = 0;          // E->wseq of this thread's last fence.proxy.async
   u64 cluster_arrive_gen = ~0ull;   // the cluster barrier generation this thread arrived in
   bool cluster_arrived = false;
 };
@@ -235,6 +236,8 @@ struct Cta {
   std::vector<Range> tmem_writes;        // in-flight MMA writes of TMEM: lo/hi = columns, lanes in what
   u64 clock = 0;
   int pending_ops = 0;                   // queued async ops that touch this CTA
+  std::vector<u32> chunk_writer;         // per 16 B of the window: fiber id + 1 of its last st.shared (0: none)
+  std::vector<u64> chunk_seq;            // ... and when (E->wseq)
   std::vector<u64> tc_from;              // per peer rank: cluster barrier generation + 1 of its last
                                          // tcgen05 op on this CTA (cta_group::2 MMA / cp, commit multicast)
 };
@@ -294,6 +297,7 @@ struct Engine {
   u64 steps = 0, switches = 0, ops_done = 0;
   std::vector<uint8_t*> stacks_free;
   std::vector<Cluster*> finished;   // clusters whose CTAs all exited: slots and stacks to recycle
+  u64 wseq = 0;                     // order of st.shared writes and proxy fences
 
   u32 rnd(u32 n) { return n ? u32(rng() % n) : 0; }
   bool chance(int pct) { return int(rng() % 100) < pct; }
@@ -519,6 +523,23 @@ const Range* overlap(const std::vector<Range>& v, u32 lo, u32 hi) {
   return nullptr;
 }
 
+// A generic-proxy write (st.shared) in [lo, hi) of c that its thread has not yet ordered before async-proxy
+// reads with fence.proxy.async (PTX ISA 9.7.12.4 membar/fence: proxy fences): the writing fiber, or null.
+Fiber* unfenced_writer(Cta* c, u32 lo, u32 hi) {
+  for (u32 k = lo / 16; k < (hi + 15) / 16 && k < c->chunk_writer.size(); ++k) {
+    const u32 w = c->chunk_writer[k];
+    if (w && c->chunk_seq[k] > E->fibers_all[w - 1]->last_proxy_fence) return E->fibers_all[w - 1];
+  }
+  return nullptr;
+}
+
+void check_proxy_fence(Cta* c, u32 lo, u32 hi, const char* reader, Site s) {
+  if (Fiber* w = unfenced_writer(c, lo, hi))
+    hazard(fmt("%s reads [0x%x, 0x%x) of CTA %d, which warp %d lane %d wrote with st.shared and never ordered "
+               "with fence.proxy.async (generic-proxy writes are not visible to the async proxy without it)",
+               reader, lo, hi, c->id, w->warp, w->lane), s, E->cur);
+}
+
 void cta_exit_check(Cta* c);
 void start_clusters();
 
@@ -731,6 +752,8 @@ void start_cta(Cta* c, Slot* sl) {
   c->dyn_size = E->L.smem;
   // shared memory starts as garbage on hardware: poison it so a read before a write shows
   std::memset(c->win, 0xA5, c->win_size);
+  c->chunk_writer.assign(c->win_size / 16 + 1, 0);
+  c->chunk_seq.assign(c->win_size / 16 + 1, 0);
   const u32 nthreads = E->L.block[0] * E->L.block[1] * E->L.block[2];
   c->warps.assign((nthreads + WARP - 1) / WARP, WarpColl{});
   c->wgs.assign((nthreads + 127) / 128, WarpGroup{});
@@ -1280,6 +1303,7 @@ void tma_store(const void* tmap, unsigned src, const int* coords, int ncoords, S
   const u64 id = E->op_seq + 1;
   const u32 off = a.off;
   Cta* c = a.cta;
+  check_proxy_fence(c, off, off + g.footprint, "a TMA store", s);
   c->reads.push_back(Range{off, off + g.footprint, id, "a TMA store", s});
   const u64 group = f->bulk_open_group;
   f->bulk_pending[group]++;
@@ -1331,7 +1355,10 @@ void bulk_wait(int n, bool, Site s) {
   }
 }
 
-void fence_proxy_async(Site s) { point(s); }
+void fence_proxy_async(Site s) {
+  E->cur->last_proxy_fence = ++E->wseq;
+  point(s);
+}
 
 // ---- wgmma ----
 void wgmma_fence(Site s) { aligned_op("wgmma.fence.sync.aligned", s); }
@@ -1417,6 +1444,7 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
       if (const Range* w = overlap(c->writes, r.first, r.second))
         hazard(fmt("wgmma reads [0x%x, 0x%x) while %s issued at %s:%d has not landed there (operand read before "
                    "its TMA completed)", r.first, r.second, w->what, short_file(w->site.file), w->site.line), s, f);
+      check_proxy_fence(c, r.first, r.second, "a wgmma.mma_async", s);
       c->reads.push_back(Range{r.first, r.second, id, "a wgmma.mma_async", s});
     }
     event(EV_MMA, f, s);
@@ -1547,6 +1575,7 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
         hazard(fmt("tcgen05.mma reads [0x%x, 0x%x) of CTA %d while %s issued at %s:%d has not landed there "
                    "(operand read before its TMA completed)", r.first, r.second, p->id, w->what,
                    short_file(w->site.file), w->site.line), s, f);
+      check_proxy_fence(p, r.first, r.second, "a tcgen05.mma", s);
       p->reads.push_back(Range{r.first, r.second, oid, "a tcgen05.mma", s});
     }
     p->tmem_writes.push_back(Range{col, col + id.n, oid, "a tcgen05.mma", s});
@@ -1678,6 +1707,7 @@ void tc_cp_32x128b_warpx4(int cg, unsigned taddr, uint64_t desc, Site s) {
   std::vector<Cta*> pair{c};
   if (cg == 2 && c->cluster->ctas.size() > size_t(c->rank) + 1) pair.push_back(c->cluster->ctas[c->rank + 1]);
   for (Cta* p : pair) {
+    check_proxy_fence(p, r.first, r.second, "a tcgen05.cp", s);
     p->reads.push_back(Range{r.first, r.second, oid, "a tcgen05.cp", s});
     note_tc_remote(c, p);
   }
@@ -1732,6 +1762,11 @@ void smem_store(unsigned addr, const void* src, size_t n, Site s) {
                "reused before the asynchronous read finished)", a.off, a.cta->id, r->what, short_file(r->site.file),
                r->site.line, r->lo, r->hi), s, E->cur);
   std::memcpy(a.cta->win + a.off, src, n);
+  const u64 q = ++E->wseq;
+  for (u32 k = a.off / 16; k < (a.off + u32(n) + 15) / 16 && k < a.cta->chunk_writer.size(); ++k) {
+    a.cta->chunk_writer[k] = u32(E->cur->id) + 1;
+    a.cta->chunk_seq[k] = q;
+  }
 }
 
 uint64_t clock64(Site) { return ++E->cur->cta->clock; }
