@@ -102,6 +102,7 @@ class SimRun:
     seeds: list = field(default_factory=list)
     launch: str = ""
     events: list = field(default_factory=list, repr=False)
+    tags: list = field(default_factory=list)   # a deadlock's blocked wait tags, as the report names them
     mutation: str = ""
     wall_s: float = 0.0        # the host's time to run the model (measured on this CPU), never the kernel's
     cached: bool = False
@@ -151,8 +152,15 @@ def fitted(s: Stage, prob):
 
 
 def _entries(report, name: str) -> list:
+    """A report's deadlock / hazards / misuse entries as text (pelib.sim gives dicts with their "text")."""
     got = getattr(report, name, None) if not isinstance(report, dict) else report.get(name)
-    return [str(x) for x in (got or [])]
+    return [str(x.get("text", x)) if isinstance(x, dict) else str(x) for x in (got or [])]
+
+
+def _report_tags(report) -> list:
+    """The wait tags of a deadlock's blocked mbarrier waits, where the report names them (SimReport.tags)."""
+    got = getattr(report, "tags", None) if not isinstance(report, dict) else report.get("tags")
+    return [int(t) for t in (got or ())]
 
 
 def _seeds(report, seed: int) -> list:
@@ -198,10 +206,12 @@ def _kind_of_error(e: BaseException) -> str:
 
 
 def _run_key(s: Stage, prob, seed: int, mutation: str) -> str:
-    """The content key of a simulated run: every kernel file, pelib's host code (not the views), the args."""
+    """The content key of a simulated run: every kernel file, pelib's host code (of the views only this
+    module), the arguments."""
     pelib = Path(__file__).resolve().parents[1]
     files = sorted(p for p in KERNELS.rglob("*") if p.is_file() and p.suffix in (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c"))
     files += sorted(p for p in pelib.rglob("*.py") if "views" not in p.relative_to(pelib).parts)
+    files.append(Path(__file__))   # this module annotates the events it stores
     named = [(str(p), p.read_bytes()) for p in files]
     return _cache.key(files=named, options={"stage": s.key, "defines": s.defines, "problem": prob.name,
                                             "seed": seed, "mutation": mutation}, tool="pelib.sim-run-1")
@@ -285,6 +295,7 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
         rep = getattr(e, "report", None)
         if rep is not None:
             run.deadlock, run.hazards, run.misuse = (_entries(rep, k) for k in ("deadlock", "hazards", "misuse"))
+            run.tags = _report_tags(rep)
             run.seeds = _seeds(rep, seed)
             run.events = annotate(_events(rep), s)
         run.seeds = run.seeds or [seed]
@@ -297,6 +308,7 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
             run.verify_text = str(v).splitlines()[0]
         if rep is not None:
             run.deadlock, run.hazards, run.misuse = (_entries(rep, k) for k in ("deadlock", "hazards", "misuse"))
+            run.tags = _report_tags(rep)
             run.seeds = _seeds(rep, seed)
             run.events = annotate(_events(rep), s)
         cfg = res.get("config") if isinstance(res, dict) else None
@@ -809,7 +821,10 @@ def _catalog():
 
 
 def blocked_tags(run: SimRun) -> tuple[int, ...]:
-    """The wait tags a stopped run was blocked at: its open waits in the event log, and 'tag N' in its report."""
+    """The wait tags a stopped run was blocked at: the report's own (SimReport.tags), else its open waits in
+    the event log and 'tag N' in its report's text."""
+    if run.tags:
+        return tuple(sorted(run.tags))
     tags = {int(iv.note.split("tag ")[1].split(",")[0]) for iv in wait_spans(run.events)[1] if "tag " in iv.note} \
         if run.events else set()
     for text in [run.stopped] + run.deadlock:
