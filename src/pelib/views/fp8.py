@@ -5,6 +5,7 @@ lab notes' records (pelib.records); nothing here restates a number the kernel wa
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 import matplotlib.pyplot as plt
@@ -516,6 +517,14 @@ def sweep_widget(which: str, live: bool = True):
     return widgets.sweep(ok, render, static=sweep_rows_table(which), description=define, value=default, live=live)
 
 
+def sweep_problem(name: str):
+    """The simulator's problem for a sweep position, at the lab's K (six k-blocks for K = 768), so a ring of
+    every depth the sweep offers below that wraps within a tile, as on the full problem."""
+    s = stage(name)
+    p = s.problem("sim")
+    return dataclasses.replace(p, name=f"{p.name} at K={s.problem('full').k}", k=s.problem("full").k)
+
+
 def sweep_point(which: str, v: int, default: int):
     """One position of a sweep, showing what the table above cannot: the recorded times with this value
     marked and its shared memory against the per-block limit (a figure), and the SASS this value changes
@@ -556,7 +565,7 @@ def sweep_point(which: str, v: int, default: int):
              for op in sorted(set(h) | set(h0)) if h.get(op, 0) != h0.get(op, 0)]
     label = evidence_label(b)
     point = Table([sweep_row(which, v)], f"{define}={v} — registers/SMEM {label}; ms recorded ({src})")
-    simulated = sim.sweep_panel(stage(name, {define: v}))   # the stage at this value, run on the simulator
+    simulated = sim.sweep_panel(stage(name, {define: v}), problem=sweep_problem(name))   # run on the simulator
     if not delta:
         return [fig, point, f"The SASS of {define}={v} has the same opcode counts as the default "
                             f"{define}={default} ({label}).", *simulated]

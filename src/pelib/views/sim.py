@@ -1036,7 +1036,7 @@ def proof_record(results_dir: Path | None = None) -> dict | None:
 # ---- a sweep's position ----------------------------------------------------------------------------------
 
 def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: bool = True,
-                use_cache: bool | None = None) -> list:
+                use_cache: bool | None = None, problem=None) -> list:
     """What one position of a sweep adds (pelib.views.fp8.sweep_point): the stage at these defines run on
     the simulator at one seed (verified, its report) and its protocol picture. In JupyterLab it runs live
     for the chosen value (seconds at the small problem); the book's build takes a run from the cache where
@@ -1045,7 +1045,7 @@ def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: b
     if not ok:
         return [unavailable_note(why)]
     s = _as_stage(stage, defines)
-    run = simulate(s, seed=seed, use_cache=book_build() if use_cache is None else use_cache)
+    run = simulate(s, seed=seed, problem=problem, use_cache=book_build() if use_cache is None else use_cache)
     how = "" if not run.cached else " (from the run cache: this source, this seed)"
     out: list = [run_table([run], caption=f"{s.label} on the simulator's problem ({run.problem}), seed {seed}{how}: "
                                           f"verified against torch — {evidence.simulated()}")]
