@@ -241,3 +241,54 @@ def test_cpp_range_check_is_a_compile_error(tmp_path):
                    'extern "C" __global__ void k() {}\n')
     with pytest.raises(BuildError, match="constant"):
         build(src, arch="sm_100a", cache=False)
+
+
+# --- what the Python encoder refuses for the block-scaled form, the C++ encoder refuses too ---------------
+BLOCK_SCALED_REFUSED = [
+    ("M=64", dict(m=64, n=128)),
+    ("N=4", dict(m=128, n=4)),
+    ("N=264", dict(m=128, n=264)),
+    ("f8f6f4's E2M1 code in mxf4nvf4", dict(m=128, n=128, a_fmt=5)),
+    ("format code 2 in mxf8f6f4", dict(m=128, n=128, a_fmt=2, b_fmt="e4m3", scale_fmt="ue8m0", kind="mxf8f6f4")),
+    ("UE4M3 scales in mxf4", dict(m=128, n=128, kind="mxf4")),
+    ("UE4M3 scales in mxf8f6f4", dict(m=128, n=128, a_fmt="e4m3", b_fmt="e4m3", kind="mxf8f6f4")),
+    ("MN-major A in mxf4nvf4", dict(m=128, n=128, a_major="MN")),
+    ("MN-major B in mxf4", dict(m=128, n=128, scale_fmt="ue8m0", b_major="MN", kind="mxf4")),
+    ("block16 scale id 2", dict(m=128, n=128, a_sf_id=2)),
+    ("block32 scale id 1", dict(m=128, n=128, scale_fmt="ue8m0", b_sf_id=1)),
+    ("block32 scale id 3 in mxf4", dict(m=256, n=256, scale_fmt="ue8m0", a_sf_id=3, kind="mxf4")),
+    ("K96 in mxf8f6f4", dict(m=128, n=128, a_fmt="e4m3", b_fmt="e4m3", scale_fmt="ue8m0", k_size=1, kind="mxf8f6f4")),
+    ("a negate of 2", dict(m=128, n=128, a_neg=2)),
+]
+BLOCK_SCALED_ACCEPTED = [
+    dict(m=128, n=128),                                                          # the NVFP4 stages' form
+    dict(m=256, n=8, k_size=1),                                                  # K96, smallest N
+    dict(m=128, n=64, a_fmt="e2m3", b_fmt="e2m1", scale_fmt="ue8m0", a_sf_id=3, b_sf_id=1, kind="mxf8f6f4"),
+    dict(m=256, n=256, scale_fmt="ue8m0", a_sf_id=2, b_sf_id=2, kind="mxf4"),
+]
+
+
+@pytest.mark.parametrize("what,kw", BLOCK_SCALED_REFUSED, ids=[w for w, _ in BLOCK_SCALED_REFUSED])
+def test_cpp_block_scaled_refuses_what_python_refuses(what, kw, tmp_path):
+    with pytest.raises(D.DescriptorError):
+        D.umma_instr_desc_block_scaled(**kw)
+    _nvrtc_or_skip()
+    from pelib.build import BuildError, build
+    src = tmp_path / "refusal.cu"
+    src.write_text(D.cuda_refusal("umma_instr_desc_block_scaled", kw))
+    with pytest.raises(BuildError, match="constant"):
+        build(src, arch="sm_100a", cache=False)
+
+
+def test_cpp_block_scaled_accepts_what_python_accepts(tmp_path):
+    """The refusal test's control: the same construction compiles for accepted cases, and agrees in value."""
+    _nvrtc_or_skip()
+    from pelib.build import build
+    for i, kw in enumerate(BLOCK_SCALED_ACCEPTED):
+        D.umma_instr_desc_block_scaled(**kw)
+        src = tmp_path / f"accepted{i}.cu"
+        src.write_text(D.cuda_refusal("umma_instr_desc_block_scaled", kw))
+        assert build(src, arch="sm_100a", cache=False).cubin
+    src = tmp_path / "accepted_values.cu"
+    src.write_text(D.cuda_static_asserts([("umma_instr_desc_block_scaled", kw) for kw in BLOCK_SCALED_ACCEPTED]))
+    assert build(src, arch="sm_100a", cache=False).cubin

@@ -57,8 +57,13 @@ def test_a_failed_baseline_is_not_a_row():
     from pelib import results
     from pelib.views import hopper
     rep = results.load_sweep()
-    fake = {**rep, "baselines": {**rep.get("baselines", {}),
-                                 "compile_fused": {"error": "Traceback ...\nAttributeError: no attribute 'ATOL'"}}}
+    failed = "Traceback ...\nAttributeError: no attribute 'ATOL'"
+    base = rep.get("baselines", {})
+    if isinstance(base, list):   # pelib.baselines rows (newer runs) or {name: row} (older runs)
+        base = base + [{"name": "compile_fused", "status": "failed", "reason": failed}]
+    else:
+        base = {**base, "compile_fused": {"error": failed}}
+    fake = {**rep, "baselines": base}
     t = hopper.recorded_comparison_table(fake)
     assert not [c for c in _cells(t) if re.search(r"FAILED|Error|Traceback", c)]
     assert any("not measured" in n.lower() and "AttributeError" in n for n in t.notes)

@@ -55,6 +55,14 @@ def test_stage_header_retells_its_record(name):
     assert rec.what.split(":")[0].split(" ")[0] in s.header.recorded
 
 
+def test_the_split_persistent_stages_retell_their_own_states():
+    """08b is F18's kernel state and 09 F19a's, though each header also names an older state to compare."""
+    got = {n: F.stage(n).recorded() for n in ("08a_persistent_tiles", "08b_double_staging", "09_persistent_megakernel")}
+    assert got["08a_persistent_tiles"] is None
+    assert got["08b_double_staging"].what.startswith("F18") and got["08b_double_staging"].ms == 0.543
+    assert got["09_persistent_megakernel"].what.startswith("F19a") and got["09_persistent_megakernel"].ms == 0.542
+
+
 # ---- compiled facts -----------------------------------------------------------------------
 
 def test_budgets(built):
@@ -736,3 +744,19 @@ def test_staging_header_builds_for_hopper(tmp_path):
     for arch in ("sm_90a", "sm_100a"):
         b = B.build(src, arch, cache=False)
         assert b.facts.spills == 0 and "STS.128" in B._sass.opcode_histogram(b.sass, modifiers=True)
+
+
+def test_barrier_table_reads_the_release_point():
+    """08a and 08b free an accumulator after the whole drain, 09 after the last TMEM load (F19a): the
+    acc_early_release export, which the barrier table shows."""
+    assert [F.stage(n).exports["acc_early_release"] for n in ("08a", "08b", "09")] == [0, 0, 1]
+    early = {r["barrier"].split("[")[0]: r for r in F.barrier_table("09").rows}["acc_empty"]["arrivals"]
+    late = {r["barrier"].split("[")[0]: r for r in F.barrier_table("08a").rows}["acc_empty"]["arrivals"]
+    assert "F19a" in early and "whole drain" in late
+
+
+def test_f4_variant_retells_its_experiment():
+    """The F4 variant's header names experiment F4 before the commit it is compared with: its record is F4's."""
+    from pelib.stage import Stage
+    r = Stage("fp8/variants/05_f4_runtime_bounds").recorded()
+    assert r.what.startswith("experiment F4") and r.ms == 0.826

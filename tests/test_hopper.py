@@ -210,6 +210,53 @@ def test_emulated_tiles_match_the_reference():
         assert not np.allclose(np.nan_to_num(bad, nan=1e30), ref)
 
 
+def test_emulated_permuted_b_needs_both_halves_of_the_map():
+    """Stages 06+ (b_perm): the replay loads B in the permuted row order and the epilogue maps accumulator
+    column r to output column permuted_b_rows[r]. Either half alone gives a wrong tile, so the check
+    of every permuted stage can fail."""
+    import numpy as np
+    from pelib import emulate as E
+    s = S("06")
+    assert s.exports["b_perm"] == 1
+    prob = s.problem("small")
+    t = prob.make_inputs(seed=2)
+    m0, n0 = 64, 256
+    ref = (t["a"].double()[m0:m0 + 64] @ t["b"].double()[n0:n0 + 256].T).numpy()
+    p = E.TileParams.from_exports(s.exports)
+    perm = np.asarray(sm90.permuted_b_rows(t["b"].shape[0]))
+    assert (perm != np.arange(perm.size)).any()
+    loaded = E.emulate_tile(p, t["a"], t["b"][perm], m0=m0, n0=n0)            # B permuted, no column map
+    assert not np.allclose(loaded, ref)
+    mapped = np.empty_like(loaded)
+    mapped[:, perm[n0:n0 + 256] - n0] = loaded                               # both: the kind's replay
+    np.testing.assert_allclose(mapped, ref, rtol=0, atol=1e-9)
+    unmapped_b = np.empty_like(ref)
+    unmapped_b[:, perm[n0:n0 + 256] - n0] = E.emulate_tile(p, t["a"], t["b"], m0=m0, n0=n0)
+    assert not np.allclose(unmapped_b, ref)                                   # the column map alone
+    for key in ("06", "07", "08", "09", "10", "11"):
+        r = S(key).emulate_check("medium", tile=(37, 1), seed=4)
+        assert r["ok"] and r["issues"] == [], (key, r)
+
+
+def test_emulated_half_slices_drive_b_by_its_own_slice():
+    """Stage 11: A pieces of 64 B under B slices of 128 B (b_block_k = 2 x block_k). Replayed with B
+    driven like A (one slice per piece) the boxes do not divide the slice and the emulator refuses;
+    with A's SW64 descriptor swapped for the SW128 one the operands are read wrong and the tile fails."""
+    import numpy as np
+    from pelib import emulate as E
+    s = S("11")
+    ex = s.exports
+    assert (ex["block_k"], ex["b_block_k"], ex["tmap_a_swizzle"]) == (64, 128, 64)
+    t = s.problem("small").make_inputs(seed=1)
+    with pytest.raises(E.EmulationError, match="K boxes"):
+        E.emulate_tile(E.TileParams.from_exports(ex, b_block_k=64), t["a"], t["b"], m0=64, n0=0)
+    p = E.TileParams.from_exports(ex)
+    good = E.emulate_tile(p, t["a"], t["b"], m0=64, n0=0)
+    wrong = p.with_(a_desc=descriptors.gmma_smem_desc(p.a_smem_offset, 16, 1024, 128))
+    bad, rep = E.emulate_tile(wrong, t["a"], t["b"], m0=64, n0=0, return_report=True)
+    assert not rep.ok and not np.allclose(np.nan_to_num(bad, nan=1e30), good)
+
+
 def test_compile_baseline_error_names_the_exception():
     log = "\n".join(["  triton_mm_9 3.37 ms 40.2% ACC_TYPE='tl.float32'", "Traceback (most recent call last):",
                      '  File "x.py", line 1', "AttributeError: module 'pelib.hopper' has no attribute 'ATOL'"])
@@ -514,3 +561,36 @@ def test_sweep_lists_the_new_stages_and_the_baseline_twice():
     keys = {k.split("/")[1][:2] for k, _ in todo}
     assert set(NEW_STAGES) <= keys and len(todo) + len(sweep.AGAIN) <= 50
     assert all(a in todo for a in sweep.AGAIN)      # the drift run repeats an entry of the sweep
+
+
+def test_the_declared_tree_in_reading_order():
+    """views.hopper.tree_order draws the headers' Parent lines: every stage once, each after its parent,
+    the branches (05 from 04; 10 and 11 from 06; 09 from 07) one level deeper than their parent."""
+    from pelib.stage import Stage
+    from pelib.views import hopper as hv
+    order = hv.tree_order([Stage(p) for p in stages.family_stages("sm90")])
+    names = [s.name.split("_")[0] for s, _ in order]
+    depth = {s.name.split("_")[0]: d for s, d in order}
+    assert sorted(names) == sorted(STAGE_KEYS) and len(names) == len(set(names))
+    for s, _ in order:
+        if s.header.parent:
+            par = s.header.parent.split("/")[-1].split("_")[0]
+            assert names.index(par) < names.index(s.name.split("_")[0])
+    assert depth["04"] == depth["06"] == depth["07"] == depth["08"] == 0
+    assert depth["05"] == depth["10"] == depth["11"] == depth["09"] == 1
+
+
+def test_tree_table_reads_the_committed_runs():
+    from pelib import results
+    from pelib.views import hopper as hv
+    t = hv.tree_table()
+    rows = {r["stage"].split()[-1]: r for r in t.rows}
+    assert sorted(rows) == sorted(STAGE_KEYS)
+    times = results.stage_times()
+    for key, r in rows.items():
+        name = S(key).name
+        for chip in ("h100", "h200"):
+            m = times.get(f"sm90/{name}", {}).get(chip)
+            assert r[f"{chip.upper()} ms"] == (round(m["ms"], 3) if m else "—"), (name, chip)
+    assert rows["00a"]["H100 ms"] != "—" and rows["00a"]["H200 ms"] != "—"
+    assert "measured" in t.caption and "2026-11-24" in t.caption

@@ -431,9 +431,10 @@ def test_hopper_results_failed_and_absent(tmp_path):
 def test_the_committed_sweep_is_read_as_written():
     """The chapter's numbers are the committed sweep's: each variant the reader reports is the entry of the
     newest JSON under results/ (its median, its device), and the sentence quotes exactly those times."""
-    sw = results.latest_sweep()
+    sw = T.hopper_tma_store_sweep()
     assert sw is not None, "results/ holds the H100 sweeps the chapter quotes"
-    res = T.hopper_tma_store_results(sw)
+    assert results.latest_sweep(having=[("sm90/03_staged_epilogue", {"EPI_TMA_STORE": 0}, {"EPI_TMA_STORE": 1})])["_path"] == sw["_path"]
+    res = T.hopper_tma_store_results()
     line = T.hopper_tma_store_summary(res)
     entries = [results.find_variant(sw, st, d, {"EPI_TMA_STORE": 1}) for st, d, _ in T.HOPPER_TMA_STORE]
     assert all(entries) and entries[0] is not entries[1], "the newest sweep ran both epilogues"

@@ -165,3 +165,11 @@ def test_fences_and_steady_loops_on_the_toy():
     assert loops["mma"] == [(0x30, 0xC0), (0x10, 0xE0)] and loops["epilogue"] == [] and loops["tma"] == []
     assert SA.fences(text, (0x30, 0xC0)) == {"CCTL.IVALL": 1, "MEMBAR.ALL.GPU": 0}
     assert SA.fences(TOY) == {"CCTL.IVALL": 0, "MEMBAR.ALL.GPU": 0}
+
+
+def test_kloop_account_names_the_wait_build():
+    """The account's caption names the build's wait_kind export: 0 by default, 2 for production."""
+    _, default = P.kloop_account()
+    _, production = P.kloop_account({"PE_WAIT_KIND": 2}, budget=1)
+    assert "wait_kind 0" in default.caption and "wait_kind 2" in production.caption
+    assert "F28" in production.caption or "411" in str(production.rows[-1])

@@ -321,3 +321,21 @@ def test_wait_builds(path):
 def test_wait_kind_out_of_range_is_a_build_error():
     with pytest.raises(B.BuildError, match="PE_WAIT_KIND"):
         B.build("fp8/00_ws_cta1.cu", "sm_100a", {"PE_WAIT_KIND": 3})
+
+
+def test_wait_tags_lead_to_their_barrier_and_source_line():
+    """A timed-out bounded wait prints its tag; stages.wait_sites maps the tag to the barrier and the
+    line (the committed H100 fault run's tag 42 is rt_hang.cu's one wait)."""
+    from pelib import paths, stages
+    s06 = {w.tag: w for w in stages.wait_sites("sm90/06_permuted_b")}
+    assert s06[2].barrier == "full[s]" and s06[1].barrier == "empty[s]" and s06[5].barrier == "turn[wg]"
+    src = (paths.KERNELS / "sm90" / "06_permuted_b.cu").read_text().splitlines()
+    assert "mbarrier_wait_parity_nocall(&full[s], phase, 2)" in src[s06[2].line - 1]
+    log = (paths.RESULTS / "2026-11-24-h100" / "gpu_faults.log").read_text()
+    got = stages.explain_timeout(log, paths.ROOT / "tests" / "kernels" / "rt_hang.cu")
+    assert got[0].startswith("timed out: tag=42 smem=0x400 parity=0")
+    assert got[1].strip().startswith("tag 42 -> barrier bar (parity 0) -> rt_hang.cu:24:")
+    assert stages.explain_timeout(log, "sm90/06_permuted_b")[1].strip() == "no wait in 06_permuted_b has tag 42"
+    for f in ("sm90", "fp8", "nvfp4"):
+        for p in stages.family_stages(f):
+            assert all(w.barrier and w.line > 0 for w in stages.wait_sites(p))

@@ -48,6 +48,8 @@ UMMA_LAYOUT = {0: 0, 128: 2, 64: 4, 32: 6, "128B_base32b": 1}
 # Swizzle byte span -> sm_90 layout_type [62,64) (CUTLASS GMMA::LayoutType).
 GMMA_LAYOUT = {0: 0, 128: 1, 64: 2, 32: 3}
 SWIZZLES = (0, 32, 64, 128)
+# MMA kind codes: the stages' mma_kind export and common/descriptors.cuh's UMMA_KIND_* (block-scaled 4-6).
+MMA_KINDS = {0: "f16", 1: "tf32", 2: "f8f6f4", 3: "i8", 4: "mxf8f6f4", 5: "mxf4", 6: "mxf4nvf4"}
 
 
 def _inv(d: dict) -> dict:
@@ -372,48 +374,72 @@ def describe(v: int, what: str) -> list[tuple[str, str, str, str]]:
 _CPP_SWZ = {0: 0, 32: 32, 64: 64, 128: 128}
 
 
+def _fmt(kind: str, v) -> int:
+    """A format given by name or code, as the C++ encoders take it (codes pass through unchecked)."""
+    return v if isinstance(v, int) else A_FORMATS[kind][str(v).lower()]
+
+
+def cpp_call(name: str, kw: dict) -> str:
+    """The C++ call of common/descriptors.cuh for a Python encoder's kwargs (not checked here: a case the
+    Python encoder refuses yields the C++ call that must refuse it too)."""
+    def get(k, d):
+        return kw.get(k, d)
+    if name == "umma_instr_desc":
+        kind = get("kind", "f8f6f4")
+        args = [kw["m"], kw["n"], _fmt(kind, kw["a_fmt"]), _fmt(kind, kw["b_fmt"]), C_FORMATS[get("c_fmt", "f32")],
+                MAJORS[get("a_major", "K")], MAJORS[get("b_major", "K")], get("a_neg", 0), get("b_neg", 0),
+                get("saturate", 0), get("max_shift", 0)]
+    elif name == "umma_instr_desc_block_scaled":
+        kind = get("kind", "mxf4nvf4")
+        code = {v: k for k, v in MMA_KINDS.items()}.get(kind, kind)
+        sf = get("scale_fmt", "ue4m3")
+        args = [kw["m"], kw["n"], _fmt(kind, get("a_fmt", "e2m1")) if kind in A_FORMATS else get("a_fmt", 1),
+                _fmt(kind, get("b_fmt", "e2m1")) if kind in A_FORMATS else get("b_fmt", 1),
+                sf if isinstance(sf, int) else SCALE_FORMATS[sf], get("a_sf_id", 0), get("b_sf_id", 0),
+                MAJORS[get("a_major", "K")], MAJORS[get("b_major", "K")], get("a_neg", 0), get("b_neg", 0),
+                get("k_size", 0), code]
+    elif name in ("umma_smem_desc", "gmma_smem_desc"):
+        if "advance" in kw:
+            raise DescriptorError("pass advance as ('smem_desc_advance', {...})")
+        args = [kw["addr"], kw["lbo"], kw["sbo"], _CPP_SWZ[get("swizzle", 128)], get("base_offset", 0)]
+        if name == "umma_smem_desc":
+            args.append(get("lbo_mode", 0))
+    elif name == "smem_desc_advance":
+        return f"smem_desc_advance({kw['desc']}ull, {kw['nbytes']})"
+    else:
+        raise ValueError(f"unknown encoder {name!r}")
+    return f"{name}({', '.join(map(str, args))})"
+
+
+_PY = {"umma_instr_desc": "umma_instr_desc", "umma_instr_desc_block_scaled": "umma_instr_desc_block_scaled",
+       "umma_smem_desc": "umma_smem_desc", "gmma_smem_desc": "gmma_smem_desc", "smem_desc_advance": None}
+
+
 def cuda_static_asserts(cases: list[tuple[str, dict]]) -> str:
     """A translation unit of static_asserts: C++ encoder(args) == Python encoder(args), for each case.
 
     cases: (encoder name, kwargs) with encoder in umma_instr_desc, umma_instr_desc_block_scaled,
-    umma_smem_desc, gmma_smem_desc; kwargs as for the Python function (format names resolved here).
+    umma_smem_desc, gmma_smem_desc, smem_desc_advance; kwargs as for the Python function (format names
+    resolved here).
     """
     lines = ['#include "common/descriptors.cuh"']
     for i, (name, kw) in enumerate(cases):
-        if name == "umma_instr_desc":
-            kind = kw.get("kind", "f8f6f4")
-            val = umma_instr_desc(**kw)
-            args = [kw["m"], kw["n"], A_FORMATS[kind][kw["a_fmt"]], A_FORMATS[kind][kw["b_fmt"]],
-                    C_FORMATS[kw.get("c_fmt", "f32")], MAJORS[kw.get("a_major", "K")],
-                    MAJORS[kw.get("b_major", "K")], kw.get("a_neg", 0), kw.get("b_neg", 0),
-                    kw.get("saturate", 0), kw.get("max_shift", 0)]
-            expr = f"umma_instr_desc({', '.join(map(str, args))})"
-            cmp = f"{val}u"
-        elif name == "umma_instr_desc_block_scaled":
-            kind = kw.get("kind", "mxf4nvf4")
-            val = umma_instr_desc_block_scaled(**kw)
-            args = [kw["m"], kw["n"], A_FORMATS[kind][kw.get("a_fmt", "e2m1")],
-                    A_FORMATS[kind][kw.get("b_fmt", "e2m1")], SCALE_FORMATS[kw.get("scale_fmt", "ue4m3")],
-                    kw.get("a_sf_id", 0), kw.get("b_sf_id", 0), MAJORS[kw.get("a_major", "K")],
-                    MAJORS[kw.get("b_major", "K")], kw.get("a_neg", 0), kw.get("b_neg", 0), kw.get("k_size", 0)]
-            expr = f"umma_instr_desc_block_scaled({', '.join(map(str, args))})"
-            cmp = f"{val}u"
-        elif name in ("umma_smem_desc", "gmma_smem_desc"):
-            fn = umma_smem_desc if name == "umma_smem_desc" else gmma_smem_desc
-            val = fn(**kw)
-            args = [kw["addr"], kw["lbo"], kw["sbo"], _CPP_SWZ[kw.get("swizzle", 128)], kw.get("base_offset", 0)]
-            if name == "umma_smem_desc":
-                args.append(kw.get("lbo_mode", 0))
-            expr = f"{name}({', '.join(map(str, args))})"
-            if "advance" in kw:
-                raise DescriptorError("pass advance as ('smem_desc_advance', {...})")
-            cmp = f"{val}ull"
-        elif name == "smem_desc_advance":
-            val = smem_desc_advance(kw["desc"], kw["nbytes"])
-            expr = f"smem_desc_advance({kw['desc']}ull, {kw['nbytes']})"
-            cmp = f"{val}ull"
-        else:
+        if name not in _PY:
             raise ValueError(f"unknown encoder {name!r}")
+        expr = cpp_call(name, kw)
+        if name == "smem_desc_advance":
+            val = smem_desc_advance(kw["desc"], kw["nbytes"])
+        else:
+            val = globals()[_PY[name]](**kw)
+        cmp = f"{val}u" if name.startswith("umma_instr") else f"{val}ull"
         lines.append(f'static_assert({expr} == {cmp}, "case {i}: {name} C++ != Python ({val:#x})");')
     lines.append('extern "C" __global__ void pelib_descriptor_agreement() {}')
     return "\n".join(lines) + "\n"
+
+
+def cuda_refusal(name: str, kw: dict) -> str:
+    """A translation unit that compiles only if the C++ encoder accepts kw as a constant expression: for a
+    case the Python encoder refuses, NVRTC must fail on it (common/descriptors.cuh's range checks)."""
+    return ('#include "common/descriptors.cuh"\n'
+            f'static_assert(({cpp_call(name, kw)}, true), "the C++ encoder accepted it");\n'
+            'extern "C" __global__ void pelib_descriptor_refusal() {}\n')

@@ -527,7 +527,7 @@ def cta_pair_split(m: int = 256, n: int = 256, acc_col: int = 0) -> list[dict]:
 
 
 # --- one output tile -------------------------------------------------------------------------------
-MMA_KINDS = {0: "f16", 1: "tf32", 2: "f8f6f4", 3: "i8", 4: "mxf8f6f4", 5: "mxf4", 6: "mxf4nvf4"}
+MMA_KINDS = D.MMA_KINDS   # the stages' mma_kind export codes (common/descriptors.cuh UMMA_KIND_*)
 
 # Export name -> meaning; TileParams.from_exports reads these (PELIB_EXPORT(name, value) in the stage).
 EXPORT_NAMES = {
@@ -546,6 +546,8 @@ EXPORT_NAMES = {
     "a_desc / b_desc": "64-bit smem descriptor of the stage-0 tile, start address = its smem offset "
                        "(or a_desc_lo/a_desc_hi, b_desc_lo/b_desc_hi as 32-bit halves)",
     "k_advance_bytes": "bytes the kernel adds to the descriptor start address per MMA K-step",
+    "b_block_k": "K elements of one B stage when it spans several A stages (a resident B in 128-byte slices "
+                 "under an A ring of 64-byte pieces); default block_k",
     "num_stages": "pipeline stages in the shared-memory ring (K tile t uses stage t % num_stages)",
     "a_stage_stride / b_stage_stride": "smem bytes between the A / B tiles of consecutive stages (TMA side)",
     "a_desc_stage_stride / b_desc_stage_stride": "bytes the kernel adds to the descriptor per stage "
@@ -619,6 +621,7 @@ class TileParams:
     a_major: str | None = None
     b_major: str | None = None
     block_k: int = 128
+    b_block_k: int | None = None       # K of one B stage, a multiple of block_k (default: block_k)
     a_box_k: int = 128
     a_box_m: int = 128
     b_box_k: int = 128
@@ -886,14 +889,19 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
     rows_b = tile_n // ncta               # B rows in one CTA's smem (N split across the pair)
     if p.a_box_m > rows_a or rows_a % p.a_box_m or rows_b % p.b_box_n:
         raise EmulationError(f"boxes {p.a_box_m}/{p.b_box_n} rows do not tile the per-CTA {rows_a}/{rows_b} rows")
+    bk_b = p.b_block_k or p.block_k       # B's K per stage: one B stage serves bk_b / block_k A stages
+    if bk_b % p.block_k:
+        raise EmulationError(f"b_block_k={bk_b} must be a multiple of block_k={p.block_k}")
+    a_per_b = bk_b // p.block_k
     kb_a = p.block_k * abits // 8         # K bytes per stage
-    kb_b = p.block_k * bbits // 8
+    kb_b = bk_b * bbits // 8
     box_kb_a, box_kb_b = p.a_box_k * abits // 8, p.b_box_k * bbits // 8
     if kb_a % box_kb_a or kb_b % box_kb_b:
-        raise EmulationError(f"block_k={p.block_k} is not a whole number of K boxes ({p.a_box_k}, {p.b_box_k})")
+        raise EmulationError(f"block_k={p.block_k} (B: {bk_b}) is not a whole number of K boxes ({p.a_box_k}, "
+                             f"{p.b_box_k})")
     n_ktiles = K // p.block_k if k_tiles is None else k_tiles
-    if n_ktiles * p.block_k > K:
-        raise EmulationError(f"{n_ktiles} K tiles of {p.block_k} exceed K={K}")
+    if n_ktiles * p.block_k > K or K % bk_b:
+        raise EmulationError(f"{n_ktiles} K tiles of {p.block_k} (B stages of {bk_b}) do not fit K={K}")
     tmA = TensorMap2D(abits, (K, ga.shape[0]), (p.a_box_k, p.a_box_m), p.a_swizzle)
     tmB = TensorMap2D(bbits, (K, gb.shape[0]), (p.b_box_k, p.b_box_n), p.b_swizzle)
     a_kstride = p.a_kbox_stride or rows_a * box_kb_a
@@ -927,18 +935,20 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
     issued = False
     for kt in range(n_ktiles):
         stage = kt % p.num_stages
-        sa, sb_ = stage * p.a_stage_stride, stage * p.b_stage_stride
+        bt, bsub = divmod(kt, a_per_b)    # B's stage and this A stage's place in it
+        bstage = bt % p.num_stages
+        sa, sb_ = stage * p.a_stage_stride, bstage * p.b_stage_stride
         dsa = stage * (p.a_stage_stride if p.a_desc_stage_stride is None else p.a_desc_stage_stride)
-        dsb = stage * (p.b_stage_stride if p.b_desc_stage_stride is None else p.b_desc_stage_stride)
+        dsb = bstage * (p.b_stage_stride if p.b_desc_stage_stride is None else p.b_desc_stage_stride)
         # Producer: TMA boxes of this K tile into each CTA's smem (its stage of the ring).
         for v, sm in enumerate(smems):
             for kbx in range(kb_a // box_kb_a):
                 for mb in range(rows_a // p.a_box_m):
                     tma_load_2d(tmA, ga, (kt * p.block_k + kbx * p.a_box_k, m0 + v * rows_a + mb * p.a_box_m),
                                 sm, smem_base + p.a_smem_offset + sa + kbx * a_kstride + mb * p.a_box_m * box_kb_a)
-            for kbx in range(kb_b // box_kb_b):
+            for kbx in range(kb_b // box_kb_b if bsub == 0 else 0):   # B once per B stage
                 for nb in range(rows_b // p.b_box_n):
-                    tma_load_2d(tmB, gb, (kt * p.block_k + kbx * p.b_box_k, n0 + v * rows_b + nb * p.b_box_n),
+                    tma_load_2d(tmB, gb, (bt * bk_b + kbx * p.b_box_k, n0 + v * rows_b + nb * p.b_box_n),
                                 sm, smem_base + p.b_smem_offset + sb_ + kbx * b_kstride + nb * p.b_box_n * box_kb_b)
             if p.block_scaled:  # the stage's scale factors, blocked, straight after each other
                 for op, bl, rows0, off in (("a", sfa_bl, m0, p.sfa_smem_offset + stage * p.sfa_stage_stride),
@@ -963,7 +973,8 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
         for s in range(steps):
             kbyte = s * 32
             adv_a = (kbyte // box_kb_a) * a_kstride + (kbyte % box_kb_a) // 32 * p.k_advance_bytes
-            adv_b = (kbyte // box_kb_b) * b_kstride + (kbyte % box_kb_b) // 32 * p.k_advance_bytes
+            kbyte_b = bsub * p.block_k * bbits // 8 + kbyte    # B bytes into its stage
+            adv_b = (kbyte_b // box_kb_b) * b_kstride + (kbyte_b % box_kb_b) // 32 * p.k_advance_bytes
             da = D.smem_desc_advance(desc_a0, adv_a + smem_base + dsa)
             db = D.smem_desc_advance(desc_b0, adv_b + smem_base + dsb)
             a_rows, b_rows = [], []

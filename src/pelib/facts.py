@@ -64,6 +64,19 @@ class Table:
         return (f'<div class="{cls}">{cap}<div class="pe-table-scroll"><table>'
                 f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{notes}</div>")
 
+    def to_markdown(self) -> str:
+        """A GitHub Markdown table (numeric columns right-aligned, '|' escaped), the caption and notes
+        as paragraphs below it."""
+        num = self._numeric_columns()
+
+        def esc(v) -> str:
+            return _fmt(v).replace("|", "\\|").replace("\n", " ")
+        lines = ["| " + " | ".join(esc(c) for c in self.columns) + " |",
+                 "|" + "|".join(" ---: " if c in num else " --- " for c in self.columns) + "|"]
+        lines += ["| " + " | ".join(esc(r.get(c, "")) for c in self.columns) + " |" for r in self.rows]
+        tail = [self.caption] if self.caption else []
+        return "\n".join(lines + [""] + tail + [""] + self.notes if tail or self.notes else lines).rstrip() + "\n"
+
     def __repr__(self) -> str:
         cells = [[str(c) for c in self.columns]] + [[_fmt(r.get(c, "")) for c in self.columns] for r in self.rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]

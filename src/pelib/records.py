@@ -523,11 +523,19 @@ def stage_record(stage_key: str, recorded_text: str = "", pipeline_stages: int |
         return Recorded(hit.us / 1e3, None, f"M=128, N=7168, K=16384, num_ab_stage {st}", hit.source)
     if family != "fp8":
         return None
+    # The record the text names first: a header may name an older state to compare with ("F19a ...
+    # against F18's 0.543 ms"), and that one is not its own.
+    hits = []
     for h in history():
-        if re.search(rf"\b{h.commit}\b", text):
-            return Recorded(h.ms, h.tflops, f"{h.commit}: {h.change}", h.source)
+        m = re.search(rf"\b{h.commit}\b", text)
+        if m:
+            hits.append((m.start(), Recorded(h.ms, h.tflops, f"{h.commit}: {h.change}", h.source)))
     for st in later_states():
-        tag = st.state.split(" ")[0]
-        if re.search(rf"\b{re.escape(tag)}\b", text):
-            return Recorded(st.ms, st.tflops, st.state, st.source)
-    return None
+        m = re.search(rf"\b{re.escape(st.state.split(' ')[0])}\b", text)
+        if m:
+            hits.append((m.start(), Recorded(st.ms, st.tflops, st.state, st.source)))
+    for e in experiments():              # "experiment F4": a variant that retells one experiment
+        m = re.search(rf"\bexperiment {re.escape(e.id)}\b", text)
+        if m and e.result_ms is not None:
+            hits.append((m.start(), Recorded(e.result_ms, None, f"experiment {e.id}: {e.title}", e.source)))
+    return min(hits, key=lambda x: x[0])[1] if hits else None

@@ -58,8 +58,10 @@ def sweep_files(root: Path | None = None) -> list[Path]:
     return files(SWEEP_GLOB, root)
 
 
-def latest_sweep(root: Path | None = None) -> dict | None:
-    """The newest readable sweep (by its env date, then file name); None if there is none."""
+def latest_sweep(root: Path | None = None, having=()) -> dict | None:
+    """The newest readable sweep (by its env date, then file name); None if there is none. With `having`,
+    [(stage, defines, defaults)], the newest that ran every one of those entries (a run of the stage
+    files at their defaults does not replace the last run of the variants a chapter quotes)."""
     best = None
     for p in sweep_files(root):
         try:
@@ -67,6 +69,8 @@ def latest_sweep(root: Path | None = None) -> dict | None:
         except (OSError, ValueError):   # a half-written or broken file is not a result
             continue
         if not isinstance(data, dict) or not isinstance(data.get("variants"), list):
+            continue
+        if having and not all(find_variant(data, st, d, df) for st, d, df in having):
             continue
         key = (str(data.get("env", {}).get("date", "")), p.name)
         if best is None or key > best[0]:
@@ -216,17 +220,18 @@ def _timed_entries(data: dict) -> list[dict]:
 def stage_times(root: Path | None = None) -> dict[str, dict[str, dict]]:
     """{stage key: {chip: {ms, device, date, cublas_ms, file}}}: each stage at its default defines, verified,
     from the newest run on each chip (h100, h200) whose files time it (sweeps, pelib.hopper_perf runs,
-    stage lists), with cuBLAS's GEMM-only time of the same run folder where it has one."""
+    stage lists; inside a folder, by the date each file records), with cuBLAS's GEMM-only time of the same run folder where it has one."""
     out: dict[str, dict[str, dict]] = {}
     for run in runs(root):                     # oldest first: a newer run overwrites
-        found, cublas = {}, None
+        found, cublas, dated = {}, None, []
         for p in sorted(run.glob("*.json")):
             try:
                 data = load(p)
             except (OSError, ValueError):      # a half-written or broken file is not a result
                 continue
-            if not isinstance(data, dict):
-                continue
+            if isinstance(data, dict):
+                dated.append((str((data.get("env") or {}).get("date") or data.get("date") or ""), p, data))
+        for _, p, data in sorted(dated, key=lambda x: x[0]):   # a folder's runs by their date: newer overwrites
             cublas = baseline_ms(data.get("baselines")) or cublas
             env = data.get("env") or {"device": data.get("device"), "date": data.get("date")}
             for v in _timed_entries(data):

@@ -171,7 +171,12 @@ def diff_stats(a: str | Path, b: str | Path | None = None, ignore_indent: bool =
     not count as changed code (as `git diff -w`)."""
     if b is None:
         a, b = parent_of(a), a
-    la, lb = _strip_header(resolve(a).read_text().splitlines()), _strip_header(resolve(b).read_text().splitlines())
+    return diff_stats_text(resolve(a).read_text(), resolve(b).read_text(), ignore_indent)
+
+
+def diff_stats_text(a: str, b: str, ignore_indent: bool = False) -> dict:
+    """diff_stats of two stage files' texts (e.g. as git holds an older version of them)."""
+    la, lb = _strip_header(a.splitlines()), _strip_header(b.splitlines())
     if ignore_indent:
         la, lb = [x.strip() for x in la], [x.strip() for x in lb]
     added = removed = 0
@@ -269,3 +274,76 @@ def parent_of(stage: str | Path) -> Path:
     if h.parent is None:
         raise HeaderError(f"{_label(resolve(stage))} declares no parent: it is its family's first stage")
     return resolve(h.parent + ".cu")
+
+
+# ---- wait sites: from a timed-out wait's tag to the barrier and the source line ----------------------
+
+@dataclass(frozen=True)
+class WaitSite:
+    """One bounded mbarrier wait in a source file: its tag (the wait's last argument, printed when it
+    times out), the barrier expression, the parity expression, and where it is."""
+
+    tag: int
+    barrier: str
+    parity: str
+    file: Path
+    line: int
+    text: str
+
+    def describe(self) -> str:
+        return f"tag {self.tag} -> barrier {self.barrier} (parity {self.parity}) -> {self.file.name}:{self.line}: {self.text}"
+
+
+_WAIT_CALL = re.compile(r"\bmbarrier_wait_parity\w*\s*\(")
+_TIMEOUT = re.compile(r"mbarrier wait timed out after (\d+) tries: tag=(\d+) smem=(0x[0-9a-f]+) parity=(\d+)"
+                      r"(?: cta=\(([\d,]+)\))?(?: thread=(\d+))?")
+
+
+def _call_args(text: str, start: int) -> list[str] | None:
+    """The top-level comma-separated arguments of the call whose '(' is at text[start - 1]."""
+    depth, i, args, cur = 1, start, [], ""
+    while i < len(text) and depth:
+        ch = text[i]
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 1 and ch == ",":
+            args.append(cur.strip())
+            cur = ""
+        elif depth:
+            cur += ch
+        i += 1
+    return args + [cur.strip()] if depth == 0 else None
+
+
+def wait_sites(path) -> list[WaitSite]:
+    """Every mbarrier_wait_parity* call with an explicit tag in a stage (or kernel) source file."""
+    p = Path(path) if Path(path).suffix == ".cu" else resolve(f"{path}.cu")
+    src = p.read_text()
+    out = []
+    for m in _WAIT_CALL.finditer(src):
+        line_start = src.rfind("\n", 0, m.start()) + 1
+        if src[line_start:m.start()].lstrip().startswith("//"):
+            continue
+        args = _call_args(src, m.end())
+        if not args or len(args) < 3 or not re.fullmatch(r"\d+", args[2]):
+            continue
+        line = src.count("\n", 0, m.start()) + 1
+        text = src[line_start:src.find("\n", m.start())].strip()
+        out.append(WaitSite(int(args[2]), args[0].lstrip("&").strip(), args[1], p, line, text))
+    return out
+
+
+def explain_timeout(output: str, path) -> list[str]:
+    """For each distinct tag in the 'pelib: mbarrier wait timed out ...' lines of a kernel's output
+    (device printf, PE_WAIT_PRINTF builds), the timeout as printed, then tag -> barrier -> source line
+    of each wait in `path` with that tag (or a line saying none has it)."""
+    sites = wait_sites(path)
+    out, seen = [], set()
+    for m in _TIMEOUT.finditer(output):
+        tries, tag, smem, parity, cta, thread = m.groups()
+        if tag in seen:
+            continue
+        seen.add(tag)
+        out.append(f"timed out: tag={tag} smem={smem} parity={parity} cta=({cta}) thread={thread} after {tries} tries")
+        hits = [s for s in sites if s.tag == int(tag)]
+        out += [f"  {s.describe()}" for s in hits] or [f"  no wait in {Path(str(path)).name} has tag {tag}"]
+    return out

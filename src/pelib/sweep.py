@@ -77,6 +77,9 @@ VARIANTS = {
     "nvfp4": [("nvfp4/01_pipelined", {"NUM_AB_STAGE": n}) for n in (1, 2, 3, 5, 6)]
              + [("nvfp4/02_tma_store_epilogue", {"NUM_AB_STAGE": n}) for n in (5, 6)],
 }
+# Timed beside the stage files' default builds (bounded waits that trap, call-free: wait_kind 1) in
+# every run: the unbounded wait a production kernel ships (common/mbarrier.cuh, PE_WAIT_KIND 2).
+PRODUCTION = [("sm90/06_permuted_b", {"PE_WAIT_KIND": 2})]
 # Timed again after every other entry, labelled AGAIN_TAG: the drift of the GPU over the run.
 AGAIN = [("sm90/06_permuted_b", {})]
 AGAIN_TAG = " [again]"
@@ -195,7 +198,10 @@ def _run_variant(job, small, data, iters, out: dict) -> dict:
     out.pop("checking", None)
     out.update(ok=rep.ok, n_bad=rep.n_bad, n_nan=rep.n_nan, max_abs=rep.max_abs, max_rel=rep.max_rel,
                atol=rep.atol, rtol=rep.rtol, report=str(rep), launch=r["launch"])
+    out["wait_kind"] = s.build.exports.get("wait_kind")   # the wait build that was timed (common/mbarrier.cuh)
     if rep.ok:
+        if s.family in ("fp8", "sm90"):   # the patch-embed function: the same precision column as the baselines
+            out["precision"] = baselines.precision(t["out"], t, target="gemm+comb")
         out.update({k: r[k] for k in ("median_ms", "p10_ms", "p90_ms", "n", "tflops", "gbps") if k in r})
         out["repeat_median_ms"] = s.run(prob, inputs=t, verify=False, iters=iters)["median_ms"]  # run-to-run spread
     return out
@@ -499,6 +505,7 @@ def _facts(s: Stage) -> dict:
     warns = sorted(set(__import__("re").findall(r"C75\d\d", s.build.log)))
     return {"label": s.label, "stage": s.key, "defines": dict(s.defines), "registers": f["registers"],
             "spills": f["spills (B)"], "smem": f["smem (B)"], "tile": f["tile"], "ptxas_warnings": ",".join(warns),
+            "wait_kind": s.build.exports.get("wait_kind"),
             **{k: v for k, v in f.items() if k.isupper()},
             **{op: s.build.histogram.get(op, 0) for op in ("UTMASTG", "STG", "STS")}}
 
@@ -540,6 +547,7 @@ def main(argv=None) -> int:
         device.require("sm_90a", info)   # raises UnsupportedGPU naming what is here
     env = bench.environment(info)
     todo = entries(fams, a.stage, a.variants)
+    todo += [(k, d) for k, d in PRODUCTION if k.split("/")[0] in fams and (not a.stage or k in a.stage)]
 
     # 1. compiled facts (this also fills the build cache the workers use)
     facts, built = [], []
@@ -660,6 +668,8 @@ def main(argv=None) -> int:
                   ("tma_wait", "kloop", "epi_wait", "epi_phase1", "tile") if ph in avg))
     for r in report.get("debug", []):
         print(f"[debug] {r['label']}: " + (" / ".join(wait_tags(r)) or fail_reason(r) or "passed"))
+        for ln in stages.explain_timeout("\n".join(r.get("worker_output", [])), r["stage"])[:8]:
+            print(f"    {ln}")   # tag -> barrier -> source line
     if report.get("ncu"):
         print(format_ncu(report["ncu"]))
     mc = report.get("memcheck")
@@ -669,7 +679,8 @@ def main(argv=None) -> int:
         for ln in (mc.get("lines", []) if not mc.get("ok") else []) + mc.get("errors", [])[:6]:
             print("  " + ln[:200])
     print(f"\n{report['evidence']}; copy {copy['gbps']:.0f} GB/s")
-    print(f"{'entry':<60}{'regs':>5}{'smem':>6}{'check':>6}{'ms':>9}{'rep':>9}{'TFLOPS':>7}{'floor':>6}")
+    print(f"{'entry':<60}{'regs':>5}{'smem':>6}{'check':>6}{'ms':>9}{'rep':>9}{'TFLOPS':>7}{'floor':>6}"
+          f"{'wait':>5}{'ulp':>6}")
     fact_of = {f["label"]: f for f in facts}
     for r in report["variants"]:
         f = fact_of.get(r["label"].replace(AGAIN_TAG, ""), {})
@@ -677,7 +688,8 @@ def main(argv=None) -> int:
         if ms:
             d = bench.derived(Stage(r["stage"]).problem("full"), ms, copy["gbps"])
             print(f"{r['label'][:60]:<60}{f.get('registers', '-'):>5}{f.get('smem', 0) // 1024:>5}K{'ok':>6}"
-                  f"{ms:>9.4f}{r['repeat_median_ms']:>9.4f}{d['tflops']:>7.0f}{100 * d['floor_frac']:>5.0f}%")
+                  f"{ms:>9.4f}{r['repeat_median_ms']:>9.4f}{d['tflops']:>7.0f}{100 * d['floor_frac']:>5.0f}%"
+                  f"{r.get('wait_kind', '-')!s:>5}{(r.get('precision') or {}).get('max_ulp', float('nan')):>6.1f}")
         else:
             print(f"{r['label'][:60]:<60}{f.get('registers', '-'):>5}{f.get('smem', 0) // 1024:>5}K{'FAIL':>6}  "
                   f"{fail_reason(r)[:90]}")

@@ -1,9 +1,18 @@
-"""Decode in-kernel clock64 records (common/timing.cuh, a TIMING build) into per-warp, per-phase cycles."""
+"""Decode in-kernel clock64 records (common/timing.cuh, a TIMING build) into per-warp, per-phase cycles;
+the protocol's spans (per role, per ring slot) from those records or from a simulator event log, and
+Chrome's Trace Event Format (what Perfetto opens) of either.
+
+    t = Stage("sm90/06_permuted_b").run_timing("full")       # measured clock64 records
+    t.save("records.npz", device=..., date=..., git=...)     # load(path) reads them back
+    chrome_trace(t, path="trace.json")                       # or chrome_trace(sim_events, ...)
+"""
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -83,6 +92,7 @@ class Timing:
     layout: Layout
     start: np.ndarray
     end: np.ndarray
+    meta: dict = field(default_factory=dict)   # stage, device, date, git, clocks: where the records came from
 
     @property
     def recorded(self) -> np.ndarray:
@@ -119,6 +129,17 @@ class Timing:
             row["avg"] = float(np.mean(avgs))
         return out
 
+    def save(self, path, **meta) -> Path:
+        """The raw records and the layout as a compressed .npz, with `meta` (device, date, git, stage,
+        clocks) as JSON beside them; `load(path)` reads it back."""
+        path = Path(path)
+        m = {**self.meta, **meta}
+        lay = self.layout
+        np.savez_compressed(path, start=self.start, end=self.end,
+                            layout=np.array([lay.ctas, lay.warps, lay.tiles, lay.phases, lay.clock]),
+                            phases=np.array(json.dumps(phases())), meta=np.array(json.dumps(m, default=str)))
+        return path
+
     def table(self) -> str:
         """Text table: phase, warp, n, avg, p95, min, max (in the layout's unit)."""
         lines = [f"{'phase':<16}{'warp':>5}{'n':>7}{'avg':>10}{'p95':>10}{'min':>10}{'max':>10}"]
@@ -145,6 +166,18 @@ def decode(buf, lay: Layout) -> Timing:
         raise ValueError(f"timing buffer has {a.size} words, the layout {lay} needs {lay.words}")
     a = a.reshape(lay.ctas, lay.warps, lay.tiles, lay.phases, 2)
     return Timing(lay, a[..., 0].copy(), a[..., 1].copy())
+
+
+def load(path) -> Timing:
+    """A Timing saved by Timing.save (its meta included). Refuses records whose phase list differs from
+    common/timing.cuh's today (the ids would name other phases)."""
+    with np.load(Path(path), allow_pickle=False) as z:
+        lay = Layout(*[int(x) for x in z["layout"]])
+        saved = {int(k): v for k, v in json.loads(str(z["phases"])).items()}
+        if saved != phases():
+            raise ValueError(f"{path}: recorded with phases {saved}, common/timing.cuh now has {phases()}: "
+                             "decode it with the timing.cuh of its git revision")
+        return Timing(lay, z["start"].copy(), z["end"].copy(), json.loads(str(z["meta"])))
 
 
 def plot(t: Timing, evidence: str, ax=None, phase_names=None, warp_labels=None):
@@ -186,3 +219,312 @@ def summary_rows(summary: dict) -> list[dict]:
                      "avg (cycles)": round(float(row["avg"])), "min warp avg": round(min(avgs)),
                      "max warp avg": round(max(avgs))})
     return rows
+
+
+# ---- the protocol's spans: one model for the picture and the trace --------------------------------
+
+MEASURED_ORDER = "measured clock64"
+SIM_ORDER = "simulated order, not time"
+# Simulator event kinds (the event-log schema shared with pelib.sim) and what each is in the picture.
+SIM_KINDS = {"wait_begin": "wait", "wait_end": "wait", "arrive": "completion", "expect_tx": "issue",
+             "complete_tx": "completion", "tma_load": "issue", "tma_load_done": "completion",
+             "tma_store": "issue", "tma_store_done": "completion", "mma": "issue", "mma_done": "completion",
+             "commit": "issue", "tmem_alloc": "issue", "tmem_dealloc": "completion", "tmem_ld": "issue",
+             "tmem_cp": "issue", "bar_sync": "wait", "cluster_sync": "wait", "exit": "completion"}
+SIM_REQUIRED = ("seq", "cta", "warp", "kind")
+RING_TID, ACC_TID = 1000, 2000          # lanes of the ring's slots and the accumulators, after the warps
+# What each clock64 phase is in the picture; the *_wait phases the stages record as a sum over the
+# tile's waits (start + total) are marked summed: their span is not one contiguous wait.
+PHASE_CAT = {"producer_wait": "wait", "tma_issue": "issue", "tma_wait": "wait", "kloop": "mma",
+             "epi_wait": "wait", "acc_wait": "wait", "epi_phase1": "epilogue", "epi_phase2": "epilogue",
+             "tile": "tile"}
+SUMMED = ("producer_wait", "tma_wait")
+
+
+@dataclass
+class Span:
+    """One bar of the protocol picture / one trace event: on lane (pid, tid), from ts for dur (None: an
+    instant). Units: clock64 cycles since the CTA's first record (measured) or the simulator's seq."""
+
+    pid: int
+    tid: int
+    name: str
+    cat: str
+    ts: float
+    dur: float | None
+    args: dict = field(default_factory=dict)
+
+
+@dataclass
+class Spans:
+    """Spans with their lane names and what their axis is (`order`: MEASURED_ORDER or SIM_ORDER)."""
+
+    spans: list
+    processes: dict          # pid -> "CTA c (cluster k, rank r)"
+    threads: dict            # (pid, tid) -> role or occupancy lane name
+    order: str
+    unit: str
+    meta: dict = field(default_factory=dict)
+
+    def lanes(self, pid: int) -> list[int]:
+        """The tids of one CTA, warps first (by role order), then ring slots, then accumulators."""
+        return sorted(t for p, t in self.threads if p == pid)
+
+
+def warp_roles(t: Timing) -> dict[int, str]:
+    """{warp: role} from what each warp recorded: the warp that records the producer's phases is the
+    producer; a warp that records the K loop is a consumer (named by its warpgroup, warp // 4);
+    epilogue-only warps are the epilogue."""
+    rec = t.recorded.any(axis=(0, 2))             # [warps, phases]
+    names = phases()
+    out = {}
+    for w in range(t.layout.warps):
+        have = {names[p] for p in range(t.layout.phases) if rec[w, p]}
+        if not have:
+            continue
+        if have & {"producer_wait", "tma_issue"}:
+            out[w] = f"producer (warp {w})"
+        elif "kloop" in have:
+            out[w] = f"consumer warpgroup {w // 4} (warp {w})"
+        else:
+            out[w] = f"epilogue (warp {w})"
+    return out
+
+
+def cta_name(cta: int, cluster: int | None = None, rank: int | None = None) -> str:
+    return f"CTA {cta}" + (f" (cluster {cluster}, rank {rank})" if cluster is not None else "")
+
+
+def timing_spans(t: Timing, ctas=None, cluster: int = 1) -> Spans:
+    """The spans of measured clock64 records: per CTA (each CTA's clock relative to its own first
+    record: SM clocks are not one clock), per recording warp, one span per (tile, phase); and the ring
+    lanes: tile i holds ring slots from its first TMA issue (producer) to the end of its K loop
+    (the consumer's last release), stacked so overlapping tiles take separate lanes."""
+    names = phases()
+    roles = warp_roles(t)
+    rec = t.recorded
+    ctas = range(t.layout.ctas) if ctas is None else ctas
+    spans, procs, threads = [], {}, {}
+    issue, kloop = names_to_id("tma_issue"), names_to_id("kloop")
+    for c in ctas:
+        if not rec[c].any():
+            continue
+        t0 = int(t.start[c][rec[c]].min())
+        procs[c] = cta_name(c, c // cluster if cluster > 1 else None, c % cluster if cluster > 1 else None)
+        for w, role in roles.items():
+            threads[(c, w)] = role
+            for i in range(t.layout.tiles):
+                for p in range(t.layout.phases):
+                    if not rec[c, w, i, p]:
+                        continue
+                    nm = names[p]
+                    spans.append(Span(c, w, nm, PHASE_CAT.get(nm, "phase"), int(t.start[c, w, i, p]) - t0,
+                                      int(t.end[c, w, i, p] - t.start[c, w, i, p]),
+                                      {"tile_slot": i, "summed": nm in SUMMED}))
+        # ring occupancy per local tile: producer issue start .. consumer K loop end
+        prod = [w for w, r in roles.items() if r.startswith("producer")]
+        cons = [w for w, r in roles.items() if r.startswith("consumer")]
+        if prod and cons and issue is not None and kloop is not None:
+            ends = {}
+            for w in cons:   # the consumer warpgroups count their own tiles: local tile = n * groups + g
+                groups = sorted({x // 4 for x in cons})
+                gi = groups.index(w // 4)
+                for n in range(t.layout.tiles):
+                    if rec[c, w, n, kloop]:
+                        i = n * len(groups) + gi
+                        ends[i] = max(ends.get(i, 0), int(t.end[c, w, n, kloop]) - t0)
+            busy: list[int] = []          # end of the last tile on each stacked lane
+            for i in range(t.layout.tiles):
+                if not rec[c, prod[0], i, issue] or i not in ends:
+                    continue
+                b = int(t.start[c, prod[0], i, issue]) - t0
+                k = next((j for j, e in enumerate(busy) if e <= b), len(busy))
+                busy[k:k + 1] = [ends[i]]
+                threads[(c, RING_TID + k)] = f"ring: tile in flight ({k + 1})"
+                spans.append(Span(c, RING_TID + k, f"tile {i}", "occupancy", b, ends[i] - b,
+                                  {"tile_slot": i, "from": "producer's first TMA issue", "to": "end of the K loop"}))
+    return Spans(spans, procs, threads, MEASURED_ORDER,
+                 "ns (globaltimer)" if t.layout.clock == 1 else "clock64 cycles since the CTA's first record",
+                 dict(t.meta))
+
+
+def names_to_id(name: str) -> int | None:
+    try:
+        return phase_id(name)
+    except KeyError:
+        return None
+
+
+def check_events(events) -> list[dict]:
+    """Simulator events as a list of dicts (a numpy structured array is converted), in seq order,
+    each checked against the event-log schema (required fields, known kinds)."""
+    if hasattr(events, "dtype") and getattr(events.dtype, "names", None):
+        events = [{k: (v.item() if hasattr(v, "item") else v) for k, v in zip(events.dtype.names, row)}
+                  for row in events]
+    out = []
+    for n, e in enumerate(events):
+        missing = [k for k in SIM_REQUIRED if k not in e or e[k] is None]
+        if missing:
+            raise ValueError(f"event {n} lacks {missing}: every event has {SIM_REQUIRED} (the event-log schema)")
+        if e["kind"] not in SIM_KINDS:
+            raise ValueError(f"event {n} has kind {e['kind']!r}, not one of the schema's {sorted(SIM_KINDS)}")
+        out.append(dict(e))
+    seqs = [e["seq"] for e in out]
+    if seqs != sorted(seqs):
+        out.sort(key=lambda e: e["seq"])
+    return out
+
+
+def _what(e: dict) -> str:
+    """'full[0] (tag 2)': the barrier and the wait tag an event names, where it names them."""
+    bar, tag = e.get("barrier"), e.get("tag")
+    out = "" if bar in (None, "") else str(bar)
+    if tag not in (None, ""):
+        out += f" (tag {tag})"
+    return out.strip()
+
+
+def _label(e: dict) -> str:
+    what = _what(e)
+    return e["kind"] + (f" {what}" if what else "")
+
+
+def sim_spans(events, ctas=None) -> Spans:
+    """The spans of a simulator event log, in simulated order (ts = seq, an order stamp, never a time):
+    per CTA and warp, wait_begin..wait_end as one wait span, every other event an instant; the ring's
+    slots and the accumulators as occupancy lanes (slot s from its TMA load to the next arrive on it
+    by another role, the consumer's release; accumulator a from its first MMA to the release by the
+    epilogue)."""
+    ev = check_events(events)
+    if ctas is not None:
+        ev = [e for e in ev if e["cta"] in set(ctas)]
+    spans, procs, threads = [], {}, {}
+    open_waits: dict = {}
+    for e in ev:
+        c, w = e["cta"], e["warp"]
+        procs.setdefault(c, cta_name(c, e.get("cluster"), e.get("rank")))
+        threads.setdefault((c, w), str(e.get("role") or f"warp {w}"))
+        args = {k: e[k] for k in ("lane", "barrier", "slot", "acc", "parity", "tag", "line") if e.get(k) is not None}
+        key = (c, w, e.get("lane"))
+        if e["kind"] == "wait_begin":
+            open_waits[key] = e
+        elif e["kind"] == "wait_end" and key in open_waits:
+            b = open_waits.pop(key)
+            spans.append(Span(c, w, ("wait " + _what(b)).strip(), "wait",
+                              b["seq"], e["seq"] - b["seq"], args))
+        else:
+            spans.append(Span(c, w, _label(e), SIM_KINDS[e["kind"]], e["seq"], None, args))
+    for key, b in open_waits.items():          # a wait that never ended: the deadlock's wait
+        last = ev[-1]["seq"] if ev else b["seq"]
+        spans.append(Span(key[0], key[1], ("wait " + _what(b)).strip() + " (never ends)",
+                          "wait", b["seq"], last - b["seq"], {"open": True}))
+    spans += _occupancy(ev, "slot", ("tma_load",), RING_TID, "ring slot", threads)
+    spans += _occupancy(ev, "acc", ("mma",), ACC_TID, "accumulator", threads)
+    return Spans(spans, procs, threads, SIM_ORDER, "simulated order (seq), not time")
+
+
+def _occupancy(ev, field_: str, begin_kinds, tid0: int, what: str, threads: dict) -> list[Span]:
+    """Resource occupancy from events naming it (slot or acc): held from a begin event until an arrive
+    on it by another role than the one that filled it (the consumer's release)."""
+    out, held = [], {}
+    for e in ev:
+        r = e.get(field_)
+        if r is None:
+            continue
+        key = (e["cta"], int(r))
+        role = e.get("role") or f"warp {e['warp']}"
+        if e["kind"] in begin_kinds and key not in held:
+            held[key] = (e["seq"], role)
+        elif e["kind"] == "arrive" and key in held and held[key][1] != role:
+            b, _ = held.pop(key)
+            threads.setdefault((key[0], tid0 + key[1]), f"{what} {key[1]}")
+            out.append(Span(key[0], tid0 + key[1], f"{what} {key[1]} held", "occupancy", b, e["seq"] - b,
+                            {"released_by": role}))
+    last = ev[-1]["seq"] if ev else 0
+    for (c, r), (b, _) in held.items():
+        threads.setdefault((c, tid0 + r), f"{what} {r}")
+        out.append(Span(c, tid0 + r, f"{what} {r} held (never released)", "occupancy", b, last - b, {"open": True}))
+    return out
+
+
+def protocol_spans(source, ctas=None, cluster: int = 1) -> Spans:
+    """Spans of measured records (a Timing) or of simulator events (a list of dicts / structured array)."""
+    if isinstance(source, Spans):
+        return source
+    if isinstance(source, Timing):
+        return timing_spans(source, ctas, cluster)
+    return sim_spans(source, ctas)
+
+
+# ---- Chrome's Trace Event Format ------------------------------------------------------------------
+
+TRACE_PH = ("X", "i", "M")
+
+
+def chrome_trace(source, path=None, *, stage: str = "", device: str = "", date: str = "", git: str = "",
+                 ctas=None, cluster: int = 1, evidence: str | None = None) -> dict:
+    """Trace Event Format JSON (Perfetto: ui.perfetto.dev, 'Open trace file'; chrome://tracing) of
+    measured clock64 records (a Timing) or of simulator events, written to `path` if given.
+
+    pid = CTA (process_name "CTA c (cluster k, rank r)"), tid = warp (thread_name = its role), then the
+    ring's slots and the accumulators as lanes of their own. ts: clock64 cycles since the CTA's first
+    record (measured; the viewer's ruler says µs, read cycles) or the simulator's seq (an order stamp:
+    the ruler is order, not time). otherData says which."""
+    sp = protocol_spans(source, ctas, cluster)
+    meta = {**sp.meta, **{k: v for k, v in dict(stage=stage, device=device, date=date, git=git).items() if v}}
+    if evidence is None:
+        evidence = SIM_ORDER if sp.order == SIM_ORDER else (
+            f"{MEASURED_ORDER} ({meta.get('device', 'device unknown')}, {meta.get('date', 'date unknown')})")
+    ev: list[dict] = []
+    for pid, name in sorted(sp.processes.items()):
+        ev.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "ts": 0, "args": {"name": name}})
+        ev.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "ts": 0, "args": {"sort_index": pid}})
+    for (pid, tid), name in sorted(sp.threads.items()):
+        ev.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": {"name": name}})
+        ev.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": {"sort_index": tid}})
+    for s in sorted(sp.spans, key=lambda s: (s.pid, s.tid, s.ts, -(s.dur or 0))):
+        e = {"name": s.name, "cat": s.cat, "ph": "X" if s.dur is not None else "i", "ts": float(s.ts),
+             "pid": s.pid, "tid": s.tid, "args": dict(s.args)}
+        if s.dur is not None:
+            e["dur"] = float(max(s.dur, 0))
+        else:
+            e["s"] = "t"
+        ev.append(e)
+    out = {"traceEvents": ev, "displayTimeUnit": "ns",
+           "otherData": {"evidence": evidence, "ts_unit": sp.unit, "stage": meta.get("stage", ""),
+                         "device": meta.get("device", "" if sp.order == MEASURED_ORDER else "pelib.sim (CPU model)"),
+                         "date": meta.get("date", ""), "git": meta.get("git", ""),
+                         **{k: str(v) for k, v in meta.items() if k not in ("stage", "device", "date", "git")}}}
+    if path is not None:
+        Path(path).write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    return out
+
+
+def check_trace(trace: dict) -> list[str]:
+    """What is wrong with a Trace Event Format object (empty: nothing): the keys every event needs,
+    ph among X/i/M, numeric ts and dur, the metadata names Perfetto reads, and the evidence line."""
+    bad = []
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        return ["no traceEvents list"]
+    for n, e in enumerate(trace["traceEvents"]):
+        for k in ("name", "ph", "ts", "pid", "tid"):
+            if k not in e:
+                bad.append(f"event {n} lacks {k!r}")
+        ph = e.get("ph")
+        if ph not in TRACE_PH:
+            bad.append(f"event {n} has ph {ph!r}, not one of {TRACE_PH}")
+        if not isinstance(e.get("ts"), (int, float)) or isinstance(e.get("ts"), bool):
+            bad.append(f"event {n}: ts {e.get('ts')!r} is not a number")
+        if ph == "X" and (not isinstance(e.get("dur"), (int, float)) or e["dur"] < 0):
+            bad.append(f"event {n}: an X event needs a numeric dur >= 0, got {e.get('dur')!r}")
+        if ph == "M" and e.get("name") not in ("process_name", "thread_name", "process_sort_index",
+                                               "thread_sort_index", "process_labels"):
+            bad.append(f"event {n}: metadata name {e.get('name')!r} is not one Perfetto reads")
+        if ph == "M" and e.get("name", "").endswith("_name") and not isinstance(e.get("args", {}).get("name"), str):
+            bad.append(f"event {n}: {e.get('name')} needs args.name")
+        if ph != "M" and "cat" not in e:
+            bad.append(f"event {n} lacks 'cat'")
+    od = trace.get("otherData", {})
+    if not str(od.get("evidence", "")).startswith((SIM_ORDER, MEASURED_ORDER)):
+        bad.append(f"otherData.evidence {od.get('evidence')!r} names neither {SIM_ORDER!r} nor {MEASURED_ORDER!r}")
+    return bad[:50]

@@ -7,8 +7,10 @@
 //                       a_neg=0, b_neg=0, saturate=0, max_shift=0)
 //       kind::f16 / kind::tf32 / kind::f8f6f4 / kind::i8 instruction descriptor (32-bit idesc operand)
 //   u32 umma_instr_desc_block_scaled(m, n, a_fmt, b_fmt, scale_fmt, a_sf_id, b_sf_id,
-//                       a_major=UMMA_MAJOR_K, b_major=UMMA_MAJOR_K, a_neg=0, b_neg=0, k_size=0)
-//       kind::mxf8f6f4 / kind::mxf4 / kind::mxf4nvf4 instruction descriptor
+//                       a_major=UMMA_MAJOR_K, b_major=UMMA_MAJOR_K, a_neg=0, b_neg=0, k_size=0,
+//                       kind=UMMA_KIND_MXF4NVF4)
+//       kind::mxf8f6f4 / kind::mxf4 / kind::mxf4nvf4 instruction descriptor; refuses what
+//       pelib.descriptors.umma_instr_desc_block_scaled refuses for the same kind
 //   u32 umma_sf_id(tmem_addr)            bits [30,32) of a scale-factor TMEM address (-> a_sf_id/b_sf_id)
 //   u64 umma_smem_desc(addr, lbo, sbo, swizzle_bytes, base_offset=0, lbo_mode=0)   sm_100, version bit 46 set
 //   u64 gmma_smem_desc(addr, lbo, sbo, swizzle_bytes, base_offset=0)               sm_90 wgmma
@@ -35,6 +37,8 @@ constexpr u32 UMMA_FMT_MXF4_E2M1 = 1;   // packed E2M1 of kind::mxf4 / mxf4nvf4 
 constexpr u32 UMMA_C_F16 = 0, UMMA_C_F32 = 1, UMMA_C_S32 = 2;
 constexpr u32 UMMA_SF_UE4M3 = 0, UMMA_SF_UE8M0 = 1;
 constexpr u32 UMMA_MAJOR_K = 0, UMMA_MAJOR_MN = 1;
+// Block-scaled MMA kinds, numbered as the stages' mma_kind export (pelib.emulate.MMA_KINDS).
+constexpr u32 UMMA_KIND_MXF8F6F4 = 4, UMMA_KIND_MXF4 = 5, UMMA_KIND_MXF4NVF4 = 6;
 
 // A violated range check: not constexpr, so a constant evaluation reaching it fails to compile.
 __host__ __device__ __forceinline__ void pe_descriptor_field_out_of_range() {
@@ -65,19 +69,38 @@ PE_HD_CONSTEXPR u32 umma_instr_desc(u32 m, u32 n, u32 a_fmt, u32 b_fmt, u32 c_fm
 // Instruction descriptor, kind::mxf8f6f4/mxf4/mxf4nvf4 (PTX ISA Table 43; CUTLASS
 // UMMA::InstrDescriptorBlockScaled): [0,2) sparse id2, [2] sparse, [4,6) b_sf_id, [7,10) a_format,
 // [10,13) b_format, [13] a_negate, [14] b_negate, [15] a_major, [16] b_major, [17,23) N>>3,
-// [23] scale_format (0 = UE4M3, 1 = UE8M0), [24,29) M>>4, [29,31) a_sf_id, [31] k_size.
+// [23] scale_format (0 = UE4M3, 1 = UE8M0), [24,27) reserved, [27,29) M>>7, [29,31) a_sf_id, [31] k_size.
+// What the kinds allow (PTX ISA, tcgen05.mma block scaling; pelib.descriptors checks the same):
+//   M 128 or 256 (M>>7 in two bits); N 8..256 in steps of 8;
+//   formats: mxf8f6f4 E4M3 0, E5M2 1, E2M3 3, E3M2 4, E2M1 5; mxf4/mxf4nvf4 packed E2M1 1 only;
+//   scales: UE8M0 for mxf8f6f4 and mxf4, UE4M3 or UE8M0 for mxf4nvf4;
+//   mxf4/mxf4nvf4 take K-major A and B only; k_size (K96) exists for mxf4/mxf4nvf4 only;
+//   scale-factor data IDs: 0..3 with scale_vec::1X (mxf8f6f4), 0 or 2 with block32 (2X: UE8M0 scales
+//   of mxf4/mxf4nvf4), only 0 with block16 (4X: the UE4M3 scales of NVFP4).
+PE_HD_CONSTEXPR bool umma_block_scaled_fmt_ok(u32 kind, u32 fmt) {
+  return kind == UMMA_KIND_MXF8F6F4 ? (fmt <= UMMA_FMT_E2M1 && fmt != 2) : fmt == UMMA_FMT_MXF4_E2M1;
+}
+PE_HD_CONSTEXPR bool umma_block_scaled_sf_id_ok(u32 kind, u32 scale_fmt, u32 id) {
+  return kind == UMMA_KIND_MXF8F6F4 ? id < 4 : scale_fmt == UMMA_SF_UE4M3 ? id == 0 : (id == 0 || id == 2);
+}
 PE_HD_CONSTEXPR u32 umma_instr_desc_block_scaled(u32 m, u32 n, u32 a_fmt, u32 b_fmt, u32 scale_fmt,
                                                  u32 a_sf_id, u32 b_sf_id,
                                                  u32 a_major = UMMA_MAJOR_K, u32 b_major = UMMA_MAJOR_K,
-                                                 u32 a_neg = 0, u32 b_neg = 0, u32 k_size = 0) {
-  return pe_desc_check(m % 16 == 0 && m >= 16 && m <= 256, (m >> 4) << 24)
+                                                 u32 a_neg = 0, u32 b_neg = 0, u32 k_size = 0,
+                                                 u32 kind = UMMA_KIND_MXF4NVF4) {
+  const bool mxf4 = kind == UMMA_KIND_MXF4 || kind == UMMA_KIND_MXF4NVF4;
+  return pe_desc_check(mxf4 || kind == UMMA_KIND_MXF8F6F4, 0)
+       | pe_desc_check(m == 128 || m == 256, (m >> 7) << 27)
        | pe_desc_check(n % 8 == 0 && n >= 8 && n <= 256, (n >> 3) << 17)
-       | pe_desc_check(a_fmt < 8, a_fmt << 7) | pe_desc_check(b_fmt < 8, b_fmt << 10)
-       | pe_desc_check(scale_fmt < 2, scale_fmt << 23)
-       | pe_desc_check(a_sf_id < 4, a_sf_id << 29) | pe_desc_check(b_sf_id < 4, b_sf_id << 4)
-       | pe_desc_check(a_major < 2, a_major << 15) | pe_desc_check(b_major < 2, b_major << 16)
+       | pe_desc_check(umma_block_scaled_fmt_ok(kind, a_fmt), a_fmt << 7)
+       | pe_desc_check(umma_block_scaled_fmt_ok(kind, b_fmt), b_fmt << 10)
+       | pe_desc_check(scale_fmt < 2 && (kind == UMMA_KIND_MXF4NVF4 || scale_fmt == UMMA_SF_UE8M0), scale_fmt << 23)
+       | pe_desc_check(umma_block_scaled_sf_id_ok(kind, scale_fmt, a_sf_id), a_sf_id << 29)
+       | pe_desc_check(umma_block_scaled_sf_id_ok(kind, scale_fmt, b_sf_id), b_sf_id << 4)
+       | pe_desc_check(a_major < 2 && !(mxf4 && a_major), a_major << 15)
+       | pe_desc_check(b_major < 2 && !(mxf4 && b_major), b_major << 16)
        | pe_desc_check(a_neg < 2, a_neg << 13) | pe_desc_check(b_neg < 2, b_neg << 14)
-       | pe_desc_check(k_size < 2, k_size << 31);
+       | pe_desc_check(k_size < 2 && !(kind == UMMA_KIND_MXF8F6F4 && k_size), k_size << 31);
 }
 
 // Scale-factor ID = bits [30,32) of the TMEM address holding the scale factors

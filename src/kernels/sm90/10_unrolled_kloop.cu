@@ -118,6 +118,24 @@ PELIB_EXPORT(k_advance_bytes, 32);
 PELIB_EXPORT(desc_a_base0, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));
 PELIB_EXPORT(producer_regs, PRODUCER_REGS);
 PELIB_EXPORT(consumer_regs, CONSUMER_REGS);
+// pelib.emulate TileParams (EXPORT_NAMES). The emulator drives A and B with one stage index: for the
+// first tile of a CTA, K slice kb sits in ring slot kb and B slice kb, so a replay with at most
+// NUM_STAGES K slices (K <= 512 at 4 stages) follows the kernel's addresses exactly.
+PELIB_EXPORT(mma_arch, 90);
+PELIB_EXPORT(mma_kind, 2);
+PELIB_EXPORT(mma_m, 64);
+PELIB_EXPORT(mma_n, BN);
+PELIB_EXPORT(a_box_k, BK);
+PELIB_EXPORT(a_box_m, BM);
+PELIB_EXPORT(b_box_k, BK);
+PELIB_EXPORT(b_box_n, BN);
+PELIB_EXPORT(a_smem_offset, SMEM_A_OFF);
+PELIB_EXPORT(b_smem_offset, SMEM_B_OFF);
+PELIB_EXPORT(a_desc, gmma_smem_desc(SMEM_A_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(b_desc, gmma_smem_desc(SMEM_B_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(a_stage_stride, A_STAGE_BYTES);
+PELIB_EXPORT(b_stage_stride, B_SLICE_BYTES);
+PELIB_EXPORT(a_wg_stride, 64 * BK);
 PELIB_EXPORT(kloop_unrolled, KB_MAX);       // K slices the consumer loop is unrolled over
 
 // A wgmma descriptor from its two 32-bit words.

@@ -121,6 +121,26 @@ PELIB_EXPORT(k_advance_bytes, 32);
 PELIB_EXPORT(desc_a_base0, gmma_smem_desc(0, DESC_LBO, DESC_SBO_A, SWIZZLE_A));
 PELIB_EXPORT(producer_regs, PRODUCER_REGS);
 PELIB_EXPORT(consumer_regs, CONSUMER_REGS);
+// pelib.emulate TileParams (EXPORT_NAMES). The emulator drives A with one stage index and B with one
+// slice per two A pieces (b_block_k): for the first tile of a CTA, A piece ka sits in ring slot ka and
+// B slice ka / 2, so a replay with at most NUM_STAGES A pieces (K <= 512 at 8 stages) follows the
+// kernel's addresses exactly.
+PELIB_EXPORT(mma_arch, 90);
+PELIB_EXPORT(mma_kind, 2);
+PELIB_EXPORT(mma_m, 64);
+PELIB_EXPORT(mma_n, BN);
+PELIB_EXPORT(b_block_k, BK);
+PELIB_EXPORT(a_box_k, BKA);
+PELIB_EXPORT(a_box_m, BM);
+PELIB_EXPORT(b_box_k, BK);
+PELIB_EXPORT(b_box_n, BN);
+PELIB_EXPORT(a_smem_offset, SMEM_A_OFF);
+PELIB_EXPORT(b_smem_offset, SMEM_B_OFF);
+PELIB_EXPORT(a_desc, gmma_smem_desc(SMEM_A_OFF, DESC_LBO, DESC_SBO_A, SWIZZLE_A));
+PELIB_EXPORT(b_desc, gmma_smem_desc(SMEM_B_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(a_stage_stride, A_STAGE_BYTES);
+PELIB_EXPORT(b_stage_stride, B_SLICE_BYTES);
+PELIB_EXPORT(a_wg_stride, 64 * BKA);
 
 // One 16-B output store (EPI_STREAM picks the cache policy).
 PE_DEVICE void store16(u16* p, const u32 (&v)[4]) {

@@ -145,13 +145,34 @@ class Sm90(Kind):
 
     def emulate_tile(self, stage, inputs, m0=0, n0=0, *, return_report=False, overrides=None):
         """The BF16 tile of one consumer warpgroup row block: pelib.emulate's wgmma replay (TMA boxes, GMMA
-        descriptors advanced per K slice) of A and B, plus comb, rounded once (the stage's epilogue)."""
+        descriptors advanced per K slice) of A and B, plus comb, rounded once (the stage's epilogue).
+
+        Stages 06+ (b_perm) load B with its rows permuted inside each 32-row group (the 5-D tensor map,
+        or B_PERM_TMA=0's in-SMEM swap): shared row r holds B row permuted_b_rows[r], so the replay
+        loads B in that order and the epilogue writes accumulator column r to output column
+        permuted_b_rows[r] (each lane's four pairs of a 32-column group are eight neighbouring columns).
+        Stage 08 (comb_init) starts the accumulators from comb instead of adding it last; the emulator
+        sums in float64, where the order of that one addition does not show, and rounds once as both do.
+        The tile order (07's comb residues) and the A multicast (05, 09) change which CTA computes a tile
+        and who loads its A, not the tile's data path."""
         ex = stage.exports
-        if "a_desc" not in ex or ex.get("b_perm", 0):
-            raise KindError(f"{stage.label} exports no replayable operand layout (a_desc, unpermuted B): "
-                            "pelib.emulate replays stages 00-05")
+        if "a_desc" not in ex:
+            raise KindError(f"{stage.label} exports no replayable operand layout (a_desc, b_desc, the boxes): "
+                            "pelib.emulate replays the sm90 stages that export TileParams (EXPORT_NAMES)")
         p = emulate.TileParams.from_exports(ex, **(overrides or {}))
-        acc, rep = emulate.emulate_tile(p, inputs["a"], inputs["b"], m0=m0, n0=n0, return_report=True)
+        a, b = inputs["a"], inputs["b"]
+        perm = None
+        if ex.get("b_perm", 0):
+            if b.shape[0] % 32 or n0 % 32:
+                raise KindError(f"the permuted B of {stage.label} needs N ({b.shape[0]}) and n0 ({n0}) in 32-row groups")
+            perm = np.asarray(permuted_b_rows(b.shape[0]))
+            b = b[perm]          # global row order as the permuting view delivers it into shared memory
+        acc, rep = emulate.emulate_tile(p, a, b, m0=m0, n0=n0, return_report=True)
+        if perm is not None:     # the epilogue's column map: accumulator column r -> output column perm[r]
+            cols = perm[n0:n0 + acc.shape[1]] - n0
+            out_acc = np.full_like(acc, np.nan)
+            out_acc[:, cols] = acc
+            acc = out_acc
         comb = inputs["comb"].float().numpy()
         rows = (m0 + np.arange(acc.shape[0])) % comb.shape[0]
         out = bf16_value(bf16_bits(acc.astype(np.float32) + comb[rows][:, n0:n0 + acc.shape[1]].astype(np.float32)))

@@ -14,7 +14,7 @@ from .. import baselines, device, records, sass, sass_account, staging, stages, 
 from ..facts import Table, evidence_label
 from ..kinds.fp8 import epi_columns, epilogue_map  # noqa: F401  (the chapters draw the column map)
 from ..models import protocol
-from ..stage import Stage, find
+from ..stage import Stage, find, lineage
 from ..stages import Rendered
 from . import plots, widgets
 
@@ -92,6 +92,11 @@ def sweep_table(name: str, define: str, values, columns=None) -> Table:
     if any("note" in r for r in rows):
         cols = cols + ["note"]
     return Table(rows, f"{stage(name).name}: {define} sweep — {evidence_label(stage(name).build)}", cols)
+
+
+def lineage_table(stage_names=None) -> Table:
+    """Stages with their declared parent, idea and diff size (pelib.stage.lineage)."""
+    return lineage([stage(n) for n in stage_names or names()])
 
 
 def exports_table(stage_names=None) -> Table:
@@ -315,8 +320,10 @@ def barrier_table(name: str = FINAL, defines: dict | None = None) -> Table:
          "arrivals": "tcgen05.commit after the tile's last MMA, multicast to both CTAs",
          "waits": "every epilogue warp, parity = (iteration / 2) & 1"},
         {"barrier": f"acc_empty[b], b < {ex['tmem_acc_buffers']}", "count": cg * ew,
-         "arrivals": f"one lane of each of the {cg} x {ew} epilogue warps, after its last tcgen05.ld of the tile "
-                     "(remote arrive on the leader)", "waits": "MMA thread (leader), parity = ((iteration / 2) & 1) ^ 1"},
+         "arrivals": f"one lane of each of the {cg} x {ew} epilogue warps, "
+                     + ("after its last tcgen05.ld of the tile (F19a's early release)" if ex["acc_early_release"]
+                        else "after its whole drain (the last stores of Phase 2)")
+                     + " (remote arrive on the leader)", "waits": "MMA thread (leader), parity = ((iteration / 2) & 1) ^ 1"},
     ]
     return Table(rows, f"{s.name}: mbarriers — from its exports and source (compiled)")
 
@@ -333,11 +340,12 @@ def protocol_table() -> Table:
     return Table(rows, "The barrier protocol under random timing (20 runs of 11 tiles each) — modelled")
 
 
-def kloop_account(defines: dict | None = None, k: int = 768):
-    """The static SASS account of stage 09's MMA warp (compiled), beside the lab's 475 budget (recorded)."""
+def kloop_account(defines: dict | None = None, k: int = 768, budget: int = 0):
+    """The static SASS account of stage 09's MMA warp (compiled), beside a lab budget (recorded: 0 = the
+    475 of the stall-isolation note, 1 = F28's 411); the caption names the build's wait_kind."""
     b = build(FINAL, defines)
-    acc = sass_account.account(b.sass, k // stage(FINAL).exports.block_k)
-    return acc, sass_account.account_table(acc, records.instruction_budgets()[0])
+    acc = sass_account.account_build(b, k)
+    return acc, sass_account.account_table(acc, records.instruction_budgets()[budget])
 
 
 # ---- recorded and measured ---------------------------------------------------------------------------

@@ -326,9 +326,15 @@ def _variant_row(r: results.VariantResult) -> dict:
             "evidence": r.evidence}
 
 
+def hopper_tma_store_sweep() -> dict | None:
+    """The newest committed sweep that ran sm90 stage 03 with both epilogues."""
+    return results.latest_sweep(having=[(k, d, {"EPI_TMA_STORE": 1}) for k, d, _ in HOPPER_TMA_STORE])
+
+
 def hopper_tma_store_results(sweep: dict | None = None) -> list:
-    """sm90 stage 03 with EPI_TMA_STORE=1 (its default) and =0, from one committed sweep (the newest unless given)."""
-    sw = sweep if sweep is not None else results.latest_sweep()
+    """sm90 stage 03 with EPI_TMA_STORE=1 (its default) and =0, from one committed sweep (the newest that
+    ran both, unless given)."""
+    sw = sweep if sweep is not None else hopper_tma_store_sweep()
     return [results.variant_result(k, d, what, sweep=sw, defaults={"EPI_TMA_STORE": 1}) if sw is not None
             else results.VariantResult(k, d, what, "no sweep") for k, d, what in HOPPER_TMA_STORE]
 

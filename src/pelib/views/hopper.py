@@ -26,6 +26,85 @@ def stage_list() -> Table:
                   for s in map(Stage, stages.family_stages("sm90"))], "sm90 stages (src/kernels/sm90)", descriptive=True)
 
 
+def tree_order(stage_list: list[Stage]) -> list[tuple[Stage, int]]:
+    """The declared tree (each header's Parent line) in reading order, with each stage's branch depth: a
+    parent's child with the largest subtree continues its line (depth unchanged); its other children
+    branch off one level deeper and are listed, with their subtrees, right after the parent."""
+    by_key = {s.key: s for s in stage_list}
+    kids: dict[str | None, list[Stage]] = {}
+    for s in stage_list:
+        par = s.header.parent if s.header.parent in by_key else None
+        kids.setdefault(par, []).append(s)
+
+    def size(s):
+        return 1 + sum(size(c) for c in kids.get(s.key, []))
+    out = []
+
+    def walk(s, depth):
+        out.append((s, depth))
+        cs = kids.get(s.key, [])
+        if not cs:
+            return
+        main = max(cs, key=lambda c: (size(c), -cs.index(c)))
+        for c in cs:
+            if c is not main:
+                walk(c, depth + 1)
+        walk(main, depth)
+    for root in kids.get(None, []):
+        walk(root, 0)
+    return out
+
+
+def tree_table(chips=("h100", "h200")) -> Table:
+    """The sm90 stages as their headers declare them (stage, idea, parent; a branch is indented under its
+    parent), each diff's size against its parent, and the newest committed time of each stage at its
+    default defines on each chip with its share of cuBLAS's GEMM in the same results folder (measured)."""
+    measured = results.stage_times()
+    devices: dict[str, set] = {c: set() for c in chips}
+    files: set = set()
+    rows = []
+    for s, depth in tree_order([Stage(p) for p in stages.family_stages("sm90")]):
+        d = stages.diff_stats(s.path, ignore_indent=True) if s.header.parent else None
+        row = {"stage": "\u2003" * depth + ("\u21b3 " if depth else "") + s.name.split("_")[0],
+               "idea": s.header.idea,
+               "parent": s.header.parent.split("/")[-1].split("_")[0] if s.header.parent else "—",
+               "changed lines": f"+{d['added']} / -{d['removed']}" if d else "—"}
+        for c in chips:
+            m = measured.get(s.key, {}).get(c)
+            row[f"{c.upper()} ms"] = round(m["ms"], 3) if m else "—"
+            row[f"{c.upper()} vs cuBLAS"] = f"{100 * m['cublas_ms'] / m['ms']:.0f}%" if m and m.get("cublas_ms") else "—"
+            if m:
+                devices[c].add(f"{m['device']}, {m['date']}")
+                files.add(f"results/{m['file']}")
+        rows.append(row)
+    devs = "; ".join(" and ".join(sorted(v)) for v in devices.values() if v)
+    return Table(rows, f"The declared tree of the sm90 stages — measured ({devs}; full problem, verified before "
+                       "timing, median of 20)",
+                 notes=["stage (its number; src/kernels/sm90/NN_*.cu), idea, parent: the headers; changed lines: the diff against the parent, headers "
+                        "excluded, indentation ignored (descriptive)",
+                        "vs cuBLAS: cuBLAS's GEMM-only time in the same results folder over the stage's time "
+                        "(above 100 %: faster than cuBLAS)",
+                        "from " + ", ".join(sorted(files)) + "; — : no run at the stage's default defines on that "
+                        "chip in the committed results"])
+
+
+def emulate_table(problem: str = "small") -> Table:
+    """One tile of every sm90 stage replayed by pelib.emulate from its exports, against the torch reference."""
+    rows = []
+    for p in stages.family_stages("sm90"):
+        s = Stage(p)
+        r = s.emulate_check(problem)
+        ex = s.exports
+        rows.append({"stage": s.name, "tile (m0, n0)": r["tile"], "shape": f"{r['shape'][0]} x {r['shape'][1]}",
+                     "A ring": f"{ex.pipeline_stages} x {ex.box('a')[0] * ex.box('a')[1] // 1024} KiB, "
+                               f"SW{ex.box('a')[2]}",
+                     "B rows": "permuted" if ex.get("b_perm") else "in order",
+                     "max |err|": r["max_abs_err"], "issues": "; ".join(r["issues"]) or "none",
+                     "within 1 BF16 ulp": "yes" if r["ok"] else "NO"})
+    return Table(rows, f"One tile of each sm90 stage on '{problem}' — emulated (pelib.emulate, from each stage's "
+                       "exports) against the torch reference")
+
+
 def stage_facts(s: Stage) -> dict:
     """Compiled facts of one sm90 build: registers, spills, shared memory, tile, SASS counts, ptxas warnings."""
     b, ex = s.build, s.exports
@@ -286,7 +365,8 @@ def stage_widget(live: bool | None = None):
     verified, timed run on the 'medium' problem. The static fallback is the table of all options."""
     if live is None:
         live = device.can_run(ARCH)
-    rep = results.latest_sweep()
+    # the newest committed sweep that ran every option of the widget (a run at the defaults only does not)
+    rep = results.latest_sweep(having=[(sm90(k, d).key, d, None) for _, (k, d) in WIDGET_VARIANTS])
     medium = "medium" if live else None
     rows = [variant_row(k, d, rep) for _, (k, d) in WIDGET_VARIANTS]
     caption = (f"stages and consumer warpgroups — {evidence_label(sm90('00').build)}"

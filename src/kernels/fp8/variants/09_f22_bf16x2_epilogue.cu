@@ -165,6 +165,7 @@ PELIB_EXPORT(tmem_cols, TMEM_COLS);
 PELIB_EXPORT(tmem_acc_col, TMEM_ACC_COL);
 PELIB_EXPORT(tmem_acc_stride, TMEM_ACC_STRIDE);
 PELIB_EXPORT(tmem_acc_buffers, ACC_BUFS);
+PELIB_EXPORT(acc_early_release, 1);  // F19a: freed after the warp's last TMEM load, before Phase 2
 PELIB_EXPORT(epi_ld_x, TMEM_LD_COLS);
 PELIB_EXPORT(epi_add_bf16x2, 1);  // F22: out = rn_bf16(rn_bf16(acc) + comb) (pelib.precision.bf16x2_add_path)
 
