@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import bench, build as _build, device as _device, kinds, launch, records, results, sol, stages
-from . import timing as _timing, tma, verify as _verify
+from . import evidence as _evidence, timing as _timing, tma, verify as _verify
 from .facts import Table, evidence_label
 from .paths import KERNELS
 
@@ -33,6 +33,7 @@ TARGET_GPU = {"sm_100a": "B200", "sm_90a": "H100 SXM"}   # whose SM count a laun
 GRID_KINDS = {0: "one CTA or cluster per tile", 1: "persistent: resident clusters, static schedule",
               2: "persistent by column block: a multiple of N / tile_n CTAs"}
 DEVICES = ("gpu", "sim", "compile")
+EVIDENCE_SIM = _evidence.simulated()   # 'simulated (pelib.sim)'; its clock orders events, never a time
 # The export vocabulary every stage publishes (src/kernels/common/export.cuh).
 VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_in_kernel", "grid_kind",
               "tile_m", "tile_n", "block_k", "pipeline_stages", "epi_warps", "barrier_bytes")
@@ -381,10 +382,12 @@ class Stage:
         return tuple(out)
 
     def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None,
-             spec_hook=None, sim_seed: int = 0):
+             spec_hook=None, sim_seed: int = 0, seed: int | None = None):
         """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim').
         `spec_hook(specs) -> specs` may change the tensor maps first (a host-side change such as F21's L2
-        promotion). `sim_seed` picks the simulated interleaving (PELIB_SIM_SEED overrides it)."""
+        promotion). `sim_seed` (or `seed`, as pelib.sim.prepare names it) picks the simulated interleaving
+        (PELIB_SIM_SEED overrides it)."""
+        sim_seed = sim_seed if seed is None else seed
         prob = self.problem(problem)
         hook = spec_hook or (lambda specs: specs)
         if device == "sim":
@@ -458,7 +461,7 @@ class Stage:
         if device == "sim":
             res["plan"] = plan
         res.update(device=info.describe() if info else "pelib.sim (CPU model)",
-                   evidence=f"measured ({info.name})" if info else "simulated (pelib.sim)",
+                   evidence=f"measured ({info.name})" if info else EVIDENCE_SIM,
                    config=cfg, launch=cfg.as_dict() if cfg else None)
         with hook(t) if hook else _nothing():
             if verify:
@@ -466,7 +469,7 @@ class Stage:
                 plan.run()
                 plan.wait()
                 if device == "sim":
-                    res["sim"] = plan.report
+                    res["sim"] = res["report"] = plan.report
                 rep = self.check(prob, t, ref)
                 res.update(ok=rep.ok, verify=rep, max_abs=rep.max_abs, n_bad=rep.n_bad)
             if time and device == "gpu" and res["ok"] is not False:
@@ -495,7 +498,11 @@ class Stage:
             buf.zero_()
             plan.run()
             plan.wait()
-        return _timing.decode(buf, lay)
+        tm = _timing.decode(buf, lay)
+        if device == "sim":   # the simulated per-SM counter orders events; it is never a time
+            tm.meta.update(stage=self.key, device="pelib.sim (CPU model)", clock=_timing.SIM_ORDER,
+                           evidence=EVIDENCE_SIM)
+        return tm
 
     # ---- emulated ------------------------------------------------------------------------------
     def emulate_tile(self, inputs: dict, m0: int = 0, n0: int = 0, **kw):
@@ -635,7 +642,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("stage", nargs="?", help="family/name, e.g. fp8/06_stages (omit with --table)")
     ap.add_argument("-D", dest="defines", action="append", metavar="K=V", help="a define (repeatable)")
     ap.add_argument("--sweep", metavar="K=a,b,c", help="build and run once per value of one define")
-    ap.add_argument("--problem", default="small", help="small, full, or a family problem name")
+    ap.add_argument("--problem", default=None,
+                    help="small, full, or a family problem name (default: small; sim with --device sim)")
     ap.add_argument("--device", default=None, choices=DEVICES,
                     help="gpu (measured), sim (simulated) or compile (facts only); default: gpu where it runs")
     ap.add_argument("--iters", type=int, default=20)
@@ -666,6 +674,8 @@ def main(argv=None) -> int:
         ap.error("name a stage (family/name) or pass --table")
     base = Stage(a.stage, _defines(a.defines))
     device = a.device or ("gpu" if _device.can_run(base.arch) else "compile")
+    if a.problem is None:   # the simulator's default is its family's test size
+        a.problem = "sim" if device == "sim" else "small"
     print(_device.banner_text(base.arch))
     ok = True
     for d in _sweep(a.sweep):

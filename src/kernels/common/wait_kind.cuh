@@ -2,6 +2,7 @@
 // names and the bound of the bounded ones. Kept apart from the wait instructions so the simulated twin of
 // common/mbarrier.cuh (src/kernels/sim/common) compiles the same build selection.
 #pragma once
+#include "common/types.cuh"
 
 #define PE_WAIT_BOUNDED_PRINTF 0
 #define PE_WAIT_BOUNDED_TRAP 1

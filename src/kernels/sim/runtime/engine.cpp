@@ -136,6 +136,7 @@ struct Fiber {
     u32 lane0, col0, ncols;
   };
   std::vector<PendingLd> lds;
+  u64 last_proxy_fence = 0;          // E->wseq of this thread's last fence.proxy.async
   u64 cluster_arrive_gen = ~0ull;   // the cluster barrier generation this thread arrived in
   bool cluster_arrived = false;
 };
@@ -235,6 +236,8 @@ struct Cta {
   std::vector<Range> tmem_writes;        // in-flight MMA writes of TMEM: lo/hi = columns, lanes in what
   u64 clock = 0;
   int pending_ops = 0;                   // queued async ops that touch this CTA
+  std::vector<u32> chunk_writer;         // per 16 B of the window: fiber id + 1 of its last st.shared (0: none)
+  std::vector<u64> chunk_seq;            // ... and when (E->wseq)
   std::vector<u64> tc_from;              // per peer rank: cluster barrier generation + 1 of its last
                                          // tcgen05 op on this CTA (cta_group::2 MMA / cp, commit multicast)
 };
@@ -293,6 +296,8 @@ struct Engine {
   int live_fibers = 0;
   u64 steps = 0, switches = 0, ops_done = 0;
   std::vector<uint8_t*> stacks_free;
+  std::vector<Cluster*> finished;   // clusters whose CTAs all exited: slots and stacks to recycle
+  u64 wseq = 0;                     // order of st.shared writes and proxy fences
 
   u32 rnd(u32 n) { return n ? u32(rng() % n) : 0; }
   bool chance(int pct) { return int(rng() % 100) < pct; }
@@ -311,6 +316,17 @@ std::string fmt(const char* f, ...) {
   return buf;
 }
 
+std::string jesc(const std::string& t) {
+  std::string o = "\"";
+  for (char ch : t) {
+    if (ch == '"' || ch == '\\') o += '\\', o += ch;
+    else if (ch == '\n') o += "\\n";
+    else if ((unsigned char)ch < 0x20) o += ' ';
+    else o += ch;
+  }
+  return o + "\"";
+}
+
 const char* short_file(const char* f) {
   if (!f) return "?";
   const char* k = std::strstr(f, "src/kernels/");
@@ -322,6 +338,18 @@ std::string where(const Fiber* f, Site s) {
   const Cta* c = f->cta;
   return fmt("CTA %d (cluster %d, rank %d) warp %d lane %d [warp %d] at %s:%d", c->id, c->cluster->id, c->rank,
              f->warp, f->lane, f->warp, short_file(s.file), s.line);
+}
+
+// A report record as a JSON object: its text and the thread and source line it names.
+std::string record(const std::string& text, const Fiber* f, Site s, const std::string& extra = "") {
+  std::string o = "{\"text\":" + jesc(text);
+  if (f) {
+    const Cta* c = f->cta;
+    o += fmt(",\"cta\":%d,\"cluster\":%d,\"rank\":%d,\"warp\":%d,\"lane\":%d,\"role\":\"warp %d\"", c->id,
+             c->cluster->id, c->rank, f->warp, f->lane, f->warp);
+  }
+  o += ",\"file\":" + jesc(short_file(s.file)) + fmt(",\"line\":%d", s.line) + extra + "}";
+  return o;
 }
 
 int file_id(const char* f) {
@@ -357,7 +385,7 @@ void event(int kind, Fiber* f, Site s, int barrier = -1, int parity = -1, int ta
 
 // ---- errors ------------------------------------------------------------------------------------------
 void misuse(const std::string& what, Site s, Fiber* f = nullptr) {
-  if (E->rep.misuse.size() < 50) E->rep.misuse.push_back(what + " — " + where(f ? f : E->cur, s));
+  if (E->rep.misuse.size() < 50) E->rep.misuse.push_back(record(what + " — " + where(f ? f : E->cur, s), f ? f : E->cur, s));
   E->aborted = true;
 }
 [[noreturn]] void misuse_fatal(const std::string& what, Site s) {
@@ -365,7 +393,7 @@ void misuse(const std::string& what, Site s, Fiber* f = nullptr) {
   abort_fiber();
 }
 void hazard(const std::string& what, Site s, Fiber* f = nullptr) {
-  if (E->rep.hazards.size() < 50) E->rep.hazards.push_back(what + " — " + where(f, s));
+  if (E->rep.hazards.size() < 50) E->rep.hazards.push_back(record(what + " — " + where(f, s), f, s));
 }
 
 // ---- scheduling ---------------------------------------------------------------------------------------
@@ -495,6 +523,23 @@ const Range* overlap(const std::vector<Range>& v, u32 lo, u32 hi) {
   return nullptr;
 }
 
+// A generic-proxy write (st.shared) in [lo, hi) of c that its thread has not yet ordered before async-proxy
+// reads with fence.proxy.async (PTX ISA 9.7.12.4 membar/fence: proxy fences): the writing fiber, or null.
+Fiber* unfenced_writer(Cta* c, u32 lo, u32 hi) {
+  for (u32 k = lo / 16; k < (hi + 15) / 16 && k < c->chunk_writer.size(); ++k) {
+    const u32 w = c->chunk_writer[k];
+    if (w && c->chunk_seq[k] > E->fibers_all[w - 1]->last_proxy_fence) return E->fibers_all[w - 1];
+  }
+  return nullptr;
+}
+
+void check_proxy_fence(Cta* c, u32 lo, u32 hi, const char* reader, Site s) {
+  if (Fiber* w = unfenced_writer(c, lo, hi))
+    hazard(fmt("%s reads [0x%x, 0x%x) of CTA %d, which warp %d lane %d wrote with st.shared and never ordered "
+               "with fence.proxy.async (generic-proxy writes are not visible to the async proxy without it)",
+               reader, lo, hi, c->id, w->warp, w->lane), s, E->cur);
+}
+
 void cta_exit_check(Cta* c);
 void start_clusters();
 
@@ -516,9 +561,10 @@ void complete_one_op() {
   try {
     op->complete();
   } catch (const ModelError& e) {
-    E->rep.misuse.push_back(e.what + fmt(" — %s issued by CTA %d warp %d lane %d at %s:%d", op->what, op->issuer_cta,
-                                         op->issuer_warp, op->issuer_lane, short_file(op->site.file),
-                                         op->site.line));
+    E->rep.misuse.push_back(record(e.what + fmt(" — %s issued by CTA %d warp %d lane %d at %s:%d", op->what,
+                                                op->issuer_cta, op->issuer_warp, op->issuer_lane,
+                                                short_file(op->site.file), op->site.line),
+                                   op->issuer, op->site));
     E->aborted = true;
   }
   E->cur = saved;
@@ -630,9 +676,10 @@ void fiber_main(void* arg) {
     }
     WarpColl& wc = c->warps[f->warp];
     wc.mask &= ~(1u << f->lane);
-    if (wc.what && wc.arrived && (wc.arrived & wc.mask) == wc.mask) {
-      // the remaining lanes are all in: nothing to compute for data collectives with an exited lane
-      misuse(fmt("lane %d exited while its warp waits in %s", f->lane, wc.what), s, f);
+    if (wc.what && wc.arrived) {
+      misuse(fmt("lane %d exited while lanes 0x%08x of its warp wait in %s at %s:%d (a warp collective needs "
+                 "every lane of its mask)", f->lane, wc.arrived, wc.what, short_file(wc.site.file), wc.site.line),
+             s, f);
     }
   }
   if (c->live == 0) cta_exit_check(c);
@@ -679,9 +726,8 @@ void cta_exit_check(Cta* c) {
   c->exited = true;
   bool all = true;
   for (Cta* p : c->cluster->ctas) all &= p->exited;
-  if (all) {
-    for (Cta* p : c->cluster->ctas) p->slot->cta = nullptr;
-    start_clusters();
+  if (all) {   // the scheduler recycles the cluster's stacks and slots once no fiber runs on them
+    E->finished.push_back(c->cluster);
   }
 }
 
@@ -706,6 +752,8 @@ void start_cta(Cta* c, Slot* sl) {
   c->dyn_size = E->L.smem;
   // shared memory starts as garbage on hardware: poison it so a read before a write shows
   std::memset(c->win, 0xA5, c->win_size);
+  c->chunk_writer.assign(c->win_size / 16 + 1, 0);
+  c->chunk_seq.assign(c->win_size / 16 + 1, 0);
   const u32 nthreads = E->L.block[0] * E->L.block[1] * E->L.block[2];
   c->warps.assign((nthreads + WARP - 1) / WARP, WarpColl{});
   c->wgs.assign((nthreads + 127) / 128, WarpGroup{});
@@ -750,12 +798,17 @@ void start_clusters() {
 }
 
 void deadlock_report() {
-  std::map<std::string, std::vector<int>> groups;   // one line per (CTA, wait site), with the threads
+  struct Group {
+    std::vector<int> lanes;
+    const Fiber* f;
+    std::string extra;
+  };
+  std::map<std::string, Group> groups;   // one record per (CTA, warp, wait site), with its lanes
   for (Fiber* f : E->fibers_all) {
     if (f->state != FS::Blocked) continue;
     const WaitInfo& w = f->w;
     Cta* c = f->cta;
-    std::string what;
+    std::string what, extra;
     if (w.kind == W_MBAR || w.kind == W_MBAR_TRY) {
       Cta* bc = c;
       u32 r = (w.addr >> 24) & 0xFF;
@@ -763,44 +816,74 @@ void deadlock_report() {
       Barrier* b = find_bar(bc, w.addr & 0xFFFFFF);
       what = fmt("mbarrier wait (tag %u) on the barrier at 0x%x for parity %u; %s", w.tag, w.addr & 0xFFFFFF, w.parity,
                  b ? bar_state(*b).c_str() : "no barrier initialized there");
+      extra = fmt(",\"wait\":\"mbarrier\",\"tag\":%u,\"barrier\":%u,\"barrier_cta\":%d,\"parity\":%u", w.tag,
+                  w.addr & 0xFFFFFF, bc->id, w.parity);
+      if (b)
+        extra += fmt(",\"phase\":%llu,\"phase_parity\":%llu,\"pending\":%lld,\"count\":%u,\"tx\":%lld",
+                     (unsigned long long)b->phase, (unsigned long long)(b->phase & 1), (long long)b->pending, b->count,
+                     (long long)b->tx);
     } else if (w.kind == W_NAMED_BAR) {
       NamedBar& nb = c->nbar[w.addr];
       what = fmt("named barrier %u (bar.sync, %u threads): %u arrived", w.addr, nb.count, nb.arrived);
+      extra = fmt(",\"wait\":\"bar.sync\",\"barrier\":%u,\"count\":%u,\"arrived\":%u", w.addr, nb.count, nb.arrived);
     } else if (w.kind == W_WARP) {
       WarpColl& wc = c->warps[f->warp];
       what = fmt("%s: lanes 0x%08x of 0x%08x arrived (the other lanes never reach it: divergent warp)", w.what,
                  wc.arrived, wc.mask);
+      extra = ",\"wait\":" + jesc(w.what);
     } else if (w.kind == W_CLUSTER) {
       what = fmt("barrier.cluster.wait: %u of %d threads of the cluster arrived", c->cluster->bar_arrived,
                  c->cluster->live_threads);
+      extra = ",\"wait\":\"barrier.cluster\"";
     } else if (w.kind == W_WGMMA) {
       what = fmt("wgmma.wait_group: %s", w.what);
+      extra = ",\"wait\":\"wgmma.wait_group\"";
     } else if (w.kind == W_BULK) {
       what = "cp.async.bulk.wait_group";
+      extra = ",\"wait\":\"cp.async.bulk.wait_group\"";
     } else if (w.kind == W_TMEM_ALLOC) {
       what = "tcgen05.alloc: no free TMEM columns (an earlier allocation is never freed)";
+      extra = ",\"wait\":\"tcgen05.alloc\"";
     } else {
       what = w.what;
     }
     std::string key = fmt("CTA %d (cluster %d, rank %d) warp %d: %s at %s:%d", c->id, c->cluster->id, c->rank, f->warp,
                           what.c_str(), short_file(w.site.file), w.site.line);
-    groups[key].push_back(f->lane);
+    Group& g = groups[key];
+    if (!g.f) g.f = f, g.extra = extra;
+    g.lanes.push_back(f->lane);
   }
-  for (auto& [k, lanes] : groups) {
-    std::string l;
-    if (lanes.size() == 32) l = "lanes 0-31";
-    else {
-      l = "lane" + std::string(lanes.size() > 1 ? "s " : " ");
-      for (size_t i = 0; i < lanes.size(); ++i) l += (i ? "," : "") + std::to_string(lanes[i]);
+  for (auto& [k, g] : groups) {
+    std::string l, lj = "[";
+    if (g.lanes.size() == 32) l = "lanes 0-31";
+    else l = "lane" + std::string(g.lanes.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < g.lanes.size(); ++i) {
+      if (g.lanes.size() != 32) l += (i ? "," : "") + std::to_string(g.lanes[i]);
+      lj += (i ? "," : "") + std::to_string(g.lanes[i]);
     }
-    E->rep.deadlock.push_back(k + " [" + l + "]");
+    E->rep.deadlock.push_back(record(k + " [" + l + "]", g.f, g.f->w.site, g.extra + ",\"lanes\":" + lj + "]"));
   }
-  if (E->rep.deadlock.empty()) E->rep.deadlock.push_back("no fiber can run, none is blocked, and CTAs wait to start");
+  if (E->rep.deadlock.empty())
+    E->rep.deadlock.push_back(record("no fiber can run, none is blocked, and CTAs wait to start", nullptr, Site{"", 0}));
+}
+
+void recycle() {
+  for (Cluster* cl : E->finished)
+    for (Cta* p : cl->ctas) {
+      p->slot->cta = nullptr;
+      for (Fiber* f : p->fibers) {
+        E->stacks_free.push_back(f->stack);
+        f->stack = nullptr;
+      }
+    }
+  E->finished.clear();
+  start_clusters();
 }
 
 void run_loop() {
   start_clusters();
   while (!E->aborted) {
+    if (!E->finished.empty()) recycle();
     if (E->ready.empty() && E->ops_pending == 0) {
       if (E->live_fibers > 0 || !E->pending_clusters.empty()) deadlock_report();
       break;
@@ -813,8 +896,9 @@ void run_loop() {
           sites[fmt("CTA %d warp %d %s at %s:%d", f->cta->id, f->warp, f->state == FS::Blocked ? "blocked" : "runnable",
                     short_file((f->state == FS::Blocked ? f->w.site : f->site).file),
                     (f->state == FS::Blocked ? f->w.site : f->site).line)]++;
-      for (auto& [k, n] : sites) E->rep.deadlock.push_back(fmt("no progress after %llu steps: %s (%d threads)",
-                                                              (unsigned long long)E->L.max_steps, k.c_str(), n));
+      for (auto& [k, n] : sites)
+        E->rep.deadlock.push_back(record(fmt("no progress after %llu steps: %s (%d threads)",
+                                             (unsigned long long)E->L.max_steps, k.c_str(), n), nullptr, Site{"", 0}));
       break;
     }
     if (E->ops_pending && (E->ready.empty() || E->chance(E->p_async))) {
@@ -1219,6 +1303,7 @@ void tma_store(const void* tmap, unsigned src, const int* coords, int ncoords, S
   const u64 id = E->op_seq + 1;
   const u32 off = a.off;
   Cta* c = a.cta;
+  check_proxy_fence(c, off, off + g.footprint, "a TMA store", s);
   c->reads.push_back(Range{off, off + g.footprint, id, "a TMA store", s});
   const u64 group = f->bulk_open_group;
   f->bulk_pending[group]++;
@@ -1270,7 +1355,10 @@ void bulk_wait(int n, bool, Site s) {
   }
 }
 
-void fence_proxy_async(Site s) { point(s); }
+void fence_proxy_async(Site s) {
+  E->cur->last_proxy_fence = ++E->wseq;
+  point(s);
+}
 
 // ---- wgmma ----
 void wgmma_fence(Site s) { aligned_op("wgmma.fence.sync.aligned", s); }
@@ -1356,6 +1444,7 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
       if (const Range* w = overlap(c->writes, r.first, r.second))
         hazard(fmt("wgmma reads [0x%x, 0x%x) while %s issued at %s:%d has not landed there (operand read before "
                    "its TMA completed)", r.first, r.second, w->what, short_file(w->site.file), w->site.line), s, f);
+      check_proxy_fence(c, r.first, r.second, "a wgmma.mma_async", s);
       c->reads.push_back(Range{r.first, r.second, id, "a wgmma.mma_async", s});
     }
     event(EV_MMA, f, s);
@@ -1486,6 +1575,7 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
         hazard(fmt("tcgen05.mma reads [0x%x, 0x%x) of CTA %d while %s issued at %s:%d has not landed there "
                    "(operand read before its TMA completed)", r.first, r.second, p->id, w->what,
                    short_file(w->site.file), w->site.line), s, f);
+      check_proxy_fence(p, r.first, r.second, "a tcgen05.mma", s);
       p->reads.push_back(Range{r.first, r.second, oid, "a tcgen05.mma", s});
     }
     p->tmem_writes.push_back(Range{col, col + id.n, oid, "a tcgen05.mma", s});
@@ -1617,6 +1707,7 @@ void tc_cp_32x128b_warpx4(int cg, unsigned taddr, uint64_t desc, Site s) {
   std::vector<Cta*> pair{c};
   if (cg == 2 && c->cluster->ctas.size() > size_t(c->rank) + 1) pair.push_back(c->cluster->ctas[c->rank + 1]);
   for (Cta* p : pair) {
+    check_proxy_fence(p, r.first, r.second, "a tcgen05.cp", s);
     p->reads.push_back(Range{r.first, r.second, oid, "a tcgen05.cp", s});
     note_tc_remote(c, p);
   }
@@ -1671,6 +1762,11 @@ void smem_store(unsigned addr, const void* src, size_t n, Site s) {
                "reused before the asynchronous read finished)", a.off, a.cta->id, r->what, short_file(r->site.file),
                r->site.line, r->lo, r->hi), s, E->cur);
   std::memcpy(a.cta->win + a.off, src, n);
+  const u64 q = ++E->wseq;
+  for (u32 k = a.off / 16; k < (a.off + u32(n) + 15) / 16 && k < a.cta->chunk_writer.size(); ++k) {
+    a.cta->chunk_writer[k] = u32(E->cur->id) + 1;
+    a.cta->chunk_seq[k] = q;
+  }
 }
 
 uint64_t clock64(Site) { return ++E->cur->cta->clock; }
@@ -1693,6 +1789,11 @@ std::string jstr(const std::string& s) {
     else o += ch;
   }
   return o + "\"";
+}
+std::string jobjs(const std::vector<std::string>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += (i ? "," : "") + v[i];
+  return o + "]";
 }
 std::string jlist(const std::vector<std::string>& v) {
   std::string o = "[";
@@ -1744,7 +1845,7 @@ int pe_sim_run(const PeSimLaunch* L) {
               L->smem, E->slots[0].win_size - PE_SIM_SMEM_CAPACITY, L->smem_limit);
   if (L->smem > PE_SIM_SMEM_CAPACITY) bad = fmt("dynamic shared memory %u B exceeds the simulator's window", L->smem);
   if (!bad.empty()) {
-    E->rep.misuse.push_back(bad + " (launch)");
+    E->rep.misuse.push_back(record(bad + " (launch)", nullptr, s0));
   } else {
     for (u32 i = 0; i < nctas; ++i) {
       Cta& c = E->ctas[i];
@@ -1761,10 +1862,11 @@ int pe_sim_run(const PeSimLaunch* L) {
     run_loop();
   }
   // recycle stacks
-  for (Fiber* f : E->fibers_all) E->stacks_free.push_back(f->stack);
+  for (Fiber* f : E->fibers_all)
+    if (f->stack) E->stacks_free.push_back(f->stack);
   const bool ok = E->rep.deadlock.empty() && E->rep.hazards.empty() && E->rep.misuse.empty();
-  E->report_json = "{\"ok\":" + std::string(ok ? "true" : "false") + ",\"deadlock\":" + jlist(E->rep.deadlock) +
-                   ",\"hazards\":" + jlist(E->rep.hazards) + ",\"misuse\":" + jlist(E->rep.misuse) +
+  E->report_json = "{\"ok\":" + std::string(ok ? "true" : "false") + ",\"deadlock\":" + jobjs(E->rep.deadlock) +
+                   ",\"hazards\":" + jobjs(E->rep.hazards) + ",\"misuse\":" + jobjs(E->rep.misuse) +
                    ",\"files\":" + jlist(E->files) + ",\"events_truncated\":" +
                    (E->events_truncated ? "true" : "false") + ",\"steps\":" + std::to_string(E->steps) +
                    ",\"switches\":" + std::to_string(E->switches) + ",\"ops\":" + std::to_string(E->ops_done) +

@@ -1,0 +1,80 @@
+// A small kernel for the simulator's engine tests (tests/test_sim_engine.py): warp collectives, named
+// barriers, an mbarrier, shared and global memory, TMEM, and one planted mistake per MODE.
+//   MODE 0  correct: out[t] = lane ^ 1 (shfl) | elected << 8 | warp << 16; out[T + t] = the mbarrier's
+//           phase after one completed phase (1) + the named barrier's count of threads (blockDim.x << 4)
+//   MODE 1  deadlock: every thread waits for parity 0 (tag 7) on a barrier of count 2 that gets 1 arrival
+//   MODE 2  misuse: three arrivals on a count-2 barrier whose phase is held open by an expect_tx
+//   MODE 3  deadlock: half of warp 0 calls __syncwarp, the other half __syncthreads (a divergent warp)
+//   MODE 4  misuse: st.shared past the launch's dynamic shared memory
+//   MODE 5  misuse: a global store past the end of `out`
+//   MODE 6  misuse: warp 0 allocates TMEM and the CTA exits without tcgen05.dealloc
+//   MODE 7  correct: thread 0 stages 16 x 64 BF16 in shared memory and TMA-stores them to out2 (rows
+//           16 * blockIdx.x ..) through tmap; with STORE_RACE the staging tile is rewritten before
+//           cp.async.bulk.wait_group.read (a hazard whatever the interleaving); with NO_PROXY_FENCE the
+//           st.shared writes reach the TMA store without fence.proxy.async (a hazard)
+#include "common/types.cuh"
+#include "common/cluster.cuh"
+#include "common/mbarrier.cuh"
+#include "common/memory.cuh"
+#include "common/tcgen05.cuh"
+#include "common/tma.cuh"
+
+#ifndef MODE
+#define MODE 0
+#endif
+
+extern "C" __global__ void sim_engine(const __grid_constant__ TensorMap tmap, u32* out, u16* out2, int n) {
+  extern __shared__ __align__(1024) u8 smem_raw[];
+  u64* bar = reinterpret_cast<u64*>(smem_raw);
+  u32* tmem_slot = reinterpret_cast<u32*>(smem_raw + 64);
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32, T = blockDim.x;
+  if (t == 0) mbarrier_init(bar, 2);
+  __syncthreads();
+#if MODE == 0
+  const u32 x = __shfl_xor_sync(0xFFFFFFFFu, (u32)lane, 1);
+  const bool e = elect_one_sync();
+  st_global_b32(out + t, x | (e ? 1u << 8 : 0u) | ((u32)warp << 16));
+  if (lane == 0 && warp < 2) mbarrier_arrive(bar);
+  mbarrier_wait_parity(bar, 0, 7);
+  named_barrier_sync(1, T);
+  st_global_b32(out + T + t, 1u + ((u32)T << 4));
+#elif MODE == 1
+  if (t == 0) mbarrier_arrive(bar);
+  mbarrier_wait_parity(bar, 0, 7);
+#elif MODE == 2
+  if (t == 0) {
+    mbarrier_expect_tx(bar, 128);
+    mbarrier_arrive(bar);
+    mbarrier_arrive(bar);
+    mbarrier_arrive(bar);
+  }
+#elif MODE == 3
+  if (warp == 0 && lane < 16) __syncwarp();
+  else __syncthreads();
+#elif MODE == 4
+  if (t == 0) st_shared_v4(smem_u32(smem_raw) + (u32)n, 1, 2, 3, 4);
+#elif MODE == 5
+  if (t == 0) st_global_b32(out + n, 1);
+#elif MODE == 6
+  if (warp == 0) tcgen05_alloc<1>(smem_u32(tmem_slot), 32);
+#elif MODE == 7
+  const u32 stg = smem_u32(smem_raw + 1024);   // 16 rows x 128 B
+  if (t == 0) {
+    for (int i = 0; i < 16 * 128 / 16; ++i) {
+      const u32 v = (u32)(blockIdx.x * 1000 + i);
+      st_shared_v4(stg + 16 * i, v, v, v, v);
+    }
+#ifndef NO_PROXY_FENCE
+    fence_proxy_async_shared_cta();
+#endif
+    tma_store_2d(&tmap, smem_raw + 1024, 0, 16 * (int)blockIdx.x);
+    cp_async_bulk_commit_group();
+#ifdef STORE_RACE
+    st_shared_v4(stg, 7, 7, 7, 7);
+#endif
+    cp_async_bulk_wait_group_read<0>();
+    cp_async_bulk_wait_group<0>();
+  }
+#endif
+  (void)n, (void)out2, (void)tmap;
+}
