@@ -166,17 +166,23 @@ def test_problem_that_does_not_tile_is_refused():
         Stage("fp8/02_tn256").launch_config(problems.patch_embed("tiny"))
 
 
-def test_sim_device_says_what_it_needs(stage):
-    """Until pelib.sim is in the tree, device='sim' names it instead of failing somewhere inside."""
+def test_sim_device_plans_the_same_launch(stage):
+    """device='sim' gives pelib.sim's plan with the launch shape and the arguments a GPU launch binds
+    (tests/test_sim_stages.py runs them); a tree without pelib.sim names what is missing instead."""
+    prob, t = small_inputs(stage)
     try:
-        import pelib.sim  # noqa: F401
+        from pelib import sim
     except ModuleNotFoundError:
         from pelib.stage import SimUnavailable
-        prob, t = small_inputs(stage)
         with pytest.raises(SimUnavailable, match="pelib.sim"):
             stage.plan(prob, t, device="sim")
-    else:
-        pytest.skip("pelib.sim is here: tests/test_sim.py runs the stages on it")
+        return
+    plan = stage.plan(prob, t, device="sim")
+    ex = stage.exports
+    assert isinstance(plan, sim.SimPlan) and plan.config is not None
+    assert plan.block == (ex.num_threads, 1, 1) and plan.smem == ex.smem_bytes
+    assert plan.cluster == plan.config.cluster and plan.grid == plan.config.grid
+    assert plan.grid[0] % ex.cluster_x == 0
 
 
 # ---- emulated -----------------------------------------------------------------------------------------
