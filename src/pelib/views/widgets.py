@@ -129,8 +129,29 @@ def _options(options: Iterable) -> list[tuple[str, Any]]:
     return out
 
 
+class _Published:
+    """What a sweep or a grid publishes: the live widget view (JupyterLab), the offline HTML view (the
+    built book, or wherever no widget exists) and a plain-text stand-in; its static table first."""
+    PLACEHOLDER = "(a slider: it moves in a live Jupyter kernel; the table above covers every option)"
+
+    def mimebundle(self, offline: bool | None = None) -> dict:
+        data = dict(self.box._repr_mimebundle_() or {}) if self.box is not None else {}
+        if offline is None:
+            offline = book_build() or self.box is None
+        if offline:
+            data["text/html"] = self.offline_html()
+        data["text/plain"] = self.PLACEHOLDER
+        return data
+
+    def _ipython_display_(self):
+        if self.static is not None:
+            _display(self.static() if callable(self.static) else self.static)
+        from IPython.display import publish_display_data
+        publish_display_data(self.mimebundle())
+
+
 @dataclass
-class Sweep:
+class Sweep(_Published):
     """A live sweep: a slider over the options, the render of the chosen one, and the static fallback."""
 
     options: list[tuple[str, Any]]
@@ -164,7 +185,6 @@ class Sweep:
                 _display(result)
         return result
 
-    PLACEHOLDER = "(a slider: it moves in a live Jupyter kernel; the table above covers every option)"
 
     def offline_html(self) -> str:
         """The offline view: every option rendered now, switched by a range input in the page."""
@@ -172,22 +192,6 @@ class Sweep:
         start = values.index(self.value) if self.value in values else 0
         return offline_view([(self.description or "option", self.options)], self.render, initial=[start])
 
-    def mimebundle(self, offline: bool | None = None) -> dict:
-        """What the sweep publishes: the live widget view (JupyterLab), the offline HTML view (the
-        built book, or wherever no widget exists) and a plain-text stand-in."""
-        data = dict(self.box._repr_mimebundle_() or {}) if self.box is not None else {}
-        if offline is None:
-            offline = book_build() or self.box is None
-        if offline:
-            data["text/html"] = self.offline_html()
-        data["text/plain"] = self.PLACEHOLDER
-        return data
-
-    def _ipython_display_(self):
-        if self.static is not None:
-            _display(self.static() if callable(self.static) else self.static)
-        from IPython.display import publish_display_data
-        publish_display_data(self.mimebundle())
 
 
 def sweep(options: Sequence, render: Callable[[Any], Any], *, static=None, description: str = "",
@@ -226,7 +230,7 @@ def sweep(options: Sequence, render: Callable[[Any], Any], *, static=None, descr
 
 
 @dataclass
-class Grid:
+class Grid(_Published):
     """A live sweep of several parameters: one slider per control, the render of the chosen values, and the
     static fallback (what the rendered book shows)."""
 
@@ -268,21 +272,6 @@ class Grid:
                for k, opts in self.controls.items()}
         return offline_grid_html(ctl, self.render, self.values, max_panels=self.max_panels)
 
-    def mimebundle(self, offline: bool | None = None) -> dict:
-        """As Sweep.mimebundle: the live widget, the offline view in the built book, a plain-text stand-in."""
-        data = dict(self.box._repr_mimebundle_() or {}) if self.box is not None else {}
-        if offline is None:
-            offline = book_build() or self.box is None
-        if offline:
-            data["text/html"] = self.offline_html()
-        data["text/plain"] = Sweep.PLACEHOLDER
-        return data
-
-    def _ipython_display_(self):
-        if self.static is not None:
-            _display(self.static() if callable(self.static) else self.static)
-        from IPython.display import publish_display_data
-        publish_display_data(self.mimebundle())
 
 
 def sweep_grid(controls: dict, render: Callable[..., Any], *, static=None, values: dict | None = None,
