@@ -13,6 +13,7 @@ view, its problems and reference) is in pelib.kinds. `python -m pelib.stage` is 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import math
 import re
@@ -726,7 +727,10 @@ def _write_trace(s: Stage, problem, device: str, res: dict, path: str) -> bool:
         if events is None:
             print("--trace: the simulator returned no event log")
             return False
-        _timing.chrome_trace(events, path, stage=s.key)
+        _timing.chrome_trace(events, path, stage=s.key + (" " + s.label.split(" ", 1)[1] if s.defines else ""),
+                             device=res.get("device", "pelib.sim (CPU model)"),
+                             date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+                             git=bench.git_revision())
         print(f"wrote {path} (simulated order, not time)")
         return True
     print("--trace needs --device gpu (a TIMING run's clock64 records) or --device sim (the event log)")
