@@ -229,3 +229,22 @@ def test_protocol_picture_measured_and_simulated():
     rows = protocol.role_table(t).rows
     assert {r["lane"] for r in rows} >= {"producer (warp 0)", "consumer warpgroup 1 (warp 4)"}
     assert any(r["span"] == "tma_wait (summed)" for r in rows)
+
+
+SIM_TRACE = paths.RESULTS / "2026-11-24-sim" / "trace-fp8-09.json"
+
+
+def test_committed_simulator_trace_of_fp8_09():
+    """results/2026-11-24-sim/trace-fp8-09.json (python -m pelib.stage fp8/09_persistent_megakernel
+    --device sim --trace ...): Trace Event Format, labelled simulated order, with both CTAs of each pair,
+    the MMAs issued and completed, and the TMA loads landing on the full barriers."""
+    tr = json.loads(SIM_TRACE.read_text())
+    _check_event_schema(tr)
+    od = tr["otherData"]
+    assert od["evidence"] == "simulated order, not time" and "not time" in od["ts_unit"]
+    assert od["stage"] == "fp8/09_persistent_megakernel" and od["date"] == "2026-11-24" and od["git"]
+    procs = {e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "process_name"}
+    assert {"CTA 0 (cluster 0, rank 0)", "CTA 1 (cluster 0, rank 1)"} <= procs
+    names = [e["name"] for e in tr["traceEvents"] if e["ph"] != "M"]
+    assert names.count("mma") == names.count("mma_done") > 0
+    assert any(n.startswith("tma_load") for n in names) and any(n.startswith("complete_tx") for n in names)
