@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import device as _device, launch, sim, sim_catalog as C, stages as _stages, verify
+from . import bench, device as _device, launch, sim, sim_catalog as C, stages as _stages, verify
 from .paths import ROOT
 from .stage import Stage
 
@@ -311,16 +311,6 @@ def run_all_gpu(out_dir: Path, budget_s: float = 420.0, todo: list[dict] | None 
     return [results[i] for i in sorted(results)]
 
 
-def _git_rev() -> str:
-    if os.environ.get("PELIB_GIT_REV"):
-        return os.environ["PELIB_GIT_REV"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except Exception:
-        return "unknown"
-
-
 def proof_gpu(out: Path) -> dict:
     info = _device.current()
     if not _device.can_run("sm_90a", info):
@@ -332,7 +322,7 @@ def proof_gpu(out: Path) -> dict:
     doc = {"what": "sm90 stages on exact-arithmetic inputs (bit for bit against the simulator) and the sm90 "
                    "mutations of pelib.sim_catalog on a GPU", "evidence": f"measured ({info.name})",
            "device": info.describe(), "name": info.name, "driver": info.driver,
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": _git_rev(),
+           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": bench.git_revision(),
            "problem": PROBLEM, "seed": SEED, "exact_inputs": True, "wall_s": round(time.time() - t0, 1),
            "stages": stages_out, "mutations": muts}
     derive(doc)
