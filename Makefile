@@ -16,7 +16,7 @@ endif
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup book test test-gpu bench lab clean readme-table
+.PHONY: setup book test test-gpu bench lab clean readme readme-table
 
 setup: $(SETUP)
 
@@ -37,10 +37,12 @@ test: $(SETUP)
 test-gpu: $(SETUP)
 	$(PY) -m pytest -q -m gpu -p no:cacheprovider
 
-# The README's stage table (one row per stage file), regenerated between its markers; a CPU test checks
-# that the committed README equals what this writes.
-readme-table: $(SETUP)
-	$(PY) -m pelib.stage --table --write-readme README.md
+# The README's generated blocks (the stage table, what the committed GPU runs say), rewritten between
+# their markers; a CPU test checks that the committed README equals what this writes.
+readme: $(SETUP)
+	$(PY) -m pelib.readme --write README.md
+
+readme-table: readme
 
 bench: $(SETUP)
 	$(PY) -m pelib.sweep $(BENCH_ARGS)

@@ -114,3 +114,13 @@ def fake_gpu(monkeypatch):
         orig = cls.make_inputs
         monkeypatch.setattr(cls, "make_inputs", lambda self, seed=0, device="cpu", _o=orig: _o(self, seed))
     return plans, state
+
+
+@pytest.fixture
+def year_ahead(monkeypatch):
+    """pelib's one clock (pelib.clock) moved a year ahead: whatever reads "today" through it sees 2027."""
+    import datetime as dt
+
+    from pelib import clock
+    monkeypatch.setattr(clock, "_fixed", clock.now() + dt.timedelta(days=365))
+    return clock.today()

@@ -54,7 +54,7 @@ def test_k_major_sw128_gmma_smem_desc_by_hand():
 
 
 def test_gau_nernst_form():
-    # addr | (1024>>4)<<32 | 1<<46 | 2<<61 (READING.md, gau-nernst tcgen05 post).
+    # addr | (1024>>4)<<32 | 1<<46 | 2<<61 (gau-nernst.github.io, content/posts/20251221-tcgen05/index.md).
     assert D.umma_smem_desc(0x2000, 0, 1024, 128) == 0x2000 >> 4 | 64 << 32 | 1 << 46 | 2 << 61
 
 

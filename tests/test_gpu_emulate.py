@@ -4,7 +4,7 @@ Each test runs a small sm_90a kernel (tests/kernels/emu_*.cu) and compares what 
 what pelib.emulate predicts from the same parameters. Cases marked "probe" settle a modelling choice
 the spec leaves implicit (the swizzle phase of a box that does not start on a 1024-B boundary; the row
 pitch of a box narrower than its swizzle span). With PE_GPU_RESULTS=<dir> set, gpu_emulate.json (device,
-date, one entry per case) is written there; the chapter how_we_know.md shows book/data/gpu_emulate.json.
+date, one entry per case) is written there; the chapter how_we_know.md shows the newest committed results/<date>-<device>/gpu_emulate.json.
 Run on an H100/H200: `PE_GPU_RESULTS=/tmp/out python -m pytest tests/test_gpu_emulate.py -q -m gpu`.
 """
 from __future__ import annotations

@@ -289,7 +289,7 @@ def test_tensor_maps(stage_build):
     key, b = stage_build
     specs = S(key).tensor_map_specs(FULL)
     a, bb, c = specs["a"], specs["b"], specs["c"]
-    assert a.dtype == bb.dtype == "uint8" and c.dtype == "bfloat16"   # no FP8 TMA type (READING trap 5)
+    assert a.dtype == bb.dtype == "uint8" and c.dtype == "bfloat16"   # no FP8 TMA type (cutlass copy_sm90_desc.hpp)
     ex = b.exports
     ka = ex["tmap_a_box_cols"]                                        # 11: 64-byte pieces of A
     assert a.swizzle == ka and bb.swizzle == 128 and a.inner_box_bytes == ka

@@ -254,7 +254,7 @@ def test_the_catalog_table_puts_the_h100_beside_the_simulator(fake_sim, monkeypa
     from pelib import sim_catalog as C
     picked = [C.mutation("sm90-00-full-count-2"), C.mutation("sm90-01-comb-row-off-by-one")]
     monkeypatch.setattr(C, "CATALOG", tuple(picked))
-    proof = {"name": "NVIDIA H100 80GB HBM3", "date": "2026-11-24T07:00:00+00:00", "path": "results/x/sim_proof.json",
+    proof = {"name": "NVIDIA H100 80GB HBM3", "date": "2026-11-24T07:00:00+00:00", "path": "results/2026-11-24-h100/sim_proof.json",
              "mutations": {"sm90-00-full-count-2": {"outcome": {"kind": "fault", "tags": [1]}},
                            "sm90-01-comb-row-off-by-one": {"outcome": {"kind": "wrong", "n_bad": 1234}}}}
     t = sim.catalog_table(proof)

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bench, device, problems
+from . import bench, clock, device, problems
 from . import verify as _verify
 
 SAMPLE_ROWS = 2048        # rows of the FP64 check (spread over M, first and last included)
@@ -346,8 +346,7 @@ def _time(fn, *, iters: int, warmup: int = 3) -> dict:
 
 
 def _evidence() -> str:
-    import datetime
-    return f"measured ({device.current().name}, {datetime.date.today()})"
+    return f"measured ({device.current().name}, {clock.today()})"
 
 
 def _derived(problem, ms: float) -> dict:

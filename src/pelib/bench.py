@@ -7,7 +7,6 @@ bandwidth the memory floor is measured against) and writes one JSON file under r
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import re
@@ -18,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import device as _device
+from . import clock, device as _device
 from . import results
 from .paths import RESULTS, ROOT
 
@@ -139,7 +138,7 @@ def git_revision() -> str:
 def environment(info: _device.DeviceInfo | None = None) -> dict:
     """Device, clocks, driver and CUDA versions, date and git revision for a result file."""
     info = info or _device.current()
-    env = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    env = {"date": clock.stamp(),
            "git": git_revision(), "device": info.name or "none", "arch": info.arch,
            "sm_count": info.sm_count, "l2_bytes": info.l2_bytes,
            "sm_clock_khz": info.sm_clock_khz, "sm_clock_max_khz": info.sm_clock_max_khz,

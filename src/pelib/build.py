@@ -217,7 +217,7 @@ def _kernel_path(stage) -> Path:
         raise FileNotFoundError(f"no kernel file {path}")
     if path.is_dir():
         raise BuildError(f"{path} is a folder: pass one stage file in it, e.g. "
-                         f"{next(iter(sorted(path.glob('*.cu'))), path / 'NN_name.cu')}")
+                         f"{next(iter(sorted(path.glob('*.cu'))), path / 'NN_<idea>.cu')}")
     if path.suffix != ".cu":
         raise BuildError(f"{path} is not a CUDA source file (.cu): build() compiles one kernel stage")
     return path

@@ -5,6 +5,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
+from . import clock
 from .views import notebook_setup   # the banner opens every chapter: it sets the notebook's figures up
 
 # Page modes, in the words the banner uses.
@@ -250,11 +251,10 @@ class Banner(str):
 
     def html(self) -> str:
         """The banner as wrapped prose (not a <pre> line), with when and where the page ran."""
-        import datetime as _dt
         import html as _html
 
         head, _, rest = self.partition(" — ")
-        when = (f"This page was executed on {_dt.date.today()}; “here” is the machine that executed it. "
+        when = (f"This page was executed on {clock.today()}; “here” is the machine that executed it. "
                 "Run the book yourself to see your GPU's mode.")
         return (f'<div class="pe-banner"><span class="pe-mode">{_html.escape(head)}</span>'
                 f'{" — " + _html.escape(rest) if rest else ""}<br/><small>{when}</small></div>')

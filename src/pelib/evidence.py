@@ -63,8 +63,9 @@ def label(kind: str, source: str | None = None) -> str:
 
 
 def compiled(toolchain: str, arch: str | None = None, date: str | _dt.date | None = None) -> str:
-    """'compiled (NVRTC 13.5, sm_100a, 2026-11-24)'."""
-    parts = [toolchain] + ([arch] if arch else []) + [str(date or _dt.date.today())]
+    """'compiled (NVRTC 13.5, sm_100a, 2026-11-24)'; without a date, 'compiled (NVRTC 13.5, sm_100a)' (what
+    committed text carries: the toolchain names the result, a day does not)."""
+    parts = [toolchain] + ([arch] if arch else []) + ([str(date)] if date else [])
     return label("compiled", ", ".join(parts))
 
 

@@ -1,11 +1,10 @@
 """Show what a build says (ptxas facts, SASS opcode counts) as tables labelled 'compiled'."""
 from __future__ import annotations
 
-import datetime as _dt
 import html
 import re
 
-from . import evidence
+from . import clock, evidence
 from .build import Build, toolchain_version
 
 # Opcodes a reader of a Blackwell/Hopper GEMM looks for first.
@@ -13,10 +12,11 @@ WATCH = ("UTCQMMA", "UTCHMMA", "UTCOMMA", "UTCBAR", "UTCCP", "LDTM", "R2UR", "SY
          "UBLKCP", "UTMALDG", "UTMASTG", "HGMMA", "QGMMA", "WARPGROUP", "BAR", "STG", "STS", "LDS", "LDG")
 
 
-def evidence_label(build: Build | None = None) -> str:
-    """'compiled (NVRTC 13.5, sm_100a, 2026-11-23)': the kind and provenance of a build's numbers."""
+def evidence_label(build: Build | None = None, dated: bool = True) -> str:
+    """'compiled (NVRTC 13.5, sm_100a, 2026-11-23)': the kind and provenance of a build's numbers; dated=False
+    for committed text (the README), which names the compiler and no day."""
     return evidence.compiled(toolchain_version().replace("nvrtc-", "NVRTC "), build.arch if build else None,
-                             _dt.date.today())
+                             clock.today() if dated else None)
 
 
 class Table:

@@ -27,6 +27,7 @@ FILES = {
     "nvfp4": "nvfp4_log.yaml",
     "tma_store": "tma_store_pitch.yaml",
     "inconsistencies": "inconsistencies.yaml",
+    "notes": "lab_notes.yaml",
 }
 
 
@@ -275,6 +276,21 @@ class EpilogueEstimate:
 # ---------------------------------------------------------------------------------------------
 # FP8 loaders
 # ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LabNote:
+    """One lab note: an external source (not a file of this repository), its date and what it holds."""
+
+    file: str
+    title: str
+    date: str
+    holds: str
+
+
+def lab_notes() -> list[LabNote]:
+    """The five lab notes the records cite, as book/data/lab_notes.yaml describes them."""
+    return [LabNote(**n) for n in load("notes")["notes"]]
+
 
 def history() -> list[HistoryEntry]:
     """The committed optimization history of the experiment log, in order."""

@@ -20,7 +20,6 @@ the kind's SIM_SM_COUNT), so both back ends run one launch.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import multiprocessing
@@ -35,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import bench, device as _device, launch, sim, sim_catalog as C, stages as _stages, verify
+from . import bench, clock, device as _device, launch, sim, sim_catalog as C, stages as _stages, verify
 from .paths import ROOT
 from .stage import Stage
 
@@ -322,7 +321,7 @@ def proof_gpu(out: Path) -> dict:
     doc = {"what": "sm90 stages on exact-arithmetic inputs (bit for bit against the simulator) and the sm90 "
                    "mutations of pelib.sim_catalog on a GPU", "evidence": f"measured ({info.name})",
            "device": info.describe(), "name": info.name, "driver": info.driver,
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": bench.git_revision(),
+           "date": clock.stamp(), "git": bench.git_revision(),
            "problem": PROBLEM, "seed": SEED, "exact_inputs": True, "wall_s": round(time.time() - t0, 1),
            "stages": stages_out, "mutations": muts}
     derive(doc)

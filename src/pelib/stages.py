@@ -75,7 +75,7 @@ def resolve(stage: str | Path) -> Path:
         return hits[0].resolve()
     if hits:
         raise FileNotFoundError(f"stage {stage!r} is ambiguous: {[str(h.relative_to(KERNELS)) for h in hits]}; "
-                                "name it as family/file.cu")
+                                "name it as <family>/<file>.cu")
     raise FileNotFoundError(f"no stage file {stage!r} under {KERNELS}")
 
 

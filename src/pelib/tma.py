@@ -36,7 +36,7 @@ DTYPES = {
 }
 
 # torch dtype name -> TMA dtype. TMA has no FP8 or FP4 type: those bytes travel as UINT8
-# (READING.md trap 5; cutlass include/cute/arch/copy_sm90_desc.hpp to_CUtensorMapDataType).
+# (cutlass include/cute/arch/copy_sm90_desc.hpp, to_CUtensorMapDataType).
 _TORCH_TO_TMA = {
     "uint8": "uint8", "int8": "uint8", "bool": "uint8",
     "float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "float8_e4m3fnuz": "uint8",

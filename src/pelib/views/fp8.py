@@ -6,12 +6,11 @@ lab notes' records (pelib.records); nothing here restates a number the kernel wa
 from __future__ import annotations
 
 import dataclasses
-import datetime
 
 import matplotlib.pyplot as plt
 
 from .. import descriptors as D
-from .. import baselines, device, records, sass, sass_account, staging, stages, timing
+from .. import baselines, clock, device, records, sass, sass_account, staging, stages, timing
 from ..facts import Table, evidence_label
 from ..kinds.fp8 import epi_columns, epilogue_map  # noqa: F401  (the chapters draw the column map)
 from ..models import protocol
@@ -406,7 +405,7 @@ def cublas_table(problem="siglip2", *, iters: int = 20) -> Table:
         for r in baselines.rows(prob, t, include=CUBLAS, ref=ref, iters=iters):
             if r["status"] == "measured":
                 rows.append({"baseline": r["form"], "ms": round(r["median_ms"], 4), "TFLOPS": round(r["tflops"], 1),
-                             "evidence": f"measured ({info.name}, {datetime.date.today()})"})
+                             "evidence": f"measured ({info.name}, {clock.today()})"})
     kinds = f"recorded (B200, {LAB_LOG})" + ("; measured here" if len(rows) > 2 else "")
     return Table(rows, f"cuBLAS baselines — {kinds}")
 
@@ -579,7 +578,7 @@ def ncu_tables() -> list[Table]:
         by.setdefault(m.table, []).append(m)
     titles = {"build": "Build stats (ptxas)", "stalls": "Warp stall breakdown (% of peak sustained active)",
               "memory": "Memory throughput (%)", "uncoalesced": "Uncoalesced access",
-              "compare": "compare.py findings (>5% change)"}
+              "compare": "A/B comparison findings (>5% change)"}
     out = []
     for t, ms in by.items():
         rows = [{"metric": m.metric, "before staging": m.baseline, "with staging": m.after,

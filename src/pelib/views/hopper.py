@@ -1,10 +1,9 @@
 """The appendix "The same kernel on Hopper": the sm90 stages' facts, the committed sweeps, the live runs, the widget."""
 from __future__ import annotations
 
-import datetime
 import re
 
-from .. import baselines, bench, device, results, stages, timing
+from .. import baselines, bench, clock, device, results, stages, timing
 from ..facts import Table, evidence_label
 from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, permuted_b_rows, permuted_b_spec, resident_b_schedule,  # noqa: F401
                           residue_schedule)
@@ -273,7 +272,7 @@ def verification_table(shapes=("small", "tail")) -> Table:
     if not device.can_run(ARCH):
         return recorded_variants_table(load_sweep())
     rows = []
-    when = f"measured ({device.current().name}, {datetime.date.today()})"
+    when = f"measured ({device.current().name}, {clock.today()})"
     for p in stages.family_stages("sm90"):
         s = Stage(p)
         row = {"stage": s.name}
@@ -299,7 +298,7 @@ def live_comparison(stage: str | None = None, defines: dict | None = None, iters
     ours = s.run(prob, inputs=t, ref=ref, iters=iters)
     base = baselines.rows(prob, t, include=[n for n in baselines.names() if n != "torch_compile"], ref=ref, iters=iters)
     rows = bench.compare_rows({**ours, "stage": s.label}, base, copy["gbps"], prob)
-    return _comparison_table(rows, f"measured ({device.current().name}, {datetime.date.today()}) — "
+    return _comparison_table(rows, f"measured ({device.current().name}, {clock.today()}) — "
                                    f"verified: {ours['ok']}")
 
 
@@ -310,7 +309,7 @@ def live_clock(stage: str | None = None, defines: dict | None = None) -> Table:
     summ = {ph: {"avg": r["avg"], "spread": r["spread"], "warps": {w: st["avg"] for w, st in r["warps"].items()}}
             for ph, r in tm.summary().items()}
     return Table(clock_rows(summ), f"clock64 phases of {s.label} — measured ({device.current().name}, "
-                                   f"{datetime.date.today()}), 'medium' problem")
+                                   f"{clock.today()}), 'medium' problem")
 
 
 def comparison():
@@ -424,7 +423,7 @@ CONTRAST = [
                                     "= (addr & 0x3FFFF) >> 4, so a cluster CTA's rank bits must be masked",
      "Blackwell sm_100a (FP8 chapters)": "version bit 46 = 1, 3-bit layout type in 61-63 (SW128 = 2); the "
                                          "same 18-bit address field",
-     "source": "CUTLASS mma_sm90_desc.hpp, mma_sm100_desc.hpp; READING.md trap 1"},
+     "source": "CUTLASS include/cute/arch/mma_sm90_desc.hpp, mma_sm100_desc.hpp"},
 ]
 
 

@@ -12,6 +12,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from .. import evidence as _evidence
 from .. import gonogo, problems, records, results, sol
 from .. import limits as _limits
+from ..facts import Table
 from ..stage import all_stages
 
 KINDS = _evidence.KINDS
@@ -22,7 +23,7 @@ _PHASE_COLORS = plt.get_cmap("tab10").colors
 
 
 def evidence_label(kind: str, source: str | None = None) -> str:
-    """'recorded (note.md)', 'measured (B200, 2026-03-01)', 'modelled', 'compiled' (pelib.evidence.label)."""
+    """'recorded (<note>.md)', 'measured (B200, 2026-03-01)', 'modelled', 'compiled' (pelib.evidence.label)."""
     return _evidence.label(kind, source)
 
 
@@ -525,3 +526,10 @@ def fp8_line(points: list | None = None):
                  "* = ms implied by the recorded TFLOPS (2·M·N·K); floor: datasheet peak and bandwidth", fontsize=8.5)
     fig.tight_layout()
     return fig
+
+
+def lab_notes_table():
+    """The five lab notes as sources: file, date as the note gives it, and what the book takes from it."""
+    return Table([{"note": n.file, "title": n.title, "date": n.date, "what the book takes from it": n.holds}
+                  for n in records.lab_notes()],
+                 "The lab notes: external sources, not files of this repository", descriptive=True)

@@ -6,7 +6,7 @@
 // The lab's first version of the column split of stage 05 looked like this. NVRTC 13 still unrolls the
 // loop (it can bound the trip count by 8) but must test the bound after every 32-column step: each
 // step ends in a compare and a conditional exit, and the next step's comb loads cannot move above it
-// (pelib.sass_account.gaps shows it; tests/test_fp8_part2.py checks it).
+// (pelib.sass_account.gaps shows it; tests/test_fp8.py checks it).
 // Why: kept as the measured counter-example of stage 05: the bounds of an unrolled epilogue loop must
 // be compile-time constants.
 // Recorded: fp8-megakernel-experiment-log.md, experiment F4 (run-time column bounds): ~0.826 ms on a
@@ -222,7 +222,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
         const int s = kb % NUM_STAGES;
         const u32 phase = (kb / NUM_STAGES) & 1;
         mbarrier_wait_parity(&full[s], phase, 2);  // bytes from both CTAs
-        tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
+        tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (PTX ISA 9.7.16, tcgen05 memory consistency; DeepGEMM ptx/tcgen05.cuh)
         const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
         const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + s * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
 #pragma unroll

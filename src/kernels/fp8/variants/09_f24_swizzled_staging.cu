@@ -363,7 +363,7 @@ patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ 
         for (int kb = 0; kb < num_kb; ++kb) {
           const int s = ring.index;
           mbarrier_wait_parity(&full[s], ring.phase, 2);  // bytes from both CTAs
-          tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
+          tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (PTX ISA 9.7.16, tcgen05 memory consistency; DeepGEMM ptx/tcgen05.cuh)
           if (kb == 0) t2 = timing_now();     // the tile's first stage has landed
           const u64 a_desc = umma_smem_desc(desc_addr(smem + SMEM_A_OFF + s * A_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);
           const u64 b_desc = umma_smem_desc(desc_addr(smem + SMEM_B_OFF + s * B_STAGE_BYTES), DESC_LBO, DESC_SBO, SWIZZLE);

@@ -226,7 +226,7 @@ PE_DEVICE void kloop_unrolled(u64* full, u64* empty, u32 phase, u32 d_tmem, cons
   constexpr int s = (S0 + KB) % NUM_STAGES;
   constexpr u32 lap = ((S0 + KB) / NUM_STAGES) & 1;   // the parity flips each time the ring wraps
   mbarrier_wait_parity(&full[s], phase ^ lap, 2);  // bytes from both CTAs
-  tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (READING.md trap 4)
+  tcgen05_fence_after_thread_sync();  // order the MMAs after the wait (PTX ISA 9.7.16, tcgen05 memory consistency; DeepGEMM ptx/tcgen05.cuh)
   if constexpr (KB == 0) t2 = timing_now();  // the tile's first stage has landed
 #pragma unroll
   for (int k = 0; k < BK / UMMA_K; ++k)
