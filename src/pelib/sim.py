@@ -35,7 +35,8 @@ from . import cache as _cache, evidence, sim_tensormap, tma
 from .paths import KERNELS
 
 SIM_DIR = KERNELS / "sim"
-RUNTIME_SOURCES = ("runtime/engine.cpp", "runtime/fiber.cpp")
+RUNTIME_SOURCES = ("runtime/engine.cpp", "runtime/report.cpp", "runtime/sync.cpp", "runtime/mbarrier.cpp", "runtime/tma.cpp",
+                   "runtime/wgmma.cpp", "runtime/tcgen05.cpp", "runtime/memory.cpp", "runtime/fiber.cpp")
 # -O1 for both: measured here, -O2 builds the engine in 10.9 s instead of 8.3 s and a stage in 0.85 s
 # instead of 0.7 s, and runs a test-size stage no faster (0.2-0.5 s either way). PELIB_SIM_OPT overrides.
 ENGINE_OPT = os.environ.get("PELIB_SIM_OPT", "-O1")
@@ -51,7 +52,7 @@ EVIDENCE = evidence.simulated("pelib.sim, the stage's own source on the CPU mode
 EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
                "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc", "tmem_ld",
                "tmem_cp", "bar_sync", "cluster_sync", "exit")
-# struct PeSimEvent of runtime/engine.cpp
+# struct PeSimEvent of runtime/state.h
 EVENT_DTYPE = np.dtype([("seq", "<u8"), ("cta", "<i4"), ("cluster", "<i4"), ("rank", "<i4"), ("warp", "<i4"),
                         ("lane", "<i4"), ("kind", "<i4"), ("barrier", "<i4"), ("parity", "<i4"), ("tag", "<i4"),
                         ("line", "<i4"), ("file", "<i4"), ("pad", "<i4")])
@@ -257,7 +258,7 @@ def _engine() -> ctypes.CDLL:
         lib.pe_sim_events.restype = ctypes.c_void_p
         lib.pe_sim_event_size.restype = ctypes.c_int
         if lib.pe_sim_event_size() != EVENT_DTYPE.itemsize:
-            raise SimBuildError("runtime/engine.cpp's PeSimEvent and pelib.sim.EVENT_DTYPE differ: keep them in step")
+            raise SimBuildError("runtime/state.h's PeSimEvent and pelib.sim.EVENT_DTYPE differ: keep them in step")
         _ENGINE[key] = lib
     return _ENGINE[key]
 
@@ -290,7 +291,8 @@ class _Launch(ctypes.Structure):
 
 @dataclass
 class SimReport:
-    """What one simulated run found. deadlock / hazards / misuse are lists of dicts, each with its "text" and
+    """What one simulated run found. deadlock / hazards / misuse are lists of dicts (hazards and misuse keep the
+    first stats["records_cap"] records; stats["hazards_total"] / ["misuse_total"] count them all), each with its "text" and
     the thread it names (cta, cluster, rank, warp, lane or lanes, role, file, line); a deadlock entry also has
     its wait: "wait" (mbarrier, bar.sync, barrier.cluster, a warp collective, ...) and for an mbarrier its
     "tag", "barrier" (shared offset), "parity" waited for, the barrier's "phase", "pending" arrivals of
@@ -338,9 +340,11 @@ class SimReport:
         parts = []
         for name, items in (("hazard", self.hazards), ("misuse", self.misuse), ("deadlock", self.deadlock)):
             if items:
+                total = max(len(items), int(self.stats.get(f"{name if name == 'misuse' else name + 's'}_total") or 0))
                 shown = "\n  ".join(d["text"] for d in items[:12])
-                shown += f"\n  ... and {len(items) - 12} more" if len(items) > 12 else ""
-                parts.append(f"{name} ({len(items)}):\n  {shown}")
+                shown += f"\n  ... and {total - 12} more" if total > 12 else ""
+                kept = f", the first {len(items)} kept" if total > len(items) else ""
+                parts.append(f"{name} ({total}{kept}):\n  {shown}")
         return f"simulated, seed {self.seed} (reproduce with PELIB_SIM_SEED={self.seed}):\n" + "\n".join(parts)
 
 
@@ -440,7 +444,8 @@ class SimPlan:
             p = eng.pe_sim_events(ctypes.byref(n))
             ev = (np.frombuffer((ctypes.c_char * (n.value * EVENT_DTYPE.itemsize)).from_address(p), EVENT_DTYPE).copy()
                   if n.value else np.zeros(0, EVENT_DTYPE))
-        stats = {k: doc.get(k) for k in ("steps", "switches", "ops", "p_async", "p_yield", "events_truncated")}
+        stats = {k: doc.get(k) for k in ("steps", "switches", "ops", "p_async", "p_yield", "events_truncated",
+                                         "hazards_total", "misuse_total", "records_cap")}
         stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster))
         self.report = SimReport(ok=bool(doc["ok"]), seed=self.seed, deadlock=doc["deadlock"], hazards=doc["hazards"],
                                 misuse=doc["misuse"], stats=stats, events_array=ev, files=doc["files"])

@@ -1,0 +1,155 @@
+// mbarrier (twin: common/mbarrier.cuh; PTX ISA 9.7.13.15): each barrier's expected count, pending
+// arrivals, tx-count and completed phases, kept beside the CTA's shared memory by offset.
+#include "runtime/state.h"
+
+namespace pe_sim {
+namespace {
+
+// ---- mbarrier core -----------------------------------------------------------------------------------
+Barrier* find_bar(Cta* c, u32 off) {
+  auto it = c->bars.find(off);
+  return it == c->bars.end() ? nullptr : &it->second;
+}
+
+std::string bar_state(const Barrier& b) {
+  return fmt("phase parity %llu (completed phases %llu), pending arrivals %lld of %u, tx-count %lld B",
+             (unsigned long long)(b.phase & 1), (unsigned long long)b.phase, (long long)b.pending, b.count,
+             (long long)b.tx);
+}
+
+void bar_check_complete(Barrier& b) {
+  if (b.pending == 0 && b.tx == 0) {
+    b.phase++;
+    b.pending = b.count;
+    b.tx = 0;
+    wake_all(b.waiters);
+  }
+}
+
+// An arrival (count 1) and/or transaction bytes on CTA c's barrier at offset off, from fiber f or an op.
+void bar_signal(Cta* c, u32 off, int arrivals, int64_t tx_add, int64_t tx_done, Site s, Fiber* f, const char* what) {
+  if (c->exited) {
+    misuse(fmt("%s on the mbarrier at 0x%x of CTA %d, which has already exited (a peer arrives after its "
+               "partner left: keep both CTAs alive with a cluster barrier before exit)", what, off, c->id), s, f);
+    return;
+  }
+  Barrier* b = find_bar(c, off);
+  if (!b || !b->init) {
+    misuse(fmt("%s on shared offset 0x%x of CTA %d, which holds no initialized mbarrier (mbarrier.init first, "
+               "then fence.mbarrier_init and a CTA or cluster barrier before anyone signals it)", what, off, c->id), s, f);
+    return;
+  }
+  Cta* from = f ? f->cta : (E->cur ? E->cur->cta : nullptr);
+  if (from && from != c) b->remote_gen = c->cluster->bar_gen + 1;
+  b->tx += tx_add;
+  b->tx -= tx_done;
+  if (arrivals) {
+    if (b->pending <= 0) {
+      misuse(fmt("%s on the mbarrier at 0x%x of CTA %d: more arrivals than its count %u in one phase (%s)", what,
+                 off, c->id, b->count, bar_state(*b).c_str()), s, f);
+      return;
+    }
+    b->pending -= arrivals;
+  }
+  if (b->pending == 0 && b->tx < 0) {
+    misuse(fmt("%s on the mbarrier at 0x%x of CTA %d: the tx-count fell below zero with no arrival left "
+               "(more bytes completed than expect_tx announced; %s)", what, off, c->id, bar_state(*b).c_str()), s, f);
+    return;
+  }
+  bar_check_complete(*b);
+}
+
+
+}  // namespace
+
+void mbar_init(unsigned addr, unsigned count, Site s) {
+  SAddr a = resolve(addr, 8, s, "mbarrier.init");
+  if (a.off % 8) misuse_fatal(fmt("mbarrier.init at 0x%x: an mbarrier is 8-byte aligned", addr), s);
+  if (count == 0 || count >= (1u << 20))
+    misuse_fatal(fmt("mbarrier.init with count %u: the expected arrival count is 1 .. 2^20 - 1", count), s);
+  Barrier& b = a.cta->bars[a.off];
+  if (b.init && !b.waiters.empty())
+    misuse_fatal(fmt("mbarrier.init at 0x%x while %zu threads wait on it", addr, b.waiters.size()), s);
+  b = Barrier{};
+  b.init = true;
+  b.count = count;
+  b.pending = count;
+  point(s);
+}
+
+void mbar_inval(unsigned addr, Site s) {
+  SAddr a = resolve(addr, 8, s, "mbarrier.inval");
+  a.cta->bars.erase(a.off);
+  point(s);
+}
+
+void mbar_arrive(unsigned addr, Site s) {
+  SAddr a = resolve(addr, 8, s, "mbarrier.arrive");
+  event(EV_ARRIVE, E->cur, s, int(a.off), -1, -1);
+  bar_signal(a.cta, a.off, 1, 0, 0, s, E->cur, "mbarrier.arrive");
+  point(s);
+}
+
+void mbar_expect_tx(unsigned addr, unsigned bytes, bool arrive, Site s) {
+  SAddr a = resolve(addr, 8, s, "mbarrier.expect_tx");
+  event(EV_EXPECT_TX, E->cur, s, int(a.off), -1, int(bytes));
+  bar_signal(a.cta, a.off, arrive ? 1 : 0, bytes, 0, s, E->cur,
+             arrive ? "mbarrier.arrive.expect_tx" : "mbarrier.expect_tx");
+  point(s);
+}
+
+bool mbar_try_wait(unsigned addr, unsigned parity, Site s) {
+  SAddr a = resolve(addr, 8, s, "mbarrier.try_wait");
+  Barrier* b = find_bar(a.cta, a.off);
+  if (!b || !b->init)
+    misuse_fatal(fmt("mbarrier.try_wait on 0x%x, which holds no initialized mbarrier", addr), s);
+  point(s);
+  b = find_bar(a.cta, a.off);
+  if (b && (b->phase & 1) != (parity & 1)) {
+    b->observed = std::max(b->observed, b->phase);
+    return true;
+  }
+  // try_wait may suspend the thread for a while before it returns false: here, until the phase moves
+  const u64 ph = b ? b->phase : 0;
+  while (b && b->phase == ph) {
+    b->waiters.push_back(E->cur);
+    WaitInfo w;
+    w.kind = W_MBAR_TRY;
+    w.addr = addr;
+    w.parity = parity;
+    w.site = s;
+    block(w);
+    b = find_bar(a.cta, a.off);
+  }
+  return b && (b->phase & 1) != (parity & 1);
+}
+
+void mbar_wait(unsigned addr, unsigned parity, unsigned tag, Site s) {
+  Fiber* f = E->cur;
+  SAddr a = resolve(addr, 8, s, "mbarrier wait");
+  Barrier* b = find_bar(a.cta, a.off);
+  if (!b || !b->init)
+    misuse_fatal(fmt("mbarrier wait (tag %u) on 0x%x, which holds no initialized mbarrier (a wait before "
+                     "mbarrier.init is visible: fence.mbarrier_init and a barrier after init)", tag, addr), s);
+  event(EV_WAIT_BEGIN, f, s, int(a.off), int(parity & 1), int(tag));
+  point(s);
+  for (;;) {
+    b = find_bar(a.cta, a.off);
+    if (!b) misuse_fatal(fmt("mbarrier wait (tag %u): the barrier at 0x%x was invalidated", tag, addr), s);
+    if ((b->phase & 1) != (parity & 1)) {
+      b->observed = std::max(b->observed, b->phase);
+      break;
+    }
+    b->waiters.push_back(f);
+    WaitInfo w;
+    w.kind = W_MBAR;
+    w.addr = addr;
+    w.parity = parity & 1;
+    w.tag = tag;
+    w.site = s;
+    block(w);
+  }
+  event(EV_WAIT_END, f, s, int(a.off), int(parity & 1), int(tag));
+}
+
+}  // namespace pe_sim

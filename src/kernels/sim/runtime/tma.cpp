@@ -1,0 +1,174 @@
+// TMA and bulk groups (twin: common/tma.cuh; PTX ISA 9.7.9.25-27 cp.async.bulk(.tensor), commit_group,
+// wait_group; 9.7.12.4 fence.proxy.async): a load is an asynchronous operation that copies its box with
+// model/tma_box.h and signals complete_tx; a store reads its staging box when it completes.
+#include "runtime/state.h"
+
+namespace pe_sim {
+namespace {
+PeSimTensorMap read_map(const void* tmap, Site s) {
+  PeSimTensorMap m;
+  std::memcpy(&m, tmap, sizeof m);
+  std::string why = tensormap_problems(m);
+  if (!why.empty()) misuse_fatal("TMA with an invalid tensor map: " + why, s);
+  return m;
+}
+}  // namespace
+
+void tensormap_prefetch(const void* tmap, Site s) {
+  read_map(tmap, s);
+  point(s);
+}
+
+void tma_prefetch(const void* tmap, const int*, int ncoords, Site s) {
+  PeSimTensorMap m = read_map(tmap, s);
+  if (ncoords != m.rank) misuse_fatal(fmt("TMA prefetch gives %d coordinates for a rank-%d map", ncoords, m.rank), s);
+  point(s);
+}
+
+void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, int ncoords, unsigned mcast_mask,
+              int cta_group, Site s) {
+  Fiber* f = E->cur;
+  PeSimTensorMap m = read_map(tmap, s);
+  if (ncoords != m.rank)
+    misuse_fatal(fmt("TMA load gives %d coordinates for a rank-%d tensor map: use the .%dd form", ncoords, m.rank,
+                     m.rank), s);
+  BoxGeometry g = tma_box_geometry(m);
+  const u32 align = tma_smem_alignment(m.swizzle);
+  const u32 dst_off = dst & 0xFFFFFF;
+  if (dst_off % align)
+    misuse_fatal(fmt("TMA load destination 0x%x is not %u-B aligned: a %s tile must start on its swizzle pattern "
+                     "(%u B)", dst_off, align, m.swizzle ? "swizzled" : "TMA", align), s);
+  Cta* me = f->cta;
+  std::vector<u32> ranks;
+  if (mcast_mask) {
+    for (u32 r = 0; r < 16; ++r)
+      if (mcast_mask >> r & 1) ranks.push_back(r);
+  } else {
+    ranks.push_back((dst >> 24) & 0xFF);
+  }
+  const u32 bar_rank = (bar >> 24) & 0xFF;
+  const u32 bar_off = bar & 0xFFFFFF;
+  struct Dest {
+    Cta* cta;
+    Cta* bar_cta;
+  };
+  std::vector<Dest> dests;
+  for (u32 r : ranks) {
+    Cta* c = cta_of_rank(me, r, s);
+    if (!in_window(c, dst_off, g.footprint))
+      misuse_fatal(fmt("TMA load box [0x%x, 0x%x) lies outside CTA %d's shared memory", dst_off,
+                       dst_off + g.footprint, c->id), s);
+    u32 br = mcast_mask ? (cta_group == 2 ? (r & ~1u) : r) : bar_rank;
+    dests.push_back({c, cta_of_rank(me, br, s)});
+  }
+  int32_t cs[5] = {0, 0, 0, 0, 0};
+  for (int i = 0; i < ncoords; ++i) cs[i] = coords[i];
+  Op* op = new_op("TMA load", 0, s);
+  op->chain = (1ull << 62) | op->id;   // independent: loads complete in any order
+  for (auto& d : dests) {
+    op->touches.push_back(d.cta);
+    if (d.bar_cta != d.cta) op->touches.push_back(d.bar_cta);
+  }
+  const u64 id = op->id;
+  for (auto& d : dests) {
+    if (const Range* r = overlap(d.cta->reads, dst_off, dst_off + g.footprint))
+      hazard(fmt("TMA load into [0x%x, 0x%x) of CTA %d issued while %s issued at %s:%d still reads [0x%x, 0x%x) "
+                 "(the slot is refilled before its reader finished)", dst_off, dst_off + g.footprint, d.cta->id, r->what,
+                 short_file(r->site.file), r->site.line, r->lo, r->hi), s, f);
+    d.cta->writes.push_back(Range{dst_off, dst_off + g.footprint, id, "a TMA load", s});
+  }
+  event(EV_TMA_LOAD, f, s, int(bar_off), -1, int(g.bytes));
+  submit(op, [m, cs, ncoords, dst_off, bar_off, dests, g, id, s]() {
+    for (const Dest& d : dests) {
+      Cta* c = d.cta;
+      remove_ranges(c->writes, id);
+      if (c->exited) {
+        misuse(fmt("a TMA load lands in CTA %d after it exited", c->id), s);
+        continue;
+      }
+      if (const Range* r = overlap(c->reads, dst_off, dst_off + g.footprint))
+        hazard(fmt("shared memory [0x%x, 0x%x) of CTA %d written by a TMA load while %s issued at %s:%d still "
+                   "reads [0x%x, 0x%x)", dst_off, dst_off + g.footprint, c->id, r->what, short_file(r->site.file),
+                   r->site.line, r->lo, r->hi), s);
+      tma_load_box(m, cs, ncoords, c->win, c->dyn_off + c->dyn_size, 0, dst_off);
+      event(EV_TMA_LOAD_DONE, nullptr, s, int(bar_off), -1, int(g.bytes), c);
+      event(EV_COMPLETE_TX, nullptr, s, int(bar_off), -1, int(g.bytes), d.bar_cta);
+      bar_signal(d.bar_cta, bar_off, 0, 0, g.bytes, s, nullptr, "TMA complete_tx");
+    }
+  });
+}
+
+void tma_store(const void* tmap, unsigned src, const int* coords, int ncoords, Site s) {
+  Fiber* f = E->cur;
+  PeSimTensorMap m = read_map(tmap, s);
+  if (ncoords != m.rank)
+    misuse_fatal(fmt("TMA store gives %d coordinates for a rank-%d tensor map", ncoords, m.rank), s);
+  BoxGeometry g = tma_box_geometry(m);
+  SAddr a = resolve(src, g.footprint, s, "TMA store source");
+  const u32 align = tma_smem_alignment(m.swizzle);
+  if (a.off % align)
+    misuse_fatal(fmt("TMA store source 0x%x is not %u-B aligned (%s)", a.off, align,
+                     m.swizzle ? "a swizzled tile starts on its swizzle pattern" : "cp.async.bulk.tensor"), s);
+  int32_t cs[5] = {0, 0, 0, 0, 0};
+  for (int i = 0; i < ncoords; ++i) cs[i] = coords[i];
+  Op* op = new_op("TMA store", (2ull << 60) | u64(f->id), s);
+  op->touches.push_back(a.cta);
+  const u64 id = op->id;
+  const u32 off = a.off;
+  Cta* c = a.cta;
+  check_proxy_fence(c, off, off + g.footprint, "a TMA store", s);
+  c->reads.push_back(Range{off, off + g.footprint, id, "a TMA store", s});
+  const u64 group = f->bulk_open_group;
+  f->bulk_pending[group]++;
+  f->bulk_stores[group].push_back(
+      Fiber::StoreRec{c, off, g.footprint, id, std::vector<uint8_t>(c->win + off, c->win + off + g.footprint), s});
+  event(EV_TMA_STORE, f, s);
+  submit(op, [m, cs, ncoords, c, off, f, group, s]() {
+    tma_store_box(m, cs, ncoords, c->win, c->dyn_off + c->dyn_size, 0, off);
+    event(EV_TMA_STORE_DONE, nullptr, s, -1, -1, -1, c);
+    f->bulk_pending[group]--;
+    if (f->state == FS::Blocked && f->w.kind == W_BULK) make_ready(f);
+  });
+}
+
+void bulk_commit(Site s) {
+  Fiber* f = E->cur;
+  f->bulk_committed.push_back(f->bulk_open_group++);
+  point(s);
+}
+
+void bulk_wait(int n, bool, Site s) {
+  Fiber* f = E->cur;
+  point(s);
+  for (;;) {
+    // every committed group but the newest n must be complete (PTX ISA 9.7.9.26 cp.async.bulk.wait_group)
+    bool done = true;
+    for (size_t i = 0; i + size_t(n) < f->bulk_committed.size(); ++i) done &= f->bulk_pending[f->bulk_committed[i]] == 0;
+    if (done) break;
+    WaitInfo w;
+    w.kind = W_BULK;
+    w.site = s;
+    block(w);
+  }
+  // retire them: until now their sources could still be read, so a write to them before this point was a race
+  while (f->bulk_committed.size() > size_t(n)) {
+    const u64 g = f->bulk_committed.front();
+    f->bulk_committed.pop_front();
+    f->bulk_pending.erase(g);
+    for (auto& r : f->bulk_stores[g]) {
+      remove_ranges(r.cta->reads, r.op);
+      if (std::memcmp(r.snap.data(), r.cta->win + r.off, r.n) != 0)
+        hazard(fmt("shared memory [0x%x, 0x%x) of CTA %d, the source of a TMA store issued at %s:%d, was written "
+                   "before cp.async.bulk.wait_group.read retired the store (staging buffer reused before the "
+                   "store read it)", r.off, r.off + r.n, r.cta->id, short_file(r.site.file), r.site.line), s, f);
+    }
+    f->bulk_stores.erase(g);
+  }
+}
+
+void fence_proxy_async(Site s) {
+  E->cur->last_proxy_fence = ++E->wseq;
+  point(s);
+}
+
+}  // namespace pe_sim
