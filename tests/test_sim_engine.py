@@ -61,8 +61,74 @@ def test_event_log_fields():
     assert all(k in sim.EVENT_KINDS for k in kinds)
     assert [e["seq"] for e in ev] == sorted(e["seq"] for e in ev)
     w = next(e for e in ev if e["kind"] == "wait_begin")
-    assert w["tag"] == 7 and w["parity"] == 0 and w["barrier"] is not None and w["role"].startswith("warp ")
+    assert w["tag"] == 7 and w["parity"] == 0 and w["barrier"] == "bar" and w["index"] == 0 and w["role"].startswith("warp ")
+    assert w["phase"] == 0 and w["addr"] == 0                      # it waits for phase 0 of the barrier at offset 0
+    end = next(e for e in ev if e["kind"] == "wait_end")
+    assert end["phase"] == 0 and end["barrier"] == "bar"
+    assert {e["phase"] for e in ev if e["kind"] == "arrive"} == {0}
     assert w["file"].endswith("sim_engine.cu") and w["line"] > 0
+
+
+def test_events_carry_their_meaning():
+    """FP8 09 at the simulator's problem: every event has the schema's keys; barriers are named as the stage's
+    mbarrier_init writes them; roles, tiles, ring slots and accumulators come from the stage's phase marks; an
+    issue and its completion share an op id and a barrier phase."""
+    from pelib import timing
+    r = Stage("fp8/09_persistent_megakernel").run("sim", "sim", sim_seed=0, time=False)
+    ev = r["report"].events
+    assert ev and all(tuple(e) == sim.EVENT_KEYS for e in ev)
+    assert [e["seq"] for e in ev] == list(range(len(ev)))
+    ex = Stage("fp8/09_persistent_megakernel").exports
+    stages, accs = ex["pipeline_stages"], ex["tmem_acc_buffers"]
+    roles = {(e["cta"], e["warp"]): e["role"] for e in ev if e["warp"] >= 0}
+    assert roles[(0, 0)] == "producer" and roles[(0, 1)] == "mma" and roles[(0, 2)] == "epilogue"
+    by_op: dict = {}
+    for e in ev:
+        if e["op"] is not None:
+            by_op.setdefault(e["op"], []).append(e)
+    loads = [e for e in ev if e["kind"] == "tma_load"]
+    assert loads and all(e["barrier"] == "full" and e["slot"] == e["index"] < stages and e["bytes"] > 0 for e in loads)
+    for e in loads:
+        tx = [x for x in by_op[e["op"]] if x["kind"] == "complete_tx"]
+        assert tx and all(x["barrier"] == "full" and x["slot"] == e["slot"] and x["phase"] == e["phase"] for x in tx)
+        assert any(x["kind"] == "tma_load_done" for x in by_op[e["op"]])
+        assert all(x["role"] == "producer" and x["tile"] == e["tile"] for x in by_op[e["op"]])
+    mmas = [e for e in ev if e["kind"] == "mma"]
+    assert mmas and all(0 <= e["slot"] < stages and 0 <= e["acc"] < accs for e in mmas)
+    for e in mmas:
+        done = [x for x in by_op[e["op"]] if x["kind"] == "mma_done"]
+        assert done and done[0]["slot"] == e["slot"] and done[0]["acc"] == e["acc"] and done[0]["warp"] == -1
+    commits = {e["barrier"] for e in ev if e["kind"] == "commit"}
+    assert commits == {"empty", "acc_full"}
+    assert all(e["acc"] is not None for e in ev if e["kind"] == "tmem_ld")
+    assert {e["acc"] for e in ev if e["kind"] == "tmem_ld"} == set(range(accs))   # both accumulators drained
+    for e in ev:
+        if e["kind"] == "wait_end" and e["phase"] is not None:
+            assert e["phase"] % 2 == e["parity"]            # a wait for parity p observes a phase of parity p
+        if e["barrier"] in ("acc_full", "acc_empty"):
+            assert e["acc"] == e["index"] and e["slot"] is None
+    open_: dict = {}
+    for e in ev:
+        if e["kind"] in ("phase_begin", "phase_end"):
+            assert e["what"] in timing.phases().values() and e["tile"] is not None
+            k = (e["cta"], e["warp"], e["lane"], e["what"], e["tile"])
+            open_[k] = open_.get(k, 0) + (1 if e["kind"] == "phase_begin" else -1)
+            assert open_[k] >= 0
+    assert open_ and not any(open_.values())
+    assert {e["what"] for e in ev if e["kind"] == "phase_begin"} >= {"producer_wait", "tma_wait", "kloop", "acc_wait"}
+    tiles = [e["tile"] for e in loads if e["cta"] == 0]
+    assert tiles == sorted(tiles) and tiles[-1] >= 1                 # the producer's tiles, in order
+
+
+def test_sm90_roles_and_barrier_names():
+    """sm90 06: the producer warp and the consumer warpgroups (wgmma and epilogue) as the stage marks them;
+    turn[0] and turn[1], initialized at two sites, are one array with indices 0 and 1."""
+    ev = Stage("sm90/06_permuted_b").run("sim", "sim", sim_seed=0, time=False)["report"].events
+    roles = {(e["cta"], e["warp"]): e["role"] for e in ev if e["warp"] >= 0}
+    assert roles[(0, 0)] == "producer" and roles[(0, 4)] == "mma+epilogue" and roles[(0, 11)] == "mma+epilogue"
+    assert {e["index"] for e in ev if e["barrier"] == "turn"} == {0, 1}
+    assert {e["barrier"] for e in ev if e["barrier"]} == {"full", "empty", "b_full", "turn"}
+    assert all(e["slot"] == e["index"] for e in ev if e["barrier"] in ("full", "empty"))
 
 
 def test_deadlock_names_the_wait():

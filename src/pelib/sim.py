@@ -31,12 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache as _cache, evidence, sim_tensormap, tma
+from . import cache as _cache, evidence, sim_tensormap, timing, tma
 from .paths import KERNELS
 
 SIM_DIR = KERNELS / "sim"
-RUNTIME_SOURCES = ("runtime/engine.cpp", "runtime/report.cpp", "runtime/sync.cpp", "runtime/mbarrier.cpp", "runtime/tma.cpp",
-                   "runtime/wgmma.cpp", "runtime/tcgen05.cpp", "runtime/memory.cpp", "runtime/fiber.cpp")
+RUNTIME_SOURCES = tuple(f"runtime/{n}.cpp" for n in ("engine", "events", "report", "sync", "mbarrier", "tma", "wgmma",
+                                                      "tcgen05", "memory", "fiber"))
 # -O1 for both: measured here, -O2 builds the engine in 10.9 s instead of 8.3 s and a stage in 0.85 s
 # instead of 0.7 s, and runs a test-size stage no faster (0.2-0.5 s either way). PELIB_SIM_OPT overrides.
 ENGINE_OPT = os.environ.get("PELIB_SIM_OPT", "-O1")
@@ -51,11 +51,14 @@ SMEM_LIMIT = 227 * 1024          # common/limits.cuh PE_SMEM_LIMIT (the engine c
 EVIDENCE = evidence.simulated("pelib.sim, the stage's own source on the CPU model")
 EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
                "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc", "tmem_ld",
-               "tmem_cp", "bar_sync", "cluster_sync", "exit")
-# struct PeSimEvent of runtime/state.h
-EVENT_DTYPE = np.dtype([("seq", "<u8"), ("cta", "<i4"), ("cluster", "<i4"), ("rank", "<i4"), ("warp", "<i4"),
-                        ("lane", "<i4"), ("kind", "<i4"), ("barrier", "<i4"), ("parity", "<i4"), ("tag", "<i4"),
-                        ("line", "<i4"), ("file", "<i4"), ("pad", "<i4")])
+               "tmem_cp", "bar_sync", "cluster_sync", "exit", "phase_begin", "phase_end")
+# struct PeSimEvent of runtime/state.h (-1: none)
+EVENT_DTYPE = np.dtype([("seq", "<u8"), ("op", "<u8")] + [(k, "<i4") for k in (
+    "cta", "cluster", "rank", "warp", "lane", "kind", "role", "name", "index", "addr", "bcta", "phase", "parity", "tag",
+    "bytes", "slot", "acc", "tile", "what", "line", "file", "pad")])
+# the keys of every event dict (SimReport.events)
+EVENT_KEYS = ("seq", "cta", "cluster", "rank", "warp", "lane", "role", "kind", "barrier", "index", "addr", "phase",
+              "parity", "tag", "bytes", "op", "slot", "acc", "tile", "what", "file", "line")
 
 
 class SimError(RuntimeError):
@@ -306,22 +309,57 @@ class SimReport:
     stats: dict = field(default_factory=dict)
     events_array: np.ndarray | None = field(default=None, repr=False)
     files: list = field(default_factory=list, repr=False)
+    names: list = field(default_factory=list, repr=False)
+    roles: list = field(default_factory=list, repr=False)
 
     @property
     def events(self) -> list[dict]:
-        """One dict per event in simulated order: seq (an order stamp, never a time), cta, cluster, rank, warp,
-        lane, role, kind, barrier (shared offset), parity, tag, line, file."""
+        """One dict per event in simulated order, every key of EVENT_KEYS (None where it does not apply):
+
+        seq      order stamp (never a time)
+        cta, cluster, rank, warp, lane   who: warp and lane -1 for the asynchronous unit (TMA, tensor core)
+                 completing an operation
+        role     the warp's role from the stage's own phase marks (common/timing.cuh: "producer", "mma",
+                 "epilogue", or joined by "+", e.g. sm90's consumers "mma+epilogue"); a completion carries its
+                 issue's; "warp N" where the stage marks no phase for that warp
+        kind     one of EVENT_KINDS; phase_begin / phase_end bracket a phase mark (`what` names it, `tile`)
+        barrier  the barrier's name as the stage's mbarrier_init writes it ("&full[s]" -> "full"), index its
+                 index in that array (from its address), addr its shared-memory offset
+        phase    the barrier phase the event arrives on (arrive, expect_tx, complete_tx, tma_load: the phase its
+                 bytes count in), waits for (wait_begin), or observes completed (wait_end); None: a fresh
+                 barrier's parity-1 wait
+        parity, tag   a wait's parity and its tag (bar_sync: the named barrier's id)
+        bytes    TMA / expect_tx / complete_tx / store bytes, TMEM bytes (alloc, dealloc, ld), tcgen05.cp bytes
+        op       the asynchronous operation an issue (tma_load, tma_store, mma, commit, tmem_cp) and its
+                 completion (tma_load_done + complete_tx, tma_store_done, mma_done, the commit's arrive) share
+        slot     the ring slot (the index of a ring barrier: the ones the stage's PRODUCER_WAIT / TMA_WAIT
+                 phases wait on; an MMA's: the slot its thread last waited full for)
+        acc      the accumulator (the index of an EPI_WAIT / ACC_WAIT barrier; an MMA's: the one its thread last
+                 waited empty for; a TMEM load's: the one its warp last waited full for)
+        tile     the tile slot of the innermost phase mark open on the warp (an issue's, for a completion)
+        what     phase_begin / phase_end: the phase's name (pelib.timing.phases())
+        file, line   the stage source line of the call"""
         if self.events_array is None:
             return []
-        a = self.events_array
+        phases = timing.phases()
+        none = -1
         out = []
-        for r in a.tolist():
-            seq, cta, cl, rank, warp, lane, kind, bar, par, tag, line, fi, _ = r
-            out.append({"seq": seq, "cta": cta, "cluster": cl, "rank": rank, "warp": warp, "lane": lane,
-                        "role": f"warp {warp}" if warp >= 0 else "async unit", "kind": EVENT_KINDS[kind],
-                        "barrier": None if bar < 0 else bar, "slot": None, "acc": None,
-                        "parity": None if par < 0 else par, "tag": None if tag < 0 else tag, "line": line,
-                        "file": self.files[fi] if 0 <= fi < len(self.files) else None})
+        for r in self.events_array.tolist():
+            (seq, op, cta, cl, rank, warp, lane, kind, role, name, index, addr, _bcta, phase, par, tag, nbytes, slot,
+             acc, tile, what, line, fi, _) = r
+            out.append({
+                "seq": seq, "cta": cta, "cluster": cl, "rank": rank,
+                "warp": warp, "lane": lane,
+                "role": (self.roles[role] if 0 <= role < len(self.roles)
+                         else f"warp {warp}" if warp >= 0 else "async unit"),
+                "kind": EVENT_KINDS[kind],
+                "barrier": self.names[name] if 0 <= name < len(self.names) else None,
+                "index": None if index == none else index, "addr": None if addr == none else addr,
+                "phase": None if phase == none else phase, "parity": None if par == none else par,
+                "tag": None if tag == none else tag, "bytes": None if nbytes == none else nbytes,
+                "op": op or None, "slot": None if slot == none else slot, "acc": None if acc == none else acc,
+                "tile": None if tile == none else tile, "what": phases.get(what) if what >= 0 else None,
+                "file": self.files[fi] if 0 <= fi < len(self.files) else None, "line": line})
         return out
 
     @property
@@ -448,7 +486,8 @@ class SimPlan:
                                          "hazards_total", "misuse_total", "records_cap")}
         stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster))
         self.report = SimReport(ok=bool(doc["ok"]), seed=self.seed, deadlock=doc["deadlock"], hazards=doc["hazards"],
-                                misuse=doc["misuse"], stats=stats, events_array=ev, files=doc["files"])
+                                misuse=doc["misuse"], stats=stats, events_array=ev, files=doc["files"],
+                                names=doc.get("names", []), roles=doc.get("roles", []))
         if check:
             self.raise_for_report()
         return self.report

@@ -322,6 +322,7 @@ void start_cta(Cta* c, Slot* sl) {
   c->chunk_seq.assign(c->win_size / 16 + 1, 0);
   const u32 nthreads = E->L.block[0] * E->L.block[1] * E->L.block[2];
   c->warps.assign((nthreads + WARP - 1) / WARP, WarpColl{});
+  c->warp_roles.assign(c->warps.size(), 0);
   c->wgs.assign((nthreads + 127) / 128, WarpGroup{});
   for (u32 w = 0; w < c->warps.size(); ++w) {
     u32 n = std::min<u32>(WARP, nthreads - w * WARP);

@@ -59,10 +59,32 @@ void bar_signal(Cta* c, u32 off, int arrivals, int64_t tx_add, int64_t tx_done, 
   bar_check_complete(*b);
 }
 
+// The phase an arrival counts in now (-1: no barrier there).
+int phase_now(Cta* c, u32 off) {
+  Barrier* b = find_bar(c, off);
+  return b ? int(b->phase) : -1;
+}
+
+// The stage's argument text "&full[s]" -> "full" (also "full + s", "bar", "&s.full[i]"); any other
+// expression as written.
+std::string bar_name_of(const char* expr) {
+  std::string s;
+  for (const char* p = expr; *p; ++p)
+    if (*p != ' ') s += *p;
+  size_t i = 0;
+  while (i < s.size() && (s[i] == '&' || s[i] == '(')) ++i;
+  size_t j = i;
+  while (j < s.size() && (std::isalnum((unsigned char)s[j]) || s[j] == '_' || s[j] == '.' ||
+                          (s[j] == '-' && j + 1 < s.size() && s[j + 1] == '>') || (s[j] == '>' && j && s[j - 1] == '-')))
+    ++j;
+  std::string n = s.substr(i, j - i);
+  const bool simple = !n.empty() && (j == s.size() || s[j] == '[' || s[j] == '+' || s[j] == ')');
+  return simple ? n : s;
+}
 
 }  // namespace
 
-void mbar_init(unsigned addr, unsigned count, Site s) {
+void mbar_init(unsigned addr, unsigned count, const char* expr, Site s) {
   SAddr a = resolve(addr, 8, s, "mbarrier.init");
   if (a.off % 8) misuse_fatal(fmt("mbarrier.init at 0x%x: an mbarrier is 8-byte aligned", addr), s);
   if (count == 0 || count >= (1u << 20))
@@ -74,6 +96,7 @@ void mbar_init(unsigned addr, unsigned count, Site s) {
   b.init = true;
   b.count = count;
   b.pending = count;
+  a.cta->bar_name[a.off] = name_id(bar_name_of(expr ? expr : "mbarrier"));
   point(s);
 }
 
@@ -85,14 +108,16 @@ void mbar_inval(unsigned addr, Site s) {
 
 void mbar_arrive(unsigned addr, Site s) {
   SAddr a = resolve(addr, 8, s, "mbarrier.arrive");
-  event(EV_ARRIVE, E->cur, s, int(a.off), -1, -1);
+  ev_barrier(event(EV_ARRIVE, E->cur, s), a.cta, a.off, phase_now(a.cta, a.off));
   bar_signal(a.cta, a.off, 1, 0, 0, s, E->cur, "mbarrier.arrive");
   point(s);
 }
 
 void mbar_expect_tx(unsigned addr, unsigned bytes, bool arrive, Site s) {
   SAddr a = resolve(addr, 8, s, "mbarrier.expect_tx");
-  event(EV_EXPECT_TX, E->cur, s, int(a.off), -1, int(bytes));
+  PeSimEvent& e = event(EV_EXPECT_TX, E->cur, s);
+  ev_barrier(e, a.cta, a.off, phase_now(a.cta, a.off));
+  e.bytes = int32_t(bytes);
   bar_signal(a.cta, a.off, arrive ? 1 : 0, bytes, 0, s, E->cur,
              arrive ? "mbarrier.arrive.expect_tx" : "mbarrier.expect_tx");
   point(s);
@@ -131,7 +156,13 @@ void mbar_wait(unsigned addr, unsigned parity, unsigned tag, Site s) {
   if (!b || !b->init)
     misuse_fatal(fmt("mbarrier wait (tag %u) on 0x%x, which holds no initialized mbarrier (a wait before "
                      "mbarrier.init is visible: fence.mbarrier_init and a barrier after init)", tag, addr), s);
-  event(EV_WAIT_BEGIN, f, s, int(a.off), int(parity & 1), int(tag));
+  {   // the phase it waits for: the current one if its parity is the one named, else the last completed
+    PeSimEvent& e = event(EV_WAIT_BEGIN, f, s);
+    ev_barrier(e, a.cta, a.off, (b->phase & 1) == (parity & 1) ? int(b->phase) : int(b->phase) - 1);
+    e.parity = int32_t(parity & 1);
+    e.tag = int32_t(tag);
+    if (!f->marks.empty()) f->marks.back().waited = true;
+  }
   point(s);
   for (;;) {
     b = find_bar(a.cta, a.off);
@@ -149,7 +180,10 @@ void mbar_wait(unsigned addr, unsigned parity, unsigned tag, Site s) {
     w.site = s;
     block(w);
   }
-  event(EV_WAIT_END, f, s, int(a.off), int(parity & 1), int(tag));
+  PeSimEvent& e = event(EV_WAIT_END, f, s);
+  ev_barrier(e, a.cta, a.off, int(b->phase) - 1);   // the completed phase it observed
+  e.parity = int32_t(parity & 1);
+  e.tag = int32_t(tag);
 }
 
 }  // namespace pe_sim

@@ -82,38 +82,6 @@ std::string record(const std::string& text, const Fiber* f, Site s, const Json& 
   return o.merge(extra).str();
 }
 
-// ---- the event log ------------------------------------------------------------------------------------
-int file_id(const char* f) {
-  auto it = E->file_ids.find(f);
-  if (it != E->file_ids.end()) return it->second;
-  int id = int(E->files.size());
-  E->files.push_back(short_file(f));
-  E->file_ids[f] = id;
-  return id;
-}
-
-void event(int kind, Fiber* f, Site s, int barrier, int parity, int tag, Cta* c) {
-  if (int64_t(E->events.size()) >= E->L.max_events) {
-    E->events_truncated = true;
-    return;
-  }
-  PeSimEvent e{};
-  e.seq = E->seq++;
-  Cta* cc = f ? f->cta : c;
-  e.cta = cc ? cc->id : -1;
-  e.cluster = cc ? cc->cluster->id : -1;
-  e.rank = cc ? cc->rank : -1;
-  e.warp = f ? f->warp : -1;
-  e.lane = f ? f->lane : -1;
-  e.kind = kind;
-  e.barrier = barrier;
-  e.parity = parity;
-  e.tag = tag;
-  e.line = s.line;
-  e.file = file_id(s.file);
-  E->events.push_back(e);
-}
-
 // ---- misuse and hazards: the lists keep the first MAX_RECORDS, the report counts them all ---------------
 void add_record(std::vector<std::string>& list, size_t& total, std::string rec) {
   ++total;
@@ -223,7 +191,7 @@ std::string report_json(bool ok) {
   o.put("ok", ok).raw("deadlock", jarr(E->rep.deadlock)).raw("hazards", jarr(E->rep.hazards));
   o.raw("misuse", jarr(E->rep.misuse)).unum("hazards_total", E->rep.hazards_total);
   o.unum("misuse_total", E->rep.misuse_total).unum("records_cap", Report::MAX_RECORDS);
-  o.raw("files", jstrs(E->files)).put("events_truncated", E->events_truncated).unum("steps", E->steps);
+  o.raw("files", jstrs(E->files)).raw("names", jstrs(E->names)).raw("roles", roles_json()).put("events_truncated", E->events_truncated).unum("steps", E->steps);
   o.unum("switches", E->switches).unum("ops", E->ops_done).num("p_async", E->p_async).num("p_yield", E->p_yield);
   return o.str();
 }
@@ -239,6 +207,7 @@ extern "C" {
 int pe_sim_run(const PeSimLaunch* L) {
   using namespace pe_sim;
   run_launch(L);
+  finalize_events();
   const bool ok = E->rep.deadlock.empty() && E->rep.hazards.empty() && E->rep.misuse.empty();
   E->report_json = report_json(ok);
   return ok ? 0 : 1;

@@ -3,7 +3,9 @@
 // every part of the engine shares. The engine is one translation unit (pelib.sim builds runtime/*.cpp by
 // #include, in RUNTIME_SOURCES order), so the anonymous namespace below is shared by all of its files:
 //   engine.cpp    scheduler, asynchronous queue (new_op / submit), launch and lifecycle, exit checks
-//   report.cpp    text, the event log, reports (misuse, hazard, deadlock) through one JSON writer, the C ABI
+//   events.cpp    the event log in the stage's terms (barrier names, phases, ops; roles, tiles, slots,
+//                 accumulators from the stage's phase marks)
+//   report.cpp    text, reports (misuse, hazard, deadlock) through one JSON writer, the C ABI
 //   sync.cpp      identity, warp collectives, named and cluster barriers   (twin: common/cluster.cuh)
 //   mbarrier.cpp  mbarrier phases                                          (twin: common/mbarrier.cuh)
 //   tma.cpp       TMA loads and stores, bulk groups, the proxy fence       (twin: common/tma.cuh)
@@ -44,19 +46,26 @@ namespace {
 enum EvKind : int32_t {
   EV_WAIT_BEGIN, EV_WAIT_END, EV_ARRIVE, EV_EXPECT_TX, EV_COMPLETE_TX, EV_TMA_LOAD, EV_TMA_LOAD_DONE,
   EV_TMA_STORE, EV_TMA_STORE_DONE, EV_MMA, EV_MMA_DONE, EV_COMMIT, EV_TMEM_ALLOC, EV_TMEM_DEALLOC, EV_TMEM_LD,
-  EV_TMEM_CP, EV_BAR_SYNC, EV_CLUSTER_SYNC, EV_EXIT
+  EV_TMEM_CP, EV_BAR_SYNC, EV_CLUSTER_SYNC, EV_EXIT, EV_PHASE_BEGIN, EV_PHASE_END
 };
 
 }  // namespace
 }  // namespace pe_sim
 
-// One record of the event log (pelib.sim reads this layout; keep both in step).
+// One record of the event log (pelib.sim reads this layout, EVENT_DTYPE; keep both in step). -1: none.
 struct PeSimEvent {
-  uint64_t seq;
-  int32_t cta, cluster, rank, warp, lane, kind;
-  int32_t barrier;   // shared-memory offset of the barrier (-1: none)
-  int32_t parity;    // -1: none
-  int32_t tag;       // wait tag, or -1
+  uint64_t seq;      // order stamp (never a time)
+  uint64_t op;       // the asynchronous operation an issue and its completion share (0: none)
+  int32_t cta, cluster, rank, warp, lane, kind;   // warp / lane -1: the asynchronous unit doing `op`
+  int32_t role;      // index into the report's "roles" (the stage's phase marks name them)
+  int32_t name;      // the barrier's name as the stage's mbarrier_init writes it: index into "names"
+  int32_t index;     // its index in that array (from its address)
+  int32_t addr;      // its shared-memory offset
+  int32_t bcta;      // the CTA it lives in
+  int32_t phase;     // the barrier phase the event arrives on / completes / waits for / observes
+  int32_t parity, tag, bytes;
+  int32_t slot, acc, tile;   // the ring slot, the accumulator, the CTA's tile slot (the stage's phase marks)
+  int32_t what;      // phase_begin / phase_end: the common/timing.cuh phase id
   int32_t line;      // source line of the call
   int32_t file;      // index into the report's file table
   int32_t pad;
@@ -140,6 +149,13 @@ struct Fiber {
   };
   std::vector<PendingLd> lds;
   u64 last_proxy_fence = 0;          // E->wseq of this thread's last fence.proxy.async
+  // the stage's phase marks (common/timing.cuh's twin): each timing_now() stamp, and whether an mbarrier
+  // wait of this thread began after it (a wait the stage brackets with two stamps)
+  struct Mark {
+    u64 seq;
+    bool waited;
+  };
+  std::vector<Mark> marks;
   u64 cluster_arrive_gen = ~0ull;   // the cluster barrier generation this thread arrived in
   bool cluster_arrived = false;
 };
@@ -243,6 +259,8 @@ struct Cta {
   std::vector<u64> chunk_seq;            // ... and when (E->wseq)
   std::vector<u64> tc_from;              // per peer rank: cluster barrier generation + 1 of its last
                                          // tcgen05 op on this CTA (cta_group::2 MMA / cp, commit multicast)
+  std::unordered_map<u32, int> bar_name; // barrier offset -> name id (its mbarrier_init's expression)
+  std::vector<uint8_t> warp_roles;       // per warp: the PhaseRole bits its phase marks named
 };
 
 struct Cluster {
@@ -321,6 +339,20 @@ struct Engine {
   std::vector<uint8_t*> stacks_free;
   std::vector<Cluster*> finished;   // clusters whose CTAs all exited: slots and stacks to recycle
   u64 wseq = 0;                     // order of st.shared writes and proxy fences
+  PeSimEvent scratch{};             // where events go once the log is full
+  std::vector<std::string> names;   // barrier names (the report's "names")
+  std::unordered_map<std::string, int> name_ids;
+  struct Piece {                    // a contiguous stretch [t0, t1) of one phase mark of a thread
+    int cta, warp, lane;
+    u32 tile, phase;
+    int role, waits;
+    u64 t0, t1;
+    u32 i0, i1;                     // the ordinals of its stamps among the thread's timing_now() stamps
+    bool recorded;                  // recorded by this thread (else: the recording lane's, on a lane that
+                                    // took the same stamps)
+    Site site;
+  };
+  std::vector<Piece> pieces;
 
   u32 rnd(u32 n) { return n ? u32(rng() % n) : 0; }
   bool chance(int pct) { return int(rng() % 100) < pct; }
@@ -339,7 +371,12 @@ std::string jstrs(const std::vector<std::string>& v);
 void add_record(std::vector<std::string>& list, size_t& total, std::string rec);
 void no_progress_report();
 std::string report_json(bool ok);
-void event(int kind, Fiber* f, Site s, int barrier = -1, int parity = -1, int tag = -1, Cta* c = nullptr);
+PeSimEvent& event(int kind, Fiber* f, Site s, Cta* c = nullptr, u64 op = 0);
+void ev_barrier(PeSimEvent& e, Cta* bc, u32 off, int phase);
+void finalize_events();
+std::string roles_json();
+int name_id(const std::string& n);
+int phase_now(Cta* c, u32 off);
 void misuse(const std::string& what, Site s, Fiber* f = nullptr);
 [[noreturn]] void misuse_fatal(const std::string& what, Site s);
 void hazard(const std::string& what, Site s, Fiber* f = nullptr);

@@ -91,7 +91,7 @@ void named_bar(unsigned id, unsigned count, bool wait, Site s) {
                      nb.arrived, nb.count), s);
   nb.count = need;
   nb.arrived++;
-  event(EV_BAR_SYNC, f, s, int(id));
+  event(EV_BAR_SYNC, f, s).tag = int32_t(id);   // the named barrier's id
   const u64 gen = nb.gen;
   if (nb.arrived >= need) {
     nb.arrived = 0;

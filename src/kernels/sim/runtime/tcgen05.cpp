@@ -44,7 +44,7 @@ void tc_alloc(int cg, unsigned dst, unsigned ncols, Site s) {
         c->allocs.push_back({col, ncols});
         u32 taddr = col;
         std::memcpy(a.cta->win + a.off, &taddr, 4);
-        event(EV_TMEM_ALLOC, f, s, -1, -1, int(ncols));
+        event(EV_TMEM_ALLOC, f, s).bytes = int32_t(ncols * TMEM_LANES * 4);
         return;
       }
     }
@@ -69,7 +69,7 @@ void tc_dealloc(int, unsigned taddr, unsigned ncols, Site s) {
           misuse_fatal(fmt("tcgen05.dealloc of columns %u..%u while %s issued at %s:%d still writes them", col,
                            col + ncols - 1, r.what, short_file(r.site.file), r.site.line), s);
       c->allocs.erase(c->allocs.begin() + long(i));
-      event(EV_TMEM_DEALLOC, f, s, -1, -1, int(ncols));
+      event(EV_TMEM_DEALLOC, f, s).bytes = int32_t(ncols * TMEM_LANES * 4);
       wake_all(c->alloc_waiters);
       return;
     }
@@ -119,7 +119,7 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
     p->tmem_writes.push_back(Range{col, col + id.n, oid, "a tcgen05.mma", s});
   }
   for (Cta* p : pair) note_tc_remote(c, p);
-  event(EV_MMA, f, s);
+  event(EV_MMA, f, s, nullptr, oid);
   submit(op, [kind, cg, d, a, b, idesc, sfa, sfb, accumulate, pair, oid, col, n = id.n, s]() {
     for (Cta* p : pair) {
       remove_ranges(p->reads, oid);
@@ -140,7 +140,7 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
               return;
             }
     }();
-    event(EV_MMA_DONE, nullptr, s, -1, -1, -1, pair[0]);
+    event(EV_MMA_DONE, nullptr, s, pair[0], oid);
   });
 }
 
@@ -159,10 +159,10 @@ void tc_commit(int cg, unsigned bar, unsigned mask, bool multicast, Site s) {
   for (auto& t : targets) note_tc_remote(me, t.first);
   Op* op = new_op("tcgen05.commit", tc_chain(f), s);
   for (auto& t : targets) op->touches.push_back(t.first);
-  event(EV_COMMIT, f, s, int(off));
-  submit(op, [targets, s]() {
+  ev_barrier(event(EV_COMMIT, f, s, nullptr, op->id), targets[0].first, off, -1);
+  submit(op, [targets, s, id = op->id]() {
     for (auto& t : targets) {
-      event(EV_ARRIVE, nullptr, s, int(t.second), -1, -1, t.first);
+      ev_barrier(event(EV_ARRIVE, nullptr, s, t.first, id), t.first, t.second, phase_now(t.first, t.second));
       bar_signal(t.first, t.second, 1, 0, 0, s, nullptr, "tcgen05.commit arrive");
     }
   });
@@ -198,7 +198,7 @@ void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site s) {
                    "MMA's commit was waited for)", col, col + x - 1, r.what, short_file(r.site.file), r.site.line), s, f);
         break;
       }
-    event(EV_TMEM_LD, f, s, -1, -1, x);
+    event(EV_TMEM_LD, f, s).bytes = int32_t(32 * x * 4);
   }
   Fiber::PendingLd p;
   p.regs = regs;
@@ -241,7 +241,7 @@ void tc_cp_32x128b_warpx4(int cg, unsigned taddr, uint64_t desc, Site s) {
     p->reads.push_back(Range{r.first, r.second, oid, "a tcgen05.cp", s});
     note_tc_remote(c, p);
   }
-  event(EV_TMEM_CP, f, s);
+  event(EV_TMEM_CP, f, s, nullptr, oid).bytes = 32 * 16;   // 32 rows of 128 bits (copied to 4 lane quarters)
   submit(op, [pair, taddr, desc, oid]() {
     for (Cta* p : pair) {
       remove_ranges(p->reads, oid);

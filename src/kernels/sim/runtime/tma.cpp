@@ -77,7 +77,11 @@ void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, i
                  short_file(r->site.file), r->site.line, r->lo, r->hi), s, f);
     d.cta->writes.push_back(Range{dst_off, dst_off + g.footprint, id, "a TMA load", s});
   }
-  event(EV_TMA_LOAD, f, s, int(bar_off), -1, int(g.bytes));
+  {
+    PeSimEvent& e = event(EV_TMA_LOAD, f, s, nullptr, id);
+    ev_barrier(e, dests[0].bar_cta, bar_off, phase_now(dests[0].bar_cta, bar_off));
+    e.bytes = int32_t(g.bytes * dests.size());
+  }
   submit(op, [m, cs, ncoords, dst_off, bar_off, dests, g, id, s]() {
     for (const Dest& d : dests) {
       Cta* c = d.cta;
@@ -91,8 +95,12 @@ void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, i
                    "reads [0x%x, 0x%x)", dst_off, dst_off + g.footprint, c->id, r->what, short_file(r->site.file),
                    r->site.line, r->lo, r->hi), s);
       tma_load_box(m, cs, ncoords, c->win, c->dyn_off + c->dyn_size, 0, dst_off);
-      event(EV_TMA_LOAD_DONE, nullptr, s, int(bar_off), -1, int(g.bytes), c);
-      event(EV_COMPLETE_TX, nullptr, s, int(bar_off), -1, int(g.bytes), d.bar_cta);
+      PeSimEvent& e = event(EV_TMA_LOAD_DONE, nullptr, s, c, id);
+      ev_barrier(e, d.bar_cta, bar_off, phase_now(d.bar_cta, bar_off));
+      e.bytes = int32_t(g.bytes);
+      PeSimEvent& x = event(EV_COMPLETE_TX, nullptr, s, d.bar_cta, id);
+      ev_barrier(x, d.bar_cta, bar_off, phase_now(d.bar_cta, bar_off));
+      x.bytes = int32_t(g.bytes);
       bar_signal(d.bar_cta, bar_off, 0, 0, g.bytes, s, nullptr, "TMA complete_tx");
     }
   });
@@ -122,10 +130,10 @@ void tma_store(const void* tmap, unsigned src, const int* coords, int ncoords, S
   f->bulk_pending[group]++;
   f->bulk_stores[group].push_back(
       Fiber::StoreRec{c, off, g.footprint, id, std::vector<uint8_t>(c->win + off, c->win + off + g.footprint), s});
-  event(EV_TMA_STORE, f, s);
-  submit(op, [m, cs, ncoords, c, off, f, group, s]() {
+  event(EV_TMA_STORE, f, s, nullptr, id).bytes = int32_t(g.footprint);
+  submit(op, [m, cs, ncoords, c, off, f, group, s, id, bytes = g.footprint]() {
     tma_store_box(m, cs, ncoords, c->win, c->dyn_off + c->dyn_size, 0, off);
-    event(EV_TMA_STORE_DONE, nullptr, s, -1, -1, -1, c);
+    event(EV_TMA_STORE_DONE, nullptr, s, c, id).bytes = int32_t(bytes);
     f->bulk_pending[group]--;
     if (f->state == FS::Blocked && f->w.kind == W_BULK) make_ready(f);
   });

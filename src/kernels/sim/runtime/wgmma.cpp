@@ -86,11 +86,11 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
       check_proxy_fence(c, r.first, r.second, "a wgmma.mma_async", s);
       c->reads.push_back(Range{r.first, r.second, id, "a wgmma.mma_async", s});
     }
-    event(EV_MMA, f, s);
+    event(EV_MMA, f, s, nullptr, id);
     submit(op, [o, c, id, &wg, s]() {
       remove_ranges(c->reads, id);
       gmma_e4m3(c->win, c->dyn_off + c->dyn_size, 0, o->da, o->db, o->n, o->scale_d != 0, o->acc);
-      event(EV_MMA_DONE, nullptr, s, -1, -1, -1, c);
+      event(EV_MMA_DONE, nullptr, s, c, id);
       wg.done++;
       wake_all(wg.waiters);
       delete o;
