@@ -1,6 +1,7 @@
 """The simulator's engine (pelib.sim, src/kernels/sim/runtime) on a small kernel: warp collectives, barriers,
 one planted mistake per mode and what the report says about it; seeds, the event log, the host build and
 its cache, and that the device build never sees a simulated header."""
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,8 @@ def launch(mode: int, seed: int = 0, smem: int = SMEM, n: int | None = None, cta
     arg_n = np.int32(n if n is not None else out.numel())
     args = (tma.TensorMap(spec, cumap=None, owner=out2), out, out2, arg_n)
     plan = sim.prepare(KERNEL, args, grid=(ctas, 1, 1), block=(T, 1, 1), cluster=(1, 1, 1), smem=smem,
-                       kernel="sim_engine", arch="host", defines={"MODE": mode, **(defines or {})}, seed=seed)
+                       kernel="sim_engine", arch="host", defines={"MODE": mode, **(defines or {})}, seed=seed,
+                       names=("tmap", "out", "out2", "n"))
     plan.out2 = out2
     return plan, out
 
@@ -187,19 +189,90 @@ def test_tma_store_from_staging(seed):
         assert (words[c].reshape(-1) == want).all()
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
 def test_staging_rewritten_before_the_store_read_it_is_a_hazard(seed):
     """Whether or not the simulated store has already copied the tile, a write to its source before
     cp.async.bulk.wait_group.read is reported (PTX ISA: the source may be read until then)."""
     plan, _ = launch(7, seed, defines={"STORE_RACE": 1})
-    with pytest.raises(sim.SimHazard, match="before cp.async.bulk.wait_group.read retired the store"):
+    with pytest.raises(sim.SimHazard, match="staging buffer reused before cp.async.bulk.wait_group.read"):
         plan.run()
 
 
-def test_store_without_proxy_fence_is_a_hazard():
-    plan, _ = launch(7, 0, defines={"NO_PROXY_FENCE": 1})
-    with pytest.raises(sim.SimHazard, match="never ordered with fence.proxy.async"):
+@pytest.mark.parametrize("raw", [False, True])
+def test_store_without_proxy_fence_is_a_hazard(raw):
+    """Every store form: st.shared and a plain pointer store alike reach the TMA store only through
+    fence.proxy.async; with the fence both are clean."""
+    defines = {"RAW_STORES": 1} if raw else {}
+    plan, _ = launch(7, 0, defines={"NO_PROXY_FENCE": 1, **defines})
+    with pytest.raises(sim.SimHazard, match="no fence.proxy.async after it"):
         plan.run()
+    launch(7, 0, defines=defines)[0].run()
+
+
+def test_raw_shared_store_outside_the_window_is_misuse_and_the_process_lives():
+    """A plain store at smem_raw[4096] with 4,096 B declared, and at smem_raw[600 KiB] (past the simulator's
+    whole window): a report naming the CTA's declared shared memory, never a segfault."""
+    for n in (SMEM, 600 * 1024):
+        with pytest.raises(sim.SimMisuse, match=r"plain store of 1 B at shared offset .* outside CTA \d's shared memory"):
+            launch(8, 0, n=n)[0].run()
+    launch(8, 0, n=SMEM - 1)[0].run()
+
+
+def test_raw_global_store_past_a_tensor_names_it():
+    """A plain pointer store one element past `out`: the report names the tensor, the element and the source
+    line (the library's line table), and the run stops before the store lands."""
+    plan, out = launch(9, 0, n=2 * T * 2)
+    with pytest.raises(sim.SimMisuse) as e:
+        plan.run()
+    msg = str(e.value)
+    assert "out-of-bounds global access" in msg and "`out`" in msg and "element [512]" in msg, msg
+    rec = e.value.report.misuse[0]
+    if shutil.which("addr2line"):
+        src = KERNEL.read_text().splitlines()
+        assert rec["file"].endswith("sim_engine.cu") and "out[n] = 1" in src[rec["line"] - 1], rec
+
+
+@pytest.mark.parametrize("seed", ["eager", 0])
+def test_a_spin_on_global_memory_is_a_hang(seed, monkeypatch):
+    """while (*flag == 0) {} that nobody sets has no scheduling point: reported as a hang with its line."""
+    monkeypatch.setenv("PELIB_SIM_MAX_SPIN", "100000")
+    with pytest.raises(sim.SimDeadlock, match="hang: the thread loaded memory") as e:
+        launch(10, seed)[0].run()
+    rec = e.value.report.deadlock[0]
+    assert rec["wait"] == "spin" and rec["file"].endswith("sim_engine.cu")
+
+
+def test_stack_overflow_is_a_report():
+    with pytest.raises(sim.SimMisuse, match="stack overflowed"):
+        launch(11, 0, n=10_000)[0].run()
+    launch(0, 0)[0].run()   # the engine runs on
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+def test_a_read_before_the_tma_load_is_waited_for_is_a_hazard_on_every_schedule(seed):
+    """Happens-before, not timing: the read is not ordered after the load's barrier phase, so it is a hazard
+    whether the load has landed (eager) or not (lazy); after the wait the same read is clean and sees the data."""
+    with pytest.raises(sim.SimHazard, match="before this thread knows it landed"):
+        launch(12, seed, defines={"EARLY_READ": 1})[0].run()
+    plan, out = launch(12, seed)
+    plan.out2.view(torch.int16).copy_(torch.arange(plan.out2.numel(), dtype=torch.int16).view(plan.out2.shape))
+    plan.run()
+    want = plan.out2.view(torch.int32).view(2, 512)[:, :256]
+    assert torch.equal(out.view(2, 256), want)
+
+
+def test_a_barrier_armed_and_never_waited_on_is_a_warning():
+    rep = launch(13, 0)[0].run()
+    assert rep.ok and rep.warnings and "tx-count of 128 B" in rep.warnings[0]["text"]
+    assert "warning" in rep.summary()
+
+
+def test_named_schedules():
+    assert sim.default_seed("lazy") == "lazy" and sim.default_seed(3) == 3
+    with pytest.raises(sim.SimError, match="'lazy', 'eager'|one of"):
+        sim.default_seed("slow")
+    rep = launch(0, "lazy")[0].run()
+    assert rep.seed == "lazy" and rep.stats["p_async"] == 0
 
 
 def test_host_build_is_cached(tmp_path, monkeypatch):

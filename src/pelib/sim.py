@@ -35,8 +35,7 @@ from . import cache as _cache, evidence, sim_tensormap, timing, tma
 from .paths import KERNELS
 
 SIM_DIR = KERNELS / "sim"
-RUNTIME_SOURCES = tuple(f"runtime/{n}.cpp" for n in ("engine", "events", "report", "sync", "mbarrier", "tma", "wgmma",
-                                                      "tcgen05", "memory", "fiber"))
+RUNTIME_SOURCES = ("runtime/engine.cpp", "runtime/fiber.cpp")
 # -O1 for both: measured here, -O2 builds the engine in 10.9 s instead of 8.3 s and a stage in 0.85 s
 # instead of 0.7 s, and runs a test-size stage no faster (0.2-0.5 s either way). PELIB_SIM_OPT overrides.
 ENGINE_OPT = os.environ.get("PELIB_SIM_OPT", "-O1")
@@ -47,6 +46,10 @@ MIN_VERSIONS = {"g++": 11, "clang++": 14}
 STACK_BYTES = 64 * 1024          # per simulated thread
 MAX_EVENTS = 2_000_000
 MAX_STEPS = 200_000_000           # scheduler steps before a run counts as not finishing (PELIB_SIM_MAX_STEPS)
+MAX_SPIN = 4_000_000              # loads by one thread between two scheduling points before it is a hang
+SCHEDULES = {"lazy": 1, "eager": 2}   # named seeds: asynchronous operations complete as late / as early as allowed
+# What every stage's test runs: the adversarial schedules and a random one.
+STANDARD_SEEDS = ("lazy", "eager", 0)
 SMEM_LIMIT = 227 * 1024          # common/limits.cuh PE_SMEM_LIMIT (the engine checks a launch against it)
 EVIDENCE = evidence.simulated("pelib.sim, the stage's own source on the CPU model")
 EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
@@ -231,11 +234,21 @@ def _define_flags(defines: dict) -> list[str]:
     return out
 
 
+# Every load and store of a stage's own code calls the engine first (runtime/memory.cpp): the compiler's
+# kernel-address instrumentation in outline mode, which links no runtime library; no stack or global redzones.
+# -g1: line tables only, so a report about a plain pointer access names its source line.
+INSTRUMENT = {"g++": ("-g1", "-fsanitize=kernel-address", "--param=asan-instrumentation-with-call-threshold=0",
+                      "--param=asan-globals=0", "--param=asan-stack=0"),
+              "clang++": ("-g1", "-fsanitize=kernel-address", "-mllvm", "-asan-instrumentation-with-call-threshold=0",
+                          "-mllvm", "-asan-globals=0", "-mllvm", "-asan-stack=0")}
+
+
 def stage_build(source: Path, kernel: str, defines: dict | None = None) -> HostBuild:
-    """The stage file, unchanged, plus the entry point (runtime/entry.h), as a host shared library."""
+    """The stage file, unchanged, plus the entry point (runtime/entry.h), as a host shared library whose every
+    memory access the engine checks."""
     source = Path(source).resolve()
     text = f'#include "{source}"\n#include "runtime/entry.h"\nPE_SIM_ENTRY({kernel})\n'
-    flags = [*CXXFLAGS, STAGE_OPT, *_includes(), *_define_flags(defines or {})]
+    flags = [*CXXFLAGS, STAGE_OPT, *INSTRUMENT[compiler().kind], *_includes(), *_define_flags(defines or {})]
     return _compile(f"{source.stem}-sim", text, [], flags, "stage.so")
 
 
@@ -283,13 +296,19 @@ def _copies(lib: Path, n: int) -> list[ctypes.CDLL]:
 
 # ---- the launch ------------------------------------------------------------------------------------
 
-class _Launch(ctypes.Structure):
+class _Range(ctypes.Structure):   # struct PeSimRange of runtime/state.h
+    _fields_ = [("base", ctypes.c_uint64), ("bytes", ctypes.c_uint64), ("name", ctypes.c_char_p),
+                ("elem", ctypes.c_uint32), ("ndim", ctypes.c_uint32), ("shape", ctypes.c_uint64 * 4)]
+
+
+class _Launch(ctypes.Structure):   # struct PeSimLaunch of runtime/state.h
     _fields_ = [("grid", ctypes.c_uint32 * 3), ("block", ctypes.c_uint32 * 3), ("cluster", ctypes.c_uint32 * 3),
                 ("smem", ctypes.c_uint32), ("smem_limit", ctypes.c_uint32), ("seed", ctypes.c_uint64),
                 ("nslots", ctypes.c_int32), ("entries", ctypes.POINTER(ctypes.c_void_p)),
                 ("windows", ctypes.POINTER(ctypes.c_void_p)), ("args", ctypes.POINTER(ctypes.c_void_p)),
-                ("nranges", ctypes.c_int32), ("ranges", ctypes.POINTER(ctypes.c_uint64)),
-                ("max_events", ctypes.c_int64), ("stack_bytes", ctypes.c_uint64), ("max_steps", ctypes.c_uint64)]
+                ("nranges", ctypes.c_int32), ("ranges", ctypes.POINTER(_Range)),
+                ("max_events", ctypes.c_int64), ("stack_bytes", ctypes.c_uint64), ("max_steps", ctypes.c_uint64),
+                ("schedule", ctypes.c_int32), ("pad", ctypes.c_int32), ("max_spin", ctypes.c_uint64)]
 
 
 @dataclass
@@ -302,10 +321,11 @@ class SimReport:
     "count" and "tx" bytes. `events` is the event log (pelib.sim.EVENT_KINDS), a list of dicts."""
 
     ok: bool
-    seed: int
+    seed: int | str
     deadlock: list = field(default_factory=list)
     hazards: list = field(default_factory=list)
     misuse: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     events_array: np.ndarray | None = field(default=None, repr=False)
     files: list = field(default_factory=list, repr=False)
@@ -373,8 +393,12 @@ class SimReport:
         return tuple(sorted({d["tag"] for d in self.deadlock if d.get("tag") is not None}))
 
     def summary(self) -> str:
+        warned = ""
+        if self.warnings:
+            warned = f"\n  warning ({len(self.warnings)}): " + "\n  ".join(d["text"] for d in self.warnings[:4])
         if self.ok:
-            return f"simulated, seed {self.seed}: no deadlock, hazard or misuse ({self.stats.get('steps', 0):,} steps)"
+            return (f"simulated, seed {self.seed}: no deadlock, hazard or misuse ({self.stats.get('steps', 0):,} steps)"
+                    + warned)
         parts = []
         for name, items in (("hazard", self.hazards), ("misuse", self.misuse), ("deadlock", self.deadlock)):
             if items:
@@ -383,12 +407,19 @@ class SimReport:
                 shown += f"\n  ... and {total - 12} more" if total > 12 else ""
                 kept = f", the first {len(items)} kept" if total > len(items) else ""
                 parts.append(f"{name} ({total}{kept}):\n  {shown}")
-        return f"simulated, seed {self.seed} (reproduce with PELIB_SIM_SEED={self.seed}):\n" + "\n".join(parts)
+        return f"simulated, seed {self.seed} (reproduce with PELIB_SIM_SEED={self.seed}):\n" + "\n".join(parts) + warned
 
 
-def default_seed(seed: int = 0) -> int:
-    env = os.environ.get("PELIB_SIM_SEED", "")
-    return int(env) if env.strip() else int(seed)
+def default_seed(seed: int | str = 0) -> int | str:
+    """The seed of a run: PELIB_SIM_SEED if set, else `seed`; an integer (a random schedule) or one of SCHEDULES
+    ('lazy': asynchronous operations complete as late as allowed; 'eager': as soon as issued)."""
+    env = os.environ.get("PELIB_SIM_SEED", "").strip()
+    s = env if env else seed
+    if isinstance(s, str) and not s.lstrip("-").isdigit():
+        if s not in SCHEDULES:
+            raise SimError(f"simulator seed {s!r}: an integer or one of {sorted(SCHEDULES)}")
+        return s
+    return int(s)
 
 
 def _ptr(x) -> int:
@@ -399,13 +430,13 @@ class SimPlan:
     """A prepared simulated launch: run() executes it (synchronously), wait() is a no-op, report holds the result."""
 
     def __init__(self, stage_lib: HostBuild, args: tuple, grid, block, cluster, smem: int, kernel: str, arch: str,
-                 defines: dict, seed: int, timing: bool = False, slots: int | None = None,
-                 max_events: int = MAX_EVENTS):
+                 defines: dict, seed: int | str, timing: bool = False, slots: int | None = None,
+                 max_events: int = MAX_EVENTS, names: tuple | None = None):
         self.lib = stage_lib
         self.kernel, self.arch, self.defines = kernel, arch, dict(defines or {})
         self.grid, self.block, self.cluster = tuple(grid), tuple(block), tuple(cluster)
         self.smem = int(smem)
-        self.seed = int(seed)
+        self.seed = default_seed(seed) if isinstance(seed, str) else int(seed)
         self.timing = timing
         self.max_events = int(max_events)
         self.report: SimReport | None = None
@@ -414,11 +445,29 @@ class SimPlan:
         ctas = int(np.prod(self.grid))
         self.slots = slots or min(ctas, max(cx, 2 * cx if cx > 1 else 4))
         self._keep = []
-        self._argv, self._ranges = self._bind(args)
+        names = tuple(names or ())
+        self._argv, self._ranges = self._bind(args, [names[i] if i < len(names) else f"argument {i}"
+                                                     for i in range(len(args))])
 
-    def _bind(self, args):
+    def _range(self, t, name: str) -> _Range:
+        """The extent of tensor `t` (its own view, not the storage under it) as the engine checks accesses."""
+        r = _Range()
+        r.base = int(t.data_ptr())
+        r.bytes = t.numel() * t.element_size()
+        b = name.encode()
+        self._keep.append(b)
+        r.name = b
+        r.elem = t.element_size()
+        shape = tuple(t.shape)[-4:] if t.dim() else (1,)
+        if t.dim() > 4:   # fold the leading dimensions into the first
+            shape = (int(np.prod(t.shape[:-3])),) + tuple(t.shape[-3:])
+        r.ndim = len(shape)
+        r.shape[:len(shape)] = [int(x) for x in shape]
+        return r
+
+    def _bind(self, args, names):
         vals, ranges = [], []
-        for a in args:
+        for a, name in zip(args, names):
             if isinstance(a, tma.TensorMap):
                 raw = sim_tensormap.encode(a.spec)
                 buf = np.zeros(128 + 64, np.uint8)
@@ -428,7 +477,7 @@ class SimPlan:
                 self._keep.append(buf)
                 vals.append(view.ctypes.data)
                 if a.owner is not None and hasattr(a.owner, "data_ptr"):
-                    ranges.append((int(a.owner.data_ptr()), a.owner.numel() * a.owner.element_size()))
+                    ranges.append(self._range(a.owner, f"{name}'s tensor"))
             elif a is None:
                 b = np.zeros(1, np.uint64)
                 self._keep.append(b)
@@ -441,7 +490,7 @@ class SimPlan:
                 b = np.array([a.data_ptr()], np.uint64)
                 self._keep.append((b, a))
                 vals.append(b.ctypes.data)
-                ranges.append((int(a.data_ptr()), a.numel() * a.element_size()))
+                ranges.append(self._range(a, name))
             elif isinstance(a, np.generic):
                 b = np.array([a], a.dtype)
                 self._keep.append(b)
@@ -449,32 +498,34 @@ class SimPlan:
             else:
                 raise SimError(f"device='sim': no binding for a kernel argument of type {type(a).__name__}")
         argv = (ctypes.c_void_p * max(1, len(vals)))(*vals)
-        flat = np.array([x for r in ranges for x in r] or [0], np.uint64)
-        self._keep.append(flat)
-        return argv, (flat, len(ranges))
+        arr = (_Range * max(1, len(ranges)))(*ranges)
+        self._keep.append(arr)
+        return argv, (arr, len(ranges))
 
     def run(self, check: bool = True) -> SimReport:
         eng = _engine()
         copies = _copies(self.lib.path, self.slots)
         entries = (ctypes.c_void_p * self.slots)(*[ctypes.cast(c.pe_sim_kernel_entry, ctypes.c_void_p).value for c in copies])
         windows = (ctypes.c_void_p * self.slots)(*[ctypes.cast(c.pe_sim_window, ctypes.c_void_p).value for c in copies])
-        flat, nr = self._ranges
+        arr, nr = self._ranges
         L = _Launch()
         L.grid[:] = [int(x) for x in self.grid]
         L.block[:] = [int(x) for x in self.block]
         L.cluster[:] = [int(x) for x in self.cluster]
         L.smem = self.smem
         L.smem_limit = SMEM_LIMIT
-        L.seed = self.seed
+        L.seed = self.seed if isinstance(self.seed, int) else 0
+        L.schedule = SCHEDULES.get(self.seed, 0) if isinstance(self.seed, str) else 0
         L.nslots = self.slots
         L.entries = ctypes.cast(entries, ctypes.POINTER(ctypes.c_void_p))
         L.windows = ctypes.cast(windows, ctypes.POINTER(ctypes.c_void_p))
         L.args = ctypes.cast(self._argv, ctypes.POINTER(ctypes.c_void_p))
         L.nranges = nr
-        L.ranges = flat.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64))
+        L.ranges = ctypes.cast(arr, ctypes.POINTER(_Range))
         L.max_events = self.max_events
-        L.stack_bytes = STACK_BYTES
+        L.stack_bytes = int(os.environ.get("PELIB_SIM_STACK", STACK_BYTES))
         L.max_steps = int(os.environ.get("PELIB_SIM_MAX_STEPS", MAX_STEPS))
+        L.max_spin = int(os.environ.get("PELIB_SIM_MAX_SPIN", MAX_SPIN))
         with _LOCK:   # one engine per process
             eng.pe_sim_run(ctypes.byref(L))
             doc = json.loads(eng.pe_sim_report_json().decode())
@@ -483,11 +534,13 @@ class SimPlan:
             ev = (np.frombuffer((ctypes.c_char * (n.value * EVENT_DTYPE.itemsize)).from_address(p), EVENT_DTYPE).copy()
                   if n.value else np.zeros(0, EVENT_DTYPE))
         stats = {k: doc.get(k) for k in ("steps", "switches", "ops", "p_async", "p_yield", "events_truncated",
-                                         "hazards_total", "misuse_total", "records_cap")}
+                                         "hazards_total", "misuse_total", "warnings_total", "records_cap")}
         stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster))
+        for k in ("deadlock", "hazards", "misuse", "warnings"):
+            resolve_lines(doc.get(k) or [])
         self.report = SimReport(ok=bool(doc["ok"]), seed=self.seed, deadlock=doc["deadlock"], hazards=doc["hazards"],
-                                misuse=doc["misuse"], stats=stats, events_array=ev, files=doc["files"],
-                                names=doc.get("names", []), roles=doc.get("roles", []))
+                                misuse=doc["misuse"], warnings=doc.get("warnings", []), stats=stats, events_array=ev,
+                                files=doc["files"], names=doc.get("names", []), roles=doc.get("roles", []))
         if check:
             self.raise_for_report()
         return self.report
@@ -509,15 +562,59 @@ class SimPlan:
         return self.report.events if self.report else []
 
 
-def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=None, seed: int = 0,
-            timing: bool = False, slots: int | None = None, max_events: int = MAX_EVENTS) -> SimPlan:
+def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=None, seed: int | str = 0,
+            timing: bool = False, slots: int | None = None, max_events: int = MAX_EVENTS,
+            names: tuple | None = None) -> SimPlan:
     """A simulated launch of `build`'s source (a pelib.build.Build: its source file and kernel name) with the
     same arguments a GPU launch binds (tensor maps as pelib.tma.TensorMap, tensors on the CPU, scalars).
-    The seed picks the interleaving (PELIB_SIM_SEED overrides it)."""
+    `names` are the kernel's parameter names (a report about an out-of-bounds access names its tensor). The
+    seed picks the interleaving: an integer, or 'lazy' / 'eager' (SCHEDULES; PELIB_SIM_SEED overrides it)."""
     src = getattr(build, "source", build)
     lib = stage_build(Path(src), kernel, defines)
     g = tuple(grid) + (1,) * (3 - len(tuple(grid)))
     b = tuple(block) + (1,) * (3 - len(tuple(block)))
     c = tuple(cluster) + (1,) * (3 - len(tuple(cluster)))
     return SimPlan(lib, tuple(args), g, b, c, smem, kernel, arch, defines or {}, default_seed(seed), timing, slots,
-                   max_events)
+                   max_events, names)
+
+
+_LINES: dict = {}
+
+
+def resolve_lines(records: list) -> None:
+    """Records about a plain pointer access carry the stage library and the instruction's offset ("lib", "pc"):
+    their source line from the library's line table (addr2line, binutils), written into "file" / "line" and the
+    text's @@pc@@; without addr2line the text keeps the last engine call before it."""
+    todo = [r for r in records if isinstance(r, dict) and r.get("pc") is not None and r.get("lib")]
+    for r in todo:
+        key = (r["lib"], int(r["pc"]))
+        if key not in _LINES:
+            _LINES[key] = _addr2line(*key)
+        where = _LINES[key]
+        if where:
+            r["file"], r["line"] = where
+            r["text"] = r["text"].replace("@@pc@@", f"{where[0]}:{where[1]}")
+        else:
+            r["text"] = r["text"].replace("@@pc@@", f"an instruction at {Path(r['lib']).name}+{int(r['pc']):#x}")
+    for r in records:
+        if isinstance(r, dict) and "@@pc@@" in r.get("text", ""):
+            r["text"] = r["text"].replace("@@pc@@", "an instruction")
+
+
+def _addr2line(lib: str, pc: int):
+    tool = shutil.which("addr2line")
+    if not tool:
+        return None
+    try:
+        # return addresses point after the call into the engine: the access is the instruction before
+        out = subprocess.run([tool, "-e", lib, "-i", f"{max(pc - 1, 0):#x}"], capture_output=True, text=True,
+                             timeout=30).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out:   # the innermost frame with a line (inlined building blocks first, then the stage)
+        f, _, n = line.strip().rpartition(":")
+        n = n.split(" ")[0]
+        if f and f != "??" and n.isdigit() and int(n) > 0:
+            k = f.find("src/kernels/")
+            return (f[k + len("src/kernels/"):] if k >= 0 else f), int(n)
+    return None

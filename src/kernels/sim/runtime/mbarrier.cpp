@@ -17,26 +17,35 @@ std::string bar_state(const Barrier& b) {
              (long long)b.tx);
 }
 
+// A phase completes when its pending arrivals and its tx-count are zero (PTX ISA 9.7.13.15.4): it releases
+// what its arrivals knew, and that the phase (with every TMA load counted in it) is complete.
 void bar_check_complete(Barrier& b) {
   if (b.pending == 0 && b.tx == 0) {
     b.phase++;
     b.pending = b.count;
     b.tx = 0;
+    join(b.done, b.pending_vc);
+    b.pending_vc.clear();
+    set_max(b.done, b.comp, u32(b.phase));
     wake_all(b.waiters);
   }
 }
 
-// An arrival (count 1) and/or transaction bytes on CTA c's barrier at offset off, from fiber f or an op.
-void bar_signal(Cta* c, u32 off, int arrivals, int64_t tx_add, int64_t tx_done, Site s, Fiber* f, const char* what) {
+// An arrival (count 1) and/or transaction bytes on CTA c's barrier at offset off, from fiber f or an op; an
+// arrival releases `rel` (the arriving thread's clock, or a commit's).
+void bar_signal(Cta* c, u32 off, int arrivals, int64_t tx_add, int64_t tx_done, Site s, Fiber* f, const char* what,
+                const Clock* rel) {
   if (c->exited) {
     misuse(fmt("%s on the mbarrier at 0x%x of CTA %d, which has already exited (a peer arrives after its "
-               "partner left: keep both CTAs alive with a cluster barrier before exit)", what, off, c->id), s, f);
+               "partner left, in shared memory that is gone: CUDA C++ Programming Guide, distributed shared memory; "
+               "keep both CTAs alive with a cluster barrier before exit)", what, off, c->id), s, f);
     return;
   }
   Barrier* b = find_bar(c, off);
   if (!b || !b->init) {
-    misuse(fmt("%s on shared offset 0x%x of CTA %d, which holds no initialized mbarrier (mbarrier.init first, "
-               "then fence.mbarrier_init and a CTA or cluster barrier before anyone signals it)", what, off, c->id), s, f);
+    misuse(fmt("%s on shared offset 0x%x of CTA %d, which holds no initialized mbarrier (PTX ISA 9.7.13.15.9: "
+               "mbarrier.init first, then fence.mbarrier_init and a CTA or cluster barrier before anyone signals "
+               "it)", what, off, c->id), s, f);
     return;
   }
   Cta* from = f ? f->cta : (E->cur ? E->cur->cta : nullptr);
@@ -45,15 +54,19 @@ void bar_signal(Cta* c, u32 off, int arrivals, int64_t tx_add, int64_t tx_done, 
   b->tx -= tx_done;
   if (arrivals) {
     if (b->pending <= 0) {
-      misuse(fmt("%s on the mbarrier at 0x%x of CTA %d: more arrivals than its count %u in one phase (%s)", what,
-                 off, c->id, b->count, bar_state(*b).c_str()), s, f);
+      misuse(fmt("%s on the mbarrier at 0x%x of CTA %d: more arrivals than its count %u in one phase (%s; PTX "
+                 "ISA 9.7.13.15.1: the pending count must not go below zero)", what, off, c->id, b->count,
+                 bar_state(*b).c_str()), s, f);
       return;
     }
     b->pending -= arrivals;
+    if (rel) join(b->pending_vc, *rel);
   }
   if (b->pending == 0 && b->tx < 0) {
     misuse(fmt("%s on the mbarrier at 0x%x of CTA %d: the tx-count fell below zero with no arrival left "
-               "(more bytes completed than expect_tx announced; %s)", what, off, c->id, bar_state(*b).c_str()), s, f);
+               "(more bytes completed than expect_tx announced; %s; PTX ISA 9.7.13.15.1: the tx-count range is "
+               "-(2^20 - 1) .. 2^20 - 1 and the phase completes on pending arrivals and tx-count zero)", what, off,
+               c->id, bar_state(*b).c_str()), s, f);
     return;
   }
   bar_check_complete(*b);
@@ -88,7 +101,8 @@ void mbar_init(unsigned addr, unsigned count, const char* expr, Site s) {
   SAddr a = resolve(addr, 8, s, "mbarrier.init");
   if (a.off % 8) misuse_fatal(fmt("mbarrier.init at 0x%x: an mbarrier is 8-byte aligned", addr), s);
   if (count == 0 || count >= (1u << 20))
-    misuse_fatal(fmt("mbarrier.init with count %u: the expected arrival count is 1 .. 2^20 - 1", count), s);
+    misuse_fatal(fmt("mbarrier.init with count %u: the expected arrival count is 1 .. 2^20 - 1 (PTX ISA "
+                     "9.7.13.15.9)", count), s);
   Barrier& b = a.cta->bars[a.off];
   if (b.init && !b.waiters.empty())
     misuse_fatal(fmt("mbarrier.init at 0x%x while %zu threads wait on it", addr, b.waiters.size()), s);
@@ -96,6 +110,7 @@ void mbar_init(unsigned addr, unsigned count, const char* expr, Site s) {
   b.init = true;
   b.count = count;
   b.pending = count;
+  b.comp = new_comp(a.cta->cluster);
   a.cta->bar_name[a.off] = name_id(bar_name_of(expr ? expr : "mbarrier"));
   point(s);
 }
@@ -109,7 +124,7 @@ void mbar_inval(unsigned addr, Site s) {
 void mbar_arrive(unsigned addr, Site s) {
   SAddr a = resolve(addr, 8, s, "mbarrier.arrive");
   ev_barrier(event(EV_ARRIVE, E->cur, s), a.cta, a.off, phase_now(a.cta, a.off));
-  bar_signal(a.cta, a.off, 1, 0, 0, s, E->cur, "mbarrier.arrive");
+  bar_signal(a.cta, a.off, 1, 0, 0, s, E->cur, "mbarrier.arrive", &E->cur->vc);
   point(s);
 }
 
@@ -119,7 +134,7 @@ void mbar_expect_tx(unsigned addr, unsigned bytes, bool arrive, Site s) {
   ev_barrier(e, a.cta, a.off, phase_now(a.cta, a.off));
   e.bytes = int32_t(bytes);
   bar_signal(a.cta, a.off, arrive ? 1 : 0, bytes, 0, s, E->cur,
-             arrive ? "mbarrier.arrive.expect_tx" : "mbarrier.expect_tx");
+             arrive ? "mbarrier.arrive.expect_tx" : "mbarrier.expect_tx", &E->cur->vc);
   point(s);
 }
 
@@ -132,6 +147,7 @@ bool mbar_try_wait(unsigned addr, unsigned parity, Site s) {
   b = find_bar(a.cta, a.off);
   if (b && (b->phase & 1) != (parity & 1)) {
     b->observed = std::max(b->observed, b->phase);
+    join(E->cur->vc, b->done);
     return true;
   }
   // try_wait may suspend the thread for a while before it returns false: here, until the phase moves
@@ -146,7 +162,11 @@ bool mbar_try_wait(unsigned addr, unsigned parity, Site s) {
     block(w);
     b = find_bar(a.cta, a.off);
   }
-  return b && (b->phase & 1) != (parity & 1);
+  if (b && (b->phase & 1) != (parity & 1)) {
+    join(E->cur->vc, b->done);
+    return true;
+  }
+  return false;
 }
 
 void mbar_wait(unsigned addr, unsigned parity, unsigned tag, Site s) {
@@ -159,6 +179,7 @@ void mbar_wait(unsigned addr, unsigned parity, unsigned tag, Site s) {
   {   // the phase it waits for: the current one if its parity is the one named, else the last completed
     PeSimEvent& e = event(EV_WAIT_BEGIN, f, s);
     ev_barrier(e, a.cta, a.off, (b->phase & 1) == (parity & 1) ? int(b->phase) : int(b->phase) - 1);
+    b->waited = true;
     e.parity = int32_t(parity & 1);
     e.tag = int32_t(tag);
     if (!f->marks.empty()) f->marks.back().waited = true;
@@ -169,6 +190,7 @@ void mbar_wait(unsigned addr, unsigned parity, unsigned tag, Site s) {
     if (!b) misuse_fatal(fmt("mbarrier wait (tag %u): the barrier at 0x%x was invalidated", tag, addr), s);
     if ((b->phase & 1) != (parity & 1)) {
       b->observed = std::max(b->observed, b->phase);
+      join(f->vc, b->done);   // the observed completion and everything it released (PTX ISA 9.7.13.15.16)
       break;
     }
     b->waiters.push_back(f);

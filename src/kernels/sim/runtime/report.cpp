@@ -1,6 +1,8 @@
 // The simulator's reports: text helpers, the event log, the misuse / hazard / deadlock records, all JSON
 // through one writer (Json below), and the C ABI pelib.sim calls (pe_sim_run, pe_sim_report_json,
 // pe_sim_events, pe_sim_event_size).
+#include <dlfcn.h>
+
 #include "runtime/state.h"
 
 namespace pe_sim {
@@ -37,8 +39,19 @@ const char* short_file(const char* f) {
 std::string where(const Fiber* f, Site s) {
   if (!f) return fmt("(engine) at %s:%d", short_file(s.file), s.line);
   const Cta* c = f->cta;
-  return fmt("CTA %d (cluster %d, rank %d) warp %d lane %d [warp %d] at %s:%d", c->id, c->cluster->id, c->rank,
-             f->warp, f->lane, f->warp, short_file(s.file), s.line);
+  const std::string at = E && E->raw_pc ? fmt("@@pc@@ (after %s:%d)", short_file(s.file), s.line)
+                                        : fmt("%s:%d", short_file(s.file), s.line);
+  return fmt("CTA %d (cluster %d, rank %d) warp %d lane %d [warp %d] at %s", c->id, c->cluster->id, c->rank,
+             f->warp, f->lane, f->warp, at.c_str());
+}
+
+// The stage library and the offset of the instruction at pc (pelib.sim turns it into a source line).
+Json pc_fields(uintptr_t pc) {
+  Json o;
+  Dl_info di{};
+  if (pc && dladdr(reinterpret_cast<void*>(pc), &di) && di.dli_fname)
+    o.put("lib", di.dli_fname).unum("pc", pc - uintptr_t(di.dli_fbase));
+  return o;
 }
 
 // ---- the one JSON writer ------------------------------------------------------------------------------
@@ -79,6 +92,7 @@ std::string record(const std::string& text, const Fiber* f, Site s, const Json& 
     o.put("role", fmt("warp %d", f->warp));
   }
   o.put("file", short_file(s.file)).num("line", s.line);
+  if (E && E->raw_pc) o.merge(pc_fields(E->raw_pc));
   return o.merge(extra).str();
 }
 
@@ -96,8 +110,9 @@ void misuse(const std::string& what, Site s, Fiber* f) {
   misuse(what, s);
   abort_fiber();
 }
-void hazard(const std::string& what, Site s, Fiber* f) {
-  add_record(E->rep.hazards, E->rep.hazards_total, record(what + " — " + where(f, s), f, s));
+// Legal but suspicious: reported, never a reason to stop the run.
+void warning(const std::string& what, Site s, Fiber* f) {
+  add_record(E->rep.warnings, E->rep.warnings_total, record(what + " — " + where(f, s), f, s));
 }
 
 void deadlock_report() {
@@ -190,6 +205,7 @@ std::string report_json(bool ok) {
   Json o;
   o.put("ok", ok).raw("deadlock", jarr(E->rep.deadlock)).raw("hazards", jarr(E->rep.hazards));
   o.raw("misuse", jarr(E->rep.misuse)).unum("hazards_total", E->rep.hazards_total);
+  o.raw("warnings", jarr(E->rep.warnings)).unum("warnings_total", E->rep.warnings_total);
   o.unum("misuse_total", E->rep.misuse_total).unum("records_cap", Report::MAX_RECORDS);
   o.raw("files", jstrs(E->files)).raw("names", jstrs(E->names)).raw("roles", roles_json()).put("events_truncated", E->events_truncated).unum("steps", E->steps);
   o.unum("switches", E->switches).unum("ops", E->ops_done).num("p_async", E->p_async).num("p_yield", E->p_yield);

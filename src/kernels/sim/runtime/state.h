@@ -1,18 +1,6 @@
-// The simulator engine's state: the C ABI records (PeSimEvent, PeSimLaunch), the machine (fibers, CTAs,
-// clusters, barriers, warp collectives, warpgroups, the asynchronous operation queue) and the declarations
-// every part of the engine shares. The engine is one translation unit (pelib.sim builds runtime/*.cpp by
-// #include, in RUNTIME_SOURCES order), so the anonymous namespace below is shared by all of its files:
-//   engine.cpp    scheduler, asynchronous queue (new_op / submit), launch and lifecycle, exit checks
-//   events.cpp    the event log in the stage's terms (barrier names, phases, ops; roles, tiles, slots,
-//                 accumulators from the stage's phase marks)
-//   report.cpp    text, reports (misuse, hazard, deadlock) through one JSON writer, the C ABI
-//   sync.cpp      identity, warp collectives, named and cluster barriers   (twin: common/cluster.cuh)
-//   mbarrier.cpp  mbarrier phases                                          (twin: common/mbarrier.cuh)
-//   tma.cpp       TMA loads and stores, bulk groups, the proxy fence       (twin: common/tma.cuh)
-//   wgmma.cpp     wgmma and its groups                                     (twin: common/wgmma.cuh)
-//   tcgen05.cpp   TMEM, tcgen05.mma / cp / commit / ld                     (twin: common/tcgen05.cuh)
-//   memory.cpp    plain global and shared loads and stores, clocks         (twin: common/memory.cuh, clock.cuh)
-// The data paths are the pure models of ../model/.
+// The simulator engine's state: the C ABI records (PeSimEvent, PeSimLaunch, PeSimRange), the machine (fibers,
+// CTAs, clusters, barriers, warp collectives, warpgroups, the asynchronous operation queue, the happens-before
+// clocks and shadows) and the declarations every file of the engine shares (runtime/engine.cpp lists them).
 #pragma once
 #include <sys/mman.h>
 
@@ -80,11 +68,23 @@ struct PeSimLaunch {
   void** entries;         // per slot: void (*)(void** args)
   void** windows;         // per slot: void (*)(void** base, uint64_t* size, uint64_t* dyn_off)
   void** args;            // the kernel's arguments (pointers to their values)
-  int32_t nranges;        // global memory the kernel may touch: [ptr, ptr + len) pairs
-  const uint64_t* ranges;
+  int32_t nranges;        // global memory the kernel may touch: the tensors bound to its parameters
+  const struct PeSimRange* ranges;
   int64_t max_events;
   uint64_t stack_bytes;   // per fiber
   uint64_t max_steps;     // scheduler steps before the run is reported as not finishing (0: no limit)
+  int32_t schedule;       // 0: random (from the seed), 1: lazy (asynchronous operations complete as late as
+                          // allowed), 2: eager (as soon as issued)
+  int32_t pad;
+  uint64_t max_spin;      // loads of memory by one thread between two scheduling points before it is a hang
+};
+
+// A tensor the kernel may touch: [base, base + bytes), its parameter's name, element size and shape.
+struct PeSimRange {
+  uint64_t base, bytes;
+  const char* name;
+  uint32_t elem, ndim;
+  uint64_t shape[4];
 };
 namespace pe_sim {
 namespace {
@@ -97,6 +97,31 @@ struct Cta;
 struct Cluster;
 struct Fiber;
 struct Op;
+
+// ---- happens-before (runtime/order.cpp) ----------------------------------------------------------------
+// A thread's vector clock over its cluster's components: one per mbarrier (phases completed), per thread's
+// tcgen05 stream and bulk-store groups, per warpgroup's wgmma stream, per warp's tcgen05.ld stream, and per
+// thread that writes shared memory (its fence.proxy.async count). An asynchronous access is known complete
+// to a thread whose clock has its component at or past its epoch.
+using Clock = std::vector<uint32_t>;
+enum AccessKind : uint8_t { AK_NONE, AK_TMA_LOAD, AK_TMA_STORE, AK_WGMMA, AK_MMA, AK_CP, AK_LD };
+struct Access {
+  uint32_t comp = 0, epoch = 0;   // epoch 0: none
+  uint32_t op = 0;                // the operation (Engine::ops), for the report
+  uint8_t kind = AK_NONE;
+};
+struct SChunk {                   // per 16 B of a CTA's shared window
+  Access w;                       // the last asynchronous write
+  Access r[3];                    // asynchronous reads since it
+};
+struct GWord {                    // per 4 B of a CTA's shared window: the last generic write
+  uint32_t writer = 0;            // fiber id + 1
+  uint32_t fences = 0;            // the writer's fence.proxy.async count at the write
+};
+struct TCell {                    // per TMEM lane quarter and column
+  Access w;
+  Access r[2];
+};
 
 enum class FS : uint8_t { New, Ready, Blocked, Done };
 
@@ -137,7 +162,6 @@ struct Fiber {
     Cta* cta;
     u32 off, n;
     u64 op;
-    std::vector<uint8_t> snap;   // the source bytes when the store was issued
     Site site;
   };
   std::unordered_map<u64, std::vector<StoreRec>> bulk_stores;   // group -> its stores (until retired)
@@ -148,7 +172,11 @@ struct Fiber {
     u32 lane0, col0, ncols;
   };
   std::vector<PendingLd> lds;
-  u64 last_proxy_fence = 0;          // E->wseq of this thread's last fence.proxy.async
+  Clock vc;                          // what this thread knows has happened (happens-before)
+  uint32_t fence_comp = 0, fences = 0;   // its fence.proxy.async component and count
+  uint32_t tc_comp = 0, tc_issued = 0;   // its tcgen05 stream: component and ops issued
+  uint32_t bulk_comp = 0;                // its bulk-store groups (epoch: group + 1)
+  u64 spin = 0;                          // loads of memory since its last scheduling point
   // the stage's phase marks (common/timing.cuh's twin): each timing_now() stamp, and whether an mbarrier
   // wait of this thread began after it (a wait the stage brackets with two stamps)
   struct Mark {
@@ -169,6 +197,9 @@ struct Barrier {
   u64 observed = 0; // completed phases a wait of this CTA has seen
   u64 remote_gen = 0;   // cluster barrier generation + 1 of the last signal from a peer CTA
   std::vector<Fiber*> waiters;
+  uint32_t comp = 0;    // happens-before: its component (phases completed)
+  Clock pending_vc, done;  // the arrivals' clocks of the current phase; what its completed phases released
+  bool waited = false;  // a wait on it ever began (an armed barrier nobody waits on is only a warning)
 };
 
 struct NamedBar {
@@ -176,6 +207,7 @@ struct NamedBar {
   u32 arrived = 0;
   u64 gen = 0;
   std::vector<Fiber*> waiters;
+  Clock acc;            // the arrivals' clocks of this generation
 };
 
 struct WarpColl {
@@ -194,6 +226,9 @@ struct WarpColl {
   int cg = 0;
   u32 a0 = 0, a1 = 0;
   std::vector<u32> words;   // tcgen05.ld: the warp's rows, filled by the last lane to arrive
+  Clock acc;                // __syncwarp: the lanes' clocks
+  uint32_t ld_comp = 0, ld_issued = 0;   // the warp's tcgen05.ld stream
+  bool ld_hazard = false;   // one report per tcgen05.ld
 };
 
 struct WgOp {
@@ -211,6 +246,7 @@ struct WarpGroup {
   u64 base = 0;                // index of forming.front()
   u64 done = 0;                // ops completed (they complete in order)
   std::vector<Fiber*> waiters;
+  uint32_t comp = 0;           // happens-before: its wgmma stream (epoch: op index + 1)
 };
 
 struct Range {
@@ -251,15 +287,14 @@ struct Cta {
   std::vector<TmemAlloc> allocs;
   bool relinquished = false;
   std::vector<Fiber*> alloc_waiters;
-  std::vector<Range> reads, writes;      // in-flight async reads / writes of shared memory
-  std::vector<Range> tmem_writes;        // in-flight MMA writes of TMEM: lo/hi = columns, lanes in what
   u64 clock = 0;
   int pending_ops = 0;                   // queued async ops that touch this CTA
-  std::vector<u32> chunk_writer;         // per 16 B of the window: fiber id + 1 of its last st.shared (0: none)
-  std::vector<u64> chunk_seq;            // ... and when (E->wseq)
   std::vector<u64> tc_from;              // per peer rank: cluster barrier generation + 1 of its last
                                          // tcgen05 op on this CTA (cta_group::2 MMA / cp, commit multicast)
   std::unordered_map<u32, int> bar_name; // barrier offset -> name id (its mbarrier_init's expression)
+  std::vector<SChunk> sh;                // happens-before shadows of its shared window and TMEM
+  std::vector<GWord> gw;
+  std::vector<TCell> tsh;
   std::vector<uint8_t> warp_roles;       // per warp: the PhaseRole bits its phase marks named
 };
 
@@ -270,6 +305,8 @@ struct Cluster {
   u32 bar_arrived = 0;
   std::vector<Fiber*> bar_waiters;
   int live_threads = 0;
+  uint32_t ncomp = 1;   // happens-before components allocated (0: none)
+  Clock bar_acc, bar_done;   // the cluster barrier: arrivals of this generation, the last one's
 };
 
 struct Op {
@@ -287,8 +324,8 @@ struct Op {
 // and count them all (the report says so: hazards_total, misuse_total, records_cap).
 struct Report {
   static constexpr size_t MAX_RECORDS = 50;
-  std::vector<std::string> deadlock, hazards, misuse;
-  size_t hazards_total = 0, misuse_total = 0;
+  std::vector<std::string> deadlock, hazards, misuse, warnings;
+  size_t hazards_total = 0, misuse_total = 0, warnings_total = 0;
 };
 
 // The one JSON writer of the engine (report.cpp): an object built field by field.
@@ -333,12 +370,10 @@ struct Engine {
   std::vector<std::string> files;
   std::unordered_map<const char*, int> file_ids;
   std::string report_json;
-  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
   int live_fibers = 0;
   u64 steps = 0, switches = 0, ops_done = 0;
   std::vector<uint8_t*> stacks_free;
   std::vector<Cluster*> finished;   // clusters whose CTAs all exited: slots and stacks to recycle
-  u64 wseq = 0;                     // order of st.shared writes and proxy fences
   PeSimEvent scratch{};             // where events go once the log is full
   std::vector<std::string> names;   // barrier names (the report's "names")
   std::unordered_map<std::string, int> name_ids;
@@ -353,6 +388,17 @@ struct Engine {
     Site site;
   };
   std::vector<Piece> pieces;
+  struct OpInfo {                   // every asynchronous operation, by id: what, where, by whom
+    const char* what;
+    Site site;
+    int fiber;
+  };
+  std::vector<OpInfo> ops{OpInfo{"", Site{"", 0}, -1}};
+  std::unordered_map<std::string, size_t> hazard_seen;   // one record per (site, kind); the rest counted
+  std::vector<PeSimRange> tensors;  // sorted by base
+  std::vector<std::pair<uintptr_t, uintptr_t>> code;     // the stage libraries' and the engine's segments
+  uintptr_t raw_pc = 0;             // a report about a plain access: the instruction (memory.cpp)
+  bool in_run = false;              // the fault handler is ours
 
   u32 rnd(u32 n) { return n ? u32(rng() % n) : 0; }
   bool chance(int pct) { return int(rng() % 100) < pct; }
@@ -379,7 +425,7 @@ int name_id(const std::string& n);
 int phase_now(Cta* c, u32 off);
 void misuse(const std::string& what, Site s, Fiber* f = nullptr);
 [[noreturn]] void misuse_fatal(const std::string& what, Site s);
-void hazard(const std::string& what, Site s, Fiber* f = nullptr);
+void warning(const std::string& what, Site s, Fiber* f = nullptr);
 void deadlock_report();
 void make_ready(Fiber* f);
 void unready(Fiber* f);
@@ -397,16 +443,31 @@ SAddr resolve(u32 addr, u32 n, Site s, const char* what);
 u32 cta_addr(const Cta* c, u32 off);
 Op* new_op(const char* what, u64 chain, Site s);
 void submit(Op* op, std::function<void()> complete, bool sched_point = true);
-void remove_ranges(std::vector<Range>& v, u64 op);
-const Range* overlap(const std::vector<Range>& v, u32 lo, u32 hi);
-void check_proxy_fence(Cta* c, u32 lo, u32 hi, const char* reader, Site s);
 Barrier* find_bar(Cta* c, u32 off);
 std::string bar_state(const Barrier& b);
-void bar_signal(Cta* c, u32 off, int arrivals, int64_t tx_add, int64_t tx_done, Site s, Fiber* f, const char* what);
+void bar_signal(Cta* c, u32 off, int arrivals, int64_t tx_add, int64_t tx_done, Site s, Fiber* f, const char* what,
+                const Clock* rel = nullptr);
 template <class Fn>
 WarpColl& gather(const char* what, u32 mask, Site s, Fn&& fn);
 void run_loop();
 void run_launch(const PeSimLaunch* L);
+void named_bar_complete(NamedBar& nb);
+void cluster_bar_complete(Cluster* cl);
+void faults_on();
+void faults_off();
+std::vector<std::pair<uintptr_t, uintptr_t>> loaded_segments();
+// happens-before (order.cpp)
+u32 new_comp(Cluster* cl);
+u32 at(const Clock& c, u32 k);
+void set_max(Clock& c, u32 k, u32 v);
+void join(Clock& a, const Clock& b);
+u32 op_info(const char* what, Site s, Fiber* f, u64 id);
+void async_write(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
+void async_read(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
+void generic_access(Cta* c, u32 off, u32 n, bool write, Fiber* f, Site s);
+void tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
+bool tmem_read(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, const Clock& vc, Fiber* by, Site s, bool report);
+std::string tmem_busy(Cta* c, u32 lo, u32 hi, const Clock& vc);
 
 }  // namespace
 }  // namespace pe_sim

@@ -75,15 +75,37 @@ unsigned mapa(unsigned addr, unsigned rank, Site s) {
 
 void yield(Site s) { point(s); }
 
+namespace {
+// A named barrier's generation completes: its waiters learn what every arrival knew (PTX ISA 9.7.13.1:
+// bar.arrive releases, bar.sync / bar.red wait and acquire).
+void named_bar_complete(NamedBar& nb) {
+  nb.arrived = 0;
+  nb.gen++;
+  for (Fiber* g : nb.waiters) join(g->vc, nb.acc);
+  nb.acc.clear();
+  wake_all(nb.waiters);
+}
+
+// The cluster barrier's generation completes (PTX ISA 9.7.13.4: arrive.release, wait.acquire).
+void cluster_bar_complete(Cluster* cl) {
+  cl->bar_arrived = 0;
+  cl->bar_gen++;
+  cl->bar_done = cl->bar_acc;
+  cl->bar_acc.clear();
+  wake_all(cl->bar_waiters);
+}
+}  // namespace
+
 void syncthreads(Site s) { named_bar(0, 0, true, s); }
 
 void named_bar(unsigned id, unsigned count, bool wait, Site s) {
   Fiber* f = E->cur;
   Cta* c = f->cta;
-  if (id > 15) misuse_fatal(fmt("bar.sync %u: named barriers are 0..15", id), s);
+  if (id > 15) misuse_fatal(fmt("bar.sync %u: named barriers are 0..15 (PTX ISA 9.7.13.1)", id), s);
   const bool all = count == 0;   // __syncthreads / bar.sync 0 without a count: every live thread
   if (!all && (count % 32 || count == 0))
-    misuse_fatal(fmt("bar.sync %u, %u: the thread count must be a non-zero multiple of 32", id, count), s);
+    misuse_fatal(fmt("bar.sync %u, %u: the thread count must be a non-zero multiple of 32 (PTX ISA 9.7.13.1)", id,
+                     count), s);
   NamedBar& nb = c->nbar[id];
   const u32 need = all ? u32(c->live) : count;
   if (nb.arrived && nb.count != need && !all)
@@ -91,12 +113,12 @@ void named_bar(unsigned id, unsigned count, bool wait, Site s) {
                      nb.arrived, nb.count), s);
   nb.count = need;
   nb.arrived++;
+  join(nb.acc, f->vc);
   event(EV_BAR_SYNC, f, s).tag = int32_t(id);   // the named barrier's id
   const u64 gen = nb.gen;
   if (nb.arrived >= need) {
-    nb.arrived = 0;
-    nb.gen++;
-    wake_all(nb.waiters);
+    if (wait) join(f->vc, nb.acc);
+    named_bar_complete(nb);
     point(s);
     return;
   }
@@ -115,7 +137,14 @@ void named_bar(unsigned id, unsigned count, bool wait, Site s) {
 }
 
 void syncwarp(unsigned mask, Site s) {
-  gather("__syncwarp", mask, s, [](WarpColl&, int, bool) {});
+  // bar.warp.sync orders the memory accesses of the lanes that take part (PTX ISA 9.7.13.2)
+  gather("__syncwarp", mask, s, [](WarpColl& w, int, bool last) {
+    join(w.acc, E->cur->vc);
+    if (!last) return;
+    for (Fiber* g : w.waiters) join(g->vc, w.acc);
+    join(E->cur->vc, w.acc);
+    w.acc.clear();
+  });
 }
 
 unsigned shfl_xor(unsigned mask, unsigned v, int lane_mask, int width, Site s) {
@@ -157,12 +186,9 @@ void cluster_barrier_arrive(bool, Site s) {
   f->cluster_arrived = true;
   f->cluster_arrive_gen = cl->bar_gen;
   cl->bar_arrived++;
+  join(cl->bar_acc, f->vc);
   event(EV_CLUSTER_SYNC, f, s);
-  if (cl->bar_arrived >= u32(cl->live_threads)) {
-    cl->bar_arrived = 0;
-    cl->bar_gen++;
-    wake_all(cl->bar_waiters);
-  }
+  if (cl->bar_arrived >= u32(cl->live_threads)) cluster_bar_complete(cl);
   point(s);
 }
 
@@ -178,6 +204,7 @@ void cluster_barrier_wait(Site s) {
     block(w);
   }
   f->cluster_arrived = false;
+  join(f->vc, cl->bar_done);
   point(s);
 }
 

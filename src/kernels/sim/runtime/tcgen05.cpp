@@ -23,6 +23,12 @@ UmmaCta umma_cta(Cta* c) {
 }
 
 u64 tc_chain(Fiber* f) { return (4ull << 60) | u64(f->id); }
+
+// The next operation of this thread's tcgen05 stream (known complete through a commit's mbarrier phase).
+Access tc_access(Fiber* f, u64 op, AccessKind kind) {
+  if (!f->tc_comp) f->tc_comp = new_comp(f->cta->cluster);
+  return Access{f->tc_comp, ++f->tc_issued, u32(op), kind};
+}
 }  // namespace
 
 void tc_alloc(int cg, unsigned dst, unsigned ncols, Site s) {
@@ -64,10 +70,11 @@ void tc_dealloc(int, unsigned taddr, unsigned ncols, Site s) {
   const u32 col = taddr & 0xFFFF;
   for (size_t i = 0; i < c->allocs.size(); ++i)
     if (c->allocs[i].col0 == col && c->allocs[i].ncols == ncols) {
-      for (const Range& r : c->tmem_writes)
-        if (r.lo < col + ncols && col < r.hi)
-          misuse_fatal(fmt("tcgen05.dealloc of columns %u..%u while %s issued at %s:%d still writes them", col,
-                           col + ncols - 1, r.what, short_file(r.site.file), r.site.line), s);
+      const std::string busy = tmem_busy(c, col, col + ncols, f->vc);
+      if (!busy.empty())   // PTX ISA 9.7.16.7.1: freed columns must no longer be accessed
+        misuse_fatal(fmt("tcgen05.dealloc of columns %u..%u while %s: the columns are freed before this thread "
+                         "knows the operation is done with them (PTX ISA 9.7.16.7.1)", col, col + ncols - 1,
+                         busy.c_str()), s);
       c->allocs.erase(c->allocs.begin() + long(i));
       event(EV_TMEM_DEALLOC, f, s).bytes = int32_t(ncols * TMEM_LANES * 4);
       wake_all(c->alloc_waiters);
@@ -107,39 +114,21 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
   op->touches = pair;
   const u64 oid = op->id;
   const u32 col = d & 0xFFFF;
+  const Access acc = tc_access(f, oid, AK_MMA);
   for (Cta* p : pair) {
-    for (auto r : {ra, rb}) {
-      if (const Range* w = overlap(p->writes, r.first, r.second))
-        hazard(fmt("tcgen05.mma reads [0x%x, 0x%x) of CTA %d while %s issued at %s:%d has not landed there "
-                   "(operand read before its TMA completed)", r.first, r.second, p->id, w->what,
-                   short_file(w->site.file), w->site.line), s, f);
-      check_proxy_fence(p, r.first, r.second, "a tcgen05.mma", s);
-      p->reads.push_back(Range{r.first, r.second, oid, "a tcgen05.mma", s});
+    for (auto r : {ra, rb}) async_read(p, r.first, r.second, acc, f, s);
+    if (kind == UMMA_KIND_MXF4NVF4) {   // the scale factors, 4 columns each in every lane (model/umma.h)
+      tmem_read(p, 0xF, sfa & 0xFFFF, (sfa & 0xFFFF) + 4, acc, f->vc, f, s, true);
+      tmem_read(p, 0xF, sfb & 0xFFFF, (sfb & 0xFFFF) + 4, acc, f->vc, f, s, true);
     }
-    p->tmem_writes.push_back(Range{col, col + id.n, oid, "a tcgen05.mma", s});
+    tmem_write(p, 0xF, col, col + id.n, acc, f, s);   // D: 128 lanes x N columns per CTA
   }
   for (Cta* p : pair) note_tc_remote(c, p);
   event(EV_MMA, f, s, nullptr, oid);
-  submit(op, [kind, cg, d, a, b, idesc, sfa, sfb, accumulate, pair, oid, col, n = id.n, s]() {
-    for (Cta* p : pair) {
-      remove_ranges(p->reads, oid);
-      remove_ranges(p->tmem_writes, oid);
-    }
+  submit(op, [kind, cg, d, a, b, idesc, sfa, sfb, accumulate, pair, oid, s]() {
     std::vector<UmmaCta> us;
     for (Cta* p : pair) us.push_back(umma_cta(p));
     umma_mma(kind, cg, us.data(), d, a, b, idesc, accumulate != 0, sfa, sfb);
-    // a tcgen05.ld that has not been waited for must not see this write
-    [&] {
-      for (Cta* p : pair)
-        for (Fiber* g : p->fibers)
-          for (auto& ld : g->lds)
-            if (ld.col0 < col + n && col < ld.col0 + ld.ncols) {
-              hazard(fmt("TMEM columns %u..%u written by a tcgen05.mma while a tcgen05.ld of them by warp %d is "
-                         "not yet waited for (accumulator released before tcgen05.wait::ld)", col, col + n - 1,
-                         g->warp), s);
-              return;
-            }
-    }();
     event(EV_MMA_DONE, nullptr, s, pair[0], oid);
   });
 }
@@ -160,10 +149,14 @@ void tc_commit(int cg, unsigned bar, unsigned mask, bool multicast, Site s) {
   Op* op = new_op("tcgen05.commit", tc_chain(f), s);
   for (auto& t : targets) op->touches.push_back(t.first);
   ev_barrier(event(EV_COMMIT, f, s, nullptr, op->id), targets[0].first, off, -1);
-  submit(op, [targets, s, id = op->id]() {
+  // PTX ISA 9.7.16.11.1: the arrive comes once every earlier tcgen05 op of this thread is complete, so whoever
+  // observes that phase knows them complete (and what this thread knew when it committed)
+  Clock rel = f->vc;
+  if (f->tc_comp) set_max(rel, f->tc_comp, f->tc_issued);
+  submit(op, [targets, s, id = op->id, rel]() {
     for (auto& t : targets) {
       ev_barrier(event(EV_ARRIVE, nullptr, s, t.first, id), t.first, t.second, phase_now(t.first, t.second));
-      bar_signal(t.first, t.second, 1, 0, 0, s, nullptr, "tcgen05.commit arrive");
+      bar_signal(t.first, t.second, 1, 0, 0, s, nullptr, "tcgen05.commit arrive", &rel);
     }
   });
 }
@@ -172,12 +165,21 @@ void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site s) {
   Fiber* f = E->cur;
   Cta* c = f->cta;
   std::string err;
+  const u32 col = taddr & 0xFFFF, lane0 = taddr >> 16;
   WarpColl& wc = gather("tcgen05.ld.32x32b", 0xFFFFFFFFu, s, [&](WarpColl& w, int l, bool last) {
     if (!last) {
-      if (w.arrived == (1u << l)) w.taddr = taddr, w.x = x, w.a0 = 0;
+      if (w.arrived == (1u << l)) w.taddr = taddr, w.x = x, w.a0 = 0, w.ld_hazard = false;
       else if (w.taddr != taddr || w.x != x) w.a0 = 1;   // lanes disagree on the address or the width
+      // every lane reads what it knows has been written (one report per tcgen05.ld)
+      if (!w.ld_hazard && !tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{}, E->cur->vc, E->cur, s,
+                                     true))
+        w.ld_hazard = true;
       return;
     }
+    if (!w.ld_comp) w.ld_comp = new_comp(c->cluster);
+    ++w.ld_issued;   // read until tcgen05.wait::ld of the warp (PTX ISA 9.7.16.8.5)
+    tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{w.ld_comp, w.ld_issued, 0, AK_LD}, E->cur->vc,
+              E->cur, s, false);
     if (w.taddr != taddr || w.x != x) w.a0 = 1;
     w.a1 = 0;
     w.words.assign(size_t(32) * x, 0);
@@ -190,16 +192,7 @@ void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site s) {
   });
   if (wc.a0) misuse_fatal("tcgen05.ld.sync.aligned: the lanes of the warp give different addresses or widths", s);
   if (wc.a1) misuse_fatal(err.empty() ? std::string("tcgen05.ld outside the TMEM allocation or lane quarter") : err, s);
-  const u32 col = taddr & 0xFFFF, lane0 = taddr >> 16;
-  if (f->lane == 0) {
-    for (const Range& r : c->tmem_writes)
-      if (r.lo < col + u32(x) && col < r.hi) {
-        hazard(fmt("tcgen05.ld of TMEM columns %u..%u while %s issued at %s:%d still writes them (read before the "
-                   "MMA's commit was waited for)", col, col + x - 1, r.what, short_file(r.site.file), r.site.line), s, f);
-        break;
-      }
-    event(EV_TMEM_LD, f, s).bytes = int32_t(32 * x * 4);
-  }
+  if (f->lane == 0) event(EV_TMEM_LD, f, s).bytes = int32_t(32 * x * 4);
   Fiber::PendingLd p;
   p.regs = regs;
   p.vals.assign(wc.words.begin() + size_t(f->lane) * x, wc.words.begin() + size_t(f->lane + 1) * x);
@@ -215,6 +208,8 @@ void tc_wait_ld(Site s) {
   Fiber* f = E->cur;
   for (auto& p : f->lds) std::memcpy(p.regs, p.vals.data(), p.vals.size() * 4);
   f->lds.clear();
+  const WarpColl& wc = f->cta->warps[size_t(f->warp)];
+  set_max(f->vc, wc.ld_comp, wc.ld_issued);   // every earlier tcgen05.ld of the warp is complete
 }
 
 void tc_wait_st(Site s) { aligned_op("tcgen05.wait::st", s); }
@@ -236,17 +231,16 @@ void tc_cp_32x128b_warpx4(int cg, unsigned taddr, uint64_t desc, Site s) {
   Op* op = new_op("tcgen05.cp", tc_chain(f), s);
   op->touches = pair;
   const u64 oid = op->id;
+  const Access acc = tc_access(f, oid, AK_CP);
+  const u32 col = taddr & 0xFFFF;
   for (Cta* p : pair) {
-    check_proxy_fence(p, r.first, r.second, "a tcgen05.cp", s);
-    p->reads.push_back(Range{r.first, r.second, oid, "a tcgen05.cp", s});
+    async_read(p, r.first, r.second, acc, f, s);
+    tmem_write(p, 0xF, col, col + 4, acc, f, s);   // 32 rows x 128 bits, into each of the 4 lane quarters
     note_tc_remote(c, p);
   }
   event(EV_TMEM_CP, f, s, nullptr, oid).bytes = 32 * 16;   // 32 rows of 128 bits (copied to 4 lane quarters)
-  submit(op, [pair, taddr, desc, oid]() {
-    for (Cta* p : pair) {
-      remove_ranges(p->reads, oid);
-      tmem_cp_32x128b_warpx4(umma_cta(p), taddr, desc);
-    }
+  submit(op, [pair, taddr, desc]() {
+    for (Cta* p : pair) tmem_cp_32x128b_warpx4(umma_cta(p), taddr, desc);
   });
 }
 

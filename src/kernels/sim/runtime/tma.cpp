@@ -70,12 +70,10 @@ void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, i
     if (d.bar_cta != d.cta) op->touches.push_back(d.bar_cta);
   }
   const u64 id = op->id;
-  for (auto& d : dests) {
-    if (const Range* r = overlap(d.cta->reads, dst_off, dst_off + g.footprint))
-      hazard(fmt("TMA load into [0x%x, 0x%x) of CTA %d issued while %s issued at %s:%d still reads [0x%x, 0x%x) "
-                 "(the slot is refilled before its reader finished)", dst_off, dst_off + g.footprint, d.cta->id, r->what,
-                 short_file(r->site.file), r->site.line, r->lo, r->hi), s, f);
-    d.cta->writes.push_back(Range{dst_off, dst_off + g.footprint, id, "a TMA load", s});
+  for (auto& d : dests) {   // known landed to whoever observes the phase of its barrier its bytes count in
+    const Barrier* b = find_bar(d.bar_cta, bar_off);
+    const Access a{b ? b->comp : 0, b ? u32(b->phase) + 1 : 0, u32(id), AK_TMA_LOAD};
+    async_write(d.cta, dst_off, dst_off + g.footprint, a, f, s);
   }
   {
     PeSimEvent& e = event(EV_TMA_LOAD, f, s, nullptr, id);
@@ -85,15 +83,11 @@ void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, i
   submit(op, [m, cs, ncoords, dst_off, bar_off, dests, g, id, s]() {
     for (const Dest& d : dests) {
       Cta* c = d.cta;
-      remove_ranges(c->writes, id);
       if (c->exited) {
-        misuse(fmt("a TMA load lands in CTA %d after it exited", c->id), s);
+        misuse(fmt("a TMA load lands in CTA %d after it exited (CUDA C++ Programming Guide, distributed shared "
+                   "memory: a block's shared memory must outlive every access to it)", c->id), s);
         continue;
       }
-      if (const Range* r = overlap(c->reads, dst_off, dst_off + g.footprint))
-        hazard(fmt("shared memory [0x%x, 0x%x) of CTA %d written by a TMA load while %s issued at %s:%d still "
-                   "reads [0x%x, 0x%x)", dst_off, dst_off + g.footprint, c->id, r->what, short_file(r->site.file),
-                   r->site.line, r->lo, r->hi), s);
       tma_load_box(m, cs, ncoords, c->win, c->dyn_off + c->dyn_size, 0, dst_off);
       PeSimEvent& e = event(EV_TMA_LOAD_DONE, nullptr, s, c, id);
       ev_barrier(e, d.bar_cta, bar_off, phase_now(d.bar_cta, bar_off));
@@ -124,12 +118,12 @@ void tma_store(const void* tmap, unsigned src, const int* coords, int ncoords, S
   const u64 id = op->id;
   const u32 off = a.off;
   Cta* c = a.cta;
-  check_proxy_fence(c, off, off + g.footprint, "a TMA store", s);
-  c->reads.push_back(Range{off, off + g.footprint, id, "a TMA store", s});
   const u64 group = f->bulk_open_group;
+  if (!f->bulk_comp) f->bulk_comp = new_comp(c->cluster);
+  // its source is read until cp.async.bulk.wait_group.read retires its group (PTX ISA 9.7.9.26)
+  async_read(c, off, off + g.footprint, Access{f->bulk_comp, u32(group) + 1, u32(id), AK_TMA_STORE}, f, s);
   f->bulk_pending[group]++;
-  f->bulk_stores[group].push_back(
-      Fiber::StoreRec{c, off, g.footprint, id, std::vector<uint8_t>(c->win + off, c->win + off + g.footprint), s});
+  f->bulk_stores[group].push_back(Fiber::StoreRec{c, off, g.footprint, id, s});
   event(EV_TMA_STORE, f, s, nullptr, id).bytes = int32_t(g.footprint);
   submit(op, [m, cs, ncoords, c, off, f, group, s, id, bytes = g.footprint]() {
     tma_store_box(m, cs, ncoords, c->win, c->dyn_off + c->dyn_size, 0, off);
@@ -158,24 +152,22 @@ void bulk_wait(int n, bool, Site s) {
     w.site = s;
     block(w);
   }
-  // retire them: until now their sources could still be read, so a write to them before this point was a race
+  // retire them: this thread now knows their sources are read (and may tell others)
   while (f->bulk_committed.size() > size_t(n)) {
     const u64 g = f->bulk_committed.front();
     f->bulk_committed.pop_front();
     f->bulk_pending.erase(g);
-    for (auto& r : f->bulk_stores[g]) {
-      remove_ranges(r.cta->reads, r.op);
-      if (std::memcmp(r.snap.data(), r.cta->win + r.off, r.n) != 0)
-        hazard(fmt("shared memory [0x%x, 0x%x) of CTA %d, the source of a TMA store issued at %s:%d, was written "
-                   "before cp.async.bulk.wait_group.read retired the store (staging buffer reused before the "
-                   "store read it)", r.off, r.off + r.n, r.cta->id, short_file(r.site.file), r.site.line), s, f);
-    }
     f->bulk_stores.erase(g);
+    set_max(f->vc, f->bulk_comp, u32(g) + 1);
   }
 }
 
+// PTX ISA 9.7.12.4 fence.proxy.async: this thread's earlier generic-proxy writes become visible to the async
+// proxy (to operations issued by threads that know of this fence).
 void fence_proxy_async(Site s) {
-  E->cur->last_proxy_fence = ++E->wseq;
+  Fiber* f = E->cur;
+  ++f->fences;
+  set_max(f->vc, f->fence_comp, f->fences);
   point(s);
 }
 

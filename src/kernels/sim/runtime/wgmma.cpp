@@ -27,6 +27,7 @@ void wgmma_wait(int n, Site s) {
              "warpgroup's 4 warps never starts)";
     block(w);
   }
+  set_max(f->vc, wg.comp, u32(need));   // this thread knows its first `need` wgmma ops are complete
 }
 
 namespace {
@@ -79,16 +80,13 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
     Op* op = new_op("wgmma.mma_async", (3ull << 60) | (u64(c->id) << 8) | wgi, s);
     op->touches.push_back(c);
     const u64 id = op->id;
-    for (auto r : {ra, rb}) {
-      if (const Range* w = overlap(c->writes, r.first, r.second))
-        hazard(fmt("wgmma reads [0x%x, 0x%x) while %s issued at %s:%d has not landed there (operand read before "
-                   "its TMA completed)", r.first, r.second, w->what, short_file(w->site.file), w->site.line), s, f);
-      check_proxy_fence(c, r.first, r.second, "a wgmma.mma_async", s);
-      c->reads.push_back(Range{r.first, r.second, id, "a wgmma.mma_async", s});
-    }
+    if (!wg.comp) wg.comp = new_comp(c->cluster);
+    // its operands are read until a wgmma.wait_group of the issuing threads covers it (PTX ISA 9.7.15.6.3);
+    // the last thread of the warpgroup to issue it stands for the warpgroup
+    for (auto r : {ra, rb})
+      async_read(c, r.first, r.second, Access{wg.comp, u32(o->index) + 1, u32(id), AK_WGMMA}, f, s);
     event(EV_MMA, f, s, nullptr, id);
     submit(op, [o, c, id, &wg, s]() {
-      remove_ranges(c->reads, id);
       gmma_e4m3(c->win, c->dyn_off + c->dyn_size, 0, o->da, o->db, o->n, o->scale_d != 0, o->acc);
       event(EV_MMA_DONE, nullptr, s, c, id);
       wg.done++;
@@ -100,7 +98,8 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
 }
 
 void setmaxnreg(bool, unsigned regs, Site s) {
-  if (regs % 8 || regs < 24 || regs > 256) misuse_fatal(fmt("setmaxnreg %u: a multiple of 8 in 24..256", regs), s);
+  if (regs % 8 || regs < 24 || regs > 256)
+    misuse_fatal(fmt("setmaxnreg %u: a multiple of 8 in 24..256 (PTX ISA 9.7.20.9)", regs), s);
   aligned_op("setmaxnreg.sync.aligned", s);
 }
 
