@@ -17,8 +17,10 @@ T = 128          # threads per CTA
 SMEM = 4096      # dynamic shared memory of the launch
 
 
-def launch(mode: int, seed: int = 0, smem: int = SMEM, n: int | None = None, ctas: int = 2, defines=None):
-    out = torch.zeros(2 * T * ctas, dtype=torch.int32)
+def launch(mode: int, seed: int = 0, smem: int = SMEM, n: int | None = None, ctas: int = 2, defines=None,
+           view: bool = False):
+    out = torch.zeros(2 * T * ctas * (2 if view else 1), dtype=torch.int32)
+    out = out[:2 * T * ctas] if view else out   # a view into a larger buffer: the view is the tensor
     out2 = torch.zeros(16 * ctas, 64, dtype=torch.bfloat16)
     spec = tma.spec_from_tensor(out2, (16, 64), swizzle=0)
     arg_n = np.int32(n if n is not None else out.numel())
@@ -221,9 +223,10 @@ def test_raw_shared_store_outside_the_window_is_misuse_and_the_process_lives():
 def test_raw_global_store_past_a_tensor_names_it():
     """A plain pointer store one element past `out`: the report names the tensor, the element and the source
     line (the library's line table), and the run stops before the store lands."""
-    plan, out = launch(9, 0, n=2 * T * 2)
+    plan, out = launch(9, 0, n=2 * T * 2, view=True)
     with pytest.raises(sim.SimMisuse) as e:
         plan.run()
+    assert out._base[2 * T * 2] == 0   # the store never landed in the buffer behind the view
     msg = str(e.value)
     assert "out-of-bounds global access" in msg and "`out`" in msg and "element [512]" in msg, msg
     rec = e.value.report.misuse[0]
@@ -240,6 +243,37 @@ def test_a_spin_on_global_memory_is_a_hang(seed, monkeypatch):
         launch(10, seed)[0].run()
     rec = e.value.report.deadlock[0]
     assert rec["wait"] == "spin" and rec["file"].endswith("sim_engine.cu")
+
+
+def test_a_division_by_zero_is_a_report():
+    with pytest.raises(sim.SimMisuse, match="arithmetic trap"):
+        launch(14, 0, n=0)[0].run()
+    launch(14, 0, n=7)[0].run()
+
+
+def test_out_of_bounds_epilogue_is_a_report_and_the_process_lives():
+    """sm90/00 with its raw-pointer epilogue guard `row >= M` mutated to `row > M` (pelib.sim_catalog): the store
+    one row past the output is reported with the tensor, the element and the line, before it lands; the same
+    process then simulates the unmutated stage (before: a clean report, then "double free or corruption")."""
+    from pelib import sim_catalog as C
+    m = C.mutation("sm90-00-row-guard-off-by-one")
+    with C.patched(C.stage_of(m), m) as s:
+        with pytest.raises(sim.SimMisuse) as e:
+            s.run("sim", "sim", sim_seed="eager", time=False)
+    msg = str(e.value)
+    assert "out-of-bounds global access" in msg and "of `c`" in msg and "past its end" in msg, msg
+    if shutil.which("addr2line"):
+        rec = e.value.report.misuse[0]
+        assert rec["file"].endswith("00_tma_wgmma.cu"), rec
+        assert "f32x2_to_bf16x2" in s.path.read_text().splitlines()[rec["line"] - 1], rec
+    assert Stage("sm90/00_tma_wgmma").run("sim", "sim", time=False)["ok"]
+
+
+def test_capped_lists_say_so():
+    """Each race is one record per source line and kind; the report counts every instance."""
+    rep = launch(7, 0, defines={"STORE_RACE": 1})[0].run(check=False)
+    assert rep.stats["hazards_total"] > len(rep.hazards) == 1 and rep.stats["records_cap"] == 50
+    assert f"hazard ({rep.stats['hazards_total']}, the first 1 kept)" in rep.summary()
 
 
 def test_stack_overflow_is_a_report():

@@ -290,6 +290,14 @@ class SimPlan:
             else:
                 raise SimError(f"device='sim': no binding for a kernel argument of type {type(a).__name__}")
         argv = (ctypes.c_void_p * max(1, len(vals)))(*vals)
+        # one range per tensor, named by its pointer parameter where it has one (a tensor map's owner is often
+        # the same tensor, e.g. tmap_c and c)
+        own = {}
+        for r in ranges:
+            k = (r.base, r.bytes)
+            if k not in own or own[k].name.endswith(b"'s tensor"):
+                own[k] = r
+        ranges = list(own.values())
         arr = (_Range * max(1, len(ranges)))(*ranges)
         self._keep.append(arr)
         return argv, (arr, len(ranges))

@@ -20,6 +20,7 @@
 //   MODE 12 thread 0 TMA-loads 16 x 64 BF16 from out2 into shared memory and copies 8 rows into out; with
 //           EARLY_READ it reads before waiting on the load's barrier (a hazard on every schedule, landed or not)
 //   MODE 13 warning: thread 0 arms a second barrier (expect_tx) that nobody waits on and exits; the run is ok
+//   MODE 14 misuse: thread 0 divides by n (0: an arithmetic trap)
 #include "common/types.cuh"
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
@@ -122,6 +123,8 @@ extern "C" __global__ void sim_engine(const __grid_constant__ TensorMap tmap, u3
     mbarrier_wait_parity(lbar, 0, 8);
 #endif
   }
+#elif MODE == 14
+  if (t == 0) out[0] = 7u / (u32)n;
 #elif MODE == 13
   if (t == 0) {
     mbarrier_init(bar + 1, 1);

@@ -151,15 +151,17 @@ inline void raw_access(uintptr_t a, size_t n, bool write, void* pc) {
 }
 
 // ---- faults: a report, and the simulated thread abandoned ---------------------------------------------------
-struct sigaction old_segv, old_bus;
+// What a fault in a simulated thread is: a bad access, an arithmetic trap (integer division by zero), an
+// illegal instruction (__builtin_trap).
+constexpr int FAULTS[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+struct sigaction old_action[4];
 stack_t old_alt;
 alignas(16) uint8_t alt_stack[1 << 16];
 
 void on_fault(int sig, siginfo_t* si, void* uctx) {
   Fiber* f = E ? E->cur : nullptr;
   if (!f || !E->in_run) {   // not in a simulated thread: the previous handler takes it when it faults again
-    sigaction(SIGSEGV, &old_segv, nullptr);
-    sigaction(SIGBUS, &old_bus, nullptr);
+    for (int i = 0; i < 4; ++i) sigaction(FAULTS[i], &old_action[i], nullptr);
     return;
   }
   void* pc = nullptr;
@@ -173,6 +175,10 @@ void on_fault(int sig, siginfo_t* si, void* uctx) {
   if (a < st && a + 4096 >= st)
     what = fmt("the simulated thread's stack overflowed its %zu B (PELIB_SIM_STACK raises it; deep recursion or "
                "large local arrays in the stage?)", f->stack_size);
+  else if (sig == SIGFPE)
+    what = "an arithmetic trap (integer division by zero?) in the simulated thread (stopped; the host process goes on)";
+  else if (sig == SIGILL)
+    what = "an illegal instruction (a trap) in the simulated thread (stopped; the host process goes on)";
   else
     what = fmt("%s at %p in the simulated thread: an access the simulator's checks did not see (the thread is "
                "stopped; the host process goes on)", sig == SIGBUS ? "a bus error" : "a memory fault", si->si_addr);
@@ -195,15 +201,13 @@ void faults_on() {
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, &old_segv);
-  sigaction(SIGBUS, &sa, &old_bus);
+  for (int i = 0; i < 4; ++i) sigaction(FAULTS[i], &sa, &old_action[i]);
   E->in_run = true;
 }
 
 void faults_off() {
   E->in_run = false;
-  sigaction(SIGSEGV, &old_segv, nullptr);
-  sigaction(SIGBUS, &old_bus, nullptr);
+  for (int i = 0; i < 4; ++i) sigaction(FAULTS[i], &old_action[i], nullptr);
   sigaltstack(&old_alt, nullptr);
 }
 

@@ -53,6 +53,14 @@ std::string op_text(const Access& a) {
   return fmt("%s issued at %s:%d%s", o.what, short_file(o.site.file), o.site.line, who.c_str());
 }
 
+// A hint when a thread saw the phase just before the one a TMA load counts in (the load was issued after that
+// phase completed: an expect_tx short of its loads lets a phase complete without them).
+std::string short_by_one(const Clock& vc, const Access& a) {
+  if (a.kind != AK_TMA_LOAD || a.epoch < 2 || at(vc, a.comp) != a.epoch - 1) return "";
+  return fmt("; this thread saw phase %u complete, and the load was issued after that: an expect_tx short of the "
+             "bytes its loads deliver lets a phase complete without them", a.epoch - 2);
+}
+
 // What a thread needs to know before it may touch what `a` did, in the words of a report.
 const char* how_known(const Access& a) {
   switch (a.kind) {
@@ -113,7 +121,8 @@ void async_read(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s) {
     SChunk& ch = c->sh[k];
     if (!knows(by->vc, ch.w))
       race("raw", fmt("%s reads [0x%x, 0x%x) of CTA %d, which %s writes, before this thread knows it landed "
-                      "(needs %s)", E->ops[a.op].what, lo, hi, c->id, op_text(ch.w).c_str(), how_known(ch.w)), s, by);
+                      "(needs %s%s)", E->ops[a.op].what, lo, hi, c->id, op_text(ch.w).c_str(), how_known(ch.w),
+                      short_by_one(by->vc, ch.w).c_str()), s, by);
     add_read(ch.r, 3, a);
   }
   for (u32 w = lo / 4; w < (hi + 3) / 4 && w < c->gw.size(); ++w) {
@@ -135,8 +144,9 @@ void generic_access(Cta* c, u32 off, u32 n, bool write, Fiber* f, Site s) {
     SChunk& ch = c->sh[k];
     if (!knows(f->vc, ch.w))
       race(write ? "gwaw" : "graw",
-           fmt("%s of [0x%x, 0x%x) of CTA %d, which %s writes, before this thread knows it landed (needs %s)",
-               write ? "a store" : "a load", off, off + n, c->id, op_text(ch.w).c_str(), how_known(ch.w)), s, f);
+           fmt("%s of [0x%x, 0x%x) of CTA %d, which %s writes, before this thread knows it landed (needs %s%s)",
+               write ? "a store" : "a load", off, off + n, c->id, op_text(ch.w).c_str(), how_known(ch.w),
+               short_by_one(f->vc, ch.w).c_str()), s, f);
     if (write)
       for (const Access& r : ch.r)
         if (!knows(f->vc, r))

@@ -72,7 +72,7 @@ void tc_dealloc(int, unsigned taddr, unsigned ncols, Site s) {
     if (c->allocs[i].col0 == col && c->allocs[i].ncols == ncols) {
       const std::string busy = tmem_busy(c, col, col + ncols, f->vc);
       if (!busy.empty())   // PTX ISA 9.7.16.7.1: freed columns must no longer be accessed
-        misuse_fatal(fmt("tcgen05.dealloc of columns %u..%u while %s: the columns are freed before this thread "
+        misuse_fatal(fmt("tcgen05.dealloc of TMEM columns %u..%u while %s: the columns are freed before this thread "
                          "knows the operation is done with them (PTX ISA 9.7.16.7.1)", col, col + ncols - 1,
                          busy.c_str()), s);
       c->allocs.erase(c->allocs.begin() + long(i));

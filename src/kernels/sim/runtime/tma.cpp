@@ -70,19 +70,29 @@ void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, i
     if (d.bar_cta != d.cta) op->touches.push_back(d.bar_cta);
   }
   const u64 id = op->id;
+  std::vector<u64> issued;   // the phase of each destination's barrier the bytes are issued into
   for (auto& d : dests) {   // known landed to whoever observes the phase of its barrier its bytes count in
     const Barrier* b = find_bar(d.bar_cta, bar_off);
     const Access a{b ? b->comp : 0, b ? u32(b->phase) + 1 : 0, u32(id), AK_TMA_LOAD};
     async_write(d.cta, dst_off, dst_off + g.footprint, a, f, s);
+    issued.push_back(b ? b->phase : 0);
   }
   {
     PeSimEvent& e = event(EV_TMA_LOAD, f, s, nullptr, id);
     ev_barrier(e, dests[0].bar_cta, bar_off, phase_now(dests[0].bar_cta, bar_off));
     e.bytes = int32_t(g.bytes * dests.size());
   }
-  submit(op, [m, cs, ncoords, dst_off, bar_off, dests, g, id, s]() {
-    for (const Dest& d : dests) {
+  submit(op, [m, cs, ncoords, dst_off, bar_off, dests, g, id, s, issued]() {
+    for (size_t k = 0; k < dests.size(); ++k) {
+      const Dest& d = dests[k];
       Cta* c = d.cta;
+      const Barrier* b = find_bar(d.bar_cta, bar_off);
+      if (b && b->phase != issued[k])   // PTX ISA 9.7.13.15: complete_tx counts in the phase current then
+        race("late-tx", fmt("the bytes of this TMA load arrive in phase %llu of the mbarrier at 0x%x of CTA %d, after "
+                            "phase %llu they were issued for completed without them: the expect_tx of that phase "
+                            "announced fewer bytes than its loads deliver, and a wait on it does not order them",
+                            (unsigned long long)b->phase, bar_off, d.bar_cta->id, (unsigned long long)issued[k]),
+             s, nullptr);
       if (c->exited) {
         misuse(fmt("a TMA load lands in CTA %d after it exited (CUDA C++ Programming Guide, distributed shared "
                    "memory: a block's shared memory must outlive every access to it)", c->id), s);
