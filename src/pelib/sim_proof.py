@@ -1,7 +1,7 @@
 """The simulator proven on Hopper: every sm90 stage on exact-arithmetic inputs, and the catalog's sm90
 mutations, on an H100 and in pelib.sim, compared.
 
-    PYTHONPATH=src python3 -m pelib.sim_proof --device gpu --out $OUT   # on an H100: $OUT/sim_proof.json (+ .npz)
+    PYTHONPATH=src python3 -m pelib.sim_proof --device gpu --out $OUT   # on an H100, into a new folder
     PYTHONPATH=src python -m pelib.sim_proof --device sim               # on a CPU, against the newest proof
 
 --device gpu writes <out>/sim_proof.json (device, driver, date, git rev; per stage the output's sha256;

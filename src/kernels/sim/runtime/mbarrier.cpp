@@ -99,13 +99,14 @@ std::string bar_name_of(const char* expr) {
 
 void mbar_init(unsigned addr, unsigned count, const char* expr, Site s) {
   SAddr a = resolve(addr, 8, s, "mbarrier.init");
-  if (a.off % 8) misuse_fatal(fmt("mbarrier.init at 0x%x: an mbarrier is 8-byte aligned", addr), s);
+  if (a.off % 8) misuse_fatal(fmt("mbarrier.init at 0x%x: an mbarrier is a 64-bit object, 8-byte aligned (PTX ISA 9.7.13.15.1)", addr), s);
   if (count == 0 || count >= (1u << 20))
     misuse_fatal(fmt("mbarrier.init with count %u: the expected arrival count is 1 .. 2^20 - 1 (PTX ISA "
                      "9.7.13.15.9)", count), s);
   Barrier& b = a.cta->bars[a.off];
   if (b.init && !b.waiters.empty())
-    misuse_fatal(fmt("mbarrier.init at 0x%x while %zu threads wait on it", addr, b.waiters.size()), s);
+    misuse_fatal(fmt("mbarrier.init at 0x%x while %zu threads wait on it (PTX ISA 9.7.13.15.9: init on an object in use "
+                     "is undefined)", addr, b.waiters.size()), s);
   b = Barrier{};
   b.init = true;
   b.count = count;
@@ -142,7 +143,8 @@ bool mbar_try_wait(unsigned addr, unsigned parity, Site s) {
   SAddr a = resolve(addr, 8, s, "mbarrier.try_wait");
   Barrier* b = find_bar(a.cta, a.off);
   if (!b || !b->init)
-    misuse_fatal(fmt("mbarrier.try_wait on 0x%x, which holds no initialized mbarrier", addr), s);
+    misuse_fatal(fmt("mbarrier.try_wait on 0x%x, which holds no initialized mbarrier (PTX ISA 9.7.13.15.9: init "
+                     "before any other mbarrier operation)", addr), s);
   point(s);
   b = find_bar(a.cta, a.off);
   if (b && (b->phase & 1) != (parity & 1)) {
@@ -175,7 +177,7 @@ void mbar_wait(unsigned addr, unsigned parity, unsigned tag, Site s) {
   Barrier* b = find_bar(a.cta, a.off);
   if (!b || !b->init)
     misuse_fatal(fmt("mbarrier wait (tag %u) on 0x%x, which holds no initialized mbarrier (a wait before "
-                     "mbarrier.init is visible: fence.mbarrier_init and a barrier after init)", tag, addr), s);
+                     "mbarrier.init is visible: fence.mbarrier_init and a barrier after init; PTX ISA 9.7.13.15.9)", tag, addr), s);
   {   // the phase it waits for: the current one if its parity is the one named, else the last completed
     PeSimEvent& e = event(EV_WAIT_BEGIN, f, s);
     ev_barrier(e, a.cta, a.off, (b->phase & 1) == (parity & 1) ? int(b->phase) : int(b->phase) - 1);
@@ -187,7 +189,9 @@ void mbar_wait(unsigned addr, unsigned parity, unsigned tag, Site s) {
   point(s);
   for (;;) {
     b = find_bar(a.cta, a.off);
-    if (!b) misuse_fatal(fmt("mbarrier wait (tag %u): the barrier at 0x%x was invalidated", tag, addr), s);
+    if (!b)
+      misuse_fatal(fmt("mbarrier wait (tag %u): the barrier at 0x%x was invalidated (PTX ISA 9.7.13.15.10)", tag, addr),
+                   s);
     if ((b->phase & 1) != (parity & 1)) {
       b->observed = std::max(b->observed, b->phase);
       join(f->vc, b->done);   // the observed completion and everything it released (PTX ISA 9.7.13.15.16)

@@ -218,7 +218,8 @@ namespace {
 void check_gmem(const void* p, size_t n, bool write, Site s) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   if (in_tensor(a, n)) return;
-  misuse_fatal(fmt("%s of %zu B at %p is outside every tensor the kernel was given (out-of-bounds global access): %s",
+  misuse_fatal(fmt("%s of %zu B at %p is outside every tensor the kernel was given (out-of-bounds global access, "
+                   "undefined: PTX ISA, State Spaces, global): %s",
                    write ? "global store" : "global load", n, p, oob_where(a, n).c_str()), s);
 }
 }  // namespace

@@ -76,7 +76,8 @@ void wake_all(std::vector<Fiber*>& v) {
 Cta* cta_of_rank(Cta* me, u32 rank, Site s) {
   auto& v = me->cluster->ctas;
   if (rank >= v.size()) {
-    misuse_fatal(fmt("shared::cluster address names CTA rank %u, but the cluster has %zu CTAs", rank, v.size()), s);
+    misuse_fatal(fmt("shared::cluster address names CTA rank %u, but the cluster has %zu CTAs (PTX ISA 9.7.9.22 mapa: "
+                     "a rank of the cluster)", rank, v.size()), s);
   }
   return v[rank];
 }
@@ -104,7 +105,8 @@ SAddr resolve(u32 addr, u32 n, Site s, const char* what) {
   u32 off = addr & 0xFFFFFFu;
   if (!in_window(c, off, n))
     misuse_fatal(fmt("%s at shared address 0x%x (%u B) is outside CTA %d's shared memory (%u B dynamic at "
-                     "offset 0x%x): a wrong offset or too little dynamic shared memory",
+                     "offset 0x%x): a wrong offset or too little dynamic shared memory (PTX ISA, State Spaces, shared: a "
+                     "CTA owns only its allocation)",
                      what, addr, n, c->id, c->dyn_size, c->dyn_off), s);
   return {c, off};
 }
@@ -214,7 +216,8 @@ void fiber_main(void* arg) {
     wc.mask &= ~(1u << f->lane);
     if (wc.what && wc.arrived) {
       misuse(fmt("lane %d exited while lanes 0x%08x of its warp wait in %s at %s:%d (a warp collective needs "
-                 "every lane of its mask)", f->lane, wc.arrived, wc.what, short_file(wc.site.file), wc.site.line),
+                 "every lane of its mask: PTX ISA 9.7.13.2 / .sync.aligned)", f->lane, wc.arrived, wc.what,
+                 short_file(wc.site.file), wc.site.line),
              s, f);
     }
   }

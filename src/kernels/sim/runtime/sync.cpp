@@ -15,9 +15,11 @@ WarpColl& gather(const char* what, u32 mask, Site s, Fn&& fn) {
   Cta* c = f->cta;
   WarpColl& wc = c->warps[f->warp];
   const u32 bit = 1u << f->lane;
-  if (!(mask & bit)) misuse_fatal(fmt("%s: the calling lane %d is not in the member mask 0x%08x", what, f->lane, mask), s);
+  if (!(mask & bit)) misuse_fatal(fmt("%s: the calling lane %d is not in the member mask 0x%08x (PTX ISA 9.7.13.2: the executing "
+                          "thread must be in membermask)", what, f->lane, mask), s);
   if (wc.arrived && wc.what != what)
-    misuse_fatal(fmt("warp-collective mismatch: lane %d executes %s while lanes 0x%08x wait in %s at %s:%d", f->lane,
+    misuse_fatal(fmt("warp-collective mismatch: lane %d executes %s while lanes 0x%08x wait in %s at %s:%d (.sync.aligned: "
+                     "every lane of the warp executes the same instruction)", f->lane,
                      what, wc.arrived, wc.what, short_file(wc.site.file), wc.site.line), s);
   if (!wc.arrived) {
     wc.what = what;
@@ -56,7 +58,8 @@ unsigned smem_addr(const void* p, Site s) {
   Cta* c = f->cta;
   uintptr_t a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(c->win);
   if (a < b || a >= b + c->win_size)
-    misuse_fatal(fmt("cvta.to.shared of %p, which is not in this CTA's shared memory", p), s);
+    misuse_fatal(fmt("cvta.to.shared of %p, which is not in this CTA's shared memory (PTX ISA 9.7.9.21: the result "
+                     "is undefined for an address outside the shared window)", p), s);
   return cta_addr(c, u32(a - b));
 }
 
@@ -69,7 +72,8 @@ unsigned sm_id() { return unsigned(E->cur->cta->slot - E->slots.data()); }
 unsigned mapa(unsigned addr, unsigned rank, Site s) {
   Cta* me = E->cur->cta;
   if (rank >= me->cluster->ctas.size())
-    misuse_fatal(fmt("mapa to CTA rank %u: the cluster has %zu CTAs", rank, me->cluster->ctas.size()), s);
+    misuse_fatal(fmt("mapa to CTA rank %u: the cluster has %zu CTAs (PTX ISA 9.7.9.22)", rank, me->cluster->ctas.size()),
+                 s);
   return (rank << 24) | (addr & 0xFFFFFFu);
 }
 
@@ -109,7 +113,8 @@ void named_bar(unsigned id, unsigned count, bool wait, Site s) {
   NamedBar& nb = c->nbar[id];
   const u32 need = all ? u32(c->live) : count;
   if (nb.arrived && nb.count != need && !all)
-    misuse_fatal(fmt("named barrier %u used with thread count %u while %u threads wait with count %u", id, count,
+    misuse_fatal(fmt("named barrier %u used with thread count %u while %u threads wait with count %u (PTX ISA 9.7.13.1: "
+                     "every use of a barrier in one phase gives the same count)", id, count,
                      nb.arrived, nb.count), s);
   nb.count = need;
   nb.arrived++;
@@ -182,7 +187,7 @@ void cluster_barrier_arrive(bool, Site s) {
   Fiber* f = E->cur;
   Cluster* cl = f->cta->cluster;
   if (f->cluster_arrived)
-    misuse_fatal("barrier.cluster.arrive twice without barrier.cluster.wait in between", s);
+    misuse_fatal("barrier.cluster.arrive twice without barrier.cluster.wait in between (PTX ISA 9.7.13.4)", s);
   f->cluster_arrived = true;
   f->cluster_arrive_gen = cl->bar_gen;
   cl->bar_arrived++;
@@ -195,7 +200,8 @@ void cluster_barrier_arrive(bool, Site s) {
 void cluster_barrier_wait(Site s) {
   Fiber* f = E->cur;
   Cluster* cl = f->cta->cluster;
-  if (!f->cluster_arrived) misuse_fatal("barrier.cluster.wait without a barrier.cluster.arrive before it", s);
+  if (!f->cluster_arrived)
+    misuse_fatal("barrier.cluster.wait without a barrier.cluster.arrive before it (PTX ISA 9.7.13.4)", s);
   while (cl->bar_gen == f->cluster_arrive_gen) {
     cl->bar_waiters.push_back(f);
     WaitInfo w;

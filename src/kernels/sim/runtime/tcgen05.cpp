@@ -35,8 +35,8 @@ void tc_alloc(int cg, unsigned dst, unsigned ncols, Site s) {
   Fiber* f = E->cur;
   Cta* c = f->cta;
   if (ncols < 32 || ncols > 512 || (ncols & (ncols - 1)))
-    misuse_fatal(fmt("tcgen05.alloc of %u columns: a power of two in 32..512", ncols), s);
-  if (c->relinquished) misuse_fatal("tcgen05.alloc after tcgen05.relinquish_alloc_permit", s);
+    misuse_fatal(fmt("tcgen05.alloc of %u columns: a power of two in 32..512 (PTX ISA 9.7.16.7.1)", ncols), s);
+  if (c->relinquished) misuse_fatal("tcgen05.alloc after tcgen05.relinquish_alloc_permit (PTX ISA 9.7.16.7.1)", s);
   SAddr a = resolve(dst, 4, s, "tcgen05.alloc destination");
   gather(cg == 2 ? "tcgen05.alloc.cta_group::2" : "tcgen05.alloc.cta_group::1", 0xFFFFFFFFu, s,
          [](WarpColl&, int, bool) {});
@@ -80,7 +80,8 @@ void tc_dealloc(int, unsigned taddr, unsigned ncols, Site s) {
       wake_all(c->alloc_waiters);
       return;
     }
-  misuse_fatal(fmt("tcgen05.dealloc of %u columns at 0x%x, which is not an allocation of this CTA", ncols, taddr), s);
+  misuse_fatal(fmt("tcgen05.dealloc of %u columns at 0x%x, which is not an allocation of this CTA (PTX ISA 9.7.16.7.1)",
+                   ncols, taddr), s);
 }
 
 void tc_relinquish(int, Site s) {
@@ -94,9 +95,12 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
   Cta* c = f->cta;
   std::vector<Cta*> pair{c};
   if (cg == 2) {
-    if (c->rank & 1) misuse_fatal("tcgen05.mma.cta_group::2 issued by the odd CTA of the pair (only the even one issues)", s);
+    if (c->rank & 1)
+      misuse_fatal("tcgen05.mma.cta_group::2 issued by the odd CTA of the pair (PTX ISA 9.7.16.10.9: only the even one "
+                   "issues)", s);
     if (c->cluster->ctas.size() < size_t(c->rank) + 2)
-      misuse_fatal("tcgen05.mma.cta_group::2 in a cluster without a peer CTA (launch a 2-CTA cluster)", s);
+      misuse_fatal("tcgen05.mma.cta_group::2 in a cluster without a peer CTA (PTX ISA 9.7.16.10.9; launch a 2-CTA "
+                   "cluster)", s);
     pair.push_back(c->cluster->ctas[c->rank + 1]);
   }
   UmmaIdesc id;
@@ -190,8 +194,12 @@ void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site s) {
       w.a1 = 1;
     }
   });
-  if (wc.a0) misuse_fatal("tcgen05.ld.sync.aligned: the lanes of the warp give different addresses or widths", s);
-  if (wc.a1) misuse_fatal(err.empty() ? std::string("tcgen05.ld outside the TMEM allocation or lane quarter") : err, s);
+  if (wc.a0)
+    misuse_fatal("tcgen05.ld.sync.aligned: the lanes of the warp give different addresses or widths (PTX ISA 9.7.16.8.3)",
+                 s);
+  if (wc.a1)
+    misuse_fatal(err.empty() ? std::string("tcgen05.ld outside the TMEM allocation or lane quarter (PTX ISA 9.7.16.8.3)")
+                             : err, s);
   if (f->lane == 0) event(EV_TMEM_LD, f, s).bytes = int32_t(32 * x * 4);
   Fiber::PendingLd p;
   p.regs = regs;

@@ -9,7 +9,7 @@ PeSimTensorMap read_map(const void* tmap, Site s) {
   PeSimTensorMap m;
   std::memcpy(&m, tmap, sizeof m);
   std::string why = tensormap_problems(m);
-  if (!why.empty()) misuse_fatal("TMA with an invalid tensor map: " + why, s);
+  if (!why.empty()) misuse_fatal("TMA with an invalid tensor map (CUDA driver API, cuTensorMapEncodeTiled): " + why, s);
   return m;
 }
 }  // namespace
@@ -21,7 +21,8 @@ void tensormap_prefetch(const void* tmap, Site s) {
 
 void tma_prefetch(const void* tmap, const int*, int ncoords, Site s) {
   PeSimTensorMap m = read_map(tmap, s);
-  if (ncoords != m.rank) misuse_fatal(fmt("TMA prefetch gives %d coordinates for a rank-%d map", ncoords, m.rank), s);
+  if (ncoords != m.rank)
+    misuse_fatal(fmt("TMA prefetch gives %d coordinates for a rank-%d map (PTX ISA 9.7.9.27)", ncoords, m.rank), s);
   point(s);
 }
 
@@ -30,7 +31,8 @@ void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, i
   Fiber* f = E->cur;
   PeSimTensorMap m = read_map(tmap, s);
   if (ncoords != m.rank)
-    misuse_fatal(fmt("TMA load gives %d coordinates for a rank-%d tensor map: use the .%dd form", ncoords, m.rank,
+    misuse_fatal(fmt("TMA load gives %d coordinates for a rank-%d tensor map: use the .%dd form (PTX ISA 9.7.9.25)", ncoords,
+                     m.rank,
                      m.rank), s);
   BoxGeometry g = tma_box_geometry(m);
   const u32 align = tma_smem_alignment(m.swizzle);
@@ -56,7 +58,8 @@ void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, i
   for (u32 r : ranks) {
     Cta* c = cta_of_rank(me, r, s);
     if (!in_window(c, dst_off, g.footprint))
-      misuse_fatal(fmt("TMA load box [0x%x, 0x%x) lies outside CTA %d's shared memory", dst_off,
+      misuse_fatal(fmt("TMA load box [0x%x, 0x%x) lies outside CTA %d's shared memory (PTX ISA, State Spaces, shared: a "
+                       "CTA owns only its allocation)", dst_off,
                        dst_off + g.footprint, c->id), s);
     u32 br = mcast_mask ? (cta_group == 2 ? (r & ~1u) : r) : bar_rank;
     dests.push_back({c, cta_of_rank(me, br, s)});
@@ -114,7 +117,7 @@ void tma_store(const void* tmap, unsigned src, const int* coords, int ncoords, S
   Fiber* f = E->cur;
   PeSimTensorMap m = read_map(tmap, s);
   if (ncoords != m.rank)
-    misuse_fatal(fmt("TMA store gives %d coordinates for a rank-%d tensor map", ncoords, m.rank), s);
+    misuse_fatal(fmt("TMA store gives %d coordinates for a rank-%d tensor map (PTX ISA 9.7.9.25)", ncoords, m.rank), s);
   BoxGeometry g = tma_box_geometry(m);
   SAddr a = resolve(src, g.footprint, s, "TMA store source");
   const u32 align = tma_smem_alignment(m.swizzle);

@@ -64,7 +64,8 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
     o->site = s;
   } else if (o->da != da || o->db != db || o->n != n || (o->scale_d != 0) != (scale_d != 0)) {
     misuse_fatal(fmt("wgmma.mma_async #%llu of the warpgroup: thread %d gives other operands than the threads before "
-                     "it (descriptors, N or scale-d differ across the warpgroup)", (unsigned long long)idx, f->tid), s);
+                     "it (descriptors, N or scale-d differ across the warpgroup; PTX ISA 9.7.15.5.2: .sync.aligned, one instruction "
+                     "of the whole warpgroup)", (unsigned long long)idx, f->tid), s);
   }
   o->acc[f->tid % 128] = d;
   o->arrived++;
