@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bench, calibration, clock, sass_account, timing
+from . import bench, calibration, clock, device, launch, sass_account, sim, timing, tma
 from .build import build as _build
 from .paths import KERNELS
 from .stage import parse_signature, _SCALARS
@@ -298,7 +298,6 @@ def make_buffers(sc: Scale, names, device: str) -> dict:
 
 def map_spec(b, param: str, t):
     """The tensor map of parameter tmap_<param> over tensor t, from the build's exported box."""
-    from . import tma
     rows = b.exports[f"tmap_{param}_box_rows"]
     cols = b.exports[f"tmap_{param}_box_cols"]
     return tma.spec_from_tensor(t, (rows, cols), swizzle=int(b.exports[f"tmap_{param}_swizzle"])).validate()
@@ -360,7 +359,6 @@ class Runner:
         self.torch = torch
 
     def _map(self, spec, t):
-        from . import tma
         if self.device == "gpu":
             return tma.encode(spec, owner=t)
         return tma.TensorMap(spec, cumap=None, owner=t)
@@ -370,9 +368,7 @@ class Runner:
         kw = dict(grid=(job.grid, 1, 1), block=(int(b.exports["num_threads"]), 1, 1), cluster=(job.cluster, 1, 1),
                   smem=int(b.exports["smem_bytes"]), kernel=b.kernel)
         if self.device == "gpu":
-            from . import launch
             return launch.prepare(b, args, **kw)
-        from . import sim
         return sim.prepare(b, args, arch=ARCH, defines=job.defines, timing=True, **kw)
 
     def run(self, index: int, job: Launch) -> Record:
@@ -802,7 +798,6 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.worker:
         return _worker(a.worker, a.records)
-    from . import device
     t_start = time.time()
     info = device.require(ARCH)
     env = bench.environment(info)
