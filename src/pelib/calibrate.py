@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bench, calibration, clock, device, launch, sass_account, sim, timing, tma
+from . import bench, calibration, clock, device, launch, sass_account, sim, sol, timing, tma
 from .build import build as _build
 from .paths import KERNELS
 from .stage import parse_signature, _SCALARS
@@ -47,8 +47,8 @@ PROBES = ("clock", "wgmma", "tma", "store", "sync", "epilogue", "stream")
 ARCH = "sm_90a"
 FAMILY_TIMEOUT_S = 120.0
 SUSTAIN_S = 2.0
-WGMMA_FLOP_PER_CLK_SM = 8192    # dense FP8 per SM per clock: 1,979 TFLOPS / (132 SMs x 1.83 GHz)
-                                # (NVIDIA H100 datasheet; pelib.sol, book/data/gpu_specs.yaml)
+# dense FP8 per SM per clock, 8,192 on Hopper: 1,979 TFLOPS / (132 SMs x 1.83 GHz) (book/data/gpu_specs.yaml)
+WGMMA_FLOP_PER_CLK_SM = sol.spec("H100 SXM").fp8_flops_per_clk_sm
 
 
 def source(probe: str) -> Path:
