@@ -127,3 +127,16 @@ def test_clock_probe_binds_without_buffers(h100, monkeypatch):
     out = torch.zeros(4 * int(b.exports["fields"]), dtype=torch.int64)
     args = calibrate.bind(b, calibrate.Launch("clock", {}, {"spin": 10, "ticks": 0}, 4), out, tb, {}, None)
     assert args[0] is out and args[1] is tb and int(args[2]) == 10
+
+
+def test_every_build_an_entry_needs_is_built_first():
+    todo = blind.entries()
+    b = blind.builds_of(todo)
+    assert len(b) == len(set((k, json.dumps(d, sort_keys=True), t) for k, d, t in b))
+    for k, d in todo:
+        assert (k, d, False) in b                                  # the timed build
+        ts = blind.timing_stage(k, d)
+        assert (ts.key, ts.defines, True) in b                     # the clock's TIMING build
+    assert (blind.PHASE_STAGE, {"PE_TIMING_TILES": blind.PHASE_TILES}, True) in b
+    assert blind.timing_stage("sm90/00_tma_wgmma", {}).defines == blind.CLOCK_ONLY
+    assert blind.timing_stage(blind.PHASE_STAGE, {}).defines == {}

@@ -333,3 +333,14 @@ def test_every_constant_has_a_unit_the_format_knows():
     for name, (unit, what) in K.names().items():
         assert unit in K.UNITS and what, name
     assert set(K.REQUIRED) <= set(K.names())
+
+
+def test_build_all_compiles_in_spawned_processes():
+    """The probes are compiled in parallel processes (spawned: the parent may hold a CUDA context); a build
+    that fails is reported by name, the others are not held up."""
+    jobs = [C.Launch("sync", {}, {}, 1), C.Launch("clock", {}, {}, 1), C.Launch("wgmma", {"BLOCK_N": 100}, {}, 1)]
+    lines = []
+    res = C.build_all(jobs, workers=2, log=lines.append)
+    assert res[("sync", "{}")] is None and res[("clock", "{}")] is None
+    assert "BLOCK_N" in res[("wgmma", '{"BLOCK_N": 100}')]
+    assert any("FAILED" in ln and "calib_wgmma" in ln for ln in lines)

@@ -229,8 +229,10 @@ def build_all(jobs, workers: int | None = None, log=print) -> dict:
     workers = workers or min(len(todo), max(1, (os.cpu_count() or 2) - 1), 8)
     res = {}
     if workers > 1:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(workers) as ex:
+        # spawn, not fork: this process may already hold a CUDA context
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
             done = list(ex.map(_build_one, todo))
     else:
         done = [_build_one(t) for t in todo]
@@ -547,7 +549,10 @@ def analyze(jobs: list[Launch], recs: list[Record], min_ns: float = 20_000.0, sa
         if r.error is not None or not r.out.size:
             continue
         fn = _ANALYZE["sustained" if j.point.get("sustained") else j.probe]
-        summaries[r.index] = fn(j, r, acc, clocks.get(r.index, {}).get("ghz") or burst)
+        try:
+            summaries[r.index] = fn(j, r, acc, clocks.get(r.index, {}).get("ghz") or burst)
+        except Exception as e:   # one launch's odd records must not cost the rest of the calibration
+            summaries[r.index] = {"analysis_error": f"{type(e).__name__}: {e}"[:500]}
     _derived(acc, sass or {})
     launches = []
     for i, (j, r) in enumerate(zip(jobs, recs)):

@@ -15,6 +15,8 @@
 // rows) multicast to both (.multicast::cluster, mask 0b11, as stage 05 loads A); a slot is reused once
 // both CTAs saw it full (an empty barrier per slot with one arrival from each CTA, the stages'
 // protocol). The latency is then issue-to-full at each CTA: its own half and the peer's.
+// Loads are waited for in issue order: one that lands before an older one is seen when the older one
+// is (in-order completion is what the stages' rings wait for too).
 // Unit = CTA: the summary fields below, then SAMPLES per-load latencies (cycles, in issue order).
 // Method: the loaded-latency curve of Intel Memory Latency Checker (latency measured while other
 // agents inject traffic at controlled rates), here with the stages' own access unit; Luo et al.
