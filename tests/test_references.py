@@ -37,6 +37,7 @@ WRITTEN = {
     "tcprobe-random.npz": "a data file pelib.tcprobe collect writes (random vector classes)",
     "tcprobe-chains.npz": "a data file pelib.tcprobe collect writes (chained instructions)",
     "tcprobe-shapes.npz": "a data file pelib.tcprobe collect writes (N = 128 and 192)",
+    "tcprobe-e5m2.npz": "a data file pelib.tcprobe collect writes (E5M2 operands)",
 }
 
 

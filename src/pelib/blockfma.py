@@ -230,7 +230,8 @@ LO = -(1 << 14)   # the reference exponent of a zero product: below every real o
 
 
 def _pair_tables(fmt: str) -> dict:
-    """Everything about the product of FP8 bytes (x, y), indexed by x << 8 | y (65,536 entries)."""
+    """What the rarer paths need about the product of FP8 bytes (x, y), indexed by x << 8 | y (65,536
+    entries): its leading-bit exponent (LO for zero), NaN, the sign of an infinite product, negative zero."""
     t = decode_fp8(np.arange(256, dtype=np.uint8), fmt)
     x, y = np.arange(65536) >> 8, np.arange(65536) & 255
     mag = t.mag[x] * t.mag[y]
@@ -239,13 +240,9 @@ def _pair_tables(fmt: str) -> dict:
     special = t.nan[x] | t.nan[y] | t.inf[x] | t.inf[y]
     nan = t.nan[x] | t.nan[y] | (t.inf[x] & (t.mag[y] == 0) & ~t.inf[y]) | (t.inf[y] & (t.mag[x] == 0) & ~t.inf[x])
     inf = (t.inf[x] | t.inf[y]) & ~nan
-    lsb = t.lsb[x] + t.lsb[y]
-    refs = {"exp_sum": t.expo[x] + t.expo[y], "exp_sum_normalized": t.norm[x] + t.norm[y],
-            "max_term": ilog2(np.maximum(mag, 1)) + lsb}
-    return {"smag": np.where(neg, -mag, mag).astype(np.int64), "lsb": lsb.astype(np.int16),
-            **{k: np.where(nz, v, LO).astype(np.int16) for k, v in refs.items()},
+    return {"max_term": np.where(nz, ilog2(np.maximum(mag, 1)) + t.lsb[x] + t.lsb[y], LO).astype(np.int32),
             "nan": nan, "inf": np.where(inf, np.where(neg, -1, 1), 0).astype(np.int8),
-            "negzero": neg & ~nz & ~special, "value": values(x, fmt) * values(y, fmt)}
+            "negzero": neg & ~nz & ~special}
 
 
 _PAIRS: dict = {}

@@ -4,24 +4,26 @@
     PYTHONPATH=src python3 -m pelib.tcprobe collect --out DIR --device sim --quick   # the same on the CPU
     PYTHONPATH=src python3 -m pelib.tcprobe score DIR [MODEL ...]  # offline: models against collected bits
 
-collect compiles src/kernels/probes/wgmma_numerics.cu with NVRTC for sm_90a (N = 256, the N of
-sm90/01..11, plus 128 and 192 for the shape runs), generates every class of pelib.tcvectors on the host
-(seeded), launches one grid per class (a tile per CTA), reads back the FP32 bits, and evaluates the
-models of pelib.blockfma on the spot (MODELS: the simulator's exact sum, the plain 13-bit FP22 outline,
-and the two public H100 models). It writes into DIR:
+collect compiles src/kernels/probes/wgmma_numerics.cu with NVRTC for sm_90a (E4M3 with N = 256, the N of
+sm90/01..11, plus 128 and 192 for the shape runs; E5M2 with N = 256), generates every class of
+pelib.tcvectors on the host (seeded), launches one grid per class (a tile per CTA), reads back the FP32
+bits, and evaluates the models of pelib.blockfma on the spot (MODELS: the simulator's exact sum, the plain
+13-bit FP22 outline, and the two public H100 models). It writes into DIR:
 
     tcprobe.json            device, clocks, date (pelib.clock), git revision (pelib.bench.git_revision),
-                            build facts, timings; per class: what it pins, its shape and flags, outputs,
-                            unwritten outputs (the poison left), mismatches of each model; the repeat runs
-                            (chain4_wait_each, the N = 128 / 192 shapes) compared with what they repeat
-    tcprobe-directed.npz, tcprobe-random.npz, tcprobe-chains.npz, tcprobe-shapes.npz
+                            build facts, timings; per class: what it pins, its format, shape and flags,
+                            outputs, unwritten outputs (the poison left), mismatches of each model; the
+                            repeat runs (chain4_wait_each, the N = 128 / 192 shapes) compared with what
+                            they repeat
+    tcprobe-directed.npz, tcprobe-random.npz, tcprobe-chains.npz, tcprobe-shapes.npz, tcprobe-e5m2.npz
                             per class `<class>.a` uint8 [T, 64, K], `<class>.b` uint8 [T, N, K],
                             `<class>.d` and `<class>.out` uint32 [T, 64, N] (FP32 bits), `<class>.meta`
                             (its JSON): output (t, m, n) = sum_k a[t, m, k] b[t, n, k] + d[t, m, n]
 
 --device sim runs the same launches in the CPU simulator (pelib.sim: the probe's own source on the model
 of wgmma, whose arithmetic is gmma.h's exact sum, so that model must agree on every output), which tests
-the layouts, the packing and the models end to end without a GPU. Evidence: measured (gpu) / simulated.
+the layouts, the packing and the models end to end without a GPU; it skips the E5M2 classes (gmma.h
+computes .e4m3 only). Evidence: measured (gpu) / simulated.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ KERNEL = "wgmma_numerics"
 ARCH = "sm_90a"
 SUMMARY = "tcprobe.json"
 FILES = {"directed": "tcprobe-directed.npz", "random": "tcprobe-random.npz", "chains": "tcprobe-chains.npz",
-         "shapes": "tcprobe-shapes.npz"}
+         "shapes": "tcprobe-shapes.npz", "e5m2": "tcprobe-e5m2.npz"}
 MAX_FILE_BYTES = 16 << 20
 POISON = 0x7FA5A5A5        # a signalling-NaN pattern no model prints: an output still holding it was not written
 MODELS = (F.EXACT_SUM, F.FP22_PLAIN, F.H100TC_MATLAB, F.H100TC_C)
@@ -70,6 +72,14 @@ class Job:
     def steps(self) -> int:
         return self.cls.steps
 
+    @property
+    def fmt(self) -> str:
+        return self.cls.fmt
+
+    @property
+    def build_key(self) -> tuple:
+        return (self.n, self.fmt)
+
 
 def jobs(quick: bool = False, classes=None) -> list[Job]:
     """Every class (quick: cls.quick_tiles tiles each), then the repeats at N = 128 and 192."""
@@ -96,12 +106,15 @@ def job_inputs(job: Job, seed: int):
     return np.ascontiguousarray(a), np.ascontiguousarray(b[:, :job.n]), np.ascontiguousarray(d[:, :, :job.n])
 
 
-def probe_build(n: int):
-    """The probe compiled for wgmma N = n (NVRTC, sm_90a), its exports checked against what pelib assumes."""
-    b = _build.build(PROBE, ARCH, {"PROBE_N": n})
+def probe_build(n: int, fmt: str = "e4m3"):
+    """The probe compiled for wgmma N = n and FP8 format fmt (NVRTC, sm_90a), its exports checked against
+    what pelib assumes."""
+    defines = {"PROBE_N": n, **({"PROBE_E5M2": 1} if fmt == "e5m2" else {})}
+    b = _build.build(PROBE, ARCH, defines)
     ex = b.exports
-    if ex.get("probe_n") != n or ex.get("probe_m") != V.M:
-        raise ProbeError(f"{PROBE.name} built for N={n} exports probe_n={ex.get('probe_n')}, probe_m={ex.get('probe_m')}")
+    if ex.get("probe_n") != n or ex.get("probe_m") != V.M or ex.get("probe_e5m2") != (fmt == "e5m2"):
+        raise ProbeError(f"{PROBE.name} built with {defines} exports probe_n={ex.get('probe_n')}, "
+                         f"probe_m={ex.get('probe_m')}, probe_e5m2={ex.get('probe_e5m2')}")
     return b
 
 
@@ -193,7 +206,7 @@ def first_scale_d(cls: V.VectorClass) -> bool:
 
 def score(a, b, d, out, cls: V.VectorClass, models=MODELS) -> dict:
     """Mismatches of each model against the collected bits (pelib.blockfma.mismatches)."""
-    return {m.name: F.mismatches(evaluate(m, a, b, d, first_scale_d(cls)), out) for m in models}
+    return {m.name: F.mismatches(evaluate(m, a, b, d, first_scale_d(cls), cls.fmt), out) for m in models}
 
 
 # ---- files ---------------------------------------------------------------------------------------------
@@ -253,7 +266,11 @@ def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, cl
     seconds = {"build": 0.0, "generate": 0.0, "run": 0.0, "models": 0.0, "write": 0.0}
 
     t0 = time.monotonic()
-    builds = {n: probe_build(n) for n in sorted({j.n for j in todo})}
+    skipped = {}
+    if backend.kind == "sim":   # model/gmma.h computes .e4m3 only (the E5M2 wrapper's twin traps)
+        skipped = {j.name: "the simulator models wgmma .e4m3 only" for j in todo if j.fmt != "e4m3"}
+        todo = [j for j in todo if j.name not in skipped]
+    builds = {key: probe_build(*key) for key in sorted({j.build_key for j in todo})}
     seconds["build"] = time.monotonic() - t0
 
     arrays = {g: {} for g in FILES}
@@ -264,7 +281,7 @@ def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, cl
         seconds["generate"] += time.monotonic() - t0
         t0 = time.monotonic()
         try:
-            out = run_job(backend, builds[job.n], job, a, b, d)
+            out = run_job(backend, builds[job.build_key], job, a, b, d)
         except (launch.LaunchError, sim.SimError) as e:
             # a fault leaves the CUDA context unusable: the later jobs fail too, and each says so; what ran
             # before is still written
@@ -276,7 +293,7 @@ def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, cl
             seconds["run"] += time.monotonic() - t0
         outs[job.name] = out
         t0 = time.monotonic()
-        res = {"group": job.group, "n": job.n, "steps": job.steps, "k": 32 * job.steps, "flags": list(job.cls.flags),
+        res = {"group": job.group, "fmt": job.fmt, "n": job.n, "steps": job.steps, "k": 32 * job.steps, "flags": list(job.cls.flags),
                "tiles": job.tiles, "outputs": int(out.size), "pins": job.cls.pins,
                "unwritten": int((out == POISON).sum()), "mismatch": score(a, b, d, out, job.cls, models)}
         seconds["models"] += time.monotonic() - t0
@@ -285,7 +302,7 @@ def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, cl
             ref = outs[same][:job.tiles, :, :job.n]
             res["same_as"] = {"job": same, **F.mismatches(out, ref)}
         results[job.name] = res
-        meta = {k: res[k] for k in ("n", "steps", "flags", "tiles", "pins")}
+        meta = {k: res[k] for k in ("fmt", "n", "steps", "flags", "tiles", "pins")}
         arrays[job.group].update({f"{job.name}.a": a, f"{job.name}.b": b, f"{job.name}.d": d,
                                   f"{job.name}.out": out, f"{job.name}.meta": np.array(json.dumps(meta))})
 
@@ -303,8 +320,9 @@ def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, cl
         "what": "Hopper FP8 wgmma accumulation probe: FP32 bits of every vector class (pelib.tcprobe)",
         "evidence": backend.evidence, "backend": backend.kind, "seed": seed, "quick": quick, **env,
         "kernel": str(PROBE.relative_to(KERNELS.parents[1])),
-        "builds": {str(n): {"registers": b.facts.registers, "smem_bytes": b.dynamic_smem,
-                            "qgmma": b.histogram.get("QGMMA", 0)} for n, b in builds.items()},
+        "builds": {f"{fmt} N={n}": {"registers": b.facts.registers, "smem_bytes": b.dynamic_smem,
+                                    "qgmma": b.histogram.get("QGMMA", 0)} for (n, fmt), b in builds.items()},
+        "skipped": skipped,
         "models": {m.name: {"source": m.source, **({"params": m.params} if hasattr(m, "params") else {})}
                    for m in models},
         "outputs": sum(r["outputs"] for r in ran), "unwritten": sum(r["unwritten"] for r in ran),

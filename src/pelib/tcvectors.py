@@ -41,6 +41,7 @@ class VectorClass:
     pins: str
     n: int = 256
     quick_tiles: int = 1
+    fmt: str = "e4m3"   # A's and B's FP8 format (e5m2: the probe's PROBE_E5M2 build, N = 256)
 
     @property
     def k(self) -> int:
@@ -69,6 +70,23 @@ def e4m3(sign, exp, mant):
     mant = np.where(field == 15, np.minimum(mant, 6), mant)
     mant = np.where(field == 0, np.maximum(mant, 1), mant)
     return ((sign << 7) | (field << 3) | mant).astype(np.uint8)
+
+
+def e5m2(sign, exp, mant):
+    """E5M2 bytes of normal numbers (-1)^sign (1 + mant/4) 2^exp, exp in -14..15; an exp below -14 gives
+    the subnormal mant/4 * 2^-14 (mant 1..3)."""
+    sign, exp, mant = (np.asarray(x, np.int64) for x in (sign, exp, mant))
+    field = np.clip(exp + 15, 0, 30)
+    mant = np.where(field == 0, np.maximum(mant, 1), mant)
+    return ((sign << 7) | (field << 2) | mant).astype(np.uint8)
+
+
+def rand_e5m2(rng, shape, exp_lo, exp_hi, sign=None, subnormal=0.0):
+    exp = rng.integers(exp_lo, exp_hi + 1, shape)
+    if subnormal:
+        exp = np.where(rng.random(shape) < subnormal, -15, exp)
+    s = rng.integers(0, 2, shape) if sign is None else np.broadcast_to(sign, shape)
+    return e5m2(s, exp, rng.integers(0, 4, shape))
 
 
 def rand_e4m3(rng, shape, exp_lo, exp_hi, sign=None, subnormal=0.0):
@@ -403,6 +421,71 @@ def _chain_project(rng, t, n, steps):
     return _project(rng, t, n, steps)
 
 
+# ---- E5M2 classes (the PROBE_E5M2 build): the same questions over a 2^-16 .. 2^15 operand range ----------
+
+E5M2_INF, E5M2_NAN = (0x7C, 0xFC), (0x7E, 0xFF)
+
+
+def _e5m2_single_product(rng, t, n, steps):
+    a, b, d = zeros(t, n, 32 * steps)
+    for i in range(t):
+        k = [2, 13, 18, 30][i % 4]
+        a[i, :, k] = (np.arange(M) + M * (i % 4)) % 256
+        b[i, :, k] = np.arange(n) % 256
+    return a, b, d
+
+
+def _e5m2_two_products(rng, t, n, steps):
+    a, b, d = zeros(t, n, 32 * steps)
+    pos = [(0, 1), (0, 16), (7, 8), (31, 0)]
+    for i in range(t):
+        k1, k2 = pos[i % len(pos)]
+        a[i, :, k1], b[i, :, k1] = rand_e5m2(rng, M, 8, 15), rand_e5m2(rng, n, 8, 15)
+        a[i, :, k2] = rand_e5m2(rng, M, -14, 15, subnormal=0.05)
+        b[i, :, k2] = rand_e5m2(rng, n, -14, 15, subnormal=0.05)
+    return a, b, d
+
+
+def _e5m2_d_vs_product(rng, t, n, steps):
+    a, b, d = zeros(t, n, 32 * steps)
+    for i in range(t):
+        k = (7 * i + 5) % 32
+        ra, cb = rand_e5m2(rng, M, -12, 14), rand_e5m2(rng, n, -12, 14)
+        a[i, :, k], b[i, :, k] = ra, cb
+        e = (np.maximum((ra >> 2) & 31, 1) - 15)[:, None] + (np.maximum((cb >> 2) & 31, 1) - 15)[None, :]
+        d[i] = rand_f32(rng, (M, n), np.clip(e + rng.integers(-30, 31, (M, n)), -126, 127))
+    return a, b, d
+
+
+def _e5m2_random_spread(rng, t, n, steps):
+    k = 32 * steps
+    a, b, d = zeros(t, n, k)
+    spreads = [0, 2, 4, 8, 12, 16, 20, 28]
+    for i in range(t):
+        s_ = spreads[i % len(spreads)]
+        top = int(rng.integers(-4, 16))
+        a[i] = rand_e5m2(rng, (M, k), max(top - s_, -15), top, subnormal=0.01)
+        b[i] = rand_e5m2(rng, (n, k), -(s_ // 2), 0, subnormal=0.01)
+        if i % 2:
+            d[i] = rand_f32(rng, (M, n), np.clip(top + 3 + rng.integers(-20, 8, (M, n)), -126, 127))
+    return a, b, d
+
+
+def _e5m2_specials(rng, t, n, steps):
+    k = 32 * steps
+    a, b, d = zeros(t, n, k)
+    for i in range(t):
+        a[i] = rand_e5m2(rng, (M, k), -4, 4)
+        b[i] = rand_e5m2(rng, (n, k), -4, 4)
+        a[i, rng.random(M) < 0.3, int(rng.integers(0, k))] = E5M2_INF[i % 2]       # +-Inf rows
+        b[i, rng.random(n) < 0.3, int(rng.integers(0, k))] = E5M2_INF[(i // 2) % 2]
+        a[i, rng.random(M) < 0.05, int(rng.integers(0, k))] = E5M2_NAN[i % 2]
+        b[i, rng.random(n) < 0.1, int(rng.integers(0, k))] = 0x00                     # zeros against Inf
+        opts = np.array([0, 0x80000000, FP32_INF, 0xFF800000, FP32_QNAN, 0x3F800000], np.uint32)
+        d[i] = opts[rng.integers(0, len(opts), (M, n))]
+    return a, b, d
+
+
 # ---- the list ----------------------------------------------------------------------------------------
 
 CLASSES: dict[str, VectorClass] = {c.name: c for c in [
@@ -478,6 +561,19 @@ CLASSES: dict[str, VectorClass] = {c.name: c for c in [
     VectorClass("chain_cancel", "chains", 2, 2, (), _chain_cancel, pins=(
         "a large product plus small ones in the first block and its negation in the second: the small "
         "terms' bits that reappear are exactly those the FP32 result of the first instruction kept")),
+    VectorClass("e5m2_single_product", "e5m2", 4, 1, (), _e5m2_single_product, fmt="e5m2", pins=(
+        "every E5M2 x E5M2 product alone in its block (D = +0): exact over 2^-32 .. 2^32, subnormals, Inf x 0 "
+        "= NaN, Inf x finite, NaN bytes")),
+    VectorClass("e5m2_two_products", "e5m2", 4, 1, (), _e5m2_two_products, fmt="e5m2", pins=(
+        "the bit-position sweep of two_products with offsets up to 60 binades: the same 13-bit window "
+        "(or not) for the .e5m2 instruction")),
+    VectorClass("e5m2_d_vs_product", "e5m2", 4, 1, (), _e5m2_d_vs_product, fmt="e5m2", pins=(
+        "d_vs_product for .e5m2: D's part in the alignment over the wider product range")),
+    VectorClass("e5m2_random_spread", "e5m2", 8, 1, (), _e5m2_random_spread, fmt="e5m2", pins=(
+        "random E5M2 operands with exponent spreads 0..28 binades, D = 0 or near the products")),
+    VectorClass("e5m2_specials", "e5m2", 2, 1, (), _e5m2_specials, fmt="e5m2", pins=(
+        "+-Inf operands against each other (Inf - Inf), against zeros (Inf x 0) and D = +-Inf, NaN: the "
+        "special cases only E5M2 inputs can make")),
 ]}
 # chain4_wait_each repeats chain4's vectors (pelib.tcprobe compares the two outputs directly)
 SAME_INPUTS = {"chain4_wait_each": "chain4"}

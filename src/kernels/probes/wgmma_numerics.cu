@@ -1,14 +1,14 @@
 // Bit-level probe of the Hopper FP8 tensor core's accumulation: each CTA is one warpgroup that loads
 // D[64][N] (FP32 bit patterns) from memory into its accumulator registers, issues `steps`
-// wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3 into them (K = 32 * steps) and writes them back
-// unchanged. Every output element (m, n) of a tile is one test vector: row m of A . row n of B + D[m][n].
+// wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3 into them (K = 32 * steps; .e5m2.e5m2 with
+// PROBE_E5M2) and writes them back unchanged. Every output element (m, n) of a tile is one test vector: row m of A . row n of B + D[m][n].
 // sm_90a. Not book content: pelib.tcprobe builds the vectors, runs this file on the GPU (or in the
 // simulator, which compiles the same source) and fits the block-FMA models of pelib.blockfma to what
 // it prints.
 //
 // Memory layout (all dense, tile t = blockIdx.x; K = 32 * steps bytes per row):
-//   a      u8  [tiles][64][K]    A, K-major: row m, byte k is A[m][k] (E4M3)
-//   b      u8  [tiles][N][K]     B, K-major: row n, byte k is B[n][k] (E4M3): out = A . B^T
+//   a      u8  [tiles][64][K]    A, K-major: row m, byte k is A[m][k] (E4M3, or E5M2)
+//   b      u8  [tiles][N][K]     B, K-major: row n, byte k is B[n][k]: out = A . B^T
 //   d_in   u32 [tiles][64][N]    the accumulator's initial FP32 bits
 //   d_out  u32 [tiles][64][N]    its final FP32 bits
 // flags: PROBE_FIRST_ZERO (bit 0) issues the first wgmma with scale-d = 0 (D is not read: D = A.B, what
@@ -38,6 +38,9 @@
 #ifndef PROBE_MAX_STEPS
 #define PROBE_MAX_STEPS 8        // longest chain of k32 instructions into one accumulator
 #endif
+#ifndef PROBE_E5M2
+#define PROBE_E5M2 0             // 1: A and B are E5M2 (.f32.e5m2.e5m2, N = 256 only)
+#endif
 constexpr int N = PROBE_N;
 constexpr int MAX_STEPS = PROBE_MAX_STEPS;
 constexpr int ATOM = 128;                           // bytes of K per 128-B swizzle atom (4 k32 steps)
@@ -52,6 +55,7 @@ constexpr u32 PROBE_FIRST_ZERO = 1, PROBE_WAIT_EACH = 2;
 
 static_assert(N == 64 || N == 96 || N == 128 || N == 192 || N == 256,
               "PROBE_N: an N that common/wgmma.cuh defines (64, 96, 128, 192, 256)");
+static_assert(!PROBE_E5M2 || N == 256, "PROBE_E5M2: common/wgmma.cuh defines the E5M2 form for N = 256");
 static_assert(MAX_STEPS >= 1 && MAX_STEPS <= 16, "PROBE_MAX_STEPS: 1..16 k32 instructions");
 static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "PROBE_N x PROBE_MAX_STEPS: the operands exceed 227 KiB of shared memory");
 
@@ -59,6 +63,7 @@ PELIB_EXPORT(smem_bytes, SMEM_BYTES);
 PELIB_EXPORT(num_threads, 128);
 PELIB_EXPORT(probe_n, N);
 PELIB_EXPORT(probe_m, 64);
+PELIB_EXPORT(probe_e5m2, PROBE_E5M2);
 PELIB_EXPORT(probe_max_steps, MAX_STEPS);
 PELIB_EXPORT(probe_flag_first_zero, PROBE_FIRST_ZERO);
 PELIB_EXPORT(probe_flag_wait_each, PROBE_WAIT_EACH);
@@ -87,9 +92,13 @@ PE_DEVICE void probe_chain(float (&d)[N / 2], u64 desc_a0, u64 desc_b0, u32 firs
   static_assert(S <= MAX_STEPS, "probe_chain: S exceeds PROBE_MAX_STEPS");
 #pragma unroll
   for (int s = 0; s < S; ++s) {
-    wgmma_m64nNk32_f32_e4m3_e4m3<N>(d, smem_desc_advance_unchecked(desc_a0, (s / 4) * A_ATOM_BYTES + (s % 4) * 32),
-                                    smem_desc_advance_unchecked(desc_b0, (s / 4) * B_ATOM_BYTES + (s % 4) * 32),
-                                    s == 0 ? first_scale_d : 1u);
+    const u64 da = smem_desc_advance_unchecked(desc_a0, (s / 4) * A_ATOM_BYTES + (s % 4) * 32);
+    const u64 db = smem_desc_advance_unchecked(desc_b0, (s / 4) * B_ATOM_BYTES + (s % 4) * 32);
+#if PROBE_E5M2
+    wgmma_m64n256k32_f32_e5m2_e5m2(d, da, db, s == 0 ? first_scale_d : 1u);
+#else
+    wgmma_m64nNk32_f32_e4m3_e4m3<N>(d, da, db, s == 0 ? first_scale_d : 1u);
+#endif
     if (EACH || s == S - 1) {   // EACH: every wgmma is its own commit group, waited for at once
       wgmma_commit_group();
       wgmma_wait_group<0>();
