@@ -266,7 +266,7 @@ def _sig_ge2(rng, t, n, steps):
     for i in range(t):
         a[i, :, 0] = e4m3(rng.integers(0, 2, M), 3, np.arange(M) % 8)
         b[i, :, 0] = e4m3(0, 3, np.arange(n) % 8)        # all 64 significand pairs: [1, 2) and [2, 4)
-        # the second term about 12..15 binades below e_a + e_b = 6 (+-4 across rows and columns)
+        # the second term 12..15 binades below e_a + e_b = 6 on average (8..18 across rows and columns)
         off = 12 + (i % 4)
         a[i, :, 1] = e4m3(rng.integers(0, 2, M), -3 + rng.integers(-2, 3, M), rng.integers(0, 8, M))
         b[i, :, 1] = e4m3(rng.integers(0, 2, n), 9 - off + rng.integers(-1, 3, n), rng.integers(0, 8, n))
@@ -501,23 +501,23 @@ CLASSES: dict[str, VectorClass] = {c.name: c for c in [
         "alignment exponent, how many of D's bits survive under a larger product and of the product's under "
         "a larger D, magnitude or two's-complement truncation when the signs differ")),
     VectorClass("two_products", "directed", 8, 1, (), _two_products, pins=(
-        "a large and a small product 0..34 binades apart, all significands and signs, at position pairs "
-        "inside and across halves: the bit-position sweep that counts the fraction bits kept below the "
-        "larger term and the direction of the cut")),
+        "a large and a small product up to 34 binades apart (either may be the larger), all significands "
+        "and signs, at position pairs inside and across halves: the bit-position sweep that counts the "
+        "fraction bits kept below the larger term and the direction of the cut")),
     VectorClass("many_small", "directed", 4, 1, (), _many_small, pins=(
-        "one large product and 31 small ones 8..22 binades below it, all negative, all positive, mixed and "
+        "one large product and 31 small ones 5..22 binades below it, all negative, all positive, mixed and "
         "alternating: whether bits beyond the window leave a borrow or carry (sticky bits, sign-filling "
         "shifts) or vanish")),
     VectorClass("carry_out", "directed", 4, 1, (), _carry_out, pins=(
-        "32 products of one exponent (and D at, above or below it) whose sum carries up to 7 bits past the "
-        "top: whether the result is cut again to 13 fraction bits after the carry (MATLAB-tensor-core) or "
-        "kept to FP32's 23 (its C port)")),
+        "32 products within 6 binades of the top one, of one sign or mixed, and D at, above or below them: "
+        "sums that fill the 13-bit window and carry up to 5 bits past its top: whether the result is cut "
+        "again to 13 fraction bits after the carry (MATLAB-tensor-core) or kept to FP32's 23 (its C port)")),
     VectorClass("cancellation", "directed", 4, 1, (), _cancellation, pins=(
         "massive cancellation: p - p inside the block, D = -p, D = -p with low bits, beside small terms: the "
         "window stays where the largest term put it; how the small terms' lost bits show once the large "
         "ones are gone")),
     VectorClass("sig_ge2", "directed", 4, 1, (), _sig_ge2, pins=(
-        "a leading product with significand in [1, 2) or [2, 4) (all 64 pairs) against a term 12..15 "
+        "a leading product with significand in [1, 2) or [2, 4) (all 64 pairs) against a term 8..18 "
         "binades below its exponent sum, and D one binade above: does the window start at e_a + e_b or at "
         "the product's leading bit")),
     VectorClass("subnormal_mix", "directed", 4, 1, (), _subnormal_mix, pins=(
