@@ -115,12 +115,13 @@ def _random_vectors(rng, n, fmt):
         mant = rng.integers(0, 8, (n, 32))
         mant = np.where(field == 15, np.minimum(mant, 6), mant)
         a = (rng.integers(0, 2, (n, 32)) << 7 | field << 3 | mant).astype(np.uint8)
-        b = (rng.integers(0, 2, (n, 32)) << 7 | rng.integers(4, 10, (n, 32)) << 3 | rng.integers(0, 8, (n, 32))).astype(np.uint8)
+        b = rng.integers(0, 2, (n, 32)) << 7 | rng.integers(4, 10, (n, 32)) << 3 | rng.integers(0, 8, (n, 32))
     else:
         field = np.clip(top - rng.integers(0, 1 + spread, (n, 32)), -15, 15) + 15
         a = (rng.integers(0, 2, (n, 32)) << 7 | field << 2 | rng.integers(0, 4, (n, 32))).astype(np.uint8)
-        b = (rng.integers(0, 2, (n, 32)) << 7 | rng.integers(12, 18, (n, 32)) << 2 | rng.integers(0, 4, (n, 32))).astype(np.uint8)
+        b = rng.integers(0, 2, (n, 32)) << 7 | rng.integers(12, 18, (n, 32)) << 2 | rng.integers(0, 4, (n, 32))
     a = np.where(rng.random((n, 32)) < 0.2, 0, a).astype(np.uint8)
+    b = b.astype(np.uint8)
     dexp = np.clip(top[:, 0] + rng.integers(-30, 12, n), -126, 127) + 127
     d = (rng.integers(0, 2, n) << 31 | dexp << 23 | rng.integers(0, 1 << 23, n)).astype(np.uint32)
     d = np.where(rng.random(n) < 0.2, 0, d).astype(np.uint32)

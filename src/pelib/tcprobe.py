@@ -293,7 +293,8 @@ def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, cl
             seconds["run"] += time.monotonic() - t0
         outs[job.name] = out
         t0 = time.monotonic()
-        res = {"group": job.group, "fmt": job.fmt, "n": job.n, "steps": job.steps, "k": 32 * job.steps, "flags": list(job.cls.flags),
+        res = {"group": job.group, "fmt": job.fmt, "n": job.n, "steps": job.steps, "k": 32 * job.steps,
+               "flags": list(job.cls.flags),
                "tiles": job.tiles, "outputs": int(out.size), "pins": job.cls.pins,
                "unwritten": int((out == POISON).sum()), "mismatch": score(a, b, d, out, job.cls, models)}
         seconds["models"] += time.monotonic() - t0
@@ -397,10 +398,11 @@ def main(argv=None) -> int:
             summary = collect(args.out, args.device, args.quick, args.seed,
                               args.classes.split(",") if args.classes else None)
             print(table(summary))
-            print(f"{summary['outputs']:,} outputs, {summary['seconds']['total']} s; wrote {', '.join(summary['files'])} "
-                  f"and {SUMMARY} to {args.out}")
+            print(f"{summary['outputs']:,} outputs, {summary['seconds']['total']} s; wrote "
+                  f"{', '.join(summary['files'])} and {SUMMARY} to {args.out}")
             if summary["errors"]:
-                print(f"tcprobe: {len(summary['errors'])} jobs failed: {', '.join(summary['errors'])}", file=sys.stderr)
+                print(f"tcprobe: {len(summary['errors'])} jobs failed: {', '.join(summary['errors'])}",
+                      file=sys.stderr)
                 return 1
         else:
             models = [parse_model(m) for m in args.models] or list(MODELS)

@@ -53,7 +53,8 @@ class VectorClass:
         nn = self.n if n is None else n
         rng = np.random.default_rng([seed, zlib.crc32(self.name.encode())])
         a, b, d = self.make(rng, t, nn, self.steps)
-        a, b, d = np.ascontiguousarray(a, np.uint8), np.ascontiguousarray(b, np.uint8), np.ascontiguousarray(d, np.uint32)
+        a, b = np.ascontiguousarray(a, np.uint8), np.ascontiguousarray(b, np.uint8)
+        d = np.ascontiguousarray(d, np.uint32)
         want = ((t, M, self.k), (t, nn, self.k), (t, M, nn))
         if (a.shape, b.shape, d.shape) != want:
             raise AssertionError(f"class {self.name}: made {a.shape}, {b.shape}, {d.shape}, not {want}")

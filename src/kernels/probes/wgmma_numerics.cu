@@ -1,10 +1,10 @@
 // Bit-level probe of the Hopper FP8 tensor core's accumulation: each CTA is one warpgroup that loads
 // D[64][N] (FP32 bit patterns) from memory into its accumulator registers, issues `steps`
 // wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3 into them (K = 32 * steps; .e5m2.e5m2 with
-// PROBE_E5M2) and writes them back unchanged. Every output element (m, n) of a tile is one test vector: row m of A . row n of B + D[m][n].
-// sm_90a. Not book content: pelib.tcprobe builds the vectors, runs this file on the GPU (or in the
-// simulator, which compiles the same source) and fits the block-FMA models of pelib.blockfma to what
-// it prints.
+// PROBE_E5M2) and writes them back unchanged. Every output element (m, n) of a tile is one test
+// vector: row m of A . row n of B + D[m][n]. sm_90a. Not book content: pelib.tcprobe builds the
+// vectors, runs this file on the GPU (or in the simulator, which compiles the same source) and scores
+// the block-FMA models of pelib.blockfma against what it prints.
 //
 // Memory layout (all dense, tile t = blockIdx.x; K = 32 * steps bytes per row):
 //   a      u8  [tiles][64][K]    A, K-major: row m, byte k is A[m][k] (E4M3, or E5M2)
@@ -22,7 +22,7 @@
 // tensor core (async proxy) sees them.
 // Sources: PTX ISA 9.7.15.5.1 (matrix descriptor, m64nNk32 D fragments), 9.7.15.5.2 wgmma.mma_async
 // (scale-d), 9.7.15.6 (fence, commit_group, wait_group); the 128-B swizzle is a function of the shared
-// address, byte bits [4,7) XOR bits [7,10) (PTX ISA 9.7.16.3 "Shared memory layout and swizzling";
+// address, byte bits [4,7) XOR bits [7,10) (PTX ISA "Tensor swizzling modes"; sim/model/tma_box.h;
 // CUTLASS Swizzle<3,4,3> in include/cute/swizzle.hpp).
 // Run: PYTHONPATH=src python3 -m pelib.tcprobe collect --out DIR
 #include "common/types.cuh"
