@@ -140,3 +140,18 @@ def test_every_build_an_entry_needs_is_built_first():
     assert (blind.PHASE_STAGE, {"PE_TIMING_TILES": blind.PHASE_TILES}, True) in b
     assert blind.timing_stage("sm90/00_tma_wgmma", {}).defines == blind.CLOCK_ONLY
     assert blind.timing_stage(blind.PHASE_STAGE, {}).defines == {}
+
+
+@pytest.mark.gpu
+def test_blind_measures_06_on_the_gpu(tmp_path):
+    """On a Hopper GPU: stage 06 in both wait builds, verified, timed, with its launch clock and phases."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 stages run on Hopper")
+    blind.main(["--stage", blind.PHASE_STAGE, "--out", str(tmp_path), "--budget", "300"])
+    (path,) = tmp_path.glob("blind-*.json")
+    doc = json.loads(path.read_text())
+    e = doc["entries"]
+    assert len(e) == 2 and all(r["ok"] and r["median_ms"] > 0 for r in e)
+    assert all(0.5 < r["timing_run"]["launch_clock"]["ghz"] < 2.5 and r["cycles"] > 0 for r in e)
+    assert e[0]["phases"]["every_tile"]["phases"]["kloop"]["avg"] > 0
+    assert (tmp_path / e[0]["records"]).exists()

@@ -344,3 +344,19 @@ def test_build_all_compiles_in_spawned_processes():
     assert res[("sync", "{}")] is None and res[("clock", "{}")] is None
     assert "BLOCK_N" in res[("wgmma", '{"BLOCK_N": 100}')]
     assert any("FAILED" in ln and "calib_wgmma" in ln for ln in lines)
+
+
+@pytest.mark.gpu
+def test_calibrate_clock_and_sync_on_the_gpu(tmp_path):
+    """On a Hopper GPU: two probe families end to end (workers, records, analysis); the file carries their
+    constants with the clock of their launches (the rest of the suite is missing, which the check names)."""
+    import torch
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the calibration probes are sm_90a")
+    C.main(["--only", "clock,sync", "--out", str(tmp_path)])
+    (path,) = tmp_path.glob("calibration-*.json")
+    doc = json.loads(path.read_text())
+    c = doc["constants"]
+    assert 0.5 < c["clock.burst_ghz"]["value"] < 2.5
+    assert c["mbarrier.local_roundtrip_cycles"]["value"] > 0 and c["mbarrier.local_roundtrip_cycles"]["clock_ghz"]
+    assert any("the timing model needs" in p for p in K.problems(doc))
