@@ -45,7 +45,7 @@ from .stage import parse_signature, _SCALARS
 
 PROBES = ("clock", "wgmma", "tma", "store", "sync", "epilogue", "stream")
 ARCH = "sm_90a"
-FAMILY_TIMEOUT_S = 90.0    # a family takes seconds; a bounded wait traps in about one; a hang is cut here
+FAMILY_TIMEOUT_S = 90.0    # a family takes seconds; a bounded wait traps; a hang is cut here
 SUSTAIN_S = 2.0
 # dense FP8 per SM per clock, 8,192 on Hopper: 1,979 TFLOPS / (132 SMs x 1.83 GHz) (book/data/gpu_specs.yaml)
 WGMMA_FLOP_PER_CLK_SM = sol.spec("H100 SXM").fp8_flops_per_clk_sm
