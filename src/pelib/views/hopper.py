@@ -5,8 +5,8 @@ import re
 
 from .. import baselines, bench, clock, device, results, stages, timing
 from ..facts import Table, evidence_label
-from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, permuted_b_rows, permuted_b_spec, resident_b_schedule,  # noqa: F401
-                          residue_schedule)
+from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, l2_traffic, permuted_b_rows, permuted_b_spec,  # noqa: F401
+                          resident_b_schedule, residue_schedule, window_schedule)
 from ..stage import Stage, find
 from . import plots, widgets
 
@@ -27,7 +27,8 @@ def stage_list() -> Table:
 
 def tree_order(stage_list: list[Stage]) -> list[tuple[Stage, int]]:
     """The declared tree (each header's Parent line) in reading order, with each stage's branch depth: a
-    parent's child with the largest subtree continues its line (depth unchanged); its other children
+    parent's child with the largest subtree (on a tie, a numbered stage before a lettered sub-stage, then
+    the first in file order) continues its line (depth unchanged); its other children
     branch off one level deeper and are listed, with their subtrees, right after the parent."""
     by_key = {s.key: s for s in stage_list}
     kids: dict[str | None, list[Stage]] = {}
@@ -44,7 +45,8 @@ def tree_order(stage_list: list[Stage]) -> list[tuple[Stage, int]]:
         cs = kids.get(s.key, [])
         if not cs:
             return
-        main = max(cs, key=lambda c: (size(c), -cs.index(c)))
+        # the largest subtree continues the line; on a tie a numbered stage (08) before a sub-stage (07a)
+        main = max(cs, key=lambda c: (size(c), c.name.split("_")[0].isdigit(), -cs.index(c)))
         for c in cs:
             if c is not main:
                 walk(c, depth + 1)
@@ -153,29 +155,17 @@ def comb_reads_table(sm_count: int = 132) -> Table:
 
 
 def l2_traffic_table(sm_count: int = 132, keys=None) -> Table:
-    """Modelled bytes each stage moves between L2 and the SMs on the full problem: A and B tiles (a tile
-    of BM x BN re-reads A once per column block and B once per row block; multicast divides by the
-    CTAs that share a load; a resident B is read once per CTA), comb read by the epilogue (once per
-    tile, or with the comb-residue order of 07+ once per class change of each warpgroup), C written."""
+    """Modelled bytes each stage moves between L2 and the SMs on the full problem (pelib.kinds.sm90.l2_traffic:
+    A and B tiles, comb read by the epilogue in the stage's own tile order, C written)."""
     ss = [sm90(k) for k in keys] if keys else [Stage(p) for p in stages.family_stages("sm90")]
     p = ss[0].problem("full")
-    m, n, k = p.m, p.n, p.k
-    a1, b1, mn2 = m * k, n * k, 2 * m * n
     rows = []
     for s in ss:
         ex = s.exports
-        bm, bn = ex.tile_m, ex.tile_n
-        if ex.grid_kind == 2:
-            a, b = a1 * (n // bn) / ex.cluster_x, sm_count * bn * k
-        else:
-            a, b = a1 * (n // bn), b1 * (m / bm) / ex.cluster_x
-        if ex.get("residue_order"):
-            comb = sum(comb_loads(residue_schedule(m, n, bn, (sm_count // (n // bn)) * (n // bn), bm))) * bm * bn * 2
-        else:
-            comb = mn2
-        rows.append({"stage": s.name, "tile": f"{bm}x{bn}", "A (GB)": round(a / 1e9, 2), "B (GB)": round(b / 1e9, 2),
-                     "comb (GB)": round(comb / 1e9, 3), "C (GB)": round(mn2 / 1e9, 2),
-                     "total (GB)": round((a + b + comb + mn2) / 1e9, 2)})
+        tr = l2_traffic(s, p, sm_count)
+        rows.append({"stage": s.name, "tile": f"{ex.tile_m}x{ex.tile_n}", "A (GB)": round(tr["a"] / 1e9, 2),
+                     "B (GB)": round(tr["b"] / 1e9, 2), "comb (GB)": round(tr["comb"] / 1e9, 3),
+                     "C (GB)": round(tr["c"] / 1e9, 2), "total (GB)": round(sum(tr.values()) / 1e9, 2)})
     return Table(rows, f"L2 <-> SM traffic, modelled from the tile shapes ({sm_count} SMs); DRAM minimum "
                        f"{p.min_bytes / 1e9:.2f} GB")
 
