@@ -108,12 +108,12 @@ class Timing:
     meta: dict = field(default_factory=dict)   # stage, device, date, git, clocks: where the records came from
     cta_clock: np.ndarray | None = None        # [cta, warp, CLOCK_WORDS] (layout.clock_words > 0), else None
 
-    def launch_clock(self) -> dict:
+    def launch_clock(self, min_ns: float = 0.0) -> dict:
         """The SM clock of this launch from the launch-clock block (see launch_clock())."""
         if self.cta_clock is None:
             raise ValueError("these records carry no launch clock (built before common/timing.cuh recorded "
                              "PE_TIMING_CTA, or the stage lacks the PE_TIMING_CTA(timing) line)")
-        out = launch_clock(self.cta_clock)
+        out = launch_clock(self.cta_clock, min_ns)
         if self.meta.get("clock") == SIM_ORDER:
             out["note"] = "simulated counters: an order, not a clock"
         return out
@@ -194,7 +194,7 @@ def decode(buf, lay: Layout) -> Timing:
     return Timing(lay, a[..., 0].copy(), a[..., 1].copy(), cta_clock=clk)
 
 
-def launch_clock(block) -> dict:
+def launch_clock(block, min_ns: float = 0.0) -> dict:
     """The SM clock of one launch from its launch-clock block ([cta, warp, CLOCK_WORDS] int64: each warp's
     clock64 and globaltimer at kernel start and exit, and the SM id + 1; zero = not recorded).
 
@@ -204,7 +204,8 @@ def launch_clock(block) -> dict:
     nanosecond clock: PTX ISA, Special Registers), which spans a non-persistent grid's many short
     CTAs on one SM and so is the steadier figure. The launch clock is the median over SMs; min and
     max say how far SMs differ. span_ns: first start to last exit over the whole grid (globaltimer),
-    the launch's duration as the kernel sees it."""
+    the launch's duration as the kernel sees it. CTAs and SMs that spanned less than `min_ns` (a CTA
+    that returned at once, next to the timer's step) enter no GHz figure; `short` counts them."""
     b = np.asarray(block).astype(np.int64, copy=False)
     if b.ndim != 3 or b.shape[2] != CLOCK_WORDS:
         raise ValueError(f"a launch-clock block is [cta, warp, {CLOCK_WORDS}] ({', '.join(CLOCK_FIELDS)}), "
@@ -221,13 +222,13 @@ def launch_clock(block) -> dict:
     g1 = np.where(rec, b[..., 3], -1).max(axis=1)[have]
     sm = np.where(rec, b[..., 4], 0).max(axis=1)[have] - 1
     cyc, ns = (c1 - c0).astype(np.float64), (g1 - g0).astype(np.float64)
-    ok = ns > 0
+    ok = (ns > 0) & (ns >= min_ns)
     ghz = cyc[ok] / ns[ok]
     per_sm = []
     for s in np.unique(sm):
         k = sm == s
         dc, dn = float(c1[k].max() - c0[k].min()), float(g1[k].max() - g0[k].min())
-        if dn > 0:
+        if dn > 0 and dn >= min_ns:
             per_sm.append(dc / dn)
     per_sm = np.array(per_sm)
 
@@ -238,7 +239,7 @@ def launch_clock(block) -> dict:
             "per_sm_ghz": st(per_sm), "per_cta_ghz": st(ghz),
             "cta_cycles": st(cyc), "cta_ns": st(ns),
             "span_ns": float(g1.max() - g0.min()), "ctas": int(have.sum()), "sms": int(np.unique(sm).size),
-            "ctas_without_ns": int((~ok).sum())}
+            "short": int((~ok).sum()), "min_ns": float(min_ns)}
 
 
 def load(path) -> Timing:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from .. import baselines, bench, clock, device, results, stages, timing
+from .. import baselines, bench, clock, device, problems, results, sol, stages, timing
 from ..facts import Table, evidence_label
 from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, l2_traffic, permuted_b_rows, permuted_b_spec,  # noqa: F401
                           resident_b_schedule, residue_schedule, window_schedule)
@@ -438,6 +438,25 @@ def perf_run(chip: str) -> dict:
     rep = results.load(files[-1])
     rep["_file"] = f"results/{files[-1].parent.name}/{files[-1].name}"
     return rep
+
+
+def clock_floor_table(chips=("h100", "h200")) -> Table:
+    """The floors of the full problem that name their clock (pelib.sol.clock_table), with each chip's committed
+    measurements: the in-kernel clock of our TIMING run (clock64 cycles over the run's elapsed time) and the
+    device-to-device copy bandwidth of the same pelib.hopper_perf run."""
+    gpu = {"h100": "H100 SXM", "h200": "H200"}
+    measured, src = {}, []
+    for chip in chips:
+        rep = perf_run(chip)
+        fl = rep["floors"]
+        when = f"{rep['env']['device']}, {str(rep['env']['date'])[:10]}"
+        measured[gpu[chip]] = {
+            "clock_ghz": fl["clock_sources_ghz"]["ours_clock64"],
+            "clock_what": f"our kernel's in-kernel clock: clock64 over the TIMING run's time (measured, {when})",
+            "copy_tb_s": fl["copy_gbps"] / 1e3, "copy_what": f"device-to-device copy (measured, {when})"}
+        src.append(rep["_file"])
+    return sol.clock_table(problems.patch_embed("siglip2"), [sol.GPUS[0]] + [gpu[c] for c in chips], measured,
+                           evidence="measured inputs: " + ", ".join(src))
 
 
 # Our stage in the tables: 06 with the unbounded wait build. Stage 10 was 0.004 ms faster on the H100
