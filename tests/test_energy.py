@@ -3,7 +3,6 @@ the regimes (bursts with the clock of each launch, sustained windows with NVML's
 through stand-ins for the GPU (launches, events, NVML, cuBLAS), the jobs and the per-tile tables."""
 import time
 
-import numpy as np
 import pytest
 import torch
 
@@ -32,17 +31,6 @@ def test_entries_name_what_they_run_and_refuse_what_does_not_fit():
     assert all(x.probe and x.bursts_only for x in energy.PROBES)
     assert {x.stage for x in energy.STAGES if x.stage} >= set(energy.NEW_STAGES) | set(energy.PARENTS)
     assert energy.rotate([1, 2, 3], 1) == [2, 3, 1] and energy.rotate([1, 2, 3], 4) == [2, 3, 1]
-
-
-def test_probe_clock_decodes_the_timing_block_order():
-    """The clock probe writes {clock64 begin, globaltimer begin, clock64 end, globaltimer end, smid + 1}
-    per CTA, pelib.timing's launch-clock order, so timing.launch_clock decodes it."""
-    rec = np.array([[1000, 5000, 1000 + 150_000, 5000 + 100_000, s + 1] for s in range(132)])
-    rec[3, 2] = 1000 + 160_000                      # one SM ran faster
-    c = energy.probe_clock(rec)
-    assert c["ghz"] == pytest.approx(1.5) and c["per_sm_ghz"]["max"] == pytest.approx(1.6) and c["sms"] == 132
-    with pytest.raises(ValueError, match="no warp recorded"):
-        energy.probe_clock(np.zeros((132, 5)))
 
 
 def test_energy_fit_is_the_counter_slope():
@@ -101,11 +89,12 @@ def fake_run(fake_gpu, monkeypatch):
         kern = build.kernel
 
         def run():
-            if kern == "sm_clock":        # the probe: every SM at GHZ_AFTER over 100 us
-                buf = args[0]
-                buf[:, 0], buf[:, 1] = 1000, 5000
-                buf[:, 2], buf[:, 3] = 1000 + int(GHZ_AFTER * 100_000), 5000 + 100_000
-                buf[:, 4] = torch.arange(buf.shape[0]) + 1
+            if kern == "calib_clock":     # the clock probe: its launch-clock block, every SM at GHZ_AFTER
+                lay = _timing.layout(build, kw["grid"][0])
+                blk = args[1][lay.phase_words:].view(-1, 5)
+                blk[:, 0], blk[:, 1] = 1000, 5000
+                blk[:, 2], blk[:, 3] = 1000 + int(GHZ_AFTER * 40_000), 5000 + 40_000
+                blk[:, 4] = torch.arange(blk.shape[0]) + 1
                 return
             t = state["t"]
             key = (int(t["a"].view(torch.uint8)[:64].sum()), int(t["b"].view(torch.uint8)[:8].sum()))
@@ -232,3 +221,11 @@ def test_worker_jobs_through_stand_ins(fake_run, monkeypatch):
     assert {b["entry"] for b in m["burst"]} == {"06", "cuBLAS fast-accum GEMM"} and len(m["sustained"]) == 2
     with pytest.raises(energy.EnergyError, match="unknown job kind"):
         energy._run_job({"kind": "dance"}, Data(), 1)
+
+
+def test_prebuild_compiles_every_cubin_of_a_run():
+    specs = energy.builds([energy.stage_entry("sm90/06_permuted_b"), energy.CUBLAS[0]])
+    assert specs[0] == ("calib_clock", {}, False) and len(specs) == 4
+    assert (("sm90/06_permuted_b", {"PE_WAIT_KIND": 2, "PE_TIMING_TILES": 0}, True)) in specs
+    assert energy.prebuild([energy.stage_entry("sm90/06_permuted_b")], workers=2) == []
+    assert "ValueError" in energy._build_one(("sm90/06_permuted_b", {"NO_SUCH_DEFINE": 1}, False))

@@ -11,7 +11,7 @@ process (pelib.sweep.run_jobs), interleaved, so that each sees the thermal state
  2. burst, per input set (random, zeros, ones) and round, the entries in rotating order, each after
     IDLE_S of idle: the timing of `make bench` (bench.time_fn: 5 warm-ups, L2 flushed before each of
     20 launches, CUDA events, median), then the same burst with the SM clock read just before and just
-    after each launch (probes/sm_clock.cu), and for a stage a third burst of its TIMING build, whose
+    after each launch (pelib.calibrate's clock probe), and for a stage a third burst of its TIMING build, whose
     per-warp launch clock (common/timing.cuh) is the clock of that very launch;
  3. sustained, per input set and round, rotating: LEAD_S of back-to-back launches, then SUSTAIN_S more
     measured: ms per launch (CUDA events), joules per launch from NVML's total-energy counter
@@ -40,7 +40,6 @@ from . import baselines, bench, device, nvml, results, sweep
 
 WAIT2 = {"PE_WAIT_KIND": 2}           # the unbounded wait a production kernel ships (common/mbarrier.cuh)
 PROBE = "sm90/probes/sol_probe_06.cu"
-CLOCK_PROBE = "probes/sm_clock.cu"
 INPUTS = ("random", "zeros", "ones")   # ones: A = B = 1.0 in E4M3 (bits 0x38)
 E4M3_ONE = 0x38
 TILE = (64, 256)                       # the tile "per tile" counts refer to: one warpgroup's output tile
@@ -48,7 +47,8 @@ IDLE_S = 0.3                           # idle before each burst: each burst star
 LEAD_S = 0.3                           # back-to-back launches before a sustained window is measured
 SUSTAIN_S = 1.5                        # measured seconds of a sustained window
 ROUNDS = {"random": 3, "zeros": 2, "ones": 2}
-PROBE_SPIN = 100_000                   # clock64 cycles of the clock probe (~60 us at 1.6 GHz)
+PROBE_SPIN = 60_000                    # clock64 cycles the clock probe spins (~40 us at 1.5 GHz)
+CLOCK_PROBE = "calib_clock"           # prebuild's name for pelib.calibrate's clock probe
 NCU_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
                "smsp__inst_executed.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum",
                "sm__cycles_elapsed.avg.per_second")
@@ -112,6 +112,7 @@ MODES = {"limiter": LIMITER, "stages": STAGES}
 # are compared on the random inputs only.
 MODE_INPUTS = {"limiter": INPUTS, "stages": ("random",)}
 MODE_ROUNDS = {"limiter": ROUNDS, "stages": {"random": 3}}
+BUDGET_S = {"limiter": 340.0, "stages": 450.0}    # an H100's run fits in both with time to spare
 
 
 def rotate(items: list, r: int) -> list:
@@ -120,52 +121,44 @@ def rotate(items: list, r: int) -> list:
     return items[r:] + items[:r]
 
 
-# ---- the clock probe and the launch clock -----------------------------------------------------------
-
-def probe_clock(records) -> dict:
-    """The SM clock from the clock probe's records ([ctas, 5] in the word order of a TIMING build's
-    launch-clock block), decoded by the same function as a TIMING run's (pelib.timing.launch_clock)."""
-    import numpy as np
-    from . import timing as _timing
-    rec = np.asarray(records, dtype=np.int64).reshape(-1, 1, _timing.CLOCK_WORDS)
-    return _timing.launch_clock(rec)
-
+# ---- the clock probe ---------------------------------------------------------------------------------
 
 class ClockProbe:
-    """probes/sm_clock.cu, one CTA per SM, writing into slot i of a buffer (plans made once)."""
+    """pelib.calibrate's clock probe (src/kernels/probes/calib_clock.cu: one CTA per SM, spinning `spin`
+    cycles) launched right after a launch that carries no clock of its own: its own launch clock
+    (pelib.timing.launch_clock) is the SM clock the GPU has just then. One plan and launch-clock buffer
+    per slot, so a burst reads them all after one synchronization."""
 
     def __init__(self, slots: int, info=None, spin: int = PROBE_SPIN, where=None):
-        import numpy as np
         import torch
-        from . import build as _build, launch
-        info = info or device.current()
-        self.info, self.slots = info, slots
-        b = _build.build(CLOCK_PROBE, _arch(info))
+        from . import calibrate, launch
         from . import timing as _timing
-        self.words = int(b.exports["clock_words"])
-        if self.words != _timing.CLOCK_WORDS:
-            raise EnergyError(f"{CLOCK_PROBE} writes {self.words} words a CTA, pelib.timing reads {_timing.CLOCK_WORDS}")
-        self.buf = torch.zeros(slots, info.sm_count, self.words, dtype=torch.int64,
-                               device=where or f"cuda:{info.ordinal}")
-        self.plans = [launch.prepare(b, (self.buf[i], np.uint32(spin)), grid=info.sm_count, block=32, info=info)
-                      for i in range(slots)]
+        info = info or device.current()
+        where = where or f"cuda:{info.ordinal}"
+        b = calibrate.probe_build("clock", {})
+        grid = info.sm_count
+        self.spin, self.lay = spin, _timing.layout(b, grid)
+        self.tbufs = [_timing.alloc(self.lay, device=where) for _ in range(slots)]
+        out = torch.zeros(grid * int(b.exports["fields"]), dtype=torch.int64, device=where)
+        job = calibrate.Launch("clock", {}, {"spin": spin, "ticks": 0}, grid)
+        self.plans = [launch.prepare(b, calibrate.bind(b, job, out, tb, {}, None), grid=(grid, 1, 1),
+                                     block=(int(b.exports["num_threads"]), 1, 1), smem=int(b.exports["smem_bytes"]),
+                                     info=info) for tb in self.tbufs]
 
     def record(self, slot: int) -> None:
         self.plans[slot].run()
 
     def ghz(self, slot: int) -> float | None:
         """The median SM clock (GHz) slot `slot` measured (None if no CTA wrote it)."""
+        from . import timing as _timing
         try:
-            return probe_clock(self.buf[slot].cpu().numpy())["ghz"]
+            return _timing.decode(self.tbufs[slot].cpu(), self.lay).launch_clock(min_ns=self.spin / 4.0)["ghz"]
         except ValueError:
             return None
 
     def clear(self) -> None:
-        self.buf.zero_()
-
-
-def _arch(info) -> str:
-    return "sm_90a" if (info.cc or (9, 0))[0] == 9 else "sm_100a"
+        for tb in self.tbufs:
+            tb.zero_()
 
 
 # ---- inputs -------------------------------------------------------------------------------------------
@@ -636,6 +629,47 @@ def format_summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _build_one(spec: tuple) -> str:
+    """One build of prebuild's list (a process pool's task): the key it built, or the error."""
+    from . import calibrate
+    from .stage import Stage
+    key, defines, timing = spec
+    try:
+        if key == CLOCK_PROBE:
+            calibrate.probe_build("clock", defines)
+        else:
+            s = Stage(key, defines)
+            (s.timing_build() if timing else s.build).sass
+        return key
+    except Exception as e:      # reported; the run then fails on this entry with the same error
+        return f"{key}: {type(e).__name__}: {e}"[:300]
+
+
+def builds(entries: list[Entry]) -> list[tuple]:
+    """What a run compiles: each stage entry's build, the build and TIMING build with PE_TIMING_TILES = 0
+    whose launch clock the stamped bursts read, and the clock probe."""
+    out = [(CLOCK_PROBE, {}, False)]
+    for e in entries:
+        if e.stage:
+            d0 = {**e.define_dict, "PE_TIMING_TILES": 0}
+            out += [(e.stage, e.define_dict, False), (e.stage, d0, False), (e.stage, d0, True)]
+    return out
+
+
+def prebuild(entries: list[Entry], workers: int | None = None) -> list[str]:
+    """Compile builds(entries) in a process pool (pelib.cache stores each entry atomically, so the
+    processes share one cache); returns the errors."""
+    from concurrent.futures import ProcessPoolExecutor
+    specs = builds(entries)
+    n = workers or min(8, os.cpu_count() or 1, len(specs))
+    with ProcessPoolExecutor(max_workers=n) as ex:
+        done = list(ex.map(_build_one, specs))
+    errs = [d for d, (k, _, _) in zip(done, specs) if d != k]
+    for err in errs:
+        print(f"[build] FAILED {err}", flush=True)
+    return errs
+
+
 def plan_jobs(entries: list[Entry], rounds: dict | None = None, inputs=INPUTS) -> list[dict]:
     """The worker jobs: each stage entry verified (not the probes), then one measuring job of all entries."""
     jobs = [{"kind": "verify", "entry": e.as_dict(), "label": f"verify {e.name}"}
@@ -650,7 +684,8 @@ def main(argv=None) -> int:
     ap.add_argument("mode", nargs="?", choices=sorted(MODES), help="limiter: the limiter tests; stages: the sub-stages")
     ap.add_argument("--out", default=None)
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--budget", type=float, default=330.0, help="seconds for the whole run")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds for the whole run (default: BUDGET_S of the mode)")
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one round per input set, random and zeros only")
     ap.add_argument("--ncu-target", default=None, help=argparse.SUPPRESS)
@@ -666,6 +701,7 @@ def main(argv=None) -> int:
         return 0
     if not a.mode:
         ap.error("name a mode: limiter or stages")
+    a.budget = a.budget or BUDGET_S[a.mode]
     t_start = time.time()
     import torch
     from .stage import Stage
@@ -683,10 +719,9 @@ def main(argv=None) -> int:
               "problem": full.name, "tile": list(TILE), "entries": [e.as_dict() for e in entries],
               "protocol": {"idle_s": IDLE_S, "lead_s": LEAD_S, "sustain_s": SUSTAIN_S, "rounds": rounds,
                            "inputs": list(inputs), "iters": a.iters, "probe_spin_cycles": PROBE_SPIN}}
-    for e in entries:          # compiled facts first: also fills the build cache the workers use
-        if e.stage:
-            Stage(e.stage, e.define_dict).build
-            Stage(e.stage, {**e.define_dict, "PE_TIMING_TILES": 0}).timing_build()
+    t0 = time.time()
+    prebuild(entries)          # every cubin of the run, in parallel: the workers read them from the cache
+    print(f"[build] {time.time() - t0:.0f} s", flush=True)
     report["facts"] = {e.name: tile_facts(e, full, info.sm_count) for e in entries}
     report["copy"] = bench.copy_bandwidth_gb_s()
     print(f"[copy] {report['copy']['gbps']:.0f} GB/s; facts in {time.time() - t_start:.0f} s", flush=True)
