@@ -36,7 +36,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import baselines, bench, device, nvml, results, sweep
+from . import baselines, bench, calibrate, device, launch, nvml, results, sass_account, sweep
+from . import timing as _timing
+from .kinds import sm90 as k90
+from .stage import Stage
 
 WAIT2 = {"PE_WAIT_KIND": 2}           # the unbounded wait a production kernel ships (common/mbarrier.cuh)
 PROBE = "sm90/probes/sol_probe_06.cu"
@@ -131,8 +134,6 @@ class ClockProbe:
 
     def __init__(self, slots: int, info=None, spin: int = PROBE_SPIN, where=None):
         import torch
-        from . import calibrate, launch
-        from . import timing as _timing
         info = info or device.current()
         where = where or f"cuda:{info.ordinal}"
         b = calibrate.probe_build("clock", {})
@@ -150,7 +151,6 @@ class ClockProbe:
 
     def ghz(self, slot: int) -> float | None:
         """The median SM clock (GHz) slot `slot` measured (None if no CTA wrote it)."""
-        from . import timing as _timing
         try:
             return _timing.decode(self.tbufs[slot].cpu(), self.lay).launch_clock(min_ns=self.spin / 4.0)["ghz"]
         except ValueError:
@@ -204,7 +204,6 @@ class Runner:
                 self.out = fn()
             self.run = run
             return
-        from .stage import Stage
         s = Stage(e.stage, e.define_dict)
         self.stage = s
         self.plan = s.plan(problem, t, info=info)
@@ -212,7 +211,6 @@ class Runner:
         self.out = t["out"]
         self.tplan = self.tbuf = None
         if timing:       # the launch clock: the TIMING build with no phase records (PE_TIMING_TILES = 0)
-            from . import timing as _timing
             ts = Stage(e.stage, {**e.define_dict, "PE_TIMING_TILES": 0})
             tb = ts.timing_build()
             cfg = self.plan.config
@@ -228,7 +226,6 @@ class Runner:
 
     def launch_clock(self) -> dict:
         """The launch clock of the TIMING build's last launch (pelib.timing.launch_clock)."""
-        from . import timing as _timing
         return _timing.decode(self.tbuf.cpu(), self.tlay).launch_clock()
 
     def wait(self) -> None:
@@ -441,9 +438,6 @@ def tile_facts(e: Entry, problem, sm_count: int = 132) -> dict:
     tile (modelled); a cuBLAS entry has only the measured counts (Nsight Compute)."""
     if e.baseline:
         return {}
-    from . import sass_account
-    from .kinds import sm90 as k90
-    from .stage import Stage
     s = Stage(e.stage, e.define_dict)
     out = {}
     try:
@@ -464,7 +458,6 @@ def _ncu_target(spec: str, data_dir: str) -> None:
     import torch
     entries = [Entry.from_dict(d) for d in json.loads(spec)]
     data = sweep._Data(data_dir)
-    from .stage import Stage
     prob, t, _ = data.full(Stage("sm90/06_permuted_b"))
     for e in entries:
         r = Runner(e, prob, t)
@@ -553,7 +546,6 @@ def _worker(jobs_file: str, data_dir: str, start: int, iters: int) -> None:
 
 
 def _full(data):
-    from .stage import Stage
     return data.full(Stage("sm90/06_permuted_b"))
 
 
@@ -562,7 +554,6 @@ def _run_job(job: dict, data, iters: int) -> dict:
     prob, t, ref = _full(data)
     if job["kind"] == "verify":       # one stage entry on the full problem, random inputs
         e = Entry.from_dict(job["entry"])
-        from .stage import Stage
         r = Stage(e.stage, e.define_dict).run(prob, inputs=t, ref=ref, time=False)
         rep = r["verify"]
         return {"ok": rep.ok, "n_bad": rep.n_bad, "n_nan": rep.n_nan, "max_abs": rep.max_abs, "report": str(rep)}
@@ -631,8 +622,6 @@ def format_summary(rows: list[dict]) -> str:
 
 def _build_one(spec: tuple) -> str:
     """One build of prebuild's list (a process pool's task): the key it built, or the error."""
-    from . import calibrate
-    from .stage import Stage
     key, defines, timing = spec
     try:
         if key == CLOCK_PROBE:
@@ -704,7 +693,6 @@ def main(argv=None) -> int:
     a.budget = a.budget or BUDGET_S[a.mode]
     t_start = time.time()
     import torch
-    from .stage import Stage
     info = device.current()
     print(device.banner_text("sm_90a", info), flush=True)
     device.require("sm_90a", info)
