@@ -229,3 +229,41 @@ def test_prebuild_compiles_every_cubin_of_a_run():
     assert (("sm90/06_permuted_b", {"PE_WAIT_KIND": 2, "PE_TIMING_TILES": 0}, True)) in specs
     assert energy.prebuild([energy.stage_entry("sm90/06_permuted_b")], workers=2) == []
     assert "ValueError" in energy._build_one(("sm90/06_permuted_b", {"NO_SUCH_DEFINE": 1}, False))
+
+
+def _report(device="NVIDIA H100 80GB HBM3", date="2026-12-01T10:00:00+00:00"):
+    """A pelib.energy limiter report as the command writes it, from synthetic rows."""
+    entries = [energy.stage_entry("sm90/06_permuted_b"), energy.CUBLAS[0]]
+    burst = [{"entry": e.name, "inputs": k, "round": 0, "plain": {"median_ms": ms},
+              "clocked": {"clock_after_ghz": [1.6, 1.62]},
+              **({"stamped": {"clock_ghz": [1.44, 1.46]}} if e.stage else {})}
+             for e, ms0 in zip(entries, (0.84, 0.92)) for k, ms in (("random", ms0), ("zeros", ms0 * 0.9))]
+    sus = [{"entry": e.name, "inputs": "random", "round": 0, "ms_per_launch": ms, "j_per_launch": j, "power_w": 700.0,
+            "nvml": {"sm_mhz": {"mean": 1320.0}}} for e, ms, j in zip(entries, (0.97, 1.05), (0.71, 0.70))]
+    rep = {"env": {"device": device, "date": date}, "evidence": f"measured ({device}, {date[:10]})",
+           "entries": [e.as_dict() for e in entries], "burst": burst, "sustained": sus, "copy": {"gbps": 3000.0},
+           "ncu_per_tile": [{"entry": "06", "l2_B_per_tile": 196_700.0, "dram_read_B_per_tile": 16_900.0,
+                             "dram_write_B_per_tile": 32_400.0, "warp_inst_per_tile": 4338.0}],
+           "facts": {"06": {"sass_consumer_warp_per_tile": {"total": 1248}}}}
+    rep["summary"] = energy.summarize(rep)
+    return rep
+
+
+def test_energy_table_and_clocked_floors_read_the_committed_run(tmp_path, monkeypatch):
+    import json
+    from pelib.views import hopper as hv
+    d = tmp_path / "2026-12-01-h100"
+    d.mkdir()
+    (d / "energy-limiter.json").write_text(json.dumps(_report()))
+    t = hv.energy_table(root=tmp_path)
+    r06 = next(r for r in t.rows if r["entry"] == "06")
+    assert r06["ms"] == 0.84 and r06["launch GHz"] == 1.45 and r06["GHz after"] == 1.61 and r06["J"] == 0.71
+    assert r06["L2 KB/tile"] == 197 and r06["DRAM KB/tile"] == 49 and r06["SASS/warp/tile"] == 1248
+    rc = next(r for r in t.rows if r["entry"].startswith("cuBLAS"))
+    assert rc["launch GHz"] == "—" and rc["L2 KB/tile"] == "—"
+    assert any("H200: not yet measured" in n for n in t.notes) and "measured" in t.caption
+    monkeypatch.setattr(hv, "energy_run", lambda chip, mode="limiter", root=None: hv.results.load(
+        d / "energy-limiter.json") | {"_file": "results/2026-12-01-h100/energy-limiter.json"} if chip == "h100" else None)
+    fl = hv.clock_floor_table()
+    row = next(r for r in fl.rows if r["gpu"] == "H100 SXM" and r["floor"] == "tensor" and "launch clock" in r["basis"])
+    assert row["at"] == "1.450 GHz" and "energy-limiter.json" in fl.caption

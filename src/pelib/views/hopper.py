@@ -442,11 +442,25 @@ def perf_run(chip: str) -> dict:
 
 def clock_floor_table(chips=("h100", "h200")) -> Table:
     """The floors of the full problem that name their clock (pelib.sol.clock_table), with each chip's committed
-    measurements: the in-kernel clock of our TIMING run (clock64 cycles over the run's elapsed time) and the
-    device-to-device copy bandwidth of the same pelib.hopper_perf run."""
+    measurements: the launch clock of our stage 06 in the newest pelib.energy limiter run (per-CTA clock64 over
+    globaltimer of each timed launch, median over its bursts on random inputs) and that run's copy bandwidth;
+    without such a run, the in-kernel clock of the hopper_perf TIMING run (clock64 cycles over the run's
+    elapsed time) and that run's copy bandwidth."""
     gpu = {"h100": "H100 SXM", "h200": "H200"}
     measured, src = {}, []
     for chip in chips:
+        lim = energy_run(chip)
+        ours = next((r for r in (lim or {}).get("summary", []) if r.get("entry") == "06"
+                     and r.get("launch clock (GHz)")), None)
+        if ours:
+            when = f"{lim['env']['device']}, {str(lim['env']['date'])[:10]}"
+            measured[gpu[chip]] = {
+                "clock_ghz": ours["launch clock (GHz)"],
+                "clock_what": f"our kernel's launch clock: per-CTA clock64 over globaltimer, median over its "
+                              f"timed bursts (measured, {when})",
+                "copy_tb_s": lim["copy"]["gbps"] / 1e3, "copy_what": f"device-to-device copy (measured, {when})"}
+            src.append(lim["_file"])
+            continue
         rep = perf_run(chip)
         fl = rep["floors"]
         when = f"{rep['env']['device']}, {str(rep['env']['date'])[:10]}"
@@ -457,6 +471,57 @@ def clock_floor_table(chips=("h100", "h200")) -> Table:
         src.append(rep["_file"])
     return sol.clock_table(problems.patch_embed("siglip2"), [sol.GPUS[0]] + [gpu[c] for c in chips], measured,
                            evidence="measured inputs: " + ", ".join(src))
+
+
+# ---- the limiter tests and the sub-stage bench (pelib.energy) -----------------------------------------
+
+def energy_run(chip: str, mode: str = "limiter", root=None) -> dict | None:
+    """The newest committed `python -m pelib.energy <mode>` run on `chip` ('h100' or 'h200'), with its path
+    under '_file'; None when there is none yet."""
+    files = [f for f in results.files(f"energy-{mode}.json", root) if results.chip(f.parent) == chip]
+    if not files:
+        return None
+    rep = results.load(files[-1])
+    rep["_file"] = f"results/{files[-1].parent.name}/{files[-1].name}"
+    return rep
+
+
+ENERGY_COLUMNS = (("burst ms (random)", "ms", 4), ("launch clock (GHz)", "launch GHz", 3),
+                  ("clock after (GHz)", "GHz after", 3), ("burst ms (zeros)", "ms, zeros", 4),
+                  ("sustained ms (random)", "sustained ms", 4), ("J/launch (random)", "J", 3),
+                  ("J/launch (zeros)", "J, zeros", 3), ("power W", "W", 0), ("NVML SM MHz", "NVML MHz", 0))
+
+
+def energy_table(chips=("h100", "h200"), mode: str = "limiter", root=None) -> Table:
+    """Per chip and entry of the newest pelib.energy run (measured): the burst time (make bench's regime, random
+    inputs) with the launch's own clock and the clock right after it, the same on zeros; the sustained time,
+    joules per launch (NVML's energy counter), power and NVML's SM clock; per 64 x 256 tile, the L2 and DRAM
+    bytes and warp instructions Nsight Compute counted and a consumer warp's compiled SASS."""
+    rows, notes = [], []
+    for chip in chips:
+        rep = energy_run(chip, mode, root)
+        if rep is None:
+            notes.append(f"{chip.upper()}: not yet measured (python -m pelib.energy {mode} on an {chip.upper()})")
+            continue
+        ncu = {r["entry"]: r for r in rep.get("ncu_per_tile", [])}
+        for r in rep.get("summary", []):
+            row = {"chip": rep["env"]["device"], "entry": r["entry"]}
+            for key, col, nd in ENERGY_COLUMNS:
+                v = r.get(key)
+                row[col] = round(v, nd) if isinstance(v, (int, float)) else "—"
+            n = ncu.get(r["entry"], {})
+            row["L2 KB/tile"] = round(n["l2_B_per_tile"] / 1e3) if n.get("l2_B_per_tile") else "—"
+            dram = (n.get("dram_read_B_per_tile") or 0) + (n.get("dram_write_B_per_tile") or 0)
+            row["DRAM KB/tile"] = round(dram / 1e3) if dram else "—"
+            row["warp inst/tile"] = round(n["warp_inst_per_tile"]) if n.get("warp_inst_per_tile") else "—"
+            sass = ((rep.get("facts") or {}).get(r["entry"]) or {}).get("sass_consumer_warp_per_tile") or {}
+            row["SASS/warp/tile"] = sass.get("total", "—")
+            rows.append(row)
+        notes.append(f"{chip.upper()}: {rep['_file']} ({rep['evidence']})")
+    return Table(rows, f"Time, clock and energy per launch — measured by pelib.energy {mode} (ours and cuBLAS "
+                       "interleaved; bursts after an idle gap, L2 flushed, median of 20; sustained windows of "
+                       "back-to-back launches); bytes and instructions per 64 x 256 tile from Nsight Compute "
+                       "(measured) and the SASS of one consumer warp (compiled)", notes=notes)
 
 
 # Our stage in the tables: 06 with the unbounded wait build. Stage 10 was 0.004 ms faster on the H100
