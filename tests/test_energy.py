@@ -154,6 +154,7 @@ def test_measure_runs_every_regime_through_stand_ins(fake_run):
     r06 = next(r for r in rows if r["entry"] == "06")
     assert r06["launch clock (GHz)"] == pytest.approx(GHZ_LAUNCH) and r06["clock after (GHz)"] == pytest.approx(GHZ_AFTER)
     assert r06["J/launch (random)"] > 0 and "burst ms (zeros)" in r06 and "sustained ms (ones)" in r06
+    assert r06["x cuBLAS fast (burst)"] > 0 and r06["J / cuBLAS fast J"] > 0
     assert "06" in energy.format_summary(rows) and any("[sustained] 06 zeros" in x for x in logs)
 
 
@@ -189,6 +190,8 @@ def test_jobs_tile_facts_and_ncu_per_tile():
     assert rows[0]["l2_B_per_tile"] == pytest.approx(8.56e9 / tiles) and rows[0]["sm_clock_ghz"] == 1.52
     assert rows[0]["ms"] == pytest.approx(0.93334) and rows[0]["warp_inst_per_tile"] == pytest.approx(188762039 / tiles)
     assert rows[1]["entry"] == "cuBLAS GEMM" and "dram_read_B_per_tile" not in rows[1]
+    extra = {**res, "kernels": [{"kernel": "fill_kernel"}] + res["kernels"]}      # a kernel no entry launched
+    assert [r["kernel"] for r in energy.ncu_per_tile(extra, full)] == ["patch_embed_sm90", "nvjet_sm90_qqtst"]
     assert energy.ncu_value("1.52 Ghz") == 1.52 and energy.ncu_value("n/a") is None
     assert energy.ncu_per_tile({"ok": False}, full) == []
 
