@@ -142,15 +142,19 @@ def opcode_table(names=("04", "06"), ops=("SHFL", "SEL", "FADD", "F2FP", "STG"))
 
 
 def comb_reads_table(sm_count: int = 132) -> Table:
-    """Most comb reads of one warpgroup on the full problem: stage 04's order against 07's comb-residue order."""
+    """Most comb reads of one warpgroup on the full problem: stage 04's order against 07's comb-residue order
+    and 07a's windows of it."""
     full = Stage("sm90/07_comb_resident").problem("full")
     s04 = resident_b_schedule(full.m, full.n, 256, sm_count)
     s07 = residue_schedule(full.m, full.n, 256, sm_count)
+    s07a = window_schedule(full.m, full.n, 256, sm_count)
     groups = sm_count // (full.n // 256)
     return Table([{"order": f"04: row tiles g, g + {groups}, g + {2 * groups}, ...",
                    "comb reads per warpgroup (max)": max(comb_loads(s04))},
                   {"order": f"07: class by class (t mod 49), {groups} contiguous pieces",
-                   "comb reads per warpgroup (max)": max(comb_loads(s07))}],
+                   "comb reads per warpgroup (max)": max(comb_loads(s07))},
+                  {"order": "07a: row tiles 49i + g (class g) window by window, then the leftovers",
+                   "comb reads per warpgroup (max)": max(comb_loads(s07a))}],
                  "comb reads, modelled from the kernels' schedules")
 
 
