@@ -48,7 +48,7 @@ E4M3_ONE = 0x38
 TILE = (64, 256)                       # the tile "per tile" counts refer to: one warpgroup's output tile
 IDLE_S = 0.3                           # idle before each burst: each burst starts from a resting card
 LEAD_S = 0.3                           # back-to-back launches before a sustained window is measured
-SUSTAIN_S = 1.5                        # measured seconds of a sustained window
+SUSTAIN_S = 2.0                        # measured seconds of a sustained window
 ROUNDS = {"random": 3, "zeros": 2, "ones": 2}
 PROBE_SPIN = 60_000                    # clock64 cycles the clock probe spins (~40 us at 1.5 GHz)
 CLOCK_PROBE = "calib_clock"           # prebuild's name for pelib.calibrate's clock probe
@@ -313,6 +313,7 @@ def sustained(r: Runner, dev, est_ms: float, probe: ClockProbe | None = None, le
     n_lead, n = max(1, int(lead_s * 1e3 / est_ms)), max(2, int(seconds * 1e3 / est_ms))
     for _ in range(n_lead):
         r.run()
+    r.wait()        # the lead has run: the counter read next starts the window (a gap of microseconds)
     sampler = nvml.Sampler(dev, period_s).start() if dev is not None else None
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
@@ -337,8 +338,6 @@ def sustained(r: Runner, dev, est_ms: float, probe: ClockProbe | None = None, le
     if probe is not None:
         out["clock_after_ghz"] = probe.ghz(0)
     if dev is not None:
-        # the window from the first launch to the last one's end: the counter read before the loop
-        # starts counting when the queue starts, within a launch; after the sync, when it has drained
         out["energy_j"] = (e1 - e0) / 1e3
         out["j_per_launch"] = out["energy_j"] / n
         out["power_w"] = out["energy_j"] / (h1 - h0)
@@ -757,6 +756,14 @@ def main(argv=None) -> int:
     print(f"\n{report['evidence']}; power limit {((report.get('nvml') or {}).get('power_limit_w') or 0):.0f} W; "
           f"idle {((report.get('nvml') or {}).get('idle') or {}).get('power_w', 0):.0f} W")
     print(format_summary(report["summary"]))
+    if report["ncu_per_tile"]:
+        print("\nper 64 x 256 tile (Nsight Compute, one launch each):")
+        for r in report["ncu_per_tile"]:
+            print(f"  {r['entry']:<34} L2 {r.get('l2_B_per_tile', 0) / 1e3:8.1f} KB  DRAM "
+                  f"{(r.get('dram_read_B_per_tile', 0) + r.get('dram_write_B_per_tile', 0)) / 1e3:7.1f} KB  "
+                  f"warp inst {r.get('warp_inst_per_tile', 0):8.0f}  at {r.get('sm_clock_ghz') or 0:.2f} GHz")
+    elif report.get("ncu"):
+        print(f"ncu: {report['ncu'].get('error')}")
     print(f"\nwrote {path} ({time.time() - t_start:.0f} s)")
     return 0
 
