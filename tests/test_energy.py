@@ -266,7 +266,7 @@ def test_energy_table_and_clocked_floors_read_the_committed_run(tmp_path, monkey
     assert rc["launch GHz"] == "—" and rc["L2 KB/tile"] == "—"
     assert any("H200: not yet measured" in n for n in t.notes) and "measured" in t.caption
     monkeypatch.setattr(hv, "energy_run", lambda chip, mode="limiter", root=None: hv.results.load(
-        d / "energy-limiter.json") | {"_file": "results/2026-12-01-h100/energy-limiter.json"} if chip == "h100" else None)
+        d / "energy-limiter.json") | {"_file": f"{d.name}/energy-limiter.json"} if chip == "h100" else None)
     fl = hv.clock_floor_table()
     row = next(r for r in fl.rows if r["gpu"] == "H100 SXM" and r["floor"] == "tensor" and "launch clock" in r["basis"])
     assert row["at"] == "1.450 GHz" and "energy-limiter.json" in fl.caption
