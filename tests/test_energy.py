@@ -270,3 +270,37 @@ def test_energy_table_and_clocked_floors_read_the_committed_run(tmp_path, monkey
     fl = hv.clock_floor_table()
     row = next(r for r in fl.rows if r["gpu"] == "H100 SXM" and r["floor"] == "tensor" and "launch clock" in r["basis"])
     assert row["at"] == "1.450 GHz" and "energy-limiter.json" in fl.caption
+
+
+def test_main_composes_the_report(tmp_path, monkeypatch, capsys):
+    """The command's own steps on a stand-in GPU: the builds, the facts, the jobs (their results canned),
+    Nsight Compute (canned), the JSON and the printed table."""
+    import json
+    from pelib import bench, device, sweep
+    info = fake_info("sm_90a")
+    monkeypatch.setattr(device, "current", lambda: info)
+    monkeypatch.setattr(device, "require", lambda arch, i=None: info)
+    monkeypatch.setattr(bench, "copy_bandwidth_gb_s", lambda: {"gbps": 3000.0, "median_ms": 0.7, "nbytes": 1 << 30})
+    monkeypatch.setattr(sweep, "save_full", lambda s, d: None)
+    monkeypatch.setattr(energy, "prebuild", lambda entries: [])
+    rep = _report()
+    seen = {}
+
+    def run_jobs(jobs, data_dir, iters, budget, job_timeout_s=90.0, module="pelib.sweep"):
+        seen["jobs"], seen["module"] = jobs, module
+        out = [{"index": i, **j, "ok": True, "n_bad": 0} for i, j in enumerate(jobs) if j["kind"] == "verify"]
+        return out + [{"index": len(jobs) - 1, **jobs[-1], "ok": True, "nvml": {"ok": True, "power_limit_w": 700.0},
+                       "verify": {}, "burst": rep["burst"], "sustained": rep["sustained"]}]
+    monkeypatch.setattr(sweep, "run_jobs", run_jobs)
+    monkeypatch.setattr(energy, "run_ncu", lambda entries, d, t: {"ok": True, "entries": ["06"], "kernels": [
+        {"kernel": "patch_embed_sm90", "lts__t_bytes.sum": "8.56 Gbyte"}]})
+    assert energy.main(["limiter", "--out", str(tmp_path), "--budget", "600"]) == 0
+    doc = json.loads((tmp_path / "energy-limiter.json").read_text())
+    assert seen["module"] == "pelib.energy" and [j["kind"] for j in seen["jobs"]] == ["verify", "verify", "measure"]
+    assert doc["verified"]["06"]["ok"] and doc["nvml"]["power_limit_w"] == 700.0
+    assert doc["facts"]["06"]["sass_consumer_warp_per_tile"]["by_opcode"]["QGMMA"] == 24
+    assert doc["ncu_per_tile"][0]["entry"] == "06" and doc["protocol"]["rounds"] == energy.ROUNDS
+    r06 = next(r for r in doc["summary"] if r["entry"] == "06")
+    assert r06["launch clock (GHz)"] == pytest.approx(1.45)
+    out = capsys.readouterr().out
+    assert "per 64 x 256 tile" in out and "wrote" in out
