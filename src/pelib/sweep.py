@@ -51,7 +51,6 @@ VARIANTS = {
         ("sm90/07_comb_resident", {"PREFETCH_TILES": 1}),
         ("sm90/07_comb_resident", {"PREFETCH_TILES": 3}),
         ("sm90/07_comb_resident", {"BLOCK_N": 192, "NUM_STAGES": 10}),   # a deep A ring without the multicast
-        ("sm90/07_comb_resident", {"B_PERM_TMA": 0}),
         ("sm90/08_comb_init", {"TURN_EARLY": 1}),
         ("sm90/08_comb_init", {"B_PERM_TMA": 0}),
         ("sm90/09_multicast_pairs", {"NUM_STAGES": 6}),       # the multicast with a shallow ring
