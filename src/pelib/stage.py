@@ -646,6 +646,23 @@ def _sweep(spec: str | None) -> list[dict]:
     return [{k: int(v) if re.fullmatch(r"-?\d+", v) else v} for v in vals.split(",")]
 
 
+def trace_paths(path: str | None, positions: list[dict]) -> list[str | None]:
+    """--trace's file for each --sweep position: the path itself for one run, else one file per position named
+    by it (t.json -> t-NUM_STAGES=2.json, t-NUM_STAGES=3.json), so no run overwrites another's trace."""
+    if not path:
+        return [None] * len(positions)
+    if len(positions) == 1:
+        return [path]
+    p = Path(path)
+    out = [str(p.with_name(f"{p.stem}-{','.join(f'{k}={v}' for k, v in d.items())}{p.suffix or '.json'}"))
+           for d in positions]
+    twice = sorted({o for o in out if out.count(o) > 1})
+    if twice:
+        raise StageError(f"--sweep lists a position twice, so --trace would write {twice[0]} twice: list each value "
+                         "once")
+    return out
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line's arguments (main parses them; the first-hour page's test parses its commands)."""
     ap = argparse.ArgumentParser(prog="python -m pelib.stage", description="Build, run, verify and time one stage.")
@@ -660,7 +677,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--grid", type=int, default=None, metavar="CTAS",
                     help="CTAs of a persistent grid (default: one wave on the GPU, the kind's few SMs on sim)")
     ap.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (Perfetto) of a TIMING run (gpu) or of "
-                    "the simulator's event log (sim)")
+                    "the simulator's event log (sim); with --sweep, one file per position (OUT-K=V.json)")
     ap.add_argument("--table", action="store_true",
                     help="one row per stage file (idea, parent, facts, results) as a Markdown table")
     return ap
@@ -680,7 +697,12 @@ def main(argv=None) -> int:
         a.problem = "sim" if device == "sim" else "small"
     print(_device.banner_text(base.arch))
     ok = True
-    for d in _sweep(a.sweep):
+    positions = _sweep(a.sweep)
+    try:
+        traces = trace_paths(a.trace, positions)
+    except StageError as e:
+        ap.error(str(e))
+    for d, trace in zip(positions, traces):
         s = base.with_defines(**d)
         why = s.check_compiles()
         if why:
@@ -702,8 +724,8 @@ def main(argv=None) -> int:
         if res.get("ms") is not None:
             print(f"{res['label']}: median {res['ms']:.4f} ms [p10 {res['p10_ms']:.4f}, p90 {res['p90_ms']:.4f}], "
                   f"{res.get('tflops', 0):.1f} TFLOPS — {res['evidence']}")
-        if a.trace:
-            ok &= _write_trace(s, a.problem, device, res, a.trace)
+        if trace:
+            ok &= _write_trace(s, a.problem, device, res, trace)
     return 0 if ok else 1
 
 
