@@ -73,7 +73,7 @@ class Estimate:
 
 
 def _gb(n: int) -> str:
-    return f"{n / 2**30:.1f} GB" if n >= 2**30 / 10 else f"{n / 2**20:.0f} MB"
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.0f} MB"
 
 
 def estimate(cfg, prob, *, block_k: int, tmem: bool, verify: bool = True, inputs: bool = True,
