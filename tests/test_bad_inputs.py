@@ -517,6 +517,11 @@ def _sim_run(key, problem, **env):
         return Stage(key).run(problem, "sim")
 
 
+def _sim_timing(key, problem):
+    with _env():
+        return Stage(key).run_timing(problem, "sim")
+
+
 def _sm90_inputs(change):
     s = Stage("sm90/00_tma_wgmma")
     t = s.inputs("sim", 0, "sim")
@@ -563,6 +568,8 @@ SIMULATOR = [
     ("full-sm90", lambda t: _sim_run("sm90/00_tma_wgmma", "full", PELIB_SIM_MAX_MB=16384), SB.SimTooLarge,
      "~46.5 GB of host memory at least (inputs and output 2.0 GB, reference and verification 31.9 GB, engine "
      "state of 43,512 CTAs 12.4 GB, event log 214 MB), over the 16.0 GB PELIB_SIM_MAX_MB"),
+    ("timing-full", lambda t: _sim_timing("fp8/09_persistent_megakernel", "full"), SB.SimTooLarge,
+     "fp8/09_persistent_megakernel on siglip2 (928256 x 768 x 768) is too large for the simulator"),
     ("memory-only", lambda t: _sim_run("fp8/09_persistent_megakernel", "medium", PELIB_SIM_MAX_MB=512),
      SB.SimTooLarge, "over the 512 MB PELIB_SIM_MAX_MB"),
     ("persistent-grid", lambda t: _grid_too_big(), SB.SimTooLarge,

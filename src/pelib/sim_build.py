@@ -110,8 +110,8 @@ def compiler() -> Compiler:
     if named:
         got, why = _probe(named)
         if got is None:
-            raise SimToolchainError(f"PELIB_SIM_CXX={named!r}: {why}. {NEED}, or unset PELIB_SIM_CXX to let pelib "
-                                    "find one")
+            raise SimToolchainError(f"PELIB_SIM_CXX={named!r}: {why}. {NEED[0].upper() + NEED[1:]}, or unset "
+                                    "PELIB_SIM_CXX to let pelib find one")
     else:
         tried = []
         for c in (cxx, "g++", "clang++", "c++"):

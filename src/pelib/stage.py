@@ -517,6 +517,8 @@ class Stage:
         """The TIMING=1 build launched once after a warm-up; its clock64 records decoded (pelib.timing)."""
         prob = self.problem(problem)
         info = _device.require(self.arch) if device == "gpu" else None
+        if device == "sim":   # before a tensor is made (as run() does)
+            self.sim_check(prob, self.sim_config(prob, grid), verify=False, inputs=inputs is None)
         t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
         tb = self.timing_build()
         cfg = self.launch_config(prob, info=info or _device.DeviceInfo(False, "simulated"), grid=grid,
