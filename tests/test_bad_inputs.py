@@ -3,8 +3,9 @@ it must give) and a phrase of the message that names the problem and the way out
 
 The ids (B03, Y02, E12, ...) are the attempts of the 2026-11-24 robustness review that found each defect;
 unnamed rows cover the neighbouring cases of the same fix. The simulator, results-tree and leftover tables
-hold the cases of the 2026-11-27 review (the simulator's front door, the results tree, the old leftovers). Cache damage (stale headers, edited or
-truncated entries, an unwritable or missing cache folder) is a state, not an input: tests/test_cache.py.
+hold the cases of the 2026-11-27 review (the simulator's front door, the results tree, the old leftovers).
+Cache damage (stale headers, edited or truncated entries, an unwritable or missing cache folder) is a
+state, not an input: tests/test_cache.py.
 """
 from __future__ import annotations
 
@@ -589,7 +590,8 @@ SIMULATOR = [
     ("gpu-path-validates", _gpu_plan_with_cpu_inputs, P.ProblemError,
      "sim: a is on cpu, expected cuda:0; move it with .to('cuda:0')"),
     ("block-0", lambda t: _prepare(block=(0,)), L.LaunchError, "block (0,) must be 1 to 3 positive integers"),
-    ("block-2048", lambda t: _prepare(block=(2048,)), L.LaunchError, "block (2048, 1, 1) has 2048 threads, more than 1024"),
+    ("block-2048", lambda t: _prepare(block=(2048,)), L.LaunchError,
+     "block (2048, 1, 1) has 2048 threads, more than 1024"),
     ("block-z-65", lambda t: _prepare(block=(1, 1, 65)), L.LaunchError, "block.z=65 is over the 64 every GPU allows"),
     ("grid-0", lambda t: _prepare(grid=(0,)), L.LaunchError, "grid (0,) must be 1 to 3 positive integers"),
     ("grid-y", lambda t: _prepare(grid=(1, 70000)), L.LaunchError, "grid.y=70,000 is over the 65,535 every GPU allows"),
@@ -727,7 +729,8 @@ LEFTOVERS = [
     ("nvfp4-override-typo", lambda t: _nvfp4_check(overrides={"k_advance_byte": 64}), E.EmulationError,
      "unknown override k_advance_byte (did you mean k_advance_bytes?): an NVFP4 override replaces one of "
      "01_pipelined's exports or a TileParams field"),
-    ("nvfp4-override-bogus", lambda t: _nvfp4_check(overrides={"bogus": 1}), E.EmulationError, "unknown override bogus"),
+    ("nvfp4-override-bogus", lambda t: _nvfp4_check(overrides={"bogus": 1}), E.EmulationError,
+     "unknown override bogus"),
     ("nvfp4-tiny-amax", lambda t: _tiny_amax(), ValueError,
      "nvfp4_quantize: amax(|x|) = 1e-37 is too small to scale into E2M1 x UE4M3: the encode scale 448·6/amax = "
      "2.69e+40 overflows FP32 (amax must be >= 7.9e-36)"),

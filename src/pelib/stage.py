@@ -387,11 +387,12 @@ class Stage:
         return self.launch_config(problem, info=_device.DeviceInfo(False, "simulated"), grid=grid,
                                   sm_count=getattr(self.kind, "SIM_SM_COUNT", None))
 
-    def sim_estimate(self, problem="sim", grid: int | None = None, *, verify: bool = True,
-                     inputs: bool = True) -> sim_budget.Estimate:
-        """The floor of a simulated run's scheduler steps and host memory (pelib.sim_budget), from the launch."""
+    def sim_estimate(self, problem="sim", grid: int | None = None, *, config: LaunchConfig | None = None,
+                     verify: bool = True, inputs: bool = True) -> sim_budget.Estimate:
+        """The floor of a simulated run's scheduler steps and host memory (pelib.sim_budget), from the launch
+        (`config`, else sim_config(problem, grid))."""
         prob = self.problem(problem)
-        cfg = grid if isinstance(grid, LaunchConfig) else self.sim_config(prob, grid)
+        cfg = config or self.sim_config(prob, grid)
         return sim_budget.estimate(cfg, prob, block_k=self.exports.block_k, tmem=self.arch == "sm_100a",
                                    verify=verify, inputs=inputs,
                                    label=self.key + (" " + self.label.split(" ", 1)[1] if self.defines else ""))
@@ -399,7 +400,7 @@ class Stage:
     def sim_check(self, problem, cfg: LaunchConfig, *, verify: bool = True, inputs: bool = True):
         """Refuse (pelib.sim_budget.SimTooLarge) a simulated run that cannot fit, naming the smaller problem."""
         prob = self.problem(problem)
-        est = self.sim_estimate(prob, cfg, verify=verify, inputs=inputs)
+        est = self.sim_estimate(prob, config=cfg, verify=verify, inputs=inputs)
         test = self.problem("sim")
         fixes = (f"Simulate a test-size problem: --problem sim ({test.m} x {test.n} x {test.k}; Stage.run('sim', "
                  f"'sim')) exercises the same protocol, indexing and data path; time the full problem on a GPU")
