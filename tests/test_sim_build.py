@@ -135,6 +135,11 @@ def test_a_cached_engine_that_fails_to_load_is_discarded_and_rebuilt(tmp_path):
             .path.parent]
     for e in warm:
         shutil.copytree(e, tmp_path / "cache" / e.name)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / "tmp" / f"pelib-sim-slots-{dead.pid}-left"   # what a killed run left: the next removes it
+    stale.mkdir()
+    (stale / "0.so").write_bytes(b"\0" * 4096)
     env = {**os.environ, "PYTHONPATH": str(SRC), "TMPDIR": str(tmp_path / "tmp")}
     env.pop("PELIB_SIM_CXX", None)
     p = subprocess.run([sys.executable, "-c", BROKEN_ENGINE, str(tmp_path)], capture_output=True, text=True,

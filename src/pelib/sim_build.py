@@ -192,7 +192,7 @@ def _compile(name: str, source_text: str, files: list[tuple[str, bytes]], flags:
         _RECIPES[str(entry.path / out_name)] = recipe
         return HostBuild(entry.path / out_name, True)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="pelib-sim-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}build-{os.getpid()}-") as tmp:
         src = Path(tmp) / "tu.cpp"
         src.write_text(source_text)
         out = Path(tmp) / out_name
@@ -247,9 +247,9 @@ def stage_build(source: Path, kernel: str, defines: dict | None = None) -> HostB
 
 
 # ---- temporary folders -----------------------------------------------------------------------------
-# Loaded copies of a stage library (one per CTA slot) and builds an unwritable cache could not keep live in
-# folders named pelib-sim-<what>-<pid>-*: removed when they are done with (copies) or at exit (builds), and
-# by the next process where the one that made them is gone (killed, crashed).
+# Loaded copies of a stage library (one per CTA slot), a build in progress and builds an unwritable cache
+# could not keep live in folders named pelib-sim-<what>-<pid>-*: removed when they are done with (copies,
+# a build) or at exit (uncached builds), and by the next process where the one that made them is gone.
 
 SCRATCH_PREFIX = "pelib-sim-"
 _SCRATCH: dict[str, Path] = {}
@@ -267,16 +267,16 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale(tmp: str | None = None) -> list[Path]:
-    """Remove the pelib-sim-slots-* and pelib-sim-uncached-* folders whose process has ended; returns them."""
+    """Remove the pelib-sim-slots-*, -uncached-* and -build-* folders whose process has ended; returns them."""
     import time
     root = Path(tmp or tempfile.gettempdir())
     gone = []
     try:
-        cands = [p for w in ("slots", "uncached") for p in root.glob(f"{SCRATCH_PREFIX}{w}-*")]
+        cands = [p for w in ("slots", "uncached", "build") for p in root.glob(f"{SCRATCH_PREFIX}{w}-*")]
     except OSError:
         return gone
     for p in cands:
-        m = re.fullmatch(rf"{SCRATCH_PREFIX}(?:slots|uncached)-(\d+)-.*", p.name)
+        m = re.fullmatch(rf"{SCRATCH_PREFIX}(?:slots|uncached|build)-(\d+)-.*", p.name)
         try:
             if not p.is_dir() or p.is_symlink() or p.stat().st_uid != os.getuid():
                 continue
@@ -289,11 +289,19 @@ def remove_stale(tmp: str | None = None) -> list[Path]:
     return gone
 
 
+_SWEPT: list = []   # remove_stale() has run in this process
+
+
+def _sweep_once() -> None:
+    if not _SWEPT:
+        _SWEPT.append(remove_stale())
+
+
 def _scratch(what: str) -> Path:
     """This process's pelib-sim-<what>-<pid>-* folder (made once; stale ones of ended processes go first)."""
     d = _SCRATCH.get(what)
     if d is None or not d.is_dir():
-        remove_stale()
+        _sweep_once()
         d = _SCRATCH[what] = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{what}-{os.getpid()}-"))
         if len(_SCRATCH) == 1:
             atexit.register(_remove_scratch)
@@ -371,6 +379,7 @@ def load_copies(lib: Path, n: int) -> list[ctypes.CDLL]:
     key = str(lib)
     have = _COPIES.setdefault(key, [])
     if len(have) < n:
+        _sweep_once()   # what killed or crashed processes left behind
         d = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}slots-{os.getpid()}-"))
         try:
             for i in range(len(have), n):

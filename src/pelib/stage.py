@@ -651,7 +651,7 @@ def _sweep(spec: str | None) -> list[dict]:
 
 def trace_paths(path: str | None, positions: list[dict]) -> list[str | None]:
     """--trace's file for each --sweep position: the path itself for one run, else one file per position named
-    by it (t.json -> t-NUM_STAGES=2.json, t-NUM_STAGES=3.json), so no run overwrites another's trace."""
+    by it (the position, as -NUM_STAGES=2, before the path's suffix), so no run overwrites another's trace."""
     if not path:
         return [None] * len(positions)
     if len(positions) == 1:
@@ -680,7 +680,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--grid", type=int, default=None, metavar="CTAS",
                     help="CTAs of a persistent grid (default: one wave on the GPU, the kind's few SMs on sim)")
     ap.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (Perfetto) of a TIMING run (gpu) or of "
-                    "the simulator's event log (sim); with --sweep, one file per position (OUT-K=V.json)")
+                    "the simulator's event log (sim); with --sweep, one file per position (-K=V before the suffix)")
     ap.add_argument("--table", action="store_true",
                     help="one row per stage file (idea, parent, facts, results) as a Markdown table")
     return ap
