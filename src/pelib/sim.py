@@ -337,7 +337,7 @@ class SimPlan:
                                          "hazards_total", "misuse_total", "warnings_total", "records_cap")}
         stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster))
         for k in ("deadlock", "hazards", "misuse", "warnings"):
-            resolve_lines(doc.get(k) or [])
+            resolve_lines(doc.get(k) or [], self.lib.path)
         self.report = SimReport(ok=bool(doc["ok"]), seed=self.seed, deadlock=doc["deadlock"], hazards=doc["hazards"],
                                 misuse=doc["misuse"], warnings=doc.get("warnings", []), stats=stats, events_array=ev,
                                 files=doc["files"], names=doc.get("names", []), roles=doc.get("roles", []))
@@ -382,13 +382,17 @@ def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=No
 _LINES: dict = {}
 
 
-def resolve_lines(records: list) -> None:
-    """Records about a plain pointer access carry the stage library and the instruction's offset ("lib", "pc"):
-    their source line from the library's line table (addr2line, binutils), written into "file" / "line" and the
-    text's @@pc@@; without addr2line the text keeps the last engine call before it."""
+def resolve_lines(records: list, stage_lib: Path | None = None) -> None:
+    """Records about a plain pointer access carry the library and the instruction's offset ("lib", "pc"): their
+    source line from the library's line table (addr2line, binutils), written into "file" / "line" and the
+    text's @@pc@@; without addr2line the text keeps the last engine call before it. A loaded copy of the stage
+    library (removed once loaded: pelib.sim_build.load_copies) is read as `stage_lib`, the file it copies."""
     todo = [r for r in records if isinstance(r, dict) and r.get("pc") is not None and r.get("lib")]
     for r in todo:
-        key = (r["lib"], int(r["pc"]))
+        lib = r["lib"]
+        if stage_lib is not None and sim_build.SCRATCH_PREFIX in Path(lib).parent.name:
+            lib = str(stage_lib)
+        key = (lib, int(r["pc"]))
         if key not in _LINES:
             _LINES[key] = _addr2line(*key)
         where = _LINES[key]

@@ -52,6 +52,7 @@ void point(Site s) {
 void block(const WaitInfo& w) {
   Fiber* f = E->cur;
   f->w = w;
+  f->site = w.site;
   f->spin = 0;
   unready(f);
   f->state = FS::Blocked;
