@@ -154,17 +154,18 @@ def test_agreement_rules():
 # ---- the committed H100 proof (results/2026-11-24-h100/sim_proof.json) --------------------------------------
 
 def test_committed_proof_is_whole_and_its_bytes_are_the_reference():
-    """The JSON covers every sm90 stage file and every sm90 mutation; each stored output hashes to its name;
-    the stages' GPU output is the CPU torch reference of the same exact inputs, bit for bit."""
+    """The JSON covers every sm90 stage file and every sm90 mutation (or pelib.sim_proof.AWAITING_GPU names it:
+    added after the proof was measured); each stored output hashes to its name; the stages' GPU output is the
+    CPU torch reference of the same exact inputs, bit for bit."""
     from pelib import sim_proof as P
     doc = P.load_proof()
     assert doc["name"].startswith("NVIDIA H100") and doc["driver"] and doc["date"] and doc["git"]
-    assert sorted(doc["stages"]) == sorted(s.key for s in P.sm90_stages())
-    recorded, catalog = set(doc["mutations"]), {m.id for m in P.sm90_mutations()}
-    assert recorded <= catalog, f"the proof records mutations the catalog no longer has: {sorted(recorded - catalog)}"
-    assert catalog - recorded == set(P.AWAITING_GPU), (
-        "every sm90 mutation has an H100 record or is listed in pelib.sim_proof.AWAITING_GPU (emptied once "
-        f"`python -m pelib.sim_proof --device gpu --out <folder>` recorded it): {sorted(catalog - recorded)}")
+    recorded = set(doc["stages"]) | set(doc["mutations"])
+    jobs = {s.key for s in P.sm90_stages()} | {m.id for m in P.sm90_mutations()}
+    assert recorded <= jobs, f"the proof records jobs that no longer exist: {sorted(recorded - jobs)}"
+    assert jobs - recorded == set(P.AWAITING_GPU), (
+        "every sm90 stage and mutation has an H100 record or is listed in pelib.sim_proof.AWAITING_GPU (emptied "
+        f"once `python -m pelib.sim_proof --device gpu --out <folder>` recorded it): {sorted(jobs - recorded)}")
     s = Stage("sm90/01_warp_specialized")
     prob = s.problem(P.PROBLEM)
     t = s.inputs(prob, P.SEED, "sim", exact=True)
@@ -280,6 +281,11 @@ def test_mutation_reported_by_the_simulator(runs, mid):
 def test_sm90_stage_simulated_equals_the_h100_bytes(runs, key):
     """On exact-arithmetic inputs the simulated output is the committed H100 output, bit for bit."""
     doc = P.load_proof()
+    if key in P.AWAITING_GPU:   # no H100 bytes yet: the simulated output is the reference, bit for bit
+        for seed in SEEDS:
+            out = runs[(key, seed)]
+            assert out.kind == "correct", (key, seed, out.detail[:500])
+        return
     gpu = doc["stages"][key]["outcome"]
     want = P.committed_bits(doc, gpu["sha256"])
     for seed in SEEDS:
