@@ -1,0 +1,96 @@
+"""The memory side every SM shares: one DRAM/L2 server whose latency grows with the load it carries and
+with how scattered the concurrent addresses are, and the full problem's A stream that sets both.
+
+    sched = a_schedule(stage, problem, sm_count)     # per CTA, the row tiles of A it loads, in order
+    loc = locality(sched, tile_bytes, page_bytes, prefetch)   # 0: one contiguous window .. 1: scattered
+    MemoryState(util, loc, clock_ghz).dram_cycles(cal)
+
+The model (each constant from the calibration, pelib.predict.calibration):
+  - DRAM latency (ns) = latency_idle x (1 + queue_factor x u / (1 - u)) + scatter x scatter_penalty, with u
+    the DRAM utilisation (bytes the kernel must move / its time / the measured copy bandwidth): an M/M/1
+    queue's growth, the shape of a bandwidth-latency curve; the loaded-latency sweep replaces it by the
+    measured curve.
+  - Locality: at each step of the full schedule the grid reads one A tile per CTA (and the tiles its L2
+    prefetch runs ahead to). `locality` counts the distinct `dram.page_bytes` pages those tiles touch
+    against the fewest pages the same bytes could fill: 0 when the tiles lie side by side (stage 06:
+    the 44 row groups read 44 neighbouring tiles), 1 when every tile lies in a page of its own (stage 07:
+    a CTA's consecutive tiles are 49 tiles apart and the groups are spread over all of A). Which page
+    size matters (a DRAM row, a TLB page) is what the calibration's "sequential window vs scattered"
+    sweep measures; the model takes it from the calibration.
+  - A TMA load's latency = tma.l2_latency + bytes / tma.bytes_per_clk_sm + l2.demand_miss x DRAM
+    latency: the fraction of demand loads that still find their data in DRAM (after the L2 prefetch
+    and the other column blocks' loads of the same tile) pays the loaded DRAM latency.
+The schedules restate the kernels' static tile orders (common/tile_map.cuh StaticTileScheduler, the
+resident-B and residue orders of kinds/sm90.py, which the kernels' headers describe); tests/test_predict.py
+checks them against the simulated order of TMA loads at the simulator's size.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..kinds.sm90 import resident_b_schedule, residue_schedule
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    util: float          # DRAM utilisation, 0..1
+    locality: float      # 0 contiguous .. 1 scattered
+    clock_ghz: float     # converts ns to SM cycles
+
+    def dram_ns(self, cal) -> float:
+        u = min(max(self.util, 0.0), 0.97)
+        return cal["dram.latency_idle_ns"] * (1 + cal["dram.queue_factor"] * u / (1 - u)) + \
+            self.locality * cal["dram.scatter_penalty_ns"]
+
+    def dram_cycles(self, cal) -> float:
+        return self.dram_ns(cal) * self.clock_ghz
+
+    def tma_cycles(self, cal, nbytes: int, streamed: bool = True) -> float:
+        """One TMA load of `nbytes` into shared memory: L2 latency, the SM's TMA bandwidth, and for a
+        streamed operand the demand-miss share of the loaded DRAM latency."""
+        base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
+        return base + (cal["l2.demand_miss"] * self.dram_cycles(cal) if streamed else 0.0)
+
+
+def a_schedule(exports, m: int, n: int, grid: int, sm_count: int) -> list[list[int]]:
+    """Per CTA (grid order), the row tiles of A it loads, in order, for the full problem (M x N) on a grid
+    of `grid` CTAs: the kernel's schedule read from its exports (grid_kind, residue_order, cluster_x)."""
+    tm, tn, cx = exports["tile_m"], exports["tile_n"], exports["cluster_x"]
+    kind = exports["grid_kind"]
+    n_tiles = n // tn
+    if kind == 2:
+        sched = (residue_schedule if exports.get("residue_order") else resident_b_schedule)(m, n, tn, grid, tm)
+        return [[t for t, _ in s] for s in sched]
+    m_tiles = math.ceil(m / (tm * cx))
+    total = m_tiles * n_tiles
+    if kind == 0:
+        # one CTA (cluster) per tile, N fastest (00_tma_wgmma.cu: m0 = (blockIdx / n_tiles) * BM); the CTAs
+        # of one wave run together, so "step" i of SM s is the tile of block s + i * sm_count
+        per = max(1, sm_count // cx)
+        return [[(t // n_tiles) for t in range(w, total, per)] for w in range(per)]
+    # persistent: worker w takes tiles w, w + workers, ... (common/tile_map.cuh StaticTileScheduler)
+    workers = max(1, grid // cx)
+    return [[(t // n_tiles) for t in range(w, total, workers)] for w in range(workers)]
+
+
+def locality(schedule: list[list[int]], tile_bytes: int, page_bytes: int, prefetch: int = 0,
+             samples: int = 64) -> float:
+    """0 when the tiles the grid reads at one step (and the `prefetch` steps after it) fill the fewest
+    pages their bytes could, 1 when each lies in pages of its own; averaged over `samples` steps."""
+    steps = max((len(s) for s in schedule), default=0)
+    if steps == 0:
+        return 0.0
+    out = []
+    for i in sorted({int(x) for x in range(0, steps, max(1, steps // samples))}):
+        tiles = {s[j] for s in schedule for j in range(i, min(i + 1 + prefetch, len(s)))}
+        if len(tiles) < 2:
+            continue
+        pages = set()
+        for t in tiles:
+            lo, hi = t * tile_bytes, (t + 1) * tile_bytes - 1
+            pages.update(range(lo // page_bytes, hi // page_bytes + 1))
+        least = math.ceil(len(tiles) * tile_bytes / page_bytes)
+        most = sum((((t + 1) * tile_bytes - 1) // page_bytes) - (t * tile_bytes) // page_bytes + 1 for t in tiles)
+        out.append(0.0 if most <= least else (len(pages) - least) / (most - least))
+    return float(sum(out) / len(out)) if out else 0.0

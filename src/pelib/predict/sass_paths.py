@@ -1,0 +1,373 @@
+"""The SASS a warp executes between two of its simulated events: the stage's cubin with line information,
+each instruction tagged with the stage-file line it comes from, and the fast path between two lines.
+
+    sp = SassPaths.of(stage)                 # a lineinfo build of the same source and defines
+    seg = sp.walk(start, "wait_begin", 313)  # -> Segment(end, instructions, classes, back_edges)
+
+Method (evidence: compiled):
+  1. NVRTC builds the stage with `lineinfo` (the SASS is instruction for instruction the device build's:
+     tests/test_predict.py checks it) and `nvdisasm -gi` prints, per instruction, its source line and
+     the inlining chain; the outermost frame in the stage file is the line an event names (the
+     simulator's twins take the call site's __builtin_LINE, src/kernels/sim/runtime/api.h).
+  2. Out-of-line blocks after the kernel's last EXIT (a failed try_wait's retry loop, nvdisasm places
+     them there) are off the fast path: the walk never enters them.
+  3. An event is anchored at the nearest reachable instruction of its line whose opcode does what the
+     event names (a wait at SYNCS.PHASECHK, an arrive at SYNCS.ARRIVE, a TMA load at UTMALDG, an MMA
+     at QGMMA/HGMMA/UTC*MMA, ...). The segment between two events is the shortest path (in
+     instructions) through the control-flow graph from the first anchor to the second: the path of a
+     warp whose every try_wait passes at the first try (sass_account's fast path, generalised to any
+     pair of events). Loops with no event inside are walked zero times (a small undercount, named in
+     the prediction's assumptions).
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .. import build as _build, sass as _sass
+from ..sass_account import Instr
+
+_FILE_LINE = re.compile(r'//## File "([^"]+)", line (\d+)(.*)$')
+_INLINED = re.compile(r'inlined at "([^"]+)", line (\d+)')
+_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+
+# The opcode (prefix) that carries each event kind in the SASS. A wait_end sits on its wait_begin's
+# TRYWAIT (the same instruction). Kinds without an instruction (async completions) have none.
+ANCHORS = {
+    "wait_begin": ("SYNCS.PHASECHK",), "wait_end": ("SYNCS.PHASECHK",),
+    "arrive": ("SYNCS.ARRIVE", "UTCBAR"), "expect_tx": ("SYNCS.ARRIVE",),
+    "tma_load": ("UTMALDG",), "tma_store": ("UTMASTG",), "mma": ("QGMMA", "HGMMA", "UTCQMMA", "UTCHMMA",
+                                                                  "UTCOMMA", "UTCMMA", "UTCBMMA"),
+    "commit": ("UTCBAR",), "bar_sync": ("BAR.SYNC", "BAR.ARV", "BAR.RED", "BAR"),
+    "cluster_sync": ("UCGABAR", "BAR"), "exit": ("EXIT",), "tmem_ld": ("LDTM",), "tmem_cp": ("UTCCP",),
+    "tmem_alloc": ("UTCATOM", "UTCALLOC"), "tmem_dealloc": ("UTCATOM", "UTCDEALLOC"),
+    "phase_begin": (), "phase_end": (),
+}
+# Instruction classes a segment is priced by (calibration: cycles per instruction of each class).
+CLASS_OF = (("STG", "store"), ("STS", "smem"), ("LDS", "smem"), ("LDG", "load"), ("LD.", "load"),
+            ("SHFL", "shuffle"), ("SYNCS", "sync"), ("BAR", "sync"), ("QGMMA", "mma"), ("HGMMA", "mma"),
+            ("UTC", "mma"), ("UTMA", "tma"), ("LDTM", "tmem"), ("STTM", "tmem"))
+
+
+class SassPathError(RuntimeError):
+    """The SASS has no instruction for an event, or no path between two events."""
+
+
+def instr_class(op: str) -> str:
+    for prefix, cls in CLASS_OF:
+        if op.startswith(prefix):
+            return cls
+    return "alu"
+
+
+def store_bytes(op: str) -> int:
+    """Bytes one lane stores with this STG/ST opcode (STG.E.128 -> 16; no width suffix -> 4)."""
+    m = re.search(r"\.(8|16|32|64|128)\b", op)
+    return int(m.group(1)) // 8 if m else 4
+
+
+@dataclass(frozen=True)
+class LInstr:
+    """One SASS instruction with its stage-file line (0 where none) and its control flow."""
+
+    index: int
+    offset: int
+    op: str
+    line: int
+    target: int | None      # branch target index
+    conditional: bool
+    out_of_line: bool
+    text: str = ""
+
+    @property
+    def is_branch(self) -> bool:
+        return self.op.split(".")[0] in ("BRA", "JMP")
+
+
+@dataclass
+class Segment:
+    """The instructions a warp executes from one event's anchor (exclusive) to the next's (exclusive)."""
+
+    end: int                         # the next event's anchor (instruction index)
+    path: tuple                      # instruction indices walked
+    classes: Counter = field(default_factory=Counter)
+    store_bytes: int = 0             # per lane
+    back_edges: tuple = ()           # positions in `path` right after a taken backward branch
+    program: tuple = ()              # what the replay executes (program())
+    k_state: object = None           # the K loop and its iteration after this segment
+
+    @property
+    def n(self) -> int:
+        return len(self.path)
+
+
+class SassPaths:
+    """Line-tagged SASS of one stage build and the fast paths between its events (memoised)."""
+
+    def __init__(self, text: str, stage_file: str):
+        self.stage_file = stage_file
+        self.instrs = parse(text, stage_file)
+        self.retry = retry_loops(self.instrs)
+        self._succ = [self._successors(i) for i in self.instrs]
+        self._memo: dict = {}
+        self.trips: int | None = None           # iterations of a K loop per entry (set by the caller)
+        self.k_loops = k_loops(self.instrs, self.retry)
+        self.by_line: dict[int, list[int]] = {}
+        for i in self.instrs:
+            if not i.out_of_line and i.index not in self.retry:
+                self.by_line.setdefault(i.line, []).append(i.index)
+
+    @classmethod
+    def of(cls, stage) -> "SassPaths":
+        """The paths of a pelib.stage.Stage (its source and defines, built with line information)."""
+        return _paths(str(stage.path), stage.arch, tuple(sorted(stage.defines.items())))
+
+    def _successors(self, i: LInstr) -> tuple:
+        n = len(self.instrs)
+        base = i.op.split(".")[0]
+        if base == "EXIT" or base == "RET":
+            nxt = (i.index + 1,) if i.conditional else ()
+        elif i.is_branch and i.target is not None:
+            nxt = (i.index + 1, i.target) if i.conditional else (i.target,)
+        else:
+            nxt = (i.index + 1,)
+        return tuple(k for k in nxt if k < n and not self.instrs[k].out_of_line and k not in self.retry)
+
+    def anchors(self, kind: str, line: int | None) -> list[int]:
+        """Instruction indices that can carry an event of `kind` at stage line `line` (any line if None)."""
+        pre = ANCHORS.get(kind)
+        if pre is None:
+            raise SassPathError(f"no SASS anchor for event kind {kind!r}")
+        pool = (self.by_line.get(line, []) if line is not None else
+                [i.index for i in self.instrs if not i.out_of_line and i.index not in self.retry])
+        return [k for k in pool if self.instrs[k].op.startswith(pre)] if pre else list(pool)
+
+    def walk(self, start: int, kind: str, line: int | None, k_state=None) -> Segment:
+        """The fast path from instruction `start` (exclusive; -1: the kernel's entry) to the nearest anchor
+        of the next event (kind at line); a wait_end stays on its wait_begin's instruction. `k_state`
+        (a K loop and its iteration) keeps a K loop's trip count (self.trips): its back edge is not taken
+        on the last iteration, and it is not left before; the segment's k_state is the one after it."""
+        key = (start, kind, line, k_state, self.trips)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        if kind == "wait_end" and start >= 0 and self.instrs[start].op.startswith(ANCHORS["wait_end"]):
+            seg = Segment(start, ())
+            seg.k_state = k_state
+            self._memo[key] = seg
+            return seg
+        targets = set(self.anchors(kind, line))
+        if not targets and line is not None:      # the event's line holds no such opcode: any of the kind
+            targets = set(self.anchors(kind, None))
+        if not targets:
+            raise SassPathError(f"{self.stage_file}: no {ANCHORS.get(kind)} instruction for a {kind} event "
+                                f"at line {line}")
+        banned = set()
+        if k_state is not None and self.trips:
+            (head, br), it = k_state
+            banned.add((br, head) if it + 1 >= self.trips else (br, br + 1))
+        seg = None
+        for ban in ((banned, set()) if banned else (set(),)):
+            seg = self._bfs(start, targets, ban)
+            if seg is None and line is not None:
+                seg = self._bfs(start, set(self.anchors(kind, None)), ban)
+            if seg is not None:
+                break
+        if seg is None:
+            raise SassPathError(f"{self.stage_file}: no path from instruction {start} to a {kind} at line {line}")
+        seg.k_state = self._k_after(start, seg, k_state)
+        self._memo[key] = seg
+        return seg
+
+    def _k_after(self, start: int, seg: Segment, k_state):
+        """The K-loop state after walking `seg` from `start`."""
+        state = k_state
+        prev = start
+        for k in list(seg.path) + [seg.end]:
+            for lp in self.k_loops:
+                head, br = lp
+                if prev == br and k == head:
+                    state = (lp, (state[1] + 1) if state and state[0] == lp else 1)
+                elif prev == br and k == br + 1 and state and state[0] == lp:
+                    state = None
+                elif k == head and prev != br and not (head <= prev <= br):
+                    state = (lp, 0)
+            prev = k
+        return state
+
+    def _bfs(self, start: int, targets: set, banned=frozenset()) -> Segment | None:
+        first = (0,) if start < 0 else self._succ[start]
+        prev = {k: start for k in first if (start, k) not in banned}
+        q = deque(prev)
+        end = None
+        while q:
+            k = q.popleft()
+            if k in targets:
+                end = k
+                break
+            for s in self._succ[k]:
+                if s not in prev and (k, s) not in banned:
+                    prev[s] = k
+                    q.append(s)
+        if end is None:
+            return None
+        path = []
+        k = prev[end]
+        while k != start and k >= 0:
+            path.append(k)
+            k = prev[k]
+        path.reverse()
+        cls = Counter(instr_class(self.instrs[k].op) for k in path)
+        sb = sum(store_bytes(self.instrs[k].op) for k in path if self.instrs[k].op.startswith("STG"))
+        backs, last = [], start
+        for pos, k in enumerate(list(path) + [end]):
+            if last >= 0 and k <= last and self.instrs[last].is_branch:
+                backs.append(pos)
+            last = k
+        seg = Segment(end, tuple(path), cls, sb, tuple(backs))
+        seg.program = program(self.instrs, seg.path, end)
+        return seg
+
+
+def parse(text: str, stage_file: str) -> list[LInstr]:
+    """nvdisasm -gi text -> instructions with the stage-file line of their outermost frame."""
+    name = stage_file.rsplit("/", 1)[-1]
+    raw, labels, pending, line = [], {}, [], 0
+    for ln in text.splitlines():
+        m = _FILE_LINE.search(ln)
+        if m:
+            f, n, rest = m.group(1), int(m.group(2)), m.group(3)
+            outer = [(a, int(b)) for a, b in _INLINED.findall(rest)]
+            chain = [(f, n)] + outer
+            for cf, cn in reversed(chain):
+                if cf.rsplit("/", 1)[-1] == name:
+                    line = cn
+                    break
+            continue
+        lm = _LABEL.match(ln)
+        if lm:
+            pending.append(lm.group(1))
+            continue
+        om = re.search(r"/\*([0-9a-f]{4,})\*/", ln)
+        if not om or ln.strip().startswith("/* 0x"):
+            continue
+        mi = _sass._INSTR.search(ln)
+        if not mi:
+            continue
+        for lab in pending:
+            labels[lab] = len(raw)
+        pending = []
+        body = ln.split("*/", 1)[1].split(";")[0].strip()
+        raw.append((int(om.group(1), 16), mi.group(1), body, line))
+    last_exit = max((k for k, r in enumerate(raw) if r[1].split(".")[0] == "EXIT"), default=len(raw) - 1)
+    out = []
+    for k, (off, op, body, ln_) in enumerate(raw):
+        t = _TARGET.search(body)
+        tgt = labels.get(t.group(1)) if t else None
+        probe = Instr(off, op, body, None, body.startswith("@"))
+        out.append(LInstr(k, off, op, ln_, tgt, probe.conditional, k > last_exit, body))
+    return out
+
+
+_MMA_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
+_DEPBAR = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*(0x[0-9a-f]+|\d+)")
+
+
+def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
+    """A segment as the replay executes it: runs of plain instructions as ("alu", n); each warpgroup MMA
+    as ("mma", m, n, k, closes_group) (nvdisasm marks the last MMA of a commit group `gsb0`; PTX ISA
+    9.7.15.6.2 wgmma.commit_group); each wait_group as ("depbar", N) (WARPGROUP.DEPBAR.LE gsb0, N: PTX
+    ISA 9.7.15.6.3 wgmma.wait_group N); each global store as ("stg", bytes per lane); each global
+    load as ("ldg", 1); each taken backward branch as ("back", (loop head, branch)), placed where it
+    is taken."""
+    out: list = []
+    alu = 0
+
+    def flush():
+        nonlocal alu
+        if alu:
+            out.append(("alu", alu))
+            alu = 0
+    seq = list(path) + [end]
+    for pos, k in enumerate(path):
+        i = instrs[k]
+        nxt = seq[pos + 1]
+        if i.op.startswith(("QGMMA", "HGMMA")):
+            flush()
+            m = _MMA_SHAPE.search(i.op)
+            mm, nn, kk = (int(x) for x in m.groups()) if m else (64, 256, 32)
+            out.append(("mma", mm, nn, kk, "gsb0" in i.text.split(",")[-1]))
+        elif i.op.startswith("WARPGROUP.DEPBAR"):
+            flush()
+            d = _DEPBAR.search(i.text)
+            out.append(("depbar", int(d.group(1), 0) if d else 0))
+        elif i.op.startswith("STG"):
+            flush()
+            out.append(("stg", store_bytes(i.op)))
+        elif i.op.startswith("LDG"):
+            flush()
+            out.append(("ldg", 1))
+        else:
+            alu += 1
+        if i.is_branch and nxt <= k:
+            flush()
+            out.append(("back", (nxt, k)))
+    flush()
+    return tuple(out)
+
+
+def k_loops(instrs: list[LInstr], retry: set) -> list[tuple[int, int]]:
+    """(head, back branch) of each innermost loop that issues TMA loads or MMAs: the loops over K, whose
+    trip count (K / the A box's K) the walk keeps."""
+    loops = sorted({(i.target, i.index) for i in instrs if i.is_branch and i.conditional and i.target is not None
+                    and i.target <= i.index and i.index not in retry}, key=lambda r: r[1] - r[0])
+    out = []
+    for lo, hi in loops:
+        body = instrs[lo:hi + 1]
+        if any(b.op.startswith(("UTMALDG",) + ANCHORS["mma"]) for b in body):
+            if not any(o[0] >= lo and o[1] <= hi for o in out):
+                out.append((lo, hi))
+    return out
+
+
+def retry_loops(instrs: list[LInstr]) -> set:
+    """Indices inside the inline retry loops of try_wait (a bounded wait's build): a loop closed by a
+    conditional backward branch whose body holds a TRYWAIT and nothing else an event names (sass_account's
+    rule). The fast path jumps over them; their TRYWAIT is no event's anchor."""
+    out = set()
+    events = tuple(p for k, v in ANCHORS.items() if k not in ("wait_begin", "wait_end") for p in v)
+    for i in instrs:
+        if not (i.is_branch and i.conditional and i.target is not None and i.target <= i.index):
+            continue
+        body = instrs[i.target:i.index + 1]
+        if any(b.op.startswith("SYNCS.PHASECHK") for b in body) and not any(
+                b.op.startswith(events) for b in body if not b.op.startswith("SYNCS.PHASECHK")):
+            out.update(range(i.target, i.index + 1))
+    return out
+
+
+def disassemble_lines(cubin: bytes) -> str:
+    """nvdisasm -c -gi: the SASS with line and inlining information."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        r = subprocess.run([_sass.nvdisasm_path(), "-c", "-gi", "-hex", f.name], capture_output=True, text=True)
+    if r.returncode:
+        raise SassPathError(f"nvdisasm -gi failed: {r.stderr.strip()}")
+    return r.stdout
+
+
+def lineinfo_build(path: str, arch: str, defines: dict):
+    """The stage built with NVRTC's lineinfo (cached like every build; its SASS equals the plain build's)."""
+    return _build.build(path, arch, defines, extra_options={"lineinfo": True})
+
+
+@lru_cache(maxsize=64)
+def _paths(path: str, arch: str, defines: tuple) -> SassPaths:
+    b = lineinfo_build(path, arch, dict(defines))
+    return SassPaths(disassemble_lines(b.cubin), path)
