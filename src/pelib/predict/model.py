@@ -188,66 +188,98 @@ def representative(graph, cfg) -> set:
     return {c for c, (k, _) in graph.ctas.items() if k == cl} or {c0}
 
 
+@dataclass
+class Setup:
+    """What a prediction replays, independent of the costs: the graph, its CTAs, the full problem's schedule."""
+    stage: object
+    graph: Graph
+    ctas: set
+    full: object
+    cfg: object                # the full problem's launch on the calibration's SM count
+    sched: list                # per CTA, the row tiles of A (full problem)
+    n_full: int
+    n_sim: int
+    waves: int
+    a_box: int
+    tile_bytes: int
+    sms: int
+
+
+def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bool = False,
+            problem="full") -> Setup:
+    """Simulate the representative problem and build its graph (the TIMING build's SASS where asked: the
+    clock64 reads and record stores of a measured TIMING run are replayed too)."""
+    plain = type(stage)(stage.path, {k: v for k, v in stage.defines.items() if k != "TIMING"})
+    events, sprob, scfg = simulate(plain, tiles, seed, timing=timing_build)
+    sass = SassPaths.of(plain.with_defines(TIMING=1) if timing_build else plain)
+    ex = plain.exports
+    sass.trips = sprob.k // int(ex.get("a_box_k", ex.block_k))
+    g = Graph.build(events, sass)
+    ctas = representative(g, scfg)
+    full = plain.problem(problem)
+    cfg = plain.launch_config(full, sm_count=sms)
+    a_box = int(ex.get("tmap_a_box_rows", ex.tile_m)) * int(ex.get("tmap_a_box_cols", ex.block_k))
+    sched = a_schedule(ex, full.m, full.n, cfg.grid[0], sms)
+    sim_sched = a_schedule(ex, sprob.m, sprob.n, scfg.grid[0], plain.kind.SIM_SM_COUNT)
+    persistent = cfg.grid_kind != 0
+    cx = ex.cluster_x
+    n_full = max(len(s) for s in sched) if persistent else 1
+    n_sim = max(len(sim_sched[c // cx if cfg.grid_kind == 1 else c]) for c in ctas) if persistent else 1
+    waves = 1 if persistent else math.ceil(cfg.ctas / (sms // cx * cx))
+    return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms)
+
+
 def predict(stage, gpu: str = "h100", calibration=None, clock="timed", tiles: int = TILES, seed: int = 0,
             timing_build: bool = False, problem="full") -> Prediction:
     """The stage's predicted time on the full problem (see the module doc for the method)."""
     t_start = time.perf_counter()
     cal = calibration if isinstance(calibration, _cal.Calibration) else _cal.load(calibration or gpu)
-    if timing_build:
-        stage = stage.with_defines(TIMING=1) if "TIMING" not in stage.defines else stage
+    su = prepare(stage, int(cal["sm_count"]), tiles, seed, timing_build, problem)
+    p = solve(su, cal, clock, gpu)
+    p.seconds = time.perf_counter() - t_start
+    return p
+
+
+def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
+    """Replay the setup's graph with `cal`'s costs: the DRAM fixed point, the extrapolation, the phases and
+    the critical path."""
     clock_ghz, clock_name = clock_of(cal, clock)
-    events, sprob, scfg = simulate(stage.with_defines(**{k: v for k, v in stage.defines.items() if k != "TIMING"})
-                                   if timing_build else stage, tiles, seed, timing=timing_build)
-    sass = SassPaths.of(stage)
-    ex = stage.exports
-    sass.trips = sprob.k // int(ex.get("a_box_k", ex.block_k))
-    g = Graph.build(events, sass)
-    ctas = representative(g, scfg)
-    full = stage.problem(problem)
-    sms = int(cal["sm_count"])
-    cfg = stage.launch_config(full, sm_count=sms)
-    a_box = int(ex.get("tmap_a_box_rows", ex.tile_m)) * int(ex.get("tmap_a_box_cols", ex.block_k))
-    sched = a_schedule(ex, full.m, full.n, cfg.grid[0], sms)
-    sim_sched = a_schedule(ex, sprob.m, sprob.n, scfg.grid[0], stage.kind.SIM_SM_COUNT)
-    tile_bytes = ex.tile_m * ex.cluster_x * full.k
-    loc = locality(sched, tile_bytes, int(cal["dram.page_bytes"]))
+    g, ctas, cfg, ex = su.graph, su.ctas, su.cfg, su.stage.exports
+    loc = locality(su.sched, su.tile_bytes, int(cal["dram.page_bytes"]))
     persistent = cfg.grid_kind != 0
-    n_full = max(len(s) for s in sched) if persistent else 1
-    cx = ex.cluster_x
-    n_sim = max(len(sim_sched[c // cx if cfg.grid_kind == 1 else c]) for c in ctas) if persistent else 1
-    waves = 1 if persistent else math.ceil(cfg.ctas / (sms // cx * cx))
     util, cycles, it, res, per_tile = 0.5, 0.0, 0, None, 0.0
     for it in range(1, MAX_ITER + 1):
         mem = MemoryState(util, loc, clock_ghz)
-        res = Replay(g, cal, mem, ctas=ctas, streamed_bytes={a_box}).run()
-        per_tile, end = _period(res, ctas, n_sim)
-        body = end + (n_full - n_sim) * per_tile if persistent else waves * (end + cal["cta.launch_cycles"])
+        res = Replay(g, cal, mem, ctas=ctas, streamed_bytes={su.a_box}).run()
+        per_tile, end = _period(res, ctas, su.n_sim)
+        body = end + (su.n_full - su.n_sim) * per_tile if persistent else su.waves * (end + cal["cta.launch_cycles"])
         new = body + cal["store.drain_cycles"] + cal["launch.overhead_us"] * 1e3 * clock_ghz
         seconds = new / (clock_ghz * 1e9)
-        u_new = min(0.97, full.min_bytes / seconds / (cal["dram.bandwidth_gbps"] * 1e9))
+        u_new = min(0.97, su.full.min_bytes / seconds / (cal["dram.bandwidth_gbps"] * 1e9))
         done = abs(new - cycles) <= 1e-3 * new
         cycles = new
         if done:
             break
         util = 0.5 * util + 0.5 * u_new
     mem = MemoryState(util, loc, clock_ghz)
-    tm = replay_timing(res, g, ctas, stage)
+    tm = replay_timing(res, g, ctas, su.stage)
     if tm is not None:
-        tm.meta.update(order=_timing.PREDICTED_ORDER, device=cal.device, gpu=gpu,
+        tm.meta.update(order=_timing.PREDICTED_ORDER, device=cal.device, gpu=gpu or cal.chip,
                        label=evidence.predicted(cal.device, cal.date, provisional=cal.provisional))
     crit = critical_path(res, g, ctas)
     shares = crit["shares"]
     sentence = _sentence(shares, crit, per_tile, mem, cal)
+    cx = ex.cluster_x
     assumptions = list(g.assumptions) + [
-        f"one representative {'cluster' if cx > 1 else 'CTA'} replayed ({len(ctas)} CTA), {n_sim} of its tiles "
-        f"simulated, extrapolated to {n_full} at the steady period",
+        f"one representative {'cluster' if cx > 1 else 'CTA'} replayed ({len(ctas)} CTA), {su.n_sim} of its tiles "
+        f"simulated, extrapolated to {su.n_full} at the steady period",
         "loops with no event inside are walked zero times in the SASS between events",
         f"the full grid: {cfg.describe()}",
     ]
-    return Prediction(stage.key, stage.label, gpu, cycles, clock_ghz, clock_name, per_tile, n_full, util, loc,
-                      mem.dram_cycles(cal), mem.tma_cycles(cal, a_box), sentence, shares,
+    return Prediction(su.stage.key, su.stage.label, gpu or cal.chip, cycles, clock_ghz, clock_name, per_tile,
+                      su.n_full, util, loc, mem.dram_cycles(cal), mem.tma_cycles(cal, su.a_box), sentence, shares,
                       tm.summary() if tm is not None else {}, tm, cal.label(), cal.provisional, assumptions,
-                      time.perf_counter() - t_start, it, cal.device, cal.date, g, res, tuple(sorted(ctas)))
+                      0.0, it, cal.device, cal.date, g, res, tuple(sorted(ctas)))
 
 
 def report(p: Prediction) -> str:
