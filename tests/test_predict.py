@@ -95,7 +95,7 @@ def test_graph_links_loads_to_landings_and_phases(setup06):
 
 def test_a_landing_without_its_load_is_refused():
     ev = [_ev(0, "complete_tx", tag=64, warp=-1, lane=-1), _ev(1, "exit")]
-    with pytest.raises(GraphError, match="matches no earlier TMA load"):
+    with pytest.raises(GraphError, match="matches no earlier tma_load"):
         Graph.build(ev)
 
 
@@ -301,3 +301,62 @@ def test_all_sm90_lists_every_stage_in_each_wait_build():
     b = sm90_builds()
     assert len(b) == len(stages.family_stages("sm90")) * len(WAIT_BUILDS)
     assert {tuple(s.defines.items()) for s in b} == {(), (("PE_WAIT_KIND", 2),)}
+
+
+# ---- a measured calibration wired in --------------------------------------------------------------------------------
+
+def _measured_doc():
+    def c(v, unit="cycles"):
+        return {"value": v, "unit": unit, "what": "x", "probe": "p", "launch": None, "clock_ghz": 1.5,
+                "regime": "short burst", "n": 1}
+
+    def pts(lat):
+        return [{"gbps": g, "lat_p50": lat + g / 10, "clock_ghz": 1.5} for g in (100.0, 1000.0, 2500.0)]
+    return {"schema": "pelib.calibration/1", "evidence": "measured (NVIDIA H100 80GB HBM3, 2026-11-28)",
+            "env": {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-28", "git": "abc", "sm_count": 132,
+                    "l2_bytes": 52428800},
+            "constants": {"clock.burst_ghz": c(1.5, "GHz"), "clock.sustained_ghz": c(1.3, "GHz"),
+                          "wgmma.m64n256k32.sm_cycles_per_wgmma": c(130.0), "wgmma.m64n256k32.latency_cycles": c(200.0),
+                          "epilogue.cpi.alone": c(2.5, "cycles/instruction"), "mbarrier.arrive_cycles": c(10.0),
+                          "mbarrier.try_wait_pass_cycles": c(30.0), "mbarrier.local_roundtrip_cycles": c(200.0),
+                          "bar_sync.256_cycles": c(20.0), "tma.load.latency_cycles.l2": c(600.0),
+                          "tma.load.latency_cycles.unloaded": c(1400.0), "tma.load.latency_cycles.scattered": c(2000.0),
+                          "dram.copy_gbps": c(3000.0, "GB/s"), "epilogue.tile_cycles.alone": c(1500.0),
+                          "epilogue.tile_cycles.no_store": c(900.0), "l2.latency_cycles.unloaded": c(270.0),
+                          "tma.store.issue_cycles": c(20.0)},
+            "curves": {"tma_load.sequential": {"x": "gbps", "y": "lat_p50", "points": pts(1400.0)},
+                       "tma_load.scattered": {"x": "gbps", "y": "lat_p50", "points": pts(2000.0)},
+                       "tma_load.l2": {"x": "gbps", "y": "lat_p50", "points": pts(600.0)}}}
+
+
+def test_a_measured_calibration_replaces_the_provisional_constants(tmp_path, cal):
+    from pelib.predict import measured
+    doc = _measured_doc()
+    m = measured.from_measured(doc, "results/x/calibration.json", cal)
+    assert m["tensor.flop_per_clk_sm"] == pytest.approx(2 * 64 * 256 * 32 / 130)
+    assert m["wgmma.tail_cycles"] == 70 and m["mbarrier.wake_cycles"] == 90
+    assert m["dram.scatter_penalty_ns"] == pytest.approx(600 / 1.5)
+    assert m.entry("issue.cpi")["kind"] == "measured" and "epilogue.cpi.alone" in m.entry("issue.cpi")["source"]
+    assert m.entry("l2.demand_miss")["kind"] == cal.entry("l2.demand_miss")["kind"]      # left to the 06 fit
+    assert set(m.curves) == {"tma_load.sequential", "tma_load.scattered", "tma_load.l2"}
+    assert m.provisional == any(c["kind"] == "provisional" for c in m.constants.values())
+    assert "launch.overhead_us" in measured.missing(doc)
+    # the curves decide the TMA latency: scattered costs more than the window at the same load
+    win, scat = MemoryState(0.5, 0.0, 1.5), MemoryState(0.5, 1.0, 1.5)
+    assert scat.tma_cycles(m, 8192) > win.tma_cycles(m, 8192) > m.curve("tma_load.l2")[0]["cycles"]
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps(doc))
+    assert measured.resolve(str(p), "h100").curves
+    with pytest.raises(cal_mod.CalibrationError, match="not a measured calibration"):
+        measured.from_measured({"schema": "other"}, "x.json", cal)
+
+
+def test_b200_calibration_is_public_fitted_or_transferred(cal):
+    from pelib.predict import blackwell
+    b = blackwell.b200_calibration(cal)
+    assert b["sm_count"] == 148 and b["tensor.flop_per_clk_sm"] == 16384
+    kinds = {n: c["kind"] for n, c in b.constants.items()}
+    assert [n for n, k in kinds.items() if k == "fitted"] == ["clock_ghz.timed", "clock_ghz.sustained"]
+    assert b["clock_ghz.timed"] == pytest.approx(6063 * 147 / 0.579e6)      # the one recorded point
+    assert set(kinds.values()) <= {"public", "fitted", "transferred", "provisional"}
+    assert cal_mod.check(b.to_json()) == [] and b.provisional

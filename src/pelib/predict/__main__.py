@@ -3,6 +3,7 @@
     python -m pelib.predict sm90/06_permuted_b --gpu h100 [--calibration FILE] [--clock timed|sustained|GHz]
     python -m pelib.predict --all-sm90 --gpu h100 --calibration FILE --out results/<date>-<device>/predictions-sm90.json
     python -m pelib.predict --fit --gpu h100 --calibration FILE --out FILE      # the fitted constants (sm90/06 only)
+      (FILE may be pelib.calibrate's measured calibration: its constants replace the committed ones first)
     python -m pelib.predict --compare PRED.json --measured MEAS.json --out results/<date>-<device>/prediction-vs-measured.json
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from .. import bench, stages
 from ..stage import Stage
-from . import calibration as _cal, compare as _compare, fit as _fit
+from . import calibration as _cal, compare as _compare, fit as _fit, measured as _measured
 from .model import PROTOCOL, PredictError, predict, report, trace
 
 # The builds every sm90 stage is predicted in: its default (the bounded, call-free waits the sweeps time)
@@ -30,7 +31,7 @@ def sm90_builds() -> list[Stage]:
 
 def predict_all(builds, gpu: str, calibration, clock="timed", log=print) -> dict:
     """The predictions document: one entry per build, the protocol, the calibration and its constants."""
-    cal = calibration if isinstance(calibration, _cal.Calibration) else _cal.load(calibration or gpu)
+    cal = _measured.resolve(calibration, gpu)
     out, t0 = [], time.perf_counter()
     for s in builds:
         p = predict(s, gpu, cal, clock)
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
                 _compare.write(doc, a.out)
             print(json.dumps(doc["summary"], indent=1))
             return 0
-        cal = _cal.load(a.calibration or a.gpu)
+        cal = _measured.resolve(a.calibration, a.gpu)
         if a.fit:
             out, rep = _fit.fit(cal, a.gpu, stage=Stage(_fit.STAGE, _fit.DEFINES))
             print(json.dumps(rep, indent=1))

@@ -9,6 +9,9 @@ A file (schema SCHEMA):
     {"schema": "pelib.predict.calibration/1", "chip": "h100", "device": "...", "date": "...",
      "provisional": true, "protocol": "...",
      "constants": {"<name>": {"value": v, "unit": "...", "kind": KIND, "source": "..."}, ...}}
+Optional "curves" (measured by pelib.calibrate, carried over by pelib.predict.measured): name -> points
+{"gbps", "cycles", "clock_ghz"}: "tma_load.sequential", "tma_load.scattered", "tma_load.l2" (a TMA A box's
+latency against the achieved load bandwidth); where present they replace the DRAM formula.
 Kinds: "measured" (a microbenchmark or committed run of this project, named), "public" (a cited
 public source), "fitted" (fitted on the named stage's measurement: the protocol allows sm90/06 only),
 "transferred" (taken from another chip's calibration, named), "provisional" (a placeholder of the right
@@ -57,6 +60,12 @@ class Calibration:
     constants: dict
     path: str = ""
     notes: list = field(default_factory=list)
+    curves: dict = field(default_factory=dict)   # name -> [{"gbps", "cycles", "clock_ghz"}]: measured curves
+
+    def curve(self, name: str) -> list[dict] | None:
+        """A measured curve (latency in cycles at each point's clock against achieved GB/s), or None."""
+        pts = self.curves.get(name)
+        return sorted(pts, key=lambda p: p["gbps"]) if pts else None
 
     def __getitem__(self, name: str) -> float:
         if name not in self.constants:
@@ -84,7 +93,7 @@ class Calibration:
                 raise CalibrationError(f"no constant {name!r} to replace")
             out[name]["value"] = float(v)
         return Calibration(self.chip, self.device, self.date, self.provisional, self.protocol, out, self.path,
-                           list(self.notes))
+                           list(self.notes), self.curves)
 
     def label(self) -> str:
         """'provisional calibration, H100 ...' or 'calibration measured on <device> on <date>'."""
@@ -97,8 +106,11 @@ class Calibration:
                  "source": c.get("source", "")} for n, c in sorted(self.constants.items())]
 
     def to_json(self) -> dict:
-        return {"schema": SCHEMA, "chip": self.chip, "device": self.device, "date": self.date,
-                "provisional": self.provisional, "protocol": self.protocol, "constants": self.constants}
+        out = {"schema": SCHEMA, "chip": self.chip, "device": self.device, "date": self.date,
+               "provisional": self.provisional, "protocol": self.protocol, "constants": self.constants}
+        if self.curves:
+            out["curves"] = self.curves
+        return out
 
 
 def check(doc: dict, where: str = "") -> list[str]:
@@ -125,6 +137,10 @@ def check(doc: dict, where: str = "") -> list[str]:
             bad.append(f"{where}: {name} names no source")
     if consts and not doc.get("provisional") and any(c.get("kind") == "provisional" for c in consts.values()):
         bad.append(f"{where}: a calibration with provisional constants must say \"provisional\": true")
+    for name, pts in (doc.get("curves") or {}).items():
+        if not isinstance(pts, list) or not pts or any(
+                not all(isinstance(p.get(k), (int, float)) for k in ("gbps", "cycles", "clock_ghz")) for p in pts):
+            bad.append(f"{where}: curve {name!r} needs points with numeric gbps, cycles and clock_ghz")
     return bad
 
 
@@ -133,7 +149,8 @@ def from_json(doc: dict, path: str = "") -> Calibration:
     if bad:
         raise CalibrationError("the calibration is not usable:\n  " + "\n  ".join(bad))
     return Calibration(doc["chip"], doc["device"], str(doc.get("date", "")), bool(doc.get("provisional")),
-                       str(doc.get("protocol", "")), {k: dict(v) for k, v in doc["constants"].items()}, path)
+                       str(doc.get("protocol", "")), {k: dict(v) for k, v in doc["constants"].items()}, path,
+                       curves={k: list(v) for k, v in (doc.get("curves") or {}).items()})
 
 
 def load(which: str | Path) -> Calibration:

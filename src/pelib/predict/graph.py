@@ -35,8 +35,9 @@ from ..timing import check_events
 WARP_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "tma_load", "tma_store", "commit", "tmem_alloc",
               "tmem_dealloc", "tmem_ld", "tmem_cp", "bar_sync", "cluster_sync", "exit")
 SIGNALS = ("arrive", "expect_tx", "complete_tx")
+MARKS = ("phase_begin", "phase_end")        # the stage's clock64 phase marks: no instruction of their own
 # Events the replay takes from the SASS instead (the MMAs) or that repeat another (the load's landing).
-DROPPED = ("mma", "mma_done", "tma_load_done", "tma_store_done")
+DROPPED = ("mma", "mma_done", "tma_load_done", "tma_store_done", "tmem_ld", "tmem_cp")
 
 
 class GraphError(ValueError):
@@ -58,6 +59,10 @@ class Node:
     lanes: frozenset = frozenset()
     phase: tuple | None = None      # (cta, bar, k) this node signals or waits for
     source: int | None = None       # an async node: the node that issued it
+    op: int | None = None           # the log's operation id (issue and completion share it), where given
+    given_phase: int | None = None  # the log's phase number, where given
+    what: str | None = None         # a phase mark's phase name
+    tile: int | None = None
     group: tuple | None = None      # bar.sync: (cta, id, generation)
     seg: object = None              # sass_paths.Segment before this node (warp nodes)
     cluster: int = -1
@@ -89,7 +94,7 @@ class Graph:
 
     @classmethod
     def build(cls, events, sass=None) -> "Graph":
-        ev = [e for e in check_events(events) if e["kind"] not in DROPPED]
+        ev = [normalize(e) for e in check_events(events) if e["kind"] not in DROPPED]
         if not ev:
             raise GraphError("the event log is empty: simulate the stage first (Stage.run(problem, 'sim'))")
         ctas = {e["cta"]: (e.get("cluster", -1), e.get("rank", -1)) for e in ev if e["cta"] >= 0}
@@ -102,62 +107,87 @@ class Graph:
                 asyncs.append(e)
             else:
                 by_warp[(e["cta"], e["warp"])][e["lane"]].append(e)
-        remote = _remote_lines(by_warp, ctas)
+        enriched = any(e["phase"] is not None for e in ev)
+        remote = set() if enriched else _remote_lines(by_warp, ctas)
+
+        def node(e, grp, warp):
+            bar_cta = e["bar_cta"]
+            if (not enriched and e["kind"] == "arrive" and (e["cta"], e["warp"], e["line"], e["off"]) in remote
+                    and len(grp) == 1):
+                bar_cta = _cta_of_rank(ctas, ctas[e["cta"]][0], e["lane"]) or bar_cta
+            seq = max(x["seq"] for x in grp) if e["kind"] == "wait_end" else min(x["seq"] for x in grp)
+            n = Node(len(nodes), e["cta"], warp, e["kind"], e["line"], seq, e["off"],
+                     bar_cta if e["off"] is not None else None, e["parity"], e["nbytes"],
+                     frozenset(x["lane"] for x in grp), cluster=ctas.get(e["cta"], (-1, -1))[0],
+                     rank=ctas.get(e["cta"], (-1, -1))[1])
+            n.op, n.given_phase, n.what, n.tile = e["op"], e["phase"], e["what"], e["tile"]
+            nodes.append(n)
+            return n
         for key in sorted(by_warp):
-            order = _merge_lanes(by_warp[key])
-            ids = []
-            for grp in order:
-                e = grp[0]
-                bar_cta = e["cta"]
-                if (e["kind"] == "arrive" and (e["cta"], e["warp"], e["line"], e["barrier"]) in remote
-                        and len(grp) == 1):
-                    bar_cta = _cta_of_rank(ctas, ctas[e["cta"]][0], e["lane"]) or bar_cta
-                n = Node(len(nodes), e["cta"], e["warp"], e["kind"], e["line"],
-                         min(x["seq"] for x in grp) if e["kind"] != "wait_end" else max(x["seq"] for x in grp),
-                         e.get("barrier"), bar_cta if e.get("barrier") is not None else None,
-                         e.get("parity"), e.get("tag"), frozenset(x["lane"] for x in grp),
-                         cluster=ctas.get(e["cta"], (-1, -1))[0], rank=ctas.get(e["cta"], (-1, -1))[1])
-                nodes.append(n)
-                ids.append(n.idx)
-            threads[key] = ids
+            threads[key] = [node(grp[0], grp, key[1]).idx for grp in _merge_lanes(by_warp[key])]
         for e in asyncs:
-            if e["kind"] != "complete_tx":
-                continue
-            nodes.append(Node(len(nodes), e["cta"], -1, e["kind"], e["line"], e["seq"], e.get("barrier"), e["cta"],
-                              None, e.get("tag"), frozenset(), cluster=ctas.get(e["cta"], (-1, -1))[0],
-                              rank=ctas.get(e["cta"], (-1, -1))[1]))
+            if e["kind"] in ("complete_tx", "arrive"):       # a load's landing; a commit's arrive
+                node(e, [e], -1)
         g = cls(nodes, threads, {}, {}, {}, ctas)
         if remote:
             g.assumptions.append("remote arrives: lane l of a multi-lane release arrives on the barrier of rank l")
-        g._link_loads()
-        g._phases()
+        if not enriched:
+            g.assumptions.append("mbarrier arrival counts inferred from the waits (the log carries no phases)")
+        g._link_async()
+        g._phases(enriched)
         g._groups()
         if sass is not None:
             g.attach_sass(sass)
         return g
 
-    # ---- TMA loads -> their landings ----------------------------------------------------------------
-    def _link_loads(self) -> None:
-        issued = [n for n in self.nodes if n.kind == "tma_load"]
-        pending = defaultdict(list)        # (cluster, bar, bytes) -> [(seq, node, set of CTAs landed)]
-        for n in issued:
-            pending[(n.cluster, n.bar, n.tag)].append([n.seq, n, set()])
-        for n in sorted((x for x in self.nodes if x.kind == "complete_tx"), key=lambda x: x.seq):
-            cands = pending.get((n.cluster, n.bar, n.tag), [])
-            hit = next((c for c in cands if c[0] < n.seq and n.cta not in c[2]), None)
+    # ---- asynchronous completions -> what issued them -------------------------------------------------
+    def _link_async(self) -> None:
+        """A landing (complete_tx) to its TMA load, a commit's arrive to its commit: by the op id the log
+        gives both, else the earliest earlier issue of the cluster on the same barrier (and bytes) that has
+        not landed in that CTA yet."""
+        by_op = {}
+        for n in self.nodes:
+            if n.warp >= 0 and n.op and n.kind in ("tma_load", "commit"):
+                by_op[n.op] = n.idx
+        pending = defaultdict(list)
+        for n in self.nodes:
+            if n.warp >= 0 and n.kind == "tma_load":
+                pending[("tma_load", n.cluster, n.bar, n.tag)].append([n.seq, n, set()])
+            elif n.warp >= 0 and n.kind == "commit":
+                pending[("commit", n.cluster, n.bar, None)].append([n.seq, n, set()])
+        for n in sorted((x for x in self.nodes if x.warp < 0), key=lambda x: x.seq):
+            if n.op and n.op in by_op:
+                n.source = by_op[n.op]
+                continue
+            issue = "tma_load" if n.kind == "complete_tx" else "commit"
+            cands = pending.get((issue, n.cluster, n.bar, n.tag if issue == "tma_load" else None), [])
+            hit = next((c for c in cands if c[0] < n.seq and n.bar_cta not in c[2]), None)
             if hit is None:
-                raise GraphError(f"a complete_tx of {n.tag} B on barrier 0x{n.bar:x} of CTA {n.cta} (seq {n.seq}) "
-                                 "matches no earlier TMA load of the cluster")
-            hit[2].add(n.cta)
+                what = f"a complete_tx of {n.tag} B" if issue == "tma_load" else "a commit's arrive"
+                raise GraphError(f"{what} on barrier 0x{(n.bar or 0):x} of CTA {n.cta} (seq {n.seq}) matches no "
+                                 f"earlier {issue} of the cluster")
+            hit[2].add(n.bar_cta)
             n.source = hit[1].idx
 
     # ---- mbarrier phases -------------------------------------------------------------------------------
-    def _phases(self) -> None:
+    def _phases(self, enriched: bool = False) -> None:
         per_bar = defaultdict(list)
         for n in self.nodes:
             if n.bar is None or n.kind not in SIGNALS + ("wait_end",):
                 continue
             per_bar[(n.bar_cta, n.bar)].append(n)
+        if enriched:           # the log names each event's phase (pelib.sim's enriched schema)
+            for key, ns in per_bar.items():
+                for n in sorted(ns, key=lambda n: n.seq):
+                    if n.given_phase is None:
+                        continue
+                    pk = (key[0], key[1], n.given_phase)
+                    ph = self.phases.setdefault(pk, Phase(pk))
+                    n.phase = pk
+                    (ph.waiters if n.kind == "wait_end" else ph.signals).append(n.idx)
+                self.counts[key] = max((sum(1 for s in p.signals if self.nodes[s].kind in ("arrive", "expect_tx"))
+                                        for k, p in self.phases.items() if k[:2] == key), default=0)
+            return
         for key, ns in per_bar.items():
             ns.sort(key=lambda n: n.seq)
             count = _infer_count(ns)
@@ -216,6 +246,9 @@ class Graph:
             at, ks = -1, None
             for i in ids:
                 n = self.nodes[i]
+                if n.kind in MARKS:
+                    n.seg = None
+                    continue
                 n.seg = sass.walk(at, n.kind, None if n.kind == "exit" else n.line, ks)
                 at, ks = n.seg.end, n.seg.k_state
 
@@ -227,6 +260,25 @@ class Graph:
                 f"{len(self.threads)} warps, {len(self.phases)} mbarrier phases, {len(self.groups)} barrier generations")
 
 
+def normalize(e: dict) -> dict:
+    """One event in the keys the graph reads, from either event schema: the first (barrier = the shared
+    offset, tag = the bytes of TMA and expect_tx events) or the enriched one (barrier = the name, addr = the
+    offset, bytes, phase, op; bar_cta where the barrier belongs to another CTA of the cluster)."""
+    kind = e["kind"]
+    enriched = "addr" in e or "bytes" in e
+    if enriched:
+        off = e.get("tag") if kind == "bar_sync" else e.get("addr")
+        nbytes = e.get("bytes")
+    else:
+        off, nbytes = e.get("barrier"), e.get("tag")
+    bar_cta = e.get("bar_cta")
+    return {"seq": e["seq"], "cta": e["cta"], "cluster": e.get("cluster", -1), "rank": e.get("rank", -1),
+            "warp": e["warp"], "lane": e.get("lane", -1), "kind": kind, "line": e.get("line") or 0, "off": off,
+            "bar_cta": e["cta"] if bar_cta is None else bar_cta, "parity": e.get("parity"), "nbytes": nbytes,
+            "phase": e.get("phase") if enriched else None, "op": e.get("op") if enriched else None,
+            "what": e.get("what"), "tile": e.get("tile")}
+
+
 def _merge_lanes(lanes: dict) -> list[list[dict]]:
     """One warp's program order from its lanes' event lists: the k-th (kind, line, barrier) event of every
     lane is one node; lanes' own orders are edges; ties go to the smaller seq (Kahn's algorithm)."""
@@ -236,7 +288,7 @@ def _merge_lanes(lanes: dict) -> list[list[dict]]:
         prev = None
         for e in evs:
             # a lane's exit is logged at its last scheduling point's line: every lane's exit is the warp's one
-            base = ("exit", None, None) if e["kind"] == "exit" else (e["kind"], e["line"], e.get("barrier"))
+            base = ("exit", None, None) if e["kind"] == "exit" else (e["kind"], e["line"], e.get("off"))
             k = (base, seen[base])
             seen[base] += 1
             members[k].append(e)
@@ -275,7 +327,7 @@ def _remote_lines(by_warp, ctas) -> set:
         for lane, evs in lanes.items():
             for e in evs:
                 if e["kind"] == "arrive":
-                    who[(e["line"], e["barrier"])].add(lane)
+                    who[(e["line"], e["off"])].add(lane)
         for (line, bar), ls in who.items():
             if len(ls) > 1:
                 out.add((cta, warp, line, bar))

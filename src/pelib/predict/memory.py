@@ -32,11 +32,44 @@ from dataclasses import dataclass
 from ..kinds.sm90 import resident_b_schedule, residue_schedule
 
 
+def interp(points: list[dict], gbps: float, clock_ghz: float) -> float:
+    """A measured latency curve at `gbps`, in cycles at `clock_ghz` (each point's cycles were counted at
+    its own launch clock: the latency in ns is what carries over). Beyond the last point the line through
+    the last two is extended (a queue past its measured load), at most to three times the last latency."""
+    xs = [p["gbps"] for p in points]
+    ys = [p["cycles"] / p["clock_ghz"] for p in points]          # ns
+    if gbps <= xs[0]:
+        ns = ys[0]
+    elif gbps >= xs[-1]:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 and xs[-1] > xs[-2] else 0.0
+        ns = min(ys[-1] + max(slope, 0.0) * (gbps - xs[-1]), 3 * ys[-1])
+    else:
+        i = next(k for k in range(1, len(xs)) if xs[k] >= gbps)
+        f = (gbps - xs[i - 1]) / (xs[i] - xs[i - 1]) if xs[i] > xs[i - 1] else 0.0
+        ns = ys[i - 1] + f * (ys[i] - ys[i - 1])
+    return ns * clock_ghz
+
+
 @dataclass(frozen=True)
 class MemoryState:
     util: float          # DRAM utilisation, 0..1
     locality: float      # 0 contiguous .. 1 scattered
     clock_ghz: float     # converts ns to SM cycles
+    write_share: float = 0.0     # the stores' share of the kernel's DRAM bytes
+    sms: int = 1
+
+    def store_bytes_per_clk(self, cal) -> float:
+        """One SM's store drain rate into L2. DRAM's write bandwidth does not slow an SM's stores directly:
+        L2 takes the writes and drains them; DRAM's limit acts through the shared server (the loaded
+        latency every read sees, and the bandwidth floor of the whole kernel, model.solve)."""
+        return cal["store.bytes_per_clk_sm"]
+
+    def _curve_cycles(self, cal, name: str):
+        pts = cal.curve(name) if hasattr(cal, "curve") else None
+        if not pts:
+            return None
+        top = max(p["gbps"] for p in (cal.curve("tma_load.sequential") or pts))
+        return interp(pts, self.util * top, self.clock_ghz)
 
     def dram_ns(self, cal) -> float:
         u = min(max(self.util, 0.0), 0.97)
@@ -48,7 +81,17 @@ class MemoryState:
 
     def tma_cycles(self, cal, nbytes: int, streamed: bool = True) -> float:
         """One TMA load of `nbytes` into shared memory: L2 latency, the SM's TMA bandwidth, and for a
-        streamed operand the demand-miss share of the loaded DRAM latency."""
+        streamed operand the demand-miss share of the loaded DRAM latency. With measured curves
+        (tma_load.l2 / .sequential / .scattered, an 8 KiB box each, the stages' A box): the L2 curve's
+        latency, plus the demand-miss share of (the DRAM curve mixed by locality - the L2 latency), at the
+        kernel's load (util x the sequential curve's highest bandwidth)."""
+        l2 = self._curve_cycles(cal, "tma_load.l2")
+        seq = self._curve_cycles(cal, "tma_load.sequential")
+        if l2 is not None and seq is not None:
+            scat = self._curve_cycles(cal, "tma_load.scattered")
+            dram = seq if scat is None else (1 - self.locality) * seq + self.locality * scat
+            extra = max(0.0, nbytes - 8192) / cal["tma.bytes_per_clk_sm"]
+            return l2 + extra + (cal["l2.demand_miss"] * max(0.0, dram - l2) if streamed else 0.0)
         base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
         return base + (cal["l2.demand_miss"] * self.dram_cycles(cal) if streamed else 0.0)
 

@@ -22,13 +22,13 @@ Cycles depend on the clock only through the memory latencies given in ns; ms = c
 from __future__ import annotations
 
 import math
-import time
+import os
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .. import evidence, timing as _timing
-from . import calibration as _cal
+from . import calibration as _cal, measured as _measured
 from .graph import Graph
 from .memory import MemoryState, a_schedule, locality
 from .replay import Replay
@@ -67,7 +67,7 @@ class Prediction:
     calibration: str = ""
     provisional: bool = True
     assumptions: list = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0            # CPU seconds the prediction took (simulation included unless memoised)
     iterations: int = 0
 
     @property
@@ -133,7 +133,7 @@ def sim_problem(stage, tiles: int = TILES):
     full = stage.problem("full")
     base = stage.problem("sim")
     ex = stage.exports
-    rows = ex.tile_m * ex.cluster_x
+    rows = math.lcm(ex.tile_m * ex.cluster_x, int(base.tile.get("m", 1)) if hasattr(base, "tile") else 1)
     m = rows
     for _ in range(4096):
         prob = replace(base, name=f"predict-{tiles}", m=m, n=full.n, k=full.k)
@@ -203,6 +203,7 @@ class Setup:
     a_box: int
     tile_bytes: int
     sms: int
+    umma: tuple = (0, 0, 0, False)      # (M per SM, N, K) of one tcgen05.mma and whether it is block-scaled FP4
 
 
 def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bool = False,
@@ -226,18 +227,40 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
     n_full = max(len(s) for s in sched) if persistent else 1
     n_sim = max(len(sim_sched[c // cx if cfg.grid_kind == 1 else c]) for c in ctas) if persistent else 1
     waves = 1 if persistent else math.ceil(cfg.ctas / (sms // cx * cx))
-    return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms)
+    return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms,
+                 umma_shape(sass, ex))
+
+
+def umma_shape(sass, ex) -> tuple:
+    """(M per SM, N, K, FP4?) of one tcgen05.mma: M the CTA's tile rows (a cta_group::2 MMA computes each
+    SM's half of the pair's rows, PTX ISA 9.7.16.10), N the exported MMA N (or the tile's), K the K block
+    over the UTC*MMA instructions of one pass of the compiled K loop (4 x 32 for kind::f8f6f4, 4 x 64 for
+    the block-scaled FP4 kinds in these stages); (0, 0, 0, False) where the SASS has no tcgen05.mma."""
+    pre = ("UTCQMMA", "UTCOMMA", "UTCHMMA", "UTCMMA", "UTCBMMA")
+    for lo, hi in sass.k_loops:
+        n = sum(1 for i in sass.instrs[lo:hi + 1] if i.op.startswith(pre))
+        if n:
+            return (int(ex["tile_m"]), int(ex.get("mma_n", ex["tile_n"])), int(ex["block_k"]) // n,
+                    ex.get("mma_kind") in (4, 5, 6))
+    return (0, 0, 0, False)
 
 
 def predict(stage, gpu: str = "h100", calibration=None, clock="timed", tiles: int = TILES, seed: int = 0,
             timing_build: bool = False, problem="full") -> Prediction:
     """The stage's predicted time on the full problem (see the module doc for the method)."""
-    t_start = time.perf_counter()
-    cal = calibration if isinstance(calibration, _cal.Calibration) else _cal.load(calibration or gpu)
+    t_start = _cpu()
+    cal = _measured.resolve(calibration, gpu)
     su = prepare(stage, int(cal["sm_count"]), tiles, seed, timing_build, problem)
     p = solve(su, cal, clock, gpu)
-    p.seconds = time.perf_counter() - t_start
+    p.seconds = _cpu() - t_start
     return p
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the budget is one core's time: on a shared
+    machine the wall clock says more about the neighbours)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
@@ -247,13 +270,19 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     g, ctas, cfg, ex = su.graph, su.ctas, su.cfg, su.stage.exports
     loc = locality(su.sched, su.tile_bytes, int(cal["dram.page_bytes"]))
     persistent = cfg.grid_kind != 0
+    share = 2 * su.full.m * su.full.n / su.full.min_bytes     # the BF16 output's share of the DRAM bytes
+    bound = False
     util, cycles, it, res, per_tile = 0.5, 0.0, 0, None, 0.0
     for it in range(1, MAX_ITER + 1):
-        mem = MemoryState(util, loc, clock_ghz)
-        res = Replay(g, cal, mem, ctas=ctas, streamed_bytes={su.a_box}).run()
+        mem = MemoryState(util, loc, clock_ghz, share, su.sms)
+        res = Replay(g, cal, mem, ctas=ctas, streamed_bytes={su.a_box}, umma_cycles=umma_cycles(su, cal)).run()
         per_tile, end = _period(res, ctas, su.n_sim)
         body = end + (su.n_full - su.n_sim) * per_tile if persistent else su.waves * (end + cal["cta.launch_cycles"])
         new = body + cal["store.drain_cycles"] + cal["launch.overhead_us"] * 1e3 * clock_ghz
+        # the DRAM server's throughput: the problem's bytes cannot move faster than its bandwidth
+        floor = su.full.min_bytes / (cal["dram.bandwidth_gbps"] * 1e9) * clock_ghz * 1e9
+        bound = floor > new
+        new = max(new, floor)
         seconds = new / (clock_ghz * 1e9)
         u_new = min(0.97, su.full.min_bytes / seconds / (cal["dram.bandwidth_gbps"] * 1e9))
         done = abs(new - cycles) <= 1e-3 * new
@@ -261,7 +290,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
         if done:
             break
         util = 0.5 * util + 0.5 * u_new
-    mem = MemoryState(util, loc, clock_ghz)
+    mem = MemoryState(util, loc, clock_ghz, share, su.sms)
     tm = replay_timing(res, g, ctas, su.stage)
     if tm is not None:
         tm.meta.update(order=_timing.PREDICTED_ORDER, device=cal.device, gpu=gpu or cal.chip,
@@ -269,6 +298,9 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     crit = critical_path(res, g, ctas)
     shares = crit["shares"]
     sentence = _sentence(shares, crit, per_tile, mem, cal)
+    if bound:
+        sentence = (f"bound by DRAM bandwidth (the problem's {su.full.min_bytes / 1e9:.2f} GB at "
+                    f"{cal['dram.bandwidth_gbps']:,.0f} GB/s is longer than the replay); within the SM: {sentence}")
     cx = ex.cluster_x
     assumptions = list(g.assumptions) + [
         f"one representative {'cluster' if cx > 1 else 'CTA'} replayed ({len(ctas)} CTA), {su.n_sim} of its tiles "
@@ -280,6 +312,15 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
                       su.n_full, util, loc, mem.dram_cycles(cal), mem.tma_cycles(cal, su.a_box), sentence, shares,
                       tm.summary() if tm is not None else {}, tm, cal.label(), cal.provisional, assumptions,
                       0.0, it, cal.device, cal.date, g, res, tuple(sorted(ctas)))
+
+
+def umma_cycles(su: Setup, cal) -> float:
+    """One tcgen05.mma's service on its SM's tensor pipe: 2 M N K / the dense rate of its kind."""
+    m, n, k, fp4 = su.umma
+    if not m:
+        return 0.0
+    rate = cal["tensor.fp4_flop_per_clk_sm"] if fp4 else cal["tensor.flop_per_clk_sm"]
+    return 2.0 * m * n * k / rate
 
 
 def report(p: Prediction) -> str:

@@ -74,11 +74,14 @@ class ReplayResult:
 
 
 class Replay:
-    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None):
+    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None, umma_cycles: float = 0.0):
         self.g, self.cal, self.mem = graph, cal, mem
         self.ctas = set(ctas) if ctas is not None else set(graph.ctas)
         self.streamed = streamed_bytes          # TMA loads of these sizes are the streamed operand (A)
+        self.umma_cycles = umma_cycles          # one tcgen05.mma's service on its SM's tensor pipe
+        self.commit_src = defaultdict(list)     # commit node -> its arrives (one per destination CTA)
         self.cpi = cal["issue.cpi"]
+        self.store_bpc = mem.store_bytes_per_clk(cal)
         self.slots = cal["issue.slots_per_clk"] * BUCKET
         self.used = defaultdict(dict)           # (cta, sub-partition) -> {bucket: slots used}
         self.pipe_free = defaultdict(float)
@@ -100,6 +103,8 @@ class Replay:
         for n in graph.nodes:
             if n.kind == "complete_tx" and n.source is not None and n.cta in self.ctas:
                 self.landings[n.source].append(n.idx)
+            elif n.kind == "arrive" and n.warp < 0 and n.source is not None and n.cta in self.ctas:
+                self.commit_src[n.source].append(n.idx)
         # MMA bookkeeping per warpgroup
         self.mma_warps = defaultdict(set)
         for k, w in self.warps.items():
@@ -207,7 +212,7 @@ class Replay:
             nbytes = it[1] * LANES
             cta = w.key[0]
             start = max(w.t, self.store_free[cta])
-            self.store_free[cta] = start + nbytes / self.cal["store.bytes_per_clk_sm"]
+            self.store_free[cta] = start + nbytes / self.store_bpc
             self.store_bytes[cta] += nbytes
             stall = start - w.t - self.cal["store.drain_cycles"]
             self._log(w, t0, w.t, "issue")
@@ -228,6 +233,22 @@ class Replay:
             self.op_reach[wg][j] = max(self.op_reach[wg][j], w.t)
             if arrived >= self.mma_warps[wg]:
                 self._mma(wg, j, it, w.key)
+        elif kind == "umma":
+            # tcgen05.mma, issued by one thread: served in order on the SM's tensor pipe (a cta_group::2 MMA
+            # keeps both SMs of the pair busy for its half each, PTX ISA 9.7.16.10; the issuing SM stands for both)
+            w.t = self.issue(w.key, w.t, 1)
+            self._log(w, t0, w.t, "issue")
+            wg = (w.key[0], w.key[1] // 4)
+            cta = wg[0]
+            start = max(w.t, self.pipe_free[cta])
+            self.pipe_free[cta] = start + self.umma_cycles
+            self.pipe_busy[cta] += self.umma_cycles
+            self.ops[wg].append([w.t, start, start + self.umma_cycles + self.cal.get("umma.tail_cycles", 0.0),
+                                 w.key])
+        elif kind == "tmem_ld":
+            t1 = self.issue(w.key, w.t, 1) + self.cal.get("tmem.ld_cycles", 0.0)
+            self._log(w, t0, t1, "tmem")
+            w.t = t1
         elif kind == "depbar":
             wg = (w.key[0], w.key[1] // 4)
             need = w.n_groups - it[1] - 1
@@ -300,6 +321,17 @@ class Replay:
             for land in self.landings.get(node.idx, []):
                 self._push(w.t + lat, ("land", land))
             return True
+        if kind == "commit":
+            # tcgen05.commit: the barrier's arrive once every prior tcgen05 op of the thread completes
+            # (PTX ISA 9.7.16.7.2 tcgen05.commit)
+            w.t = t0 + self.cal["mbarrier.arrive_cycles"]
+            self._log(w, t0, w.t, "issue")
+            self.node_times[node.idx] = (t0, w.t)
+            ops = self.ops.get((w.key[0], w.key[1] // 4), [])
+            done = max([w.t] + [o[2] for o in ops])
+            for a in self.commit_src.get(node.idx, []):
+                self._push(done + self.cal.get("umma.commit_cycles", self.cal["mbarrier.wake_cycles"]), ("land", a))
+            return True
         if kind in ("bar_sync", "cluster_sync"):
             grp = node.group
             self.group_in[grp].append((w.key, t0))
@@ -336,7 +368,7 @@ class Replay:
     def _signal(self, idx: int, t: float) -> None:
         n = self.g.nodes[idx]
         key = n.phase
-        if n.kind == "complete_tx":
+        if n.warp < 0:
             self.node_times[idx] = (t, t)
         if key is None or key not in self.phase_left:
             return

@@ -302,6 +302,12 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
             m = _MMA_SHAPE.search(i.op)
             mm, nn, kk = (int(x) for x in m.groups()) if m else (64, 256, 32)
             out.append(("mma", mm, nn, kk, "gsb0" in i.text.split(",")[-1]))
+        elif i.op.startswith(("UTCQMMA", "UTCOMMA", "UTCHMMA", "UTCMMA", "UTCBMMA")):
+            flush()
+            out.append(("umma", ".2CTA" in i.op))        # tcgen05.mma: one thread issues (PTX ISA 9.7.16.10)
+        elif i.op.startswith("LDTM"):
+            flush()
+            out.append(("tmem_ld", 1))                   # tcgen05.ld (PTX ISA 9.7.16.8.3)
         elif i.op.startswith("WARPGROUP.DEPBAR"):
             flush()
             d = _DEPBAR.search(i.text)
@@ -367,7 +373,21 @@ def lineinfo_build(path: str, arch: str, defines: dict):
     return _build.build(path, arch, defines, extra_options={"lineinfo": True})
 
 
+LINES_FILE = "kernel.lines.sass"     # nvdisasm -gi's listing, kept in the lineinfo build's cache entry
+
+
+def lines_sass(b) -> str:
+    """The build's SASS with line information (cached next to its cubin, checked like it)."""
+    if b.entry is not None and b.entry.has(LINES_FILE):
+        data = b.entry.read(LINES_FILE)
+        if data is not None:
+            return data.decode()
+    text = disassemble_lines(b.cubin)
+    if b.entry is not None:
+        b.entry.add(LINES_FILE, text.encode())
+    return text
+
+
 @lru_cache(maxsize=64)
 def _paths(path: str, arch: str, defines: tuple) -> SassPaths:
-    b = lineinfo_build(path, arch, dict(defines))
-    return SassPaths(disassemble_lines(b.cubin), path)
+    return SassPaths(lines_sass(lineinfo_build(path, arch, dict(defines))), path)
