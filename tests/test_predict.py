@@ -360,3 +360,21 @@ def test_b200_calibration_is_public_fitted_or_transferred(cal):
     assert b["clock_ghz.timed"] == pytest.approx(6063 * 147 / 0.579e6)      # the one recorded point
     assert set(kinds.values()) <= {"public", "fitted", "transferred", "provisional"}
     assert cal_mod.check(b.to_json()) == [] and b.provisional
+
+
+def test_views_tables_say_predicted_and_measured():
+    from pelib.views import predict as vp
+    names = [p.stem for p in stages.family_stages("sm90")][:2]
+    pred = _pred([(f"sm90/{n}", {}, 1.4e6 + i) for i, n in enumerate(names)])
+    pred["meta"].update(device="NVIDIA H100 80GB HBM3", calibration_date="2026-11-28", provisional=False)
+    meas = {"env": {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-29"},
+            "variants": [{"stage": f"sm90/{n}", "defines": {}, "median_ms": 1.0, "ok": True} for n in names]}
+    doc = compare.compare(pred, meas)
+    doc["predictions"] = pred["meta"]
+    t = vp.comparison_table(doc)
+    assert evidence.kinds_in(t.caption) == ["predicted", "measured"] and "mean absolute error" in t.notes[0]
+    for p in pred["predictions"]:
+        p.update(ms=1.0, critical_path="bound by x")
+    assert evidence.kinds_in(vp.predictions_table(pred).caption) == ["predicted"]
+    rows = [{"stage": "fp8/09_x", "predicted_ms": 0.5, "recorded_ms": 0.54, "error": -0.07, "sign_right": None}]
+    assert "recorded" in vp.history_table(rows).caption

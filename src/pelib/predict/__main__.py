@@ -47,7 +47,8 @@ def predict_all(builds, gpu: str, calibration, clock="timed", log=print) -> dict
         if e["stage"] == six.key and e["defines"] == six.defines:
             e["timing_phases"] = {k: v["avg"] for k, v in pt.phases.items()}
     meta = {"protocol": PROTOCOL, "gpu": gpu, "device": cal.device, "calibration": cal.path,
-            "calibration_label": cal.label(), "provisional": cal.provisional, "clock": clock,
+            "calibration_label": cal.label(), "calibration_date": cal.date, "provisional": cal.provisional,
+            "clock": clock,
             "git": bench.git_revision(), "seconds": round(time.perf_counter() - t0, 1),
             "constants": cal.table()}
     return {"schema": "pelib.predict.predictions/1", "meta": meta, "predictions": out}

@@ -119,3 +119,22 @@ def history(cal, stages=HISTORY, predict_fn=None, log=None) -> list[dict]:
         if log:
             log(f"{key:34s} predicted {p.ms:.4f} ms  recorded {rec if rec else float('nan'):.4f} ms")
     return rows
+
+
+RING_SHAPE = "k16384"          # the NVFP4 log's shape of the ring sweep (M=128, N=7168, K=16384)
+
+
+def nvfp4_ring(cal, depths=(1, 2, 3, 4, 5), shape: str = RING_SHAPE, predict_fn=None) -> list[dict]:
+    """The NVFP4 ring sweep: nvfp4/00 (one stage) and nvfp4/01 at NUM_STAGES 2..5 on the log's shape,
+    predicted against the log's microseconds (pelib.records)."""
+    predict_fn = predict_fn or predict
+    rec = records.nvfp4_stage_sweep().get(shape, {})
+    rows = []
+    for d in depths:
+        s = Stage("nvfp4/00_single_stage") if d == 1 else Stage("nvfp4/01_pipelined", {"NUM_STAGES": d})
+        p = predict_fn(s, "b200", cal, problem=shape)
+        r = rec.get(d)
+        rows.append({"stages": d, "stage": s.label, "predicted_us": round(p.ms * 1e3, 2),
+                     "recorded_us": r, "error": None if r is None else round(p.ms * 1e3 / r - 1, 4),
+                     "critical_path": p.sentence})
+    return rows

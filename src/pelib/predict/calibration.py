@@ -107,9 +107,10 @@ class Calibration:
 
     def to_json(self) -> dict:
         out = {"schema": SCHEMA, "chip": self.chip, "device": self.device, "date": self.date,
-               "provisional": self.provisional, "protocol": self.protocol, "constants": self.constants}
+               "provisional": self.provisional, "protocol": self.protocol,
+               "constants": {k: dict(v) for k, v in self.constants.items()}}
         if self.curves:
-            out["curves"] = self.curves
+            out["curves"] = {k: [dict(p) for p in v] for k, v in self.curves.items()}
         return out
 
 

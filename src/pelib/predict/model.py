@@ -127,12 +127,20 @@ class Prediction:
 
 # ---- the representative simulation ----------------------------------------------------------------------
 
-def sim_problem(stage, tiles: int = TILES):
+K_BLOCKS = 8                   # K blocks simulated where the full K loop is long (a GEMM with one row of tiles)
+
+
+def sim_problem(stage, tiles: int = TILES, problem="full"):
     """The full problem's N and K with an M small enough for the simulator: each CTA (cluster) of the
-    simulator's grid takes at least `tiles` tiles."""
-    full = stage.problem("full")
+    simulator's grid takes at least `tiles` tiles. Where one tile's K loop is long (more than K_BLOCKS
+    blocks, the NVFP4 shapes) and the full problem has a single row of tiles, K is cut to K_BLOCKS blocks and
+    N to a few tiles: the K loop is the periodic part there, extrapolated like the tiles are."""
+    full = stage.problem(problem)
     base = stage.problem("sim")
     ex = stage.exports
+    if full.k > K_BLOCKS * ex.block_k and full.m <= ex.tile_m * ex.cluster_x:
+        prob = replace(full, name=f"predict-k{K_BLOCKS}", n=min(full.n, 4 * ex.tile_n), k=K_BLOCKS * ex.block_k)
+        return prob, stage.launch_config(prob, sm_count=stage.kind.SIM_SM_COUNT)
     rows = math.lcm(ex.tile_m * ex.cluster_x, int(base.tile.get("m", 1)) if hasattr(base, "tile") else 1)
     m = rows
     for _ in range(4096):
@@ -144,13 +152,13 @@ def sim_problem(stage, tiles: int = TILES):
     raise PredictError(f"{stage.label}: no small problem gives every simulated CTA {tiles} tiles")
 
 
-def simulate(stage, tiles: int = TILES, seed: int = 0, timing: bool = False) -> tuple[list, object, object]:
+def simulate(stage, tiles: int = TILES, seed: int = 0, timing: bool = False, problem="full") -> tuple[list, object, object]:
     """The event log of the representative problem (memoised per process), its problem and launch."""
-    key = (stage.key, tuple(sorted(stage.defines.items())), tiles, seed, timing)
+    key = (stage.key, tuple(sorted(stage.defines.items())), tiles, seed, timing, str(problem))
     hit = _EVENTS.get(key)
     if hit is not None:
         return hit
-    prob, cfg = sim_problem(stage, tiles)
+    prob, cfg = sim_problem(stage, tiles, problem)
     t = stage.inputs(prob, seed, "sim")
     buf = None
     if timing:
@@ -204,6 +212,7 @@ class Setup:
     tile_bytes: int
     sms: int
     umma: tuple = (0, 0, 0, False)      # (M per SM, N, K) of one tcgen05.mma and whether it is block-scaled FP4
+    k_ratio: float = 1.0                # the full problem's K over the simulated one's
 
 
 def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bool = False,
@@ -211,7 +220,7 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
     """Simulate the representative problem and build its graph (the TIMING build's SASS where asked: the
     clock64 reads and record stores of a measured TIMING run are replayed too)."""
     plain = type(stage)(stage.path, {k: v for k, v in stage.defines.items() if k != "TIMING"})
-    events, sprob, scfg = simulate(plain, tiles, seed, timing=timing_build)
+    events, sprob, scfg = simulate(plain, tiles, seed, timing=timing_build, problem=problem)
     sass = SassPaths.of(plain.with_defines(TIMING=1) if timing_build else plain)
     ex = plain.exports
     sass.trips = sprob.k // int(ex.get("a_box_k", ex.block_k))
@@ -228,7 +237,7 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
     n_sim = max(len(sim_sched[c // cx if cfg.grid_kind == 1 else c]) for c in ctas) if persistent else 1
     waves = 1 if persistent else math.ceil(cfg.ctas / (sms // cx * cx))
     return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms,
-                 umma_shape(sass, ex))
+                 umma_shape(sass, ex), full.k / sprob.k)
 
 
 def umma_shape(sass, ex) -> tuple:
@@ -276,8 +285,9 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     for it in range(1, MAX_ITER + 1):
         mem = MemoryState(util, loc, clock_ghz, share, su.sms)
         res = Replay(g, cal, mem, ctas=ctas, streamed_bytes={su.a_box}, umma_cycles=umma_cycles(su, cal)).run()
-        per_tile, end = _period(res, ctas, su.n_sim)
-        body = end + (su.n_full - su.n_sim) * per_tile if persistent else su.waves * (end + cal["cta.launch_cycles"])
+        per_tile, end, more_k = _period(res, ctas, su.n_sim, su.k_ratio)
+        body = (end + more_k + (su.n_full - su.n_sim) * per_tile if persistent
+                else su.waves * (end + more_k + cal["cta.launch_cycles"]))
         new = body + cal["store.drain_cycles"] + cal["launch.overhead_us"] * 1e3 * clock_ghz
         # the DRAM server's throughput: the problem's bytes cannot move faster than its bandwidth
         floor = su.full.min_bytes / (cal["dram.bandwidth_gbps"] * 1e9) * clock_ghz * 1e9
@@ -349,17 +359,19 @@ def trace(p: Prediction, path) -> dict:
     return out
 
 
-def _period(res, ctas, n_sim: int) -> tuple[float, float]:
-    """(steady cycles per tile, the replay's end) from the tensor pipe's completions of the busiest CTA."""
-    best = (0.0, res.end)
+def _period(res, ctas, n_sim: int, k_ratio: float = 1.0) -> tuple[float, float, float]:
+    """(steady cycles per full-K tile, the replay's end, the cycles the replay lacks for the full K) from the
+    tensor pipe's completions of the busiest CTA: the steady cycles per MMA (the second half of them) times
+    the MMAs of a tile at the full K."""
+    best = (0.0, res.end, 0.0)
     for c in ctas:
         d = res.mma_done_times(c)
         if len(d) < 4:
             continue
-        per = len(d) / max(1, n_sim)
         h = len(d) // 2
         slope = (d[-1] - d[h]) / (len(d) - 1 - h)
-        best = max(best, (slope * per, res.end))
+        per = slope * len(d) / max(1, n_sim) * k_ratio
+        best = max(best, (per, res.end, slope * len(d) * (k_ratio - 1)))
     return best
 
 
