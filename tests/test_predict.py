@@ -61,10 +61,15 @@ def test_segments_of_the_k_loop_and_the_epilogue(setup06):
 
 
 def test_retry_loops_are_off_the_fast_path():
-    """A bounded wait's inline retry loop holds a second TRYWAIT of the same line; no event anchors there."""
+    """A bounded wait's inline retry loop holds a second TRYWAIT of the same line; no event anchors there.
+    An unbounded wait's spin loop holds its line's only TRYWAIT: that one is the wait, and stays."""
     sp = SassPaths.of(Stage(S06))
     assert sp.retry, "the default (bounded) build has inline retry loops"
     assert not any(k in sp.retry for ids in sp.by_line.values() for k in ids)
+    for d in ({}, {"PE_WAIT_KIND": 2}):
+        sp = SassPaths.of(Stage("sm90/00_tma_wgmma", d))
+        lines = {i.line for i in sp.instrs if i.op.startswith("SYNCS.PHASECHK") and not i.out_of_line}
+        assert lines and all(sp.anchors("wait_begin", ln) for ln in lines)
 
 
 # ---- the graph ---------------------------------------------------------------------------------------------
@@ -378,3 +383,10 @@ def test_views_tables_say_predicted_and_measured():
     assert evidence.kinds_in(vp.predictions_table(pred).caption) == ["predicted"]
     rows = [{"stage": "fp8/09_x", "predicted_ms": 0.5, "recorded_ms": 0.54, "error": -0.07, "sign_right": None}]
     assert "recorded" in vp.history_table(rows).caption
+
+
+def test_price_an_edit_in_one_call():
+    from pelib.views import predict as vp
+    out = vp.price(Stage(S06), "h100", seeds=(0,))
+    assert out["simulated"][0]["ok"] and out["compiled"]["registers"] > 0
+    assert out["ms"] > 0 and evidence.kinds_in(out["evidence"]) == ["predicted"]

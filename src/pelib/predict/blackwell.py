@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .. import records
 from ..stage import Stage
+from ..variants import HOST_ONLY, SKIPPED_BY_RULE, VARIANTS
 from . import calibration as _cal
 from .model import predict
 
@@ -137,4 +138,31 @@ def nvfp4_ring(cal, depths=(1, 2, 3, 4, 5), shape: str = RING_SHAPE, predict_fn=
         rows.append({"stages": d, "stage": s.label, "predicted_us": round(p.ms * 1e3, 2),
                      "recorded_us": r, "error": None if r is None else round(p.ms * 1e3 / r - 1, 4),
                      "critical_path": p.sentence})
+    return rows
+
+
+def card_predictions(cal, error_bar: float, predict_fn=None) -> list[dict]:
+    """Each go/no-go card with a variant kernel (pelib.variants): the variant and its base stage predicted on
+    the B200, the predicted gain in wall clock, and the outcome against the model's error bar (the blind
+    Hopper validation's mean absolute error): GO where the gain exceeds the bar, NO-GO where the loss does,
+    otherwise "within the error bar". Host-side cards (F21, F26: tensor-map or stream attributes) and F25
+    (a TIMING build) have no kernel of their own to replay and are listed with why. Committed only after
+    the Hopper validation exists (its error bar is what these cite)."""
+    predict_fn = predict_fn or predict
+    if not 0 < error_bar < 1:
+        raise ValueError(f"error_bar={error_bar}: the Hopper validation's mean absolute error, a fraction (e.g. 0.05)")
+    rows, base_ms = [], {}
+    for card, v in VARIANTS.items():        # F21 and F26 are host-side: no variant kernel in VARIANTS
+        if card in HOST_ONLY or card in SKIPPED_BY_RULE or v.base is None or v.defines.get("TIMING"):
+            rows.append({"card": card, "outcome": "not predicted",
+                         "why": HOST_ONLY.get(card) or SKIPPED_BY_RULE.get(card) or "a TIMING build, no variant"})
+            continue
+        if v.base not in base_ms:
+            base_ms[v.base] = predict_fn(Stage(v.base_file, dict(v.base_defines)), "b200", cal).ms
+        p = predict_fn(Stage(v.file, dict(v.defines)), "b200", cal)
+        gain = base_ms[v.base] / p.ms - 1
+        outcome = "GO" if gain > error_bar else "NO-GO" if gain < -error_bar else "within the error bar"
+        rows.append({"card": card, "variant": v.path, "base_ms": round(base_ms[v.base], 4), "ms": round(p.ms, 4),
+                     "gain": round(gain, 4), "error_bar": error_bar, "outcome": outcome,
+                     "critical_path": p.sentence, "evidence": p.evidence})
     return rows

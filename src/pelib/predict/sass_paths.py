@@ -344,15 +344,21 @@ def k_loops(instrs: list[LInstr], retry: set) -> list[tuple[int, int]]:
 def retry_loops(instrs: list[LInstr]) -> set:
     """Indices inside the inline retry loops of try_wait (a bounded wait's build): a loop closed by a
     conditional backward branch whose body holds a TRYWAIT and nothing else an event names (sass_account's
-    rule). The fast path jumps over them; their TRYWAIT is no event's anchor."""
+    rule), where the wait's line also has a first TRYWAIT outside the loop. The fast path jumps over them;
+    their TRYWAIT is no event's anchor. A spin loop that holds its line's only TRYWAIT (an unbounded
+    wait's) is the wait itself and stays."""
     out = set()
     events = tuple(p for k, v in ANCHORS.items() if k not in ("wait_begin", "wait_end") for p in v)
+    waits = [i for i in instrs if i.op.startswith("SYNCS.PHASECHK") and not i.out_of_line]
     for i in instrs:
         if not (i.is_branch and i.conditional and i.target is not None and i.target <= i.index):
             continue
         body = instrs[i.target:i.index + 1]
-        if any(b.op.startswith("SYNCS.PHASECHK") for b in body) and not any(
-                b.op.startswith(events) for b in body if not b.op.startswith("SYNCS.PHASECHK")):
+        mine = [b for b in body if b.op.startswith("SYNCS.PHASECHK")]
+        if not mine or any(b.op.startswith(events) for b in body if not b.op.startswith("SYNCS.PHASECHK")):
+            continue
+        outside = {w.line for w in waits if not (i.target <= w.index <= i.index)}
+        if all(b.line in outside for b in mine):
             out.update(range(i.target, i.index + 1))
     return out
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import evidence
 from ..facts import Table
-from ..predict import compare
+from ..predict import compare, predict, report
 
 
 def _doc(source) -> dict:
@@ -60,3 +60,24 @@ def history_table(rows: list[dict], cal_label: str = "") -> Table:
     return Table(out, f"FP8 on a B200: the stage files predicted ({cal_label or 'predicted'}) against the lab's "
                       "recorded points (recorded, fp8-megakernel-experiment-log.md and "
                       "fp8-megakernel-future-proposals-F21-F28.md)")
+
+
+def price(stage, gpu: str = "b200", seeds=(0, 1, 2), calibration=None) -> dict:
+    """A reader's edit priced in one call: what the compiler made of it (compiled), the simulator's verdict
+    on `seeds` (simulated: protocol, indexing, data path against torch) and its predicted time and
+    breakdown on `gpu` (predicted). `stage` is a pelib.stage.Stage (an edited file or a variant)."""
+    out = {"stage": stage.label, "compiled": stage.facts_row()}
+    verdicts = []
+    for sd in seeds:
+        try:
+            r = stage.run("sim", "sim", sim_seed=sd, time=False)
+            verdicts.append({"seed": sd, "ok": bool(r.get("ok")), "summary": str(r.get("report").summary())})
+        except Exception as e:      # a deadlock, hazard or misuse: the simulator's report is the verdict
+            verdicts.append({"seed": sd, "ok": False, "summary": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
+    out["simulated"] = verdicts
+    if all(v["ok"] for v in verdicts):
+        p = predict(stage, gpu, calibration)
+        out.update(predicted=report(p), ms=p.ms, cycles=p.cycles, evidence=p.evidence, seconds=p.seconds)
+    else:
+        out["predicted"] = "not predicted: the simulator found a problem on some seed (fix it first)"
+    return out
