@@ -21,10 +21,11 @@ Method (evidence: compiled):
 """
 from __future__ import annotations
 
+import heapq
 import re
 import subprocess
 import tempfile
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -48,6 +49,8 @@ ANCHORS = {
     "tmem_alloc": ("UTCATOM", "UTCALLOC"), "tmem_dealloc": ("UTCATOM", "UTCDEALLOC"),
     "phase_begin": (), "phase_end": (),
 }
+# The events a warp's stream keeps: an unpredicated instruction of theirs on a path would have been logged.
+KEPT = ("wait_begin", "arrive", "expect_tx", "tma_load", "tma_store", "commit", "bar_sync", "cluster_sync")
 # Instruction classes a segment is priced by (calibration: cycles per instruction of each class).
 CLASS_OF = (("STG", "store"), ("STS", "smem"), ("LDS", "smem"), ("LDG", "load"), ("LD.", "load"),
             ("SHFL", "shuffle"), ("SYNCS", "sync"), ("BAR", "sync"), ("QGMMA", "mma"), ("HGMMA", "mma"),
@@ -116,6 +119,8 @@ class SassPaths:
         self._succ = [self._successors(i) for i in self.instrs]
         self._memo: dict = {}
         self.trips: int | None = None           # iterations of a K loop per entry (set by the caller)
+        kept = tuple(p for k in KEPT for p in ANCHORS[k])
+        self.forbid = frozenset(i.index for i in self.instrs if i.op.startswith(kept) and not i.text.startswith("@"))
         self.k_loops = k_loops(self.instrs, self.retry)
         self.by_line: dict[int, list[int]] = {}
         for i in self.instrs:
@@ -172,10 +177,10 @@ class SassPaths:
             (head, br), it = k_state
             banned.add((br, head) if it + 1 >= self.trips else (br, br + 1))
         seg = None
-        for ban in ((banned, set()) if banned else (set(),)):
-            seg = self._bfs(start, targets, ban)
+        for ban, forbid in ((banned, self.forbid), (set(), self.forbid), (banned, frozenset()), (set(), frozenset())):
+            seg = self._bfs(start, targets, ban, forbid)
             if seg is None and line is not None:
-                seg = self._bfs(start, set(self.anchors(kind, None)), ban)
+                seg = self._bfs(start, set(self.anchors(kind, None)), ban, forbid)
             if seg is not None:
                 break
         if seg is None:
@@ -200,20 +205,43 @@ class SassPaths:
             prev = k
         return state
 
-    def _bfs(self, start: int, targets: set, banned=frozenset()) -> Segment | None:
+    def _cost(self, k: int, s: int) -> int:
+        """Walking from instruction k to s: 1, and a taken forward conditional branch costs the instructions
+        it skips on top, so that a warp falls through data-dependent branches (a guarded store is executed)
+        unless only the jump reaches the next event (sass_account's rule for the fast path)."""
+        i = self.instrs[k]
+        if s > k + 1 and i.conditional and i.is_branch:
+            return 2 + (s - k - 1)
+        return 1
+
+    def _bfs(self, start: int, targets: set, banned=frozenset(), forbid=frozenset()) -> Segment | None:
+        """The cheapest path (see _cost) from `start` to a target that passes no other event's instruction
+        (`forbid`: an unpredicated wait, arrive, TMA, barrier or commit would have been an event of its own)
+        and no `banned` edge."""
         first = (0,) if start < 0 else self._succ[start]
-        prev = {k: start for k in first if (start, k) not in banned}
-        q = deque(prev)
+        dist, prev, heap = {}, {}, []
+        for k in first:
+            if (start, k) in banned or (k in forbid and k not in targets):
+                continue
+            c = 1 if start < 0 else self._cost(start, k)
+            if c < dist.get(k, 1 << 60):
+                dist[k], prev[k] = c, start
+                heapq.heappush(heap, (c, k))
         end = None
-        while q:
-            k = q.popleft()
+        while heap:
+            d, k = heapq.heappop(heap)
+            if d > dist.get(k, 1 << 60):
+                continue
             if k in targets:
                 end = k
                 break
             for s in self._succ[k]:
-                if s not in prev and (k, s) not in banned:
-                    prev[s] = k
-                    q.append(s)
+                if (k, s) in banned or (s in forbid and s not in targets):
+                    continue
+                nd = d + self._cost(k, s)
+                if nd < dist.get(s, 1 << 60):
+                    dist[s], prev[s] = nd, k
+                    heapq.heappush(heap, (nd, s))
         if end is None:
             return None
         path = []
