@@ -287,7 +287,7 @@ class Replay:
     def _node(self, w: _Warp, node) -> bool:
         kind = node.kind
         t0 = w.t
-        if kind == "wait_begin" or kind == "exit":
+        if kind in ("wait_begin", "exit", "phase_begin", "phase_end"):    # marks cost nothing
             self.node_times[node.idx] = (t0, t0)
             return True
         if kind == "wait_end":
