@@ -22,9 +22,13 @@ The blind protocol (repeated in every prediction file):
     DRAM load and locality, mbarrier, bar.sync, store drain, SASS CPI, DRAM/L2 curves) and public
     sources, each named in the calibration file.
   - Exactly one stage measurement is used: sm90/06's time and its clock64 phases on each chip, on which
-    the constants of kind "fitted" are fitted (pelib.predict.fit). The author of the model read the
-    Hopper chapter's account of why stages 07-09 were slower (tile order and DRAM locality) to know what
-    the model must be able to express; no parameter was set from any other stage's measurement.
+    the constants of kind "fitted" are fitted (pelib.predict.fit, by code). What the model's author has
+    seen besides, said plainly: the Hopper chapter's account of why stages 07-09 were slower (tile order
+    and DRAM locality), with the 2026-11-23 H100 times it quotes for 04 and 06-11, and, in the committed
+    hopper-perf.json that holds sm90/06's record, the records of stage 10 beside it. None of them set a
+    constant or a choice of structure by comparison: the fitted constants are fitted on 06 alone, the rest
+    come from the calibration file, and the structure follows the hardware (mbarrier phases, the tensor
+    pipe, the SASS, the DRAM server and its locality).
   - The predictions for every other stage are committed before the validation run measures them; the
     comparison (compare.py) is committed after it.
   - A provisional calibration (constants not yet measured) never makes the blind predictions.
