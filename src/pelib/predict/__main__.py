@@ -5,6 +5,8 @@
     python -m pelib.predict --fit --gpu h100 --calibration FILE --out FILE      # the fitted constants (sm90/06 only)
       (FILE may be pelib.calibrate's measured calibration: its constants replace the committed ones first)
     python -m pelib.predict --compare PRED.json --measured MEAS.json --out results/<date>-<device>/prediction-vs-measured.json
+    python -m pelib.predict --b200-calibration --calibration <Hopper file> --out FILE   # public + one fitted clock
+    python -m pelib.predict --history --gpu b200 [--calibration FILE] --out FILE        # FP8 00-09, the NVFP4 ring
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from .. import bench, stages
 from ..stage import Stage
-from . import calibration as _cal, compare as _compare, fit as _fit, measured as _measured
+from . import blackwell as _bw, calibration as _cal, compare as _compare, fit as _fit, measured as _measured
 from .model import PROTOCOL, PredictError, predict, report, trace
 
 # The builds every sm90 stage is predicted in: its default (the bounded, call-free waits the sweeps time)
@@ -66,6 +68,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--compare", metavar="PRED.json", help="compare a predictions file with --measured")
     ap.add_argument("--measured", metavar="MEAS.json", help="a measurement (sweep or hopper_perf JSON)")
     ap.add_argument("--trace", metavar="OUT.json", help="the predicted run's Chrome trace (one stage)")
+    ap.add_argument("--b200-calibration", action="store_true", help="build the B200 calibration from --calibration "
+                    "(a Hopper one): public constants, the clock fitted on one recorded point, the rest transferred")
+    ap.add_argument("--history", action="store_true", help="the FP8 history and the NVFP4 ring sweep on a B200, "
+                    "predicted against the lab's records")
     ap.add_argument("--out", help="where to write the JSON")
     return ap
 
@@ -90,7 +96,18 @@ def main(argv=None) -> int:
                 _compare.write(doc, a.out)
             print(json.dumps(doc["summary"], indent=1))
             return 0
+        if a.b200_calibration:
+            out = _bw.b200_calibration(_measured.resolve(a.calibration, "h100"))
+            text = json.dumps(out.to_json(), indent=1) + "\n"
+            Path(a.out).write_text(text) if a.out else print(text)
+            return 0
         cal = _measured.resolve(a.calibration, a.gpu)
+        if a.history:
+            doc = {"schema": "pelib.predict.history/1", "calibration": cal.path, "provisional": cal.provisional,
+                   "protocol": cal.protocol, "fp8": _bw.history(cal, log=print), "nvfp4_ring": _bw.nvfp4_ring(cal)}
+            if a.out:
+                Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+            return 0
         if a.fit:
             out, rep = _fit.fit(cal, a.gpu, stage=Stage(_fit.STAGE, _fit.DEFINES))
             print(json.dumps(rep, indent=1))

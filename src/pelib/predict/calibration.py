@@ -23,6 +23,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..paths import ROOT
+
 SCHEMA = "pelib.predict.calibration/1"
 KINDS = ("measured", "public", "fitted", "transferred", "provisional")
 HERE = Path(__file__).resolve().parent / "calibrations"
@@ -172,7 +174,16 @@ def load(which: str | Path) -> Calibration:
         doc = json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise CalibrationError(f"{p} is not JSON ({e}): a calibration is one JSON object") from None
-    return from_json(doc, str(p))
+    return from_json(doc, rel(p))
+
+
+def rel(path) -> str:
+    """A file's path as committed text names it: relative to the repository where it lies inside it."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def available() -> list[str]:

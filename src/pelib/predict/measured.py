@@ -135,5 +135,5 @@ def resolve(which, gpu: str) -> _cal.Calibration:
         except json.JSONDecodeError as e:
             raise _cal.CalibrationError(f"{p} is not JSON ({e})") from None
         if isinstance(doc, dict) and doc.get("schema") == MEASURED_SCHEMA:
-            return from_measured(doc, str(p), _cal.load(gpu))
+            return from_measured(doc, _cal.rel(p), _cal.load(gpu))
     return _cal.load(which or gpu)
