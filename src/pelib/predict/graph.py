@@ -242,6 +242,8 @@ class Graph:
     # ---- the SASS between events ------------------------------------------------------------------------
     def attach_sass(self, sass) -> None:
         """Each warp node gets the fast path of SASS its warp walks from the previous node (sass_paths)."""
+        relaxed = 0
+        sass.use_log({("wait_begin" if n.kind == "wait_end" else n.kind, n.line) for n in self.nodes if n.warp >= 0})
         for key, ids in self.threads.items():
             at, ks = -1, None
             for i in ids:
@@ -251,6 +253,11 @@ class Graph:
                     continue
                 n.seg = sass.walk(at, n.kind, None if n.kind == "exit" else n.line, ks)
                 at, ks = n.seg.end, n.seg.k_state
+                relaxed += n.seg.relaxed
+
+        if relaxed:
+            self.assumptions.append(f"{relaxed} segments of SASS walked past another event's instruction "
+                                    "(no path between the two events avoids one): their cost is approximate")
 
     def describe(self) -> str:
         kinds = defaultdict(int)

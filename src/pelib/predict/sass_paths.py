@@ -45,7 +45,7 @@ ANCHORS = {
     "tma_load": ("UTMALDG",), "tma_store": ("UTMASTG",), "mma": ("QGMMA", "HGMMA", "UTCQMMA", "UTCHMMA",
                                                                   "UTCOMMA", "UTCMMA", "UTCBMMA"),
     "commit": ("UTCBAR",), "bar_sync": ("BAR.SYNC", "BAR.ARV", "BAR.RED", "BAR"),
-    "cluster_sync": ("UCGABAR", "BAR"), "exit": ("EXIT",), "tmem_ld": ("LDTM",), "tmem_cp": ("UTCCP",),
+    "cluster_sync": ("UCGABAR_WAIT", "BAR.SYNC"), "exit": ("EXIT",), "tmem_ld": ("LDTM",), "tmem_cp": ("UTCCP",),
     "tmem_alloc": ("UTCATOM", "UTCALLOC"), "tmem_dealloc": ("UTCATOM", "UTCDEALLOC"),
     "phase_begin": (), "phase_end": (),
 }
@@ -103,6 +103,7 @@ class Segment:
     back_edges: tuple = ()           # positions in `path` right after a taken backward branch
     program: tuple = ()              # what the replay executes (program())
     k_state: object = None           # the K loop and its iteration after this segment
+    relaxed: bool = False            # walked past another event's instruction (no path without): a warning
 
     @property
     def n(self) -> int:
@@ -119,13 +120,34 @@ class SassPaths:
         self._succ = [self._successors(i) for i in self.instrs]
         self._memo: dict = {}
         self.trips: int | None = None           # iterations of a K loop per entry (set by the caller)
-        kept = tuple(p for k in KEPT for p in ANCHORS[k])
-        self.forbid = frozenset(i.index for i in self.instrs if i.op.startswith(kept) and not i.text.startswith("@"))
+        self.forbid = self.forbidden({(k, None) for k in KEPT})
         self.k_loops = k_loops(self.instrs, self.retry)
         self.by_line: dict[int, list[int]] = {}
         for i in self.instrs:
             if not i.out_of_line and i.index not in self.retry:
                 self.by_line.setdefault(i.line, []).append(i.index)
+
+    def forbidden(self, logged) -> frozenset:
+        """The unpredicated instructions that would each have been an event of their own: those of a kept
+        kind at a line where the log has events of that kind ((kind, None): at any line)."""
+        any_line = {k for k, ln in logged if ln is None and k in KEPT}
+        at = {(k, ln) for k, ln in logged if k in KEPT and ln is not None}
+        out = set()
+        for i in self.instrs:
+            if i.text.startswith("@") or i.out_of_line:
+                continue
+            for k in KEPT:
+                if i.op.startswith(ANCHORS[k]) and (k in any_line or (k, i.line) in at):
+                    out.add(i.index)
+                    break
+        return frozenset(out)
+
+    def use_log(self, logged) -> None:
+        """Restrict the no-other-event rule to the (kind, line) pairs the run's log holds."""
+        f = self.forbidden(logged)
+        if f != self.forbid:
+            self.forbid = f
+            self._memo.clear()
 
     @classmethod
     def of(cls, stage) -> "SassPaths":
@@ -166,9 +188,16 @@ class SassPaths:
             seg.k_state = k_state
             self._memo[key] = seg
             return seg
-        targets = set(self.anchors(kind, line))
+        # the event's line, and (at a price) its neighbours: the line table gives a merged or scheduled
+        # instruction one of its neighbours' lines (an unrolled copy's arrive shows its wait_group's line)
+        targets = {k: 0 for k in self.anchors(kind, line)}
+        if line is not None:
+            for d in range(1, NEAR_LINES + 1):
+                for ln in (line - d, line + d):
+                    for k in self.anchors(kind, ln):
+                        targets.setdefault(k, NEAR_PENALTY * d)
         if not targets and line is not None:      # the event's line holds no such opcode: any of the kind
-            targets = set(self.anchors(kind, None))
+            targets = {k: 0 for k in self.anchors(kind, None)}
         if not targets:
             raise SassPathError(f"{self.stage_file}: no {ANCHORS.get(kind)} instruction for a {kind} event "
                                 f"at line {line}")
@@ -177,11 +206,13 @@ class SassPaths:
             (head, br), it = k_state
             banned.add((br, head) if it + 1 >= self.trips else (br, br + 1))
         seg = None
-        for ban, forbid in ((banned, self.forbid), (set(), self.forbid), (banned, frozenset()), (set(), frozenset())):
+        tiers = ((banned, self.forbid), (set(), self.forbid), (banned, frozenset()), (set(), frozenset()))
+        for tier, (ban, forbid) in enumerate(tiers):
             seg = self._bfs(start, targets, ban, forbid)
             if seg is None and line is not None:
-                seg = self._bfs(start, set(self.anchors(kind, None)), ban, forbid)
+                seg = self._bfs(start, {k: 0 for k in self.anchors(kind, None)}, ban, forbid)
             if seg is not None:
+                seg.relaxed = tier >= 2        # found only past another event's instruction
                 break
         if seg is None:
             raise SassPathError(f"{self.stage_file}: no path from instruction {start} to a {kind} at line {line}")
@@ -214,10 +245,10 @@ class SassPaths:
             return 2 + (s - k - 1)
         return 1
 
-    def _bfs(self, start: int, targets: set, banned=frozenset(), forbid=frozenset()) -> Segment | None:
-        """The cheapest path (see _cost) from `start` to a target that passes no other event's instruction
-        (`forbid`: an unpredicated wait, arrive, TMA, barrier or commit would have been an event of its own)
-        and no `banned` edge."""
+    def _bfs(self, start: int, targets: dict, banned=frozenset(), forbid=frozenset()) -> Segment | None:
+        """The cheapest path (see _cost) from `start` to a target (plus the target's price) that passes no
+        other event's instruction (`forbid`: an unpredicated wait, arrive, TMA, barrier or commit would have
+        been an event of its own) and no `banned` edge."""
         first = (0,) if start < 0 else self._succ[start]
         dist, prev, heap = {}, {}, []
         for k in first:
@@ -227,14 +258,16 @@ class SassPaths:
             if c < dist.get(k, 1 << 60):
                 dist[k], prev[k] = c, start
                 heapq.heappush(heap, (c, k))
-        end = None
+        end, best = None, 1 << 60
         while heap:
             d, k = heapq.heappop(heap)
+            if d >= best:
+                break
             if d > dist.get(k, 1 << 60):
                 continue
-            if k in targets:
-                end = k
-                break
+            if k in targets and d + targets[k] < best:
+                end, best = k, d + targets[k]
+                continue
             for s in self._succ[k]:
                 if (k, s) in banned or (s in forbid and s not in targets):
                     continue
@@ -363,18 +396,26 @@ def k_loops(instrs: list[LInstr], retry: set) -> list[tuple[int, int]]:
     out = []
     for lo, hi in loops:
         body = instrs[lo:hi + 1]
-        if any(b.op.startswith(("UTMALDG",) + ANCHORS["mma"]) for b in body):
+        mma = sum(1 for b in body if b.op.startswith(ANCHORS["mma"]))
+        tma = sum(1 for b in body if b.op.startswith("UTMALDG"))
+        # one K block per pass: at most 8 MMAs (4 k32 steps of a 128-B slice, or 4 x 2 halves) or 4 loads (A, B
+        # and two scale-factor tiles); a loop over tiles around an unrolled K loop holds more and is no K loop
+        if (mma or tma) and mma <= 8 and tma <= 4:
             if not any(o[0] >= lo and o[1] <= hi for o in out):
                 out.append((lo, hi))
     return out
 
 
+RETRY_GAP = 16      # a bounded wait's retry loop starts this close after its first try_wait
+NEAR_LINES, NEAR_PENALTY = 3, 64   # an anchor this many lines from the event's, at this price per line
+
+
 def retry_loops(instrs: list[LInstr]) -> set:
     """Indices inside the inline retry loops of try_wait (a bounded wait's build): a loop closed by a
     conditional backward branch whose body holds a TRYWAIT and nothing else an event names (sass_account's
-    rule), where the wait's line also has a first TRYWAIT outside the loop. The fast path jumps over them;
-    their TRYWAIT is no event's anchor. A spin loop that holds its line's only TRYWAIT (an unbounded
-    wait's) is the wait itself and stays."""
+    rule), right after the wait's first TRYWAIT of the same line (within RETRY_GAP instructions before the
+    loop). The fast path jumps over them; their TRYWAIT is no event's anchor. A spin loop with no first
+    try before it (an unbounded wait's, including each copy of an unrolled loop's) is the wait itself."""
     out = set()
     events = tuple(p for k, v in ANCHORS.items() if k not in ("wait_begin", "wait_end") for p in v)
     waits = [i for i in instrs if i.op.startswith("SYNCS.PHASECHK") and not i.out_of_line]
@@ -385,8 +426,8 @@ def retry_loops(instrs: list[LInstr]) -> set:
         mine = [b for b in body if b.op.startswith("SYNCS.PHASECHK")]
         if not mine or any(b.op.startswith(events) for b in body if not b.op.startswith("SYNCS.PHASECHK")):
             continue
-        outside = {w.line for w in waits if not (i.target <= w.index <= i.index)}
-        if all(b.line in outside for b in mine):
+        first = {w.line for w in waits if i.target - RETRY_GAP <= w.index < i.target}
+        if all(b.line in first for b in mine):
             out.update(range(i.target, i.index + 1))
     return out
 
