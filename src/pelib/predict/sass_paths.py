@@ -11,13 +11,17 @@ Method (evidence: compiled):
      simulator's twins take the call site's __builtin_LINE, src/kernels/sim/runtime/api.h).
   2. Out-of-line blocks after the kernel's last EXIT (a failed try_wait's retry loop, nvdisasm places
      them there) are off the fast path: the walk never enters them.
-  3. An event is anchored at the nearest reachable instruction of its line whose opcode does what the
-     event names (a wait at SYNCS.PHASECHK, an arrive at SYNCS.ARRIVE, a TMA load at UTMALDG, an MMA
-     at QGMMA/HGMMA/UTC*MMA, ...). The segment between two events is the shortest path (in
-     instructions) through the control-flow graph from the first anchor to the second: the path of a
-     warp whose every try_wait passes at the first try (sass_account's fast path, generalised to any
-     pair of events). Loops with no event inside are walked zero times (a small undercount, named in
-     the prediction's assumptions).
+  3. An event is anchored at a reachable instruction of its line whose opcode does what the event names
+     (a wait at SYNCS.PHASECHK, an arrive at SYNCS.ARRIVE, a TMA load at UTMALDG, a commit at UTCBAR, ...;
+     a neighbouring line at a price, where the line table gives a merged instruction its neighbour's).
+     The segment between two events is the cheapest path through the control-flow graph from the first
+     anchor to the second that passes no other event's unpredicated instruction (it would have been
+     logged) and no out-of-line retry block, where taking a forward conditional branch costs the
+     instructions it skips: a warp falls through data-dependent branches (a guarded store is executed)
+     unless only the jump reaches the next event, and every try_wait passes at its first try
+     (sass_account's fast path, generalised to any pair of events). A K loop (one K block per pass) keeps
+     its trip count: its back edge is not taken on the last pass and not left before. Loops with no event
+     inside are walked zero times (a small undercount, named in the prediction's assumptions).
 """
 from __future__ import annotations
 
