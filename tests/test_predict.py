@@ -337,7 +337,7 @@ def _measured_doc():
 def test_a_measured_calibration_replaces_the_provisional_constants(tmp_path, cal):
     from pelib.predict import measured
     doc = _measured_doc()
-    m = measured.from_measured(doc, "results/x/calibration.json", cal)
+    m = measured.from_measured(doc, "calibration-h100.json", cal)
     assert m["tensor.flop_per_clk_sm"] == pytest.approx(2 * 64 * 256 * 32 / 130)
     assert m["wgmma.tail_cycles"] == 70 and m["mbarrier.wake_cycles"] == 90
     assert m["dram.scatter_penalty_ns"] == pytest.approx(600 / 1.5)

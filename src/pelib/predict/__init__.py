@@ -6,7 +6,7 @@
     p.timing                          # per-role phases as a pelib.timing.Timing (the TIMING schema)
 
     python -m pelib.predict --all-sm90 --gpu h100 --calibration <file> --out results/<date>-<device>/predictions-sm90.json
-    python -m pelib.predict --compare <predictions.json> --measured <sweep or hopper-perf JSON> --out <dir>
+    python -m pelib.predict --compare PRED.json --measured <sweep or hopper-perf JSON> --out <dir>
 
 The parts, by job: sass_paths (the SASS a warp executes between two events), graph (the happens-before
 graph of one simulated run), calibration (the costs, one JSON file per GPU, every constant sourced),

@@ -1,7 +1,7 @@
 """The B200 side: its constants from public sources, the rest carried over from the Hopper calibration, one
 clock fitted on one recorded point; the lab's history predicted against its records.
 
-    cal = b200_calibration(load("h100"))             # pelib/predict/calibrations/b200.json is this, committed
+    cal = b200_calibration(load("h100"))             # the committed provisional B200 calibration is this
     rows = history(cal)                              # every FP8 stage 00-09 (08a, 08b): predicted vs recorded
     sweep = nvfp4_ring(cal)                          # nvfp4/01 over its ring depths vs the NVFP4 log
 

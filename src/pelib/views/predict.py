@@ -1,8 +1,8 @@
 """Predicted time in the book: the blind comparison table, a stage's predicted breakdown beside its measured
 one, the B200 history and the NVFP4 ring sweep against the lab's records.
 
-    comparison_table("results/<date>-h100/prediction-vs-measured.json")     # the chapter's error table
-    predictions_table("results/<date>-h100/predictions-sm90.json")
+    comparison_table("results/<date>-<device>/prediction-vs-measured.json")     # the chapter's error table
+    predictions_table("results/<date>-<device>/predictions-sm90.json")
     history_table(rows)                                                       # pelib.predict.blackwell.history
 """
 from __future__ import annotations
