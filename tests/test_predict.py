@@ -140,11 +140,10 @@ def test_phases_in_the_timing_schema(p06):
 def test_locality_of_the_resident_b_and_residue_orders(cal):
     """06's 44 row groups read neighbouring tiles (one window); 07's residue order scatters them."""
     full = Stage(S06).problem("full")
-    page = int(cal["dram.page_bytes"])
     s06 = a_schedule(Stage(S06).exports, full.m, full.n, 132, 132)
     s07 = a_schedule(Stage("sm90/07_comb_resident").exports, full.m, full.n, 132, 132)
-    tile = 64 * full.k
-    assert locality(s06, tile, page) < 0.1 < 0.9 < locality(s07, tile, page)
+    assert locality(s06) < 0.1 < 0.9 < locality(s07)
+    assert locality([[0], [7]]) == pytest.approx(1 - 2 / 8) and locality([[3], [4]]) == 0.0
 
 
 def test_locality_costs_time_only_through_the_scatter_penalty(cal):
@@ -328,6 +327,7 @@ def _measured_doc():
                           "tma.load.latency_cycles.unloaded": c(1400.0), "tma.load.latency_cycles.scattered": c(2000.0),
                           "dram.copy_gbps": c(3000.0, "GB/s"), "epilogue.tile_cycles.alone": c(1500.0),
                           "epilogue.tile_cycles.no_store": c(900.0), "l2.latency_cycles.unloaded": c(270.0),
+                          "epilogue.instructions_per_tile": c(455.0, "instructions"),
                           "tma.store.issue_cycles": c(20.0)},
             "curves": {"tma_load.sequential": {"x": "gbps", "y": "lat_p50", "points": pts(1400.0)},
                        "tma_load.scattered": {"x": "gbps", "y": "lat_p50", "points": pts(2000.0)},
@@ -340,11 +340,13 @@ def test_a_measured_calibration_replaces_the_provisional_constants(tmp_path, cal
     m = measured.from_measured(doc, "calibration-h100.json", cal)
     assert m["tensor.flop_per_clk_sm"] == pytest.approx(2 * 64 * 256 * 32 / 130)
     assert m["wgmma.tail_cycles"] == 70 and m["mbarrier.wake_cycles"] == 90
-    assert m["dram.scatter_penalty_ns"] == pytest.approx(600 / 1.5)
-    assert m.entry("issue.cpi")["kind"] == "measured" and "epilogue.cpi.alone" in m.entry("issue.cpi")["source"]
+    assert not set(cal_mod.FORMULA) & set(m.constants)        # the measured curves replace the DRAM formula
+    assert cal_mod.check(m.to_json()) == []
+    assert m.entry("issue.cpi")["kind"] == "measured" and "epilogue.tile_cycles.no_store" in m.entry("issue.cpi")["source"]
     assert m.entry("l2.demand_miss")["kind"] == cal.entry("l2.demand_miss")["kind"]      # left to the 06 fit
     assert set(m.curves) == {"tma_load.sequential", "tma_load.scattered", "tma_load.l2"}
     assert m.provisional == any(c["kind"] == "provisional" for c in m.constants.values())
+    assert m["store.drain_cycles"] == 0 and m["issue.cpi"] == pytest.approx(900 / 455)
     assert "launch.overhead_us" in measured.missing(doc)
     # the curves decide the TMA latency: scattered costs more than the window at the same load
     win, scat = MemoryState(0.5, 0.0, 1.5), MemoryState(0.5, 1.0, 1.5)

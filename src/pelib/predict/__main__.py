@@ -109,7 +109,8 @@ def main(argv=None) -> int:
                 Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
             return 0
         if a.fit:
-            out, rep = _fit.fit(cal, a.gpu, stage=Stage(_fit.STAGE, _fit.DEFINES))
+            out, rep = _fit.fit(cal, a.gpu, stage=Stage(_fit.STAGE, _fit.DEFINES),
+                                free=_fit.FREE if cal.provisional else _fit.FREE_MEASURED)
             print(json.dumps(rep, indent=1))
             if a.out:
                 Path(a.out).write_text(json.dumps(out.to_json(), indent=1) + "\n")

@@ -27,6 +27,9 @@ DEFINES = {"PE_UNBOUNDED_WAIT": 1}
 FREE = {"issue.cpi": (0.8, 8.0), "store.bytes_per_clk_sm": (4.0, 256.0), "l2.demand_miss": (0.0, 1.0),
         "wgmma.tail_cycles": (0.0, 600.0)}
 PHASES = ("tma_wait", "kloop", "epi_wait", "epi_phase1")
+# With a measured calibration only what no microbenchmark pins is fitted: the share of the A stream's demand
+# loads that still wait for DRAM (after the L2 prefetch and the sibling column blocks' loads of a tile).
+FREE_MEASURED = {"l2.demand_miss": (0.0, 1.0)}
 
 
 class FitError(RuntimeError):
@@ -48,6 +51,19 @@ def measured_06(chip: str) -> dict:
                 return out
     raise FitError(f"no committed TIMING record of sm90/06 on {chip} (results/<date>-{chip}/hopper-perf.json): "
                    "run python -m pelib.hopper_perf on that GPU first")
+
+
+def launch_clock_06(chip: str) -> tuple[float, str] | None:
+    """sm90/06's own SM clock in a short burst (the regime the stages are timed in): the newest committed
+    energy-limiter run's launch clock of entry 06 on `chip` (clock64 over globaltimer of those launches)."""
+    for path in reversed(results.files("energy-limiter.json")):
+        if results.chip(path.parent) != chip:
+            continue
+        for row in results.load(path).get("summary", []):
+            if row.get("entry") == "06" and row.get("launch clock (GHz)"):
+                return float(row["launch clock (GHz)"]), (f"{path.relative_to(path.parents[2])} summary[entry=06] "
+                                                          "launch clock (GHz): sm90/06's own clock in a short burst")
+    return None
 
 
 def targets_of(p, cal) -> dict:
@@ -124,6 +140,9 @@ def fit(cal: _cal.Calibration, chip: str, stage=None, free: dict | None = None, 
     out = cal.with_values(**vals)
     got = targets_of(solve(su, out, clock), out)
     resid = {k: round(got.get(k, float("nan")) / meas[k] - 1, 4) for k in ("period",) + PHASES}
+    lc = launch_clock_06(chip)
+    if lc is not None:
+        out.constants["clock_ghz.launch06"] = {"value": lc[0], "unit": "GHz", "kind": "measured", "source": lc[1]}
     for n in names:
         e = out.constants[n]
         e["kind"] = "fitted"

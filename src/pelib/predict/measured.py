@@ -51,7 +51,11 @@ def _derive(doc: dict) -> dict:
         if lat is not None:
             put("wgmma.tail_cycles", max(0.0, lat - sm), "wgmma.m64n256k32.latency_cycles - sm_cycles_per_wgmma "
                 "(issue to complete beyond the pipe's service)")
-    put("issue.cpi", v("epilogue.cpi.alone"), "epilogue.cpi.alone (sm90/06's epilogue probe, cycles per SASS instruction)")
+    nost, n_instr = v("epilogue.tile_cycles.no_store"), v("epilogue.instructions_per_tile")
+    if nost is not None and n_instr:
+        # the stores' drain is priced on its own (store.bytes_per_clk_sm): the CPI is the epilogue without them
+        put("issue.cpi", nost / n_instr, "epilogue.tile_cycles.no_store / epilogue.instructions_per_tile "
+            "(sm90/06's epilogue probe with its stores predicated off: cycles per SASS instruction)")
     put("mbarrier.arrive_cycles", v("mbarrier.arrive_cycles"), "mbarrier.arrive_cycles")
     put("mbarrier.wait_pass_cycles", v("mbarrier.try_wait_pass_cycles"), "mbarrier.try_wait_pass_cycles")
     rt, arr = v("mbarrier.local_roundtrip_cycles"), v("mbarrier.arrive_cycles")
@@ -60,11 +64,6 @@ def _derive(doc: dict) -> dict:
             "(one hand-over: an arrive, then the waiter's wake)")
     put("bar_sync.cycles", v("bar_sync.256_cycles"), "bar_sync.256_cycles (two warpgroups)")
     put("tma.l2_latency_cycles", v("tma.load.latency_cycles.l2"), "tma.load.latency_cycles.l2 (an 8 KiB box from L2)")
-    l2pts = ((doc.get("curves") or {}).get("tma_load.l2") or {}).get("points") or []
-    best = max((p for p in l2pts if p.get("gbps") and p.get("clock_ghz")), key=lambda p: p["gbps"], default=None)
-    if best and env.get("sm_count"):
-        put("tma.bytes_per_clk_sm", best["gbps"] / env["sm_count"] / best["clock_ghz"],
-            "the tma_load.l2 curve's highest bandwidth / SMs / its clock (an SM's TMA fill rate from L2)")
     put("dram.bandwidth_gbps", v("dram.copy_gbps"), "dram.copy_gbps (bytes read + written)")
     un, l2 = v("tma.load.latency_cycles.unloaded"), v("tma.load.latency_cycles.l2")
     ck = _clk(doc, "tma.load.latency_cycles.unloaded") or burst
@@ -78,19 +77,28 @@ def _derive(doc: dict) -> dict:
     if alone is not None and nost is not None and alone > nost:
         put("store.bytes_per_clk_sm", 64 * 256 * 2 / (alone - nost),
             "32 KiB / (epilogue.tile_cycles.alone - .no_store): one SM's store drain rate")
+        put("store.drain_cycles", 0.0, "no slack: with the drain rate above, a warp that waits for its stores "
+            "reproduces the epilogue probe's store cost (alone - no_store)")
     put("ldg.latency_cycles", v("l2.latency_cycles.unloaded"), "l2.latency_cycles.unloaded")
     put("tma.issue_cycles", v("tma.store.issue_cycles"), "tma.store.issue_cycles (a TMA store's issue: the same "
         "cp.async.bulk.tensor path as a load's)")
     return out
 
 
+CURVE_DEPTH = 1     # the curves' points taken: one load in flight per SM (see curves())
+
+
 def curves(doc: dict) -> dict:
-    """The TMA latency curves in the model's form: {name: [{"gbps", "cycles", "clock_ghz"}]}."""
+    """The TMA latency curves in the model's form: {name: [{"gbps", "cycles", "clock_ghz"}]}, from the points
+    with CURVE_DEPTH loads in flight per SM; the load axis is the number of SMs loading. Deeper points are
+    left out: their latency is the depth times one load's even from L2 (the probe's loads of one SM
+    complete one after another), so they measure the probe's own queue, not the memory's."""
     out = {}
     for name in ("tma_load.sequential", "tma_load.scattered", "tma_load.l2"):
         pts = ((doc.get("curves") or {}).get(name) or {}).get("points") or []
         got = [{"gbps": float(p["gbps"]), "cycles": float(p["lat_p50"]), "clock_ghz": float(p["clock_ghz"])}
-               for p in pts if p.get("gbps") and p.get("lat_p50") and p.get("clock_ghz")]
+               for p in pts if p.get("gbps") and p.get("lat_p50") and p.get("clock_ghz")
+               and p.get("depth", CURVE_DEPTH) == CURVE_DEPTH]
         if got:
             out[name] = sorted(got, key=lambda p: p["gbps"])
     return out
@@ -114,9 +122,13 @@ def from_measured(doc: dict, path: str, base: _cal.Calibration) -> _cal.Calibrat
         unit = _cal.REQUIRED.get(name, consts.get(name, {}).get("unit", ""))
         consts[name] = {"value": value, "unit": unit, "kind": "measured",
                         "source": f"{path}: {src} (measured on {env.get('device')}, {env.get('date')})"}
+    cv = curves(doc)
+    if cv:                 # the measured curves replace the DRAM formula: its constants go
+        for name in _cal.FORMULA:
+            consts.pop(name, None)
     left = sorted(n for n, c in consts.items() if c.get("kind") == "provisional")
     out = _cal.Calibration(base.chip, str(env.get("device") or base.device), str(env.get("date") or "")[:10],
-                           bool(left), "", consts, path, curves=curves(doc))
+                           bool(left), "", consts, path, curves=cv)
     out.protocol = ("Constants from the measured calibration " + path + " (pelib.calibrate), the constants of kind "
                     "'fitted' fitted on sm90/06's record only (pelib.predict.fit)" +
                     (f"; still provisional: {', '.join(left)}" if left else ""))

@@ -2,7 +2,7 @@
 with how scattered the concurrent addresses are, and the full problem's A stream that sets both.
 
     sched = a_schedule(stage, problem, sm_count)     # per CTA, the row tiles of A it loads, in order
-    loc = locality(sched, tile_bytes, page_bytes, prefetch)   # 0: one contiguous window .. 1: scattered
+    loc = locality(sched, prefetch)             # 0: one contiguous window .. 1: scattered
     MemoryState(util, loc, clock_ghz).dram_cycles(cal)
 
 The model (each constant from the calibration, pelib.predict.calibration):
@@ -10,13 +10,11 @@ The model (each constant from the calibration, pelib.predict.calibration):
     the DRAM utilisation (bytes the kernel must move / its time / the measured copy bandwidth): an M/M/1
     queue's growth, the shape of a bandwidth-latency curve; the loaded-latency sweep replaces it by the
     measured curve.
-  - Locality: at each step of the full schedule the grid reads one A tile per CTA (and the tiles its L2
-    prefetch runs ahead to). `locality` counts the distinct `dram.page_bytes` pages those tiles touch
-    against the fewest pages the same bytes could fill: 0 when the tiles lie side by side (stage 06:
-    the 44 row groups read 44 neighbouring tiles), 1 when every tile lies in a page of its own (stage 07:
-    a CTA's consecutive tiles are 49 tiles apart and the groups are spread over all of A). Which page
-    size matters (a DRAM row, a TLB page) is what the calibration's "sequential window vs scattered"
-    sweep measures; the model takes it from the calibration.
+  - Locality: at each step of the full schedule the grid reads one A tile per CTA. `locality` is 0 when
+    those tiles lie side by side (stage 06: the 44 row groups read 44 neighbouring tiles) and 1 when they
+    are spread over all of A (stage 07: a CTA's consecutive tiles are 49 tiles apart and the groups'
+    pieces lie far apart): 1 - tiles / the span of their indices. The calibration's "sequential window"
+    and "scattered" TMA sweeps measure the latency at those two ends; the model mixes them.
   - A TMA load's latency = tma.l2_latency + bytes / tma.bytes_per_clk_sm + l2.demand_miss x DRAM
     latency: the fraction of demand loads that still find their data in DRAM (after the L2 prefetch
     and the other column blocks' loads of the same tile) pays the loaded DRAM latency.
@@ -77,6 +75,12 @@ class MemoryState:
             self.locality * cal["dram.scatter_penalty_ns"]
 
     def dram_cycles(self, cal) -> float:
+        """A demand miss's latency in SM cycles: the measured sequential and scattered TMA curves mixed by
+        locality where the calibration has them, else the formula."""
+        seq = self._curve_cycles(cal, "tma_load.sequential")
+        if seq is not None:
+            scat = self._curve_cycles(cal, "tma_load.scattered")
+            return seq if scat is None else (1 - self.locality) * seq + self.locality * scat
         return self.dram_ns(cal) * self.clock_ghz
 
     def tma_cycles(self, cal, nbytes: int, streamed: bool = True) -> float:
@@ -88,8 +92,7 @@ class MemoryState:
         l2 = self._curve_cycles(cal, "tma_load.l2")
         seq = self._curve_cycles(cal, "tma_load.sequential")
         if l2 is not None and seq is not None:
-            scat = self._curve_cycles(cal, "tma_load.scattered")
-            dram = seq if scat is None else (1 - self.locality) * seq + self.locality * scat
+            dram = self.dram_cycles(cal)
             extra = max(0.0, nbytes - 8192) / cal["tma.bytes_per_clk_sm"]
             return l2 + extra + (cal["l2.demand_miss"] * max(0.0, dram - l2) if streamed else 0.0)
         base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
@@ -117,10 +120,11 @@ def a_schedule(exports, m: int, n: int, grid: int, sm_count: int) -> list[list[i
     return [[(t // n_tiles) for t in range(w, total, workers)] for w in range(workers)]
 
 
-def locality(schedule: list[list[int]], tile_bytes: int, page_bytes: int, prefetch: int = 0,
-             samples: int = 64) -> float:
-    """0 when the tiles the grid reads at one step (and the `prefetch` steps after it) fill the fewest
-    pages their bytes could, 1 when each lies in pages of its own; averaged over `samples` steps."""
+def locality(schedule: list[list[int]], prefetch: int = 0, samples: int = 64) -> float:
+    """0 when the tiles the grid reads at one step (and the `prefetch` steps after it) are one contiguous
+    window of A, 1 when they are spread over all of it: 1 - (distinct tiles) / (the span of their indices),
+    averaged over `samples` steps. The calibration's TMA sweep measures both ends: its "sequential" grid
+    walks a window (0), its "scattered" one hashes each box anywhere (1)."""
     steps = max((len(s) for s in schedule), default=0)
     if steps == 0:
         return 0.0
@@ -129,11 +133,5 @@ def locality(schedule: list[list[int]], tile_bytes: int, page_bytes: int, prefet
         tiles = {s[j] for s in schedule for j in range(i, min(i + 1 + prefetch, len(s)))}
         if len(tiles) < 2:
             continue
-        pages = set()
-        for t in tiles:
-            lo, hi = t * tile_bytes, (t + 1) * tile_bytes - 1
-            pages.update(range(lo // page_bytes, hi // page_bytes + 1))
-        least = math.ceil(len(tiles) * tile_bytes / page_bytes)
-        most = sum((((t + 1) * tile_bytes - 1) // page_bytes) - (t * tile_bytes) // page_bytes + 1 for t in tiles)
-        out.append(0.0 if most <= least else (len(pages) - least) / (most - least))
+        out.append(1.0 - len(tiles) / (max(tiles) - min(tiles) + 1))
     return float(sum(out) / len(out)) if out else 0.0

@@ -280,7 +280,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     the critical path."""
     clock_ghz, clock_name = clock_of(cal, clock)
     g, ctas, cfg, ex = su.graph, su.ctas, su.cfg, su.stage.exports
-    loc = locality(su.sched, su.tile_bytes, int(cal["dram.page_bytes"]))
+    loc = locality(su.sched)
     persistent = cfg.grid_kind != 0
     share = 2 * su.full.m * su.full.n / su.full.min_bytes     # the BF16 output's share of the DRAM bytes
     bound = False
