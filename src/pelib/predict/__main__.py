@@ -110,7 +110,7 @@ def main(argv=None) -> int:
             return 0
         if a.fit:
             out, rep = _fit.fit(cal, a.gpu, stage=Stage(_fit.STAGE, _fit.DEFINES),
-                                free=_fit.FREE if cal.provisional else _fit.FREE_MEASURED)
+                                free=_fit.FREE_MEASURED if cal.curves else _fit.FREE)
             print(json.dumps(rep, indent=1))
             if a.out:
                 Path(a.out).write_text(json.dumps(out.to_json(), indent=1) + "\n")

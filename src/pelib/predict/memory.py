@@ -88,13 +88,13 @@ class MemoryState:
         streamed operand the demand-miss share of the loaded DRAM latency. With measured curves
         (tma_load.l2 / .sequential / .scattered, an 8 KiB box each, the stages' A box): the L2 curve's
         latency, plus the demand-miss share of (the DRAM curve mixed by locality - the L2 latency), at the
-        kernel's load (util x the sequential curve's highest bandwidth)."""
+        kernel's load (util x the sequential curve's highest bandwidth). The box's transfer through the
+        SM's TMA unit is the replay's (a server at tma.bytes_per_clk_sm)."""
         l2 = self._curve_cycles(cal, "tma_load.l2")
         seq = self._curve_cycles(cal, "tma_load.sequential")
         if l2 is not None and seq is not None:
             dram = self.dram_cycles(cal)
-            extra = max(0.0, nbytes - 8192) / cal["tma.bytes_per_clk_sm"]
-            return l2 + extra + (cal["l2.demand_miss"] * max(0.0, dram - l2) if streamed else 0.0)
+            return l2 + (cal["l2.demand_miss"] * max(0.0, dram - l2) if streamed else 0.0)
         base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
         return base + (cal["l2.demand_miss"] * self.dram_cycles(cal) if streamed else 0.0)
 

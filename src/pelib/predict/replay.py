@@ -13,7 +13,9 @@ Per SM (a CTA is one SM: every stage here holds one CTA per SM at a time):
     warpgroup instruction), and completes wgmma.tail_cycles after its service; wgmma.wait_group N
     (WARPGROUP.DEPBAR.LE gsb0, N) waits for all but the newest N commit groups;
   - one store path: a warp's global stores drain at store.bytes_per_clk_sm; a warp stalls when its
-    store would wait more than store.drain_cycles for the path.
+    store would wait more than store.drain_cycles for the path;
+  - one TMA unit: the boxes it loads go one after another at tma.bytes_per_clk_sm, each landing its
+    latency (MemoryState.tma_cycles) after it started.
 Synchronisation: an mbarrier phase completes when its last signal does (an arrive, or the landing of a
 TMA load's bytes); a waiter resumes mbarrier.wake_cycles later, or passes at once (wait_pass_cycles) if
 the phase is already complete; a bar.sync generation releases when its last warp arrives. A TMA load
@@ -86,6 +88,7 @@ class Replay:
         self.used = defaultdict(dict)           # (cta, sub-partition) -> {bucket: slots used}
         self.pipe_free = defaultdict(float)
         self.store_free = defaultdict(float)
+        self.tma_free = defaultdict(float)
         self.warps = {k: _Warp(k, ids) for k, ids in graph.threads.items() if k[0] in self.ctas}
         self.node_times: dict = {}
         self.phase_left = {}
@@ -318,8 +321,12 @@ class Replay:
             streamed = self.streamed is None or nbytes in self.streamed
             lat = self.mem.tma_cycles(self.cal, nbytes, streamed)
             self.load_bytes[node.cta] += nbytes
+            # the SM's TMA unit moves the box's bytes at tma.bytes_per_clk_sm, one box after another: a box
+            # issued while the unit is busy starts when it is free (its latency runs from there)
+            start = max(w.t, self.tma_free[node.cta])
+            self.tma_free[node.cta] = start + nbytes / self.cal["tma.bytes_per_clk_sm"]
             for land in self.landings.get(node.idx, []):
-                self._push(w.t + lat, ("land", land))
+                self._push(start + lat, ("land", land))
             return True
         if kind == "commit":
             # tcgen05.commit: the barrier's arrive once every prior tcgen05 op of the thread completes
