@@ -25,7 +25,7 @@ The blind protocol (repeated in every prediction file):
     the constants of kind "fitted" are fitted (pelib.predict.fit, by code). What the model's author has
     seen besides, said plainly: the Hopper chapter's account of why stages 07-09 were slower (tile order
     and DRAM locality), with the 2026-11-23 H100 times it quotes for 04 and 06-11, and, in the committed
-    hopper-perf.json that holds sm90/06's record, the records of stage 10 beside it. None of them set a
+    hopper-perf.json and energy-limiter.json that hold sm90/06's records, stage 10's beside them. None set a
     constant or a choice of structure by comparison: the fitted constants are fitted on 06 alone, the rest
     come from the calibration file, and the structure follows the hardware (mbarrier phases, the tensor
     pipe, the SASS, the DRAM server and its locality).

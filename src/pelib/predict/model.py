@@ -39,7 +39,8 @@ MAX_ITER = 12
 PROTOCOL = ("Blind protocol: the model's constants come from microbenchmarks (pelib.calibrate) and public "
             "sources; the only stage measurement it is fitted on is sm90/06's (time and clock64 phases; the "
             "constants of kind 'fitted'). The model's author has also read the Hopper chapter (which quotes the "
-            "2026-11-23 H100 times of 04 and 06-11) and seen stage 10's record beside 06's in hopper-perf.json; "
+            "2026-11-23 H100 times of 04 and 06-11) and seen stage 10's records beside 06's in hopper-perf.json "
+            "(2026-11-24) and energy-limiter.json (2026-11-27); "
             "no constant or structure was set by comparison with them. These predictions are committed before "
             "the validation run measures the stages.")
 _EVENTS: dict = {}
