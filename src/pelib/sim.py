@@ -52,8 +52,8 @@ EVENT_DTYPE = np.dtype([("seq", "<u8"), ("op", "<u8")] + [(k, "<i4") for k in (
     "cta", "cluster", "rank", "warp", "lane", "kind", "role", "name", "index", "addr", "bcta", "phase", "parity", "tag",
     "bytes", "slot", "acc", "tile", "what", "line", "file", "pad")])
 # the keys of every event dict (SimReport.events)
-EVENT_KEYS = ("seq", "cta", "cluster", "rank", "warp", "lane", "role", "kind", "barrier", "index", "addr", "phase",
-              "parity", "tag", "bytes", "op", "slot", "acc", "tile", "what", "file", "line")
+EVENT_KEYS = ("seq", "cta", "cluster", "rank", "warp", "lane", "role", "kind", "barrier", "index", "addr", "bar_cta",
+              "phase", "parity", "tag", "bytes", "op", "slot", "acc", "tile", "what", "file", "line")
 
 
 class SimError(RuntimeError):
@@ -136,7 +136,8 @@ class SimReport:
                  issue's; "warp N" where the stage marks no phase for that warp
         kind     one of EVENT_KINDS; phase_begin / phase_end bracket a phase mark (`what` names it, `tile`)
         barrier  the barrier's name as the stage's mbarrier_init writes it ("&full[s]" -> "full"), index its
-                 index in that array (from its address), addr its shared-memory offset
+                 index in that array (from its address), addr its shared-memory offset, bar_cta the CTA it lives
+                 in (a remote arrive's is its peer)
         phase    the barrier phase the event arrives on (arrive, expect_tx, complete_tx, tma_load: the phase its
                  bytes count in), waits for (wait_begin), or observes completed (wait_end); None: a fresh
                  barrier's parity-1 wait
@@ -157,7 +158,7 @@ class SimReport:
         none = -1
         out = []
         for r in self.events_array.tolist():
-            (seq, op, cta, cl, rank, warp, lane, kind, role, name, index, addr, _bcta, phase, par, tag, nbytes, slot,
+            (seq, op, cta, cl, rank, warp, lane, kind, role, name, index, addr, bcta, phase, par, tag, nbytes, slot,
              acc, tile, what, line, fi, _) = r
             out.append({
                 "seq": seq, "cta": cta, "cluster": cl, "rank": rank,
@@ -167,6 +168,7 @@ class SimReport:
                 "kind": EVENT_KINDS[kind],
                 "barrier": self.names[name] if 0 <= name < len(self.names) else None,
                 "index": None if index == none else index, "addr": None if addr == none else addr,
+                "bar_cta": None if bcta == none else bcta,
                 "phase": None if phase == none else phase, "parity": None if par == none else par,
                 "tag": None if tag == none else tag, "bytes": None if nbytes == none else nbytes,
                 "op": op or None, "slot": None if slot == none else slot, "acc": None if acc == none else acc,
