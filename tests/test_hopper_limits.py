@@ -123,3 +123,17 @@ def test_tables_read_the_committed_runs():
     f = hl.findings()
     assert len(f) == 4 * len(hl.CHIPS) and all("measured (" in x for x in f)
     assert f._repr_markdown_().startswith("**What the limiter runs say")
+
+
+def test_estimates_show_the_stages_run_beside_them(tree):
+    """Once a pelib.energy stages run is committed, each priced sub-stage shows its measured burst time, launch
+    clock and ratio to cuBLAS fast accumulation of that run beside the estimate."""
+    d = tree / "2026-12-02-h200"
+    d.mkdir()
+    (d / "energy-stages.json").write_text(json.dumps({
+        "env": {"device": "NVIDIA H200", "date": "2026-12-02T10:00:00+00:00", "sm_count": 132},
+        "evidence": "measured (NVIDIA H200, 2026-12-02)", "summary": [
+            {"entry": "07a", "burst ms (random)": 0.78, "launch clock (GHz)": 1.55, "x cuBLAS fast (burst)": 1.15}]}))
+    rows = {r["stage"]: r for r in hl.estimate_table(("h200",), root=tree).rows}
+    assert (rows["07a"]["measured ms"], rows["07a"]["launch GHz"], rows["07a"]["x cuBLAS fast"]) == (0.78, 1.55, 1.15)
+    assert rows["06a"]["measured ms"] == "—"

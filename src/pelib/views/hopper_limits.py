@@ -271,7 +271,8 @@ def estimate_table(chips=CHIPS, root=None) -> Table:
     """The sub-stages that change L2 traffic, priced on each chip's L2 line before they are measured
     (modelled): 06's burst time less the line's ms per KiB times the traffic a tile the stage removes, never
     below the no-memory probe's time on the SMs the stage occupies (a cluster of three leaves some idle); beside
-    it the measured burst time where a committed `pelib.energy stages` run has the stage."""
+    it the measured burst time, launch clock and ratio to cuBLAS fast accumulation (same run) where a committed
+    `pelib.energy stages` run has the stage."""
     prob = problems.patch_embed("siglip2")
     base = traffic_per_tile("sm90/06_permuted_b", prob)
     rows, notes = [], []
@@ -289,11 +290,13 @@ def estimate_table(chips=CHIPS, root=None) -> Table:
             ctas, where = (resident_ctas(s.exports.cluster_x, root) if s.exports.cluster_x > 1 else (sms, ""))
             floor = line["floor_ms"] * sms / ctas if ctas else None
             est = max(line["t06"] - line["ms_per_kib"] * removed / 1024, floor or 0)
-            meas = _burst(st, name, "random") if st and any(r["entry"] == name for r in st.get("summary", [])) else None
+            m = next((r for r in (st or {}).get("summary", []) if r["entry"] == name), {})
             rows.append({"chip": rep["env"]["device"], "stage": name, "L2 KiB/tile removed": round(removed / 1024, 1),
                          "SMs": ctas or "?", "estimate ms": round(est, 3),
                          "bound by": "the no-memory probe on its SMs" if floor and est == floor else "the L2 line",
-                         "target ms": TARGET_MS[chip], "measured ms": round(meas, 3) if meas else "—"})
+                         "target ms": TARGET_MS[chip], "measured ms": _r(m.get("burst ms (random)"), 3),
+                         "launch GHz": _r(m.get("launch clock (GHz)"), 3),
+                         "x cuBLAS fast": _r(m.get("x cuBLAS fast (burst)"), 3)})
             if where and where not in " ".join(notes):
                 notes.append(f"SMs of a cluster stage: {ctas} resident CTAs in {where} (a committed launch of "
                              f"clusters of {s.exports.cluster_x})")
