@@ -300,6 +300,7 @@ def summary_rows(summary: dict) -> list[dict]:
 
 MEASURED_ORDER = "measured clock64"
 SIM_ORDER = "simulated order, not time"
+PREDICTED_ORDER = "predicted cycles"     # pelib.predict: a simulated run replayed with calibrated costs
 # Simulator event kinds (the event-log schema shared with pelib.sim) and what each is in the picture.
 SIM_KINDS = {"wait_begin": "wait", "wait_end": "wait", "arrive": "completion", "expect_tx": "issue",
              "complete_tx": "completion", "tma_load": "issue", "tma_load_done": "completion",
@@ -418,6 +419,9 @@ def timing_spans(t: Timing, ctas=None, cluster: int = 1) -> Spans:
                 threads[(c, RING_TID + k)] = f"ring: tile in flight ({k + 1})"
                 spans.append(Span(c, RING_TID + k, f"tile {i}", "occupancy", b, ends[i] - b,
                                   {"tile_slot": i, "from": "producer's first TMA issue", "to": "end of the K loop"}))
+    if t.meta.get("order") == PREDICTED_ORDER:     # a predicted Timing (pelib.predict) draws like a measured one
+        return Spans(spans, procs, threads, PREDICTED_ORDER, "predicted cycles since the CTA's first record",
+                     dict(t.meta))
     return Spans(spans, procs, threads, MEASURED_ORDER,
                  "ns (globaltimer)" if t.layout.clock == 1 else "clock64 cycles since the CTA's first record",
                  dict(t.meta))
@@ -469,8 +473,12 @@ def sim_spans(events, ctas=None) -> Spans:
     per CTA and warp, wait_begin..wait_end as one wait span, every other event an instant; the ring's
     slots and the accumulators as occupancy lanes (slot s from its TMA load to the next arrive on it
     by another role, the consumer's release; accumulator a from its first MMA to the release by the
-    epilogue)."""
+    epilogue). Events that carry predicted `cycles` (pelib.predict.Prediction.events) are drawn on
+    that axis instead: the same picture, in predicted cycles."""
     ev = check_events(events)
+    predicted = bool(ev) and all(e.get("cycles") is not None for e in ev)
+    if predicted:
+        ev = [{**e, "seq": e["cycles"]} for e in ev]
     if ctas is not None:
         ev = [e for e in ev if e["cta"] in set(ctas)]
     spans, procs, threads = [], {}, {}
@@ -495,6 +503,9 @@ def sim_spans(events, ctas=None) -> Spans:
                           "wait", b["seq"], last - b["seq"], {"open": True}))
     spans += _occupancy(ev, "slot", ("tma_load",), RING_TID, "ring slot", threads)
     spans += _occupancy(ev, "acc", ("mma",), ACC_TID, "accumulator", threads)
+    if predicted:
+        return Spans(spans, procs, threads, PREDICTED_ORDER, "predicted cycles since the CTA's start",
+                     {k: ev[0][k] for k in ("label", "stage", "device") if ev[0].get(k)})
     return Spans(spans, procs, threads, SIM_ORDER, "simulated order (seq), not time")
 
 
@@ -549,6 +560,8 @@ def chrome_trace(source, path=None, *, stage: str = "", device: str = "", date: 
     meta = {**sp.meta, **{k: v for k, v in dict(stage=stage, device=device, date=date, git=git).items() if v}}
     if evidence is None:
         evidence = SIM_ORDER if sp.order == SIM_ORDER else (
+            f"{PREDICTED_ORDER} ({meta.get('label', meta.get('device', 'device unknown'))})"
+            if sp.order == PREDICTED_ORDER else
             f"{MEASURED_ORDER} ({meta.get('device', 'device unknown')}, {meta.get('date', 'date unknown')})")
     ev: list[dict] = []
     for pid, name in sorted(sp.processes.items()):
@@ -600,6 +613,7 @@ def check_trace(trace: dict) -> list[str]:
         if ph != "M" and "cat" not in e:
             bad.append(f"event {n} lacks 'cat'")
     od = trace.get("otherData", {})
-    if not str(od.get("evidence", "")).startswith((SIM_ORDER, MEASURED_ORDER)):
-        bad.append(f"otherData.evidence {od.get('evidence')!r} names neither {SIM_ORDER!r} nor {MEASURED_ORDER!r}")
+    if not str(od.get("evidence", "")).startswith((SIM_ORDER, MEASURED_ORDER, PREDICTED_ORDER)):
+        bad.append(f"otherData.evidence {od.get('evidence')!r} names none of {SIM_ORDER!r}, {MEASURED_ORDER!r}, "
+                   f"{PREDICTED_ORDER!r}")
     return bad[:50]

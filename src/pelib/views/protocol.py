@@ -31,6 +31,8 @@ def evidence_line(sp: timing.Spans) -> str:
     """'measured clock64 (H100 ..., 2026-11-24, git 07547c6)' or 'simulated order, not time'."""
     if sp.order == timing.SIM_ORDER:
         return f"{evidence.simulated('pelib.sim')}: {timing.SIM_ORDER}"
+    if sp.order == timing.PREDICTED_ORDER:    # pelib.predict's replay: its label names the calibration
+        return f"{sp.meta.get('label') or timing.PREDICTED_ORDER}: {timing.PREDICTED_ORDER}"
     m = sp.meta
     extra = f"git {m['git']}" if m.get("git") else None
     return evidence.measured(m.get("device", "device unknown"), str(m.get("date", "date unknown"))[:10], extra) \
@@ -71,7 +73,8 @@ def protocol_picture(source, *, cta: int = 0, window: tuple[float, float] | None
     if cta not in sp.processes:
         raise ValueError(f"no events or records for CTA {cta}; CTAs present: {sorted(sp.processes)[:8]}")
     ln = lanes(sp, cta, one_warp_per_role)
-    if window is None and sp.order == timing.MEASURED_ORDER:
+    if window is None and sp.order in (timing.MEASURED_ORDER, timing.PREDICTED_ORDER) and \
+            any(n.startswith("producer") for _, n in ln):
         prod = [t for t, n in ln if n.startswith("producer")]
         ends = [s.ts + (s.dur or 0) for s in sp.spans if s.pid == cta and s.tid in prod]
         window = (0, max(ends)) if ends else None
