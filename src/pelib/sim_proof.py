@@ -45,7 +45,8 @@ JOB_TIMEOUT_S = 90.0
 PROOF_JSON = (sorted((ROOT / "results").glob("*/sim_proof.json")) or [ROOT / "results" / "sim_proof.json"])[-1]
 # sm90 stages and catalog entries added after that proof was measured: the next --device gpu run records them
 # (then empty this; tests/test_sim_catalog.py holds the two in step).
-AWAITING_GPU = ("sm90/07a_comb_windows", "sm90/11a_two_groups_queued",
+AWAITING_GPU = ("sm90/07a_comb_windows", "sm90/11a_two_groups_queued", "sm90/06a_multicast_a",
+                "sm90/06b_one_prefetcher", "sm90/07b_multicast_a",
                 "sm90-01-wgmma-slot-freed-one-group-early", "sm90-03-no-proxy-fence-before-tma-store",
                 "sm90-00-row-guard-off-by-one", "sm90-03-staging-out-of-window", "sm90-01-loads-b-before-a",
                 "sm90-01-wait-group-0", "sm90-03-store-wait-full", "sm90-00-extra-syncthreads")
