@@ -182,7 +182,11 @@ def test_committed_proof_is_whole_and_its_bytes_are_the_reference():
         assert r["as_expected"] == C.gpu_expected(m, C.Outcome.from_dict(r["outcome"]))
         if m.gpu is not None:
             assert r["as_expected"], (mid, r["outcome"])
-            if m.gpu == "wrong":
+            if m.gpu == "wrong" and m.site == "out-of-bounds":
+                # the store past the output landed in an input tensor: the GPU's output matched the reference
+                # of the inputs as they were after the run, not as they were made
+                assert r["outcome"]["n_bad"] > 0
+            elif m.gpu == "wrong":
                 n_bad = P.compare(P.committed_bits(doc, r["outcome"]["sha256"]), s.kind.reference(prob, t))
                 assert n_bad == r["outcome"]["n_bad"] > 0
 

@@ -351,13 +351,14 @@ CATALOG: tuple[Mutation, ...] = (
     # ---- accesses outside the memory the kernel owns --------------------------------------------------
     Mutation("sm90-00-row-guard-off-by-one", "sm90/00_tma_wgmma",
              (P("      if (row >= M) continue;", "      if (row > M) continue;"),),
-             "the raw-pointer epilogue's row guard lets row M through", "misuse", site="out-of-bounds",
+             "the raw-pointer epilogue's row guard lets row M through", "misuse", site="out-of-bounds", gpu="wrong",
              why="the partial last row tile stores one row past the output tensor (on a GPU it silently writes "
                  "whatever lies after it)"),
     Mutation("sm90-03-staging-out-of-window", "sm90/03_staged_epilogue",
              (P("      u8* stg = smem + SMEM_C_OFF + wg * C_STAGE_BYTES;",
                 "      u8* stg = smem + SMEM_C_OFF + (wg + 1) * C_STAGE_BYTES;"),),
              "each consumer warpgroup's staging tile is one tile too far", "misuse", site="outside",
+             gpu="illegal-address",
              why="the second warpgroup's plain stores run past the CTA's dynamic shared memory"),
     # ---- benign edits: the simulator must stay quiet ----------------------------------------------------
     Mutation("sm90-01-loads-b-before-a", "sm90/01_warp_specialized",
@@ -571,6 +572,10 @@ def agrees(sim: Outcome, gpu: Outcome) -> tuple[bool, str]:
         return True, "both correct"
     if gpu.kind == "fault" and "ILLEGAL_ADDRESS" in gpu.detail and sim.kind == "misuse" and "outside" in sim.detail:
         return True, "both stop at an access outside the CTA's shared memory (GPU: CUDA_ERROR_ILLEGAL_ADDRESS)"
+    if gpu.kind == "wrong" and sim.kind == "misuse" and "out-of-bounds global" in sim.detail:
+        # a store past a tensor is not stopped by a GPU: it lands in whatever memory follows (another tensor)
+        return True, (f"the simulator stops at the out-of-bounds global store; the GPU wrote past the tensor "
+                      f"and the run came out wrong ({gpu.n_bad} elements)")
     return False, f"simulator: {sim.kind}, GPU: {gpu.kind}"
 
 

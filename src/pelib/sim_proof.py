@@ -45,11 +45,7 @@ JOB_TIMEOUT_S = 90.0
 PROOF_JSON = (sorted((ROOT / "results").glob("*/sim_proof.json")) or [ROOT / "results" / "sim_proof.json"])[-1]
 # sm90 stages and catalog entries added after that proof was measured: the next --device gpu run records them
 # (then empty this; tests/test_sim_catalog.py holds the two in step).
-AWAITING_GPU = ("sm90/07a_comb_windows", "sm90/11a_two_groups_queued", "sm90/06a_multicast_a",
-                "sm90/06b_one_prefetcher", "sm90/07b_multicast_a",
-                "sm90-01-wgmma-slot-freed-one-group-early", "sm90-03-no-proxy-fence-before-tma-store",
-                "sm90-00-row-guard-off-by-one", "sm90-03-staging-out-of-window", "sm90-01-loads-b-before-a",
-                "sm90-01-wait-group-0", "sm90-03-store-wait-full", "sm90-00-extra-syncthreads")
+AWAITING_GPU: tuple = ()   # entries whose GPU record is not committed yet (none: results/2026-11-27-h100)
 GPU_TIMEOUT_S = 20.0       # pelib.launch's watchdog for one launch here (KernelHang after it)
 
 
@@ -310,12 +306,32 @@ def run_all_gpu(out_dir: Path, budget_s: float = 420.0, todo: list[dict] | None 
                             [x.rstrip() for x in lines_i[-8:]]   # no tag line: what the worker said last
                         o["detail"] = (o["detail"] + "\n" + "\n".join(said))[:2500]
             if cur not in results:
-                results[cur] = {**todo[cur], "outcome": C.Outcome(
-                    "error", detail="the worker exited without a result: " + "".join(text.get(cur, []))[-1500:]).as_dict()}
+                results[cur] = {**todo[cur], **job_build(todo[cur]),
+                                "outcome": exited_without_result("".join(text.get(cur, [])))}
             start = max(results) + 1
     finally:
         jf.unlink(missing_ok=True)
     return [results[i] for i in sorted(results)]
+
+
+def job_build(job: dict) -> dict:
+    """What a mutation job is built with (its defines and patch), known before it runs: recorded for a
+    worker that ended before reporting, as run_gpu records it for one that reports."""
+    if job["job"] != "mutation":
+        return {}
+    m = C.mutation(job["id"])
+    return {"defines": {**m.defines, **C.GPU_DEFINES}, "patch_sha256": C.patch_hash(m)}
+
+
+def exited_without_result(said: str) -> dict:
+    """The outcome of a worker that died before reporting: a fault at the waits it printed as timed out
+    (a bounded wait traps, and the trap can end the process before it reports), else an error."""
+    tags = list(C.gpu_tags(said))
+    if tags:
+        lines = sorted({x.strip() for x in said.splitlines() if "timed out" in x})[:8]
+        return {**C.Outcome("fault", detail="KernelFault: the process ended after a trapped wait\n"
+                            + "\n".join(lines)).as_dict(), "tags": tags}
+    return C.Outcome("error", detail="the worker exited without a result: " + said[-1500:]).as_dict()
 
 
 def proof_gpu(out: Path) -> dict:
