@@ -13,7 +13,7 @@ from pelib.stage import Stage
 from pelib.views import gonogo as G
 
 CARDS = ("F22", "F23", "F24", "F28")
-SMEM_LIMIT = 227 * 1024
+from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 REG_LIMIT = {"F22": 255, "F23": 255, "F24": 255, "F25": 255, "F28": 240}   # F28: the card's fail-fast
 
 

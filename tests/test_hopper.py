@@ -5,7 +5,8 @@ import re
 import pytest
 
 from pelib import bench, build as B
-from pelib import descriptors, problems, stages, sweep
+from pelib import descriptors, jobs, problems, stages, sweep
+from pelib.limits import SMEM_LIMIT
 from pelib.kinds import sm90
 from pelib.kinds.base import KindError
 from pelib.models import protocol
@@ -33,7 +34,7 @@ def test_stage_compiles_without_spills(stage_build):
     assert f.spills == 0 and f.stack == 0, f"{key}: {f}"
     # __launch_bounds__(threads, 1): the register cap at entry is 64 Ki / threads (setmaxnreg needs it)
     assert f.registers <= min(255, 65536 // b.exports["num_threads"]), f
-    assert b.dynamic_smem + f.smem_static <= 227 * 1024
+    assert b.dynamic_smem + f.smem_static <= SMEM_LIMIT
 
 
 def test_no_wgmma_serialization_or_ignored_setmaxnreg(stage_build):
@@ -549,7 +550,7 @@ def test_sweep_memcheck_ignores_api_errors_and_ncu_keeps_named_metrics():
     assert '"--report-api-errors", "no"' in inspect.getsource(sweep.run_memcheck)
     csv_text = "\n".join(['"Kernel Name","device__attribute_chip","gpu__time_duration.sum","dram__bytes_read.sum"',
                           '"","","ns","byte"', '"patch_embed_sm90","384","975,392","715,739,904"'])
-    rows = sweep._parse_ncu_csv(csv_text, keep=sweep.NCU_METRICS)
+    rows = jobs.parse_ncu_csv(csv_text, keep=sweep.NCU_METRICS)
     assert rows == [{"kernel": "patch_embed_sm90", "gpu__time_duration.sum": "975,392 ns",
                      "dram__bytes_read.sum": "715,739,904 byte"}]
     text = sweep.format_ncu({"ok": True, "kernels": rows})

@@ -15,7 +15,7 @@ from pelib.stage import Stage, StageError, all_stages, parse_signature
 
 ALL = all_stages()
 IDS = [s.key for s in ALL]
-SMEM_LIMIT = 227 * 1024   # CUDA C++ Programming Guide: 227 KB per block on sm_90 and sm_100
+from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 
 
 @pytest.fixture(scope="module", params=ALL, ids=IDS)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache as _cache, evidence, sim_tensormap, tma
+from . import cache as _cache, evidence, limits, sim_tensormap, tma
 from .paths import KERNELS
 
 SIM_DIR = KERNELS / "sim"
@@ -46,7 +46,7 @@ MIN_VERSIONS = {"g++": 11, "clang++": 14}
 STACK_BYTES = 64 * 1024          # per simulated thread
 MAX_EVENTS = 2_000_000
 MAX_STEPS = 200_000_000           # scheduler steps before a run counts as not finishing (PELIB_SIM_MAX_STEPS)
-SMEM_LIMIT = 227 * 1024          # common/limits.cuh PE_SMEM_LIMIT (the engine checks a launch against it)
+SMEM_LIMIT = limits.SMEM_LIMIT   # common/limits.cuh PE_SMEM_LIMIT (the engine checks a launch against it)
 EVIDENCE = evidence.simulated("pelib.sim, the stage's own source on the CPU model")
 EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
                "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc", "tmem_ld",
