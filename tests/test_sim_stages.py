@@ -2,7 +2,7 @@
 at its family's test size (problem 'sim': several K blocks, more tiles than the persistent grid's CTAs or
 clusters), through the same host path as on a GPU (Stage.run: tensor maps, launch shape, argument binding,
 pelib.verify's tolerances), with three interleavings (seeds) each; on exact-arithmetic inputs the output is
-the reference bit for bit. A failure names the seed: PELIB_SIM_SEED=<seed> reproduces it."""
+the reference bit for bit. A failure names the seed: --sim-seed <seed> reproduces it."""
 import pytest
 import torch
 
@@ -28,7 +28,7 @@ def run_sim(key, defines, seed, exact=False):
     s = Stage(key, defines)
     t = s.inputs("sim", seed, "sim", exact=exact) if exact else None
     r = s.run("sim", "sim", seed=seed, sim_seed=seed, time=False, inputs=t)
-    assert r["ok"], f"{s.label} seed {seed} (PELIB_SIM_SEED={seed}): {r['verify']}"
+    assert r["ok"], f"{s.label} seed {seed} (--sim-seed {seed}): {r['verify']}"
     assert r["sim"].ok and r["sim"].seed == seed
     return s, r, t
 

@@ -341,12 +341,8 @@ class SimReport:
                 shown = "\n  ".join(d["text"] for d in items[:12])
                 shown += f"\n  ... and {len(items) - 12} more" if len(items) > 12 else ""
                 parts.append(f"{name} ({len(items)}):\n  {shown}")
-        return f"simulated, seed {self.seed} (reproduce with PELIB_SIM_SEED={self.seed}):\n" + "\n".join(parts)
-
-
-def default_seed(seed: int = 0) -> int:
-    env = os.environ.get("PELIB_SIM_SEED", "")
-    return int(env) if env.strip() else int(seed)
+        return f"simulated, seed {self.seed} (python -m pelib.stage ... --sim-seed {self.seed} reproduces it):\n" + \
+            "\n".join(parts)
 
 
 def _ptr(x) -> int:
@@ -469,11 +465,11 @@ def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=No
             timing: bool = False, slots: int | None = None, max_events: int = MAX_EVENTS) -> SimPlan:
     """A simulated launch of `build`'s source (a pelib.build.Build: its source file and kernel name) with the
     same arguments a GPU launch binds (tensor maps as pelib.tma.TensorMap, tensors on the CPU, scalars).
-    The seed picks the interleaving (PELIB_SIM_SEED overrides it)."""
+    The seed picks the interleaving (its one channel: this argument, Stage.run's sim_seed)."""
     src = getattr(build, "source", build)
     lib = stage_build(Path(src), kernel, defines)
     g = tuple(grid) + (1,) * (3 - len(tuple(grid)))
     b = tuple(block) + (1,) * (3 - len(tuple(block)))
     c = tuple(cluster) + (1,) * (3 - len(tuple(cluster)))
-    return SimPlan(lib, tuple(args), g, b, c, smem, kernel, arch, defines or {}, default_seed(seed), timing, slots,
+    return SimPlan(lib, tuple(args), g, b, c, smem, kernel, arch, defines or {}, int(seed), timing, slots,
                    max_events)

@@ -13,7 +13,6 @@ view, its problems and reference) is in pelib.kinds. `python -m pelib.stage` is 
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import re
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bench, build as _build, clock, device as _device, kinds, launch, records, results, sol, stages
+from . import bench, build as _build, clock, device as _device, kinds, launch, records, results, sim, sol, stages
 from . import evidence as _evidence, timing as _timing, tma, verify as _verify
 from .facts import Table, evidence_label
 from .paths import KERNELS
@@ -41,10 +40,6 @@ VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_i
 
 class StageError(ValueError):
     """A stage, a define or a problem does not fit; the message names the fix."""
-
-
-class SimUnavailable(NotImplementedError):
-    """device='sim' needs pelib.sim, the CPU back end, which this tree does not have yet."""
 
 
 # ---- the export vocabulary ---------------------------------------------------------------------
@@ -382,16 +377,13 @@ class Stage:
         return tuple(out)
 
     def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None,
-             spec_hook=None, sim_seed: int = 0, seed: int | None = None):
+             spec_hook=None, sim_seed: int = 0):
         """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim').
         `spec_hook(specs) -> specs` may change the tensor maps first (a host-side change such as F21's L2
-        promotion). `sim_seed` (or `seed`, as pelib.sim.prepare names it) picks the simulated interleaving
-        (PELIB_SIM_SEED overrides it)."""
-        sim_seed = sim_seed if seed is None else seed
+        promotion). `sim_seed` picks the simulated interleaving (the seed's one channel)."""
         prob = self.problem(problem)
         hook = spec_hook or (lambda specs: specs)
         if device == "sim":
-            sim = _sim()
             # a persistent grid for the kind's few simulated SMs, so its loops wrap on a test-size problem
             cfg = self.launch_config(prob, info=_device.DeviceInfo(False, "simulated"), grid=grid,
                                      sm_count=getattr(self.kind, "SIM_SM_COUNT", None))
@@ -531,18 +523,6 @@ class _nothing:
         return False
 
 
-def _sim():
-    """pelib.sim, the CPU back end, if this tree has it."""
-    try:  # pelib.sim may be absent: device='sim' then says so instead of failing at import
-        return importlib.import_module("pelib.sim")
-    except ModuleNotFoundError as e:
-        if e.name != "pelib.sim":
-            raise
-        raise SimUnavailable("device='sim' runs the stage's own source on pelib.sim, the CPU model of TMA, "
-                             "mbarrier, TMEM and the MMAs, which this tree does not have yet: use "
-                             "device='compile' here, or 'gpu' on the stage's GPU") from None
-
-
 def find(family: str, name: str, defines: dict | None = None) -> Stage:
     """A stage of `family` by number ('06', '08a'), file stem or path, with defines."""
     n = str(name).removesuffix(".cu").split("/")[-1]
@@ -626,6 +606,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default=None, choices=DEVICES,
                     help="gpu (measured), sim (simulated) or compile (facts only); default: gpu where it runs")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--sim-seed", type=int, default=0, help="the simulator's scheduler seed (--device sim; default 0)")
     ap.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (Perfetto) of a TIMING run (gpu) or of "
                     "the simulator's event log (sim)")
     ap.add_argument("--table", action="store_true",
@@ -655,7 +636,7 @@ def main(argv=None) -> int:
             ok = False
             continue
         print(Table([s.facts_row()], f"{s.key} — {evidence_label(s.build)}"))
-        res = s.run(a.problem, device, iters=a.iters)
+        res = s.run(a.problem, device, iters=a.iters, **({"sim_seed": a.sim_seed} if device == "sim" else {}))
         if res.get("config") is not None:
             print(f"launch on {res['problem']}: {res['config'].describe()}")
         if "verify" in res:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -340,7 +341,7 @@ def _left(t_start: float, budget: float) -> float:
 
 def _facts(s: Stage) -> dict:
     f = s.facts_row()
-    warns = sorted(set(__import__("re").findall(r"C75\d\d", s.build.log)))
+    warns = sorted(set(re.findall(r"C75\d\d", s.build.log)))
     return {"label": s.label, "stage": s.key, "defines": dict(s.defines), "registers": f["registers"],
             "spills": f["spills (B)"], "smem": f["smem (B)"], "tile": f["tile"], "ptxas_warnings": ",".join(warns),
             "wait_kind": s.build.exports.get("wait_kind"),
