@@ -15,7 +15,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from pelib import events, evidence, sim, sim_catalog, sim_runs  # noqa: E402
+from pelib import events, evidence, sim, sim_build, sim_catalog, sim_runs  # noqa: E402
 from pelib.stage import Stage  # noqa: E402
 from pelib.views import figure_text, protocol, sim as views_sim  # noqa: E402
 
@@ -138,8 +138,8 @@ def test_on_b200_cell_simulates_where_no_b200_is_present(fake_sim):
 
 def test_without_a_host_compiler_the_cell_says_why(monkeypatch):
     def none():
-        raise sim.SimToolchainError("the simulator needs a host C++17 compiler: install one")
-    monkeypatch.setattr(sim, "compiler", none)
+        raise sim_build.SimToolchainError("the simulator needs a host C++17 compiler: install one")
+    monkeypatch.setattr(sim_build, "compiler", none)
     ok, why = sim_runs.available()
     assert not ok and "host C++17 compiler" in why
     out = views_sim.stage_runs("fp8/00_ws_cta1")
@@ -245,7 +245,7 @@ def test_the_back_ends_own_failure_is_an_outcome_not_a_crash(fake_sim, monkeypat
     """A stage the simulator cannot build yet shows as 'error' with the reason (not cached); a bug in pelib
     still raises."""
     def fail(build, args, **kw):
-        raise sim.SimBuildError("the host compiler could not build 00_ws_cta1-sim\nerror: ...")
+        raise sim_build.SimBuildError("the host compiler could not build 00_ws_cta1-sim\nerror: ...")
     monkeypatch.setattr(sim, "prepare", fail)
     run = sim_runs.simulate("fp8/00_ws_cta1")
     assert run.outcome == "error" and run.stopped.startswith("SimBuildError: the host compiler could not build")

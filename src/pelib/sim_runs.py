@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import cache as _cache, events as _events, evidence, sim, sim_catalog
+from . import cache as _cache, events as _events, evidence, sim, sim_build, sim_catalog
 from .paths import KERNELS
 from .stage import Stage, StageError
 
@@ -42,8 +42,8 @@ class SimRunError(ValueError):
 def available() -> tuple[bool, str]:
     """(True, '') where pelib.sim can run a stage here, else (False, why): no host C++ compiler."""
     try:
-        sim.compiler()
-    except sim.SimToolchainError as e:   # its message names what to install
+        sim_build.compiler()
+    except sim_build.SimToolchainError as e:   # its message names what to install
         return False, str(e)
     return True, ""
 
@@ -204,7 +204,7 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
         res = s.run(prob, "sim", seed=seed, sim_seed=seed, time=False)
     except Exception as e:   # what the simulator stopped on: a SimError, or the back end's own failure
         found = isinstance(e, sim.SimError)
-        if not (found or type(e).__module__ == sim.__name__):
+        if not (found or type(e).__module__ in (sim.__name__, sim_build.__name__)):   # the back end's own
             raise
         run.outcome = classify(e)
         run.stopped = str(e).strip() if found else f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
