@@ -96,14 +96,14 @@ def persistent_log(tiles: int = 4, kb: int = 3, stages: int = 2, accs: int = 2, 
     def epilogue(c, w):
         for t in range(tiles):
             a = t % accs
-            yield from wait(c, w, f"epilogue warp {w - 2}", acc_full[c][a], (t // accs) & 1, 3, acc=a)
+            yield from wait(c, w, "epilogue", acc_full[c][a], (t // accs) & 1, 3, acc=a)
             for _ in range(2):
-                emit(c, w, f"epilogue warp {w - 2}", "tmem_ld", acc=a)
+                emit(c, w, "epilogue", "tmem_ld", acc=a)
                 yield "step"
             acc_empty[a].arrive()
-            emit(c, w, f"epilogue warp {w - 2}", "arrive", acc=a, barrier=f"acc_empty[{a}]")
+            emit(c, w, "epilogue", "arrive", acc=a, barrier=f"acc_empty[{a}]")
             yield "step"
-        emit(c, w, f"epilogue warp {w - 2}", "exit")
+        emit(c, w, "epilogue", "exit")
 
     actors = [producer(c) for c in range(ctas)] + [mma()] + [epilogue(c, 2 + w) for c in range(ctas)
                                                              for w in range(epi_warps)]

@@ -182,10 +182,10 @@ def test_role_phases_pair_into_spans():
     """phase_begin / phase_end (the schema's role phases; a clock64 record is one such pair) are one span of
     the phase's category per (warp, tile), summed waits marked."""
     base = dict(cta=0, cluster=None, rank=None, warp=0, lane=0, role="producer (warp 0)")
-    ev = [dict(seq=0, kind="phase_begin", tag="producer_wait", tile=0, **base),
-          dict(seq=40, kind="phase_end", tag="producer_wait", tile=0, **base),
-          dict(seq=0, kind="phase_begin", tag="tma_issue", tile=0, **base),
-          dict(seq=90, kind="phase_end", tag="tma_issue", tile=0, **base)]
+    ev = [dict(seq=0, kind="phase_begin", what="producer_wait", tile=0, **base),
+          dict(seq=40, kind="phase_end", what="producer_wait", tile=0, **base),
+          dict(seq=0, kind="phase_begin", what="tma_issue", tile=0, **base),
+          dict(seq=90, kind="phase_end", what="tma_issue", tile=0, **base)]
     sp = events.spans(ev, order=events.MEASURED_ORDER, unit="cycles")
     got = {s.name: (s.cat, s.ts, s.dur, s.args["summed"]) for s in sp.spans}
     assert got == {"producer_wait": ("wait", 0, 40, True), "tma_issue": ("issue", 0, 90, False)}

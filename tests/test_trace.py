@@ -110,7 +110,8 @@ def test_simulated_trace_is_order_not_time(tmp_path):
     assert by["wait tmem_full[0] (tag 4) (never ends)"]["args"]["open"] is True
     assert by["accumulator 0 held (never released)"]["tid"] == events.ACC_TID
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "thread_name"}
-    assert names[(0, 0)] == "producer" and names[(0, 1)] == "mma" and names[(0, events.RING_TID)] == "ring slot 0"
+    assert names[(0, 0)] == "producer (warp 0)" and names[(0, 1)] == "mma (warp 1)"
+    assert names[(0, events.RING_TID)] == "ring slot 0"
     procs = [e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "process_name"]
     assert procs == ["CTA 0 (cluster 0, rank 0)"]
 
@@ -222,8 +223,8 @@ def test_protocol_picture_measured_and_simulated():
     plt.close(ax.figure)
     ax = protocol.protocol_picture(_sim_events(), stage="synthetic")
     assert ax.get_title("left").endswith("simulated order, not time") and "measured" not in ax.get_title("left")
-    assert [x.get_text() for x in ax.get_yticklabels()] == ["producer", "mma", "epilogue 0", "ring slot 0",
-                                                            "accumulator 0"]
+    assert [x.get_text() for x in ax.get_yticklabels()] == ["producer (warp 0)", "mma (warp 1)", "epilogue 0 (warp 2)",
+                                                            "ring slot 0", "accumulator 0"]
     assert ax.get_xlabel() == "simulated order (seq), not time"
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="no events or records for CTA 5"):

@@ -153,8 +153,8 @@ def test_protocol_picture_names_lanes_and_its_evidence():
     text = figure_text(ax.figure)
     assert "simulated" in evidence.kinds_in(text) and "simulated order, not time" in text
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels[:2] == ["CTA 0: producer", "CTA 0: MMA issuer"]
-    assert "CTA 1: epilogue warp 1" in labels and "CTA 0: ring slot 1" in labels and "CTA 0: accumulator 1" in labels
+    assert labels[:2] == ["CTA 0: producer (warp 0)", "CTA 0: MMA issuer (warp 1)"]
+    assert "CTA 1: epilogue (warp 3)" in labels and "CTA 0: ring slot 1" in labels and "CTA 0: accumulator 1" in labels
     assert "ms" not in text.split() and "cycles" not in text
 
 

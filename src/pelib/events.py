@@ -22,7 +22,7 @@ from .paths import KERNELS
 
 # The schema: every event has these keys (None where they do not apply). seq, cta, warp and kind are required.
 KEYS = ("seq", "cta", "cluster", "rank", "warp", "lane", "role", "kind", "barrier", "index", "addr", "phase",
-        "parity", "tag", "bytes", "op", "slot", "acc", "tile", "file", "line")
+        "parity", "tag", "bytes", "op", "slot", "acc", "tile", "what", "file", "line")
 REQUIRED = ("seq", "cta", "warp", "kind")
 # kind -> what it is in a picture. An async unit (TMA, tensor core) records its completions with warp -1.
 KINDS = {"wait_begin": "wait", "wait_end": "wait", "arrive": "completion", "expect_tx": "issue",
@@ -363,7 +363,7 @@ def spans(events, *, order: str = SIM_ORDER, unit: str = SIM_UNIT, meta: dict | 
     for e in ev:
         c, w, k = e["cta"], e["warp"], e["kind"]
         procs.setdefault(c, cta_name(c, e["cluster"], e["rank"]))
-        threads.setdefault((c, w), str(e["role"] or (f"warp {w}" if w >= 0 else "async unit")))
+        threads.setdefault((c, w), _lane_name(e))
         if k in ("wait_begin", "phase_begin"):
             open_[_pair_key(e)] = e
         elif k in ("wait_end", "phase_end") and _pair_key(e) in open_:
@@ -387,6 +387,16 @@ def spans(events, *, order: str = SIM_ORDER, unit: str = SIM_UNIT, meta: dict | 
     return Spans(out + occ, procs, threads, order, unit, dict(meta or {}))
 
 
+def _lane_name(e: dict) -> str:
+    """A warp's lane: its role, with the warp where the role does not name it ('epilogue (warp 3)')."""
+    w, role = e["warp"], str(e["role"] or "")
+    if w < 0:
+        return role or "async unit"
+    if not role or role == f"warp {w}":
+        return f"warp {w}"
+    return role if re.search(rf"\bwarp {w}\b", role) else f"{role} (warp {w})"
+
+
 def _pair_key(e: dict):
     if e["kind"] in ("phase_begin", "phase_end"):
         return ("phase", e["cta"], e["warp"], e["lane"], _phase_name(e), e["tile"])
@@ -394,8 +404,9 @@ def _pair_key(e: dict):
 
 
 def _phase_name(e: dict) -> str:
-    t = e.get("tag")
-    return phases().get(t, str(t)) if isinstance(t, int) else str(t)
+    """A phase_begin / phase_end's role phase: `what` (a name of common/timing.cuh's pe_phase)."""
+    w = e.get("what")
+    return phases().get(w, str(w)) if isinstance(w, int) else str(w)
 
 
 def _phase_order(name: str) -> int:
@@ -602,21 +613,25 @@ def _commit_edges(ev) -> list[tuple]:
 
 
 def _bar_key(e: dict, waiters: dict):
-    """(cluster, CTA of the barrier, offset or name): a signal's barrier lives in the CTA whose threads
-    wait on it (a remote arrive names its barrier's offset, not its CTA)."""
+    """(cluster, CTA of the barrier, offset or name). The barrier's CTA is the event's `bar_cta` where the
+    log names it; else the CTA whose threads wait on it (a remote arrive names its barrier's offset only)."""
     ident = e["addr"] if e["addr"] is not None else bar_label(e)
+    if e.get("bar_cta") is not None:
+        return (e["cluster"], e["bar_cta"], ident)
     ctas = waiters.get((e["cluster"], ident), set())
     owner = e["cta"] if e["cta"] in ctas or len(ctas) != 1 else next(iter(ctas))
     return (e["cluster"], owner, ident)
 
 
 def _barrier_edges(ev) -> tuple[list, bool]:
+    """Signal -> wait_end edges: by phase where the log records barrier phases (a wait_end with none
+    observed a fresh barrier's parity-1 pass: no signal), else from the last signal before it."""
     waiters: dict = {}
     for e in ev:
         if e["kind"] == "wait_end" and e["barrier"] is not None:
             ident = e["addr"] if e["addr"] is not None else bar_label(e)
-            waiters.setdefault((e["cluster"], ident), set()).add(e["cta"])
-    exact = all(e["phase"] is not None for e in ev if e["kind"] in SIGNALS + ("wait_end",) and e["barrier"] is not None)
+            waiters.setdefault((e["cluster"], ident), set()).add(e.get("bar_cta", e["cta"]))
+    exact = any(e["phase"] is not None for e in ev if e["kind"] in SIGNALS)
     out, signals, last = [], {}, {}
     for i, e in enumerate(ev):
         if e["barrier"] is None and e["addr"] is None:
@@ -627,7 +642,7 @@ def _barrier_edges(ev) -> tuple[list, bool]:
             last[key] = i
         elif e["kind"] == "wait_end":
             if exact:
-                out += [(s, i, "barrier") for s in signals.get((key, e["phase"]), [])]
+                out += [(s, i, "barrier") for s in signals.get((key, e["phase"]), []) if e["phase"] is not None]
             elif key in last:
                 out.append((last[key], i, "barrier"))
     return out, exact

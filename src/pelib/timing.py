@@ -117,7 +117,7 @@ class Timing:
     def events(self, ctas=None, cluster: int = 1) -> list[dict]:
         """The records as role-phase events (pelib.events): a phase_begin and a phase_end per recorded
         (CTA, warp, tile slot, phase), seq = cycles since the CTA's first record (SM clocks are not one
-        clock), role = warp_roles, tag = the phase's name, tile = the tile slot the kernel recorded."""
+        clock), role = warp_roles, what = the phase's name, tile = the tile slot the kernel recorded."""
         names = phases()
         roles = warp_roles(self)
         rec = self.recorded
@@ -133,7 +133,7 @@ class Timing:
                         if rec[c, w, i, p]:
                             for kind, t in (("phase_begin", self.start), ("phase_end", self.end)):
                                 out.append({**where, "seq": int(t[c, w, i, p]) - t0, "warp": w, "lane": 0,
-                                            "role": role, "kind": kind, "tag": names[p], "tile": i})
+                                            "role": role, "kind": kind, "what": names[p], "tile": i})
         return out
 
     def table(self) -> str:
