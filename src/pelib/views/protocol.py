@@ -95,7 +95,7 @@ def protocol_picture(source, *, cta: int | None = None, cluster: int | None = 0,
     resource. Waits grey, role phases coloured by what they are (summed waits hatched: their length is a
     tile's total, not one wait), issues and completions as markers (an MMA, commit or TMEM load in its
     tile's colour), ring slots filled / landed / read and accumulators written / committed / drained in
-    their tile's colour. A run that stopped (`stopped`, or a SimRun that did) ends in a red line, its
+    their tile's colour; a simulated warp's role phases are a thin band under its waits. A run that stopped (`stopped`, or a SimRun that did) ends in a red line, its
     blocked waits and unreleased resources hatched red. `window` (start, end) in the spans' unit; the
     measured default is the producer's recorded tiles. Returns the Axes; ax.protocol_spans holds the spans
     it drew from (the trace's, for the same events)."""
@@ -144,7 +144,10 @@ def protocol_picture(source, *, cta: int | None = None, cluster: int | None = 0,
             continue
         summed = s.args.get("summed")
         face = (tile_col or COLORS["issue"]) if s.cat == "occupancy" and part else COLORS.get(s.cat, "#999999")
-        ax.broken_barh([(s.ts, max(s.dur, 0.5))], (y + 0.05 if summed else y - h / 2, 0.3 if summed else h),
+        band = (y + 0.05, 0.3) if summed else (y - h / 2, h)
+        if "summed" in s.args and not measured:   # a role phase under a simulated warp's waits and instants
+            band = (y + h / 2 - 0.16, 0.16)
+        ax.broken_barh([(s.ts, max(s.dur, 0.5))], band,
                        facecolors="none" if summed else ("#f5b7b1" if blocked else face),
                        alpha=SHADE.get(part, 1.0), edgecolors="#c0392b" if blocked else (face if summed else "none"),
                        hatch="////" if summed or blocked else None, lw=0.6, zorder=1 if s.cat == "wait" else 2)
