@@ -254,3 +254,13 @@ def test_the_back_ends_own_failure_is_an_outcome_not_a_crash(fake_sim, monkeypat
     monkeypatch.setattr(sim, "prepare", lambda build, args, **kw: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         sim_runs.simulate("fp8/00_ws_cta1")
+
+
+def test_the_persistent_chapter_checks_its_protocol_on_the_stages_own_source(fake_sim):
+    """fp8.protocol_table: the catalog's mistakes planted in 08a, 08b and 09, run through the simulator (here
+    its stand-in), not a second statement of the protocol."""
+    from pelib.views import fp8
+    t = fp8.protocol_table()
+    want = [m.id for m in sim_catalog.CATALOG if m.stage.split("/")[1] in fp8.PERSISTENT]
+    assert [r["mutation"] for r in t.rows] == want and len(want) >= 4
+    assert {r["as expected"] for r in t.rows} == {"yes"} and evidence.kinds_in(t.caption) == ["simulated"]
