@@ -183,7 +183,7 @@ def _offset_groups(ev) -> list[list[int]]:
 def _group_names(ev, groups, loaders, mma, readers) -> dict:
     """{offset: (name, index)} by what each group's barriers do (from_offsets)."""
     of = {a: i for i, g in enumerate(groups) for a in g}
-    tx, waited_by, signalled_by, first_line, before_fill = {}, {}, {}, {}, set()
+    tx, waited_by, signalled_by, first_line, before_fill, waits = {}, {}, {}, {}, set(), {}
     last_wait: dict = {}
     for e in ev:
         a = e["addr"]
@@ -195,13 +195,14 @@ def _group_names(ev, groups, loaders, mma, readers) -> dict:
                 tx[gi] = True
             elif e["kind"] == "wait_end":
                 waited_by.setdefault(gi, set()).add(who)
+                waits[gi] = waits.get(gi, 0) + 1
                 last_wait[who] = gi
             elif e["kind"] in ("arrive", "commit") and e["warp"] >= 0:
                 signalled_by.setdefault(gi, set()).add((who, e["kind"]))
         if e["kind"] in ("tma_load", "expect_tx") and who in last_wait:
             before_fill.add(last_wait[who])
     full = [gi for gi in range(len(groups)) if tx.get(gi) and waited_by.get(gi, set()) & mma]
-    full = max(full, key=lambda gi: (len(groups[gi]), gi), default=None)
+    full = max(full, key=lambda gi: (len(groups[gi]), waits.get(gi, 0)), default=None)
     names = {}
     for gi, g in enumerate(groups):
         w, s = waited_by.get(gi, set()), signalled_by.get(gi, set())
@@ -561,12 +562,22 @@ class Graph:
     events: list
     edges: list
     exact: bool
+    _into: dict = field(default_factory=dict, repr=False)
+    _out: dict = field(default_factory=dict, repr=False)
 
     def preds(self, i: int) -> list[tuple[int, str]]:
-        return [(a, why) for a, b, why in self.edges if b == i]
+        """[(a, why)] of the edges into node i."""
+        if not self._into:
+            for a, b, why in self.edges:
+                self._into.setdefault(b, []).append((a, why))
+        return self._into.get(i, [])
 
     def succs(self, i: int) -> list[tuple[int, str]]:
-        return [(b, why) for a, b, why in self.edges if a == i]
+        """[(b, why)] of the edges out of node i."""
+        if not self._out:
+            for a, b, why in self.edges:
+                self._out.setdefault(a, []).append((b, why))
+        return self._out.get(i, [])
 
 
 def graph(events) -> Graph:
