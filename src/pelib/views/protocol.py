@@ -11,7 +11,9 @@ or "simulated order, not time".
 """
 from __future__ import annotations
 
+import math
 import re
+import textwrap
 
 from .. import events, evidence, results, timing
 from ..facts import Table
@@ -116,8 +118,9 @@ def protocol_picture(source, *, cta: int | None = None, cluster: int | None = 0,
                 sp.threads[(s.pid, s.tid)].startswith("producer")]
         window = (0, max(ends)) if ends else None
     lo, hi = window or (min(s.ts for s in sp.spans), max(s.ts + (s.dur or 0) for s in sp.spans))
-    if ax is None:
-        _, ax = plt.subplots(figsize=(9.6, 1.3 + 0.3 * len(ln)))
+    own = ax is None
+    if own:
+        _, ax = plt.subplots(figsize=(9.6, 1.6 + 0.3 * len(ln)))
     h, kinds, cats = 0.62, [], set()
     for s in sp.spans:
         y = y_of.get((s.pid, s.tid))
@@ -167,8 +170,9 @@ def protocol_picture(source, *, cta: int | None = None, cluster: int | None = 0,
         ax.axvline(hi, color="#c0392b", lw=1.4, zorder=5)
         ax.text(hi, -0.7, "stopped here ", color="#c0392b", ha="right", va="center", fontsize=7.5)
         blocked = blocked_lines(sp, ln)
-        lines += [" ".join(stopped.split())[:150]] + [f"blocked: {b}" for b in blocked[:4]] + (
+        lines += [" ".join(stopped.split())[:200]] + [f"blocked: {b}" for b in blocked[:4]] + (
             [f"blocked: ... and {len(blocked) - 4} more"] if len(blocked) > 4 else [])
+    lines = [w for line in lines for w in textwrap.wrap(line, 95, subsequent_indent="  ")]   # the axes' width
     ax.set_title("\n".join(lines), fontsize=9, loc="left", color="#922b21" if stopped else "black")
     handles = [Patch(color=COLORS.get(c, "#999999"), label=c) for c in sorted(cats - {"occupancy"})]
     if any(s.args.get("summed") for s in sp.spans if (s.pid, s.tid) in y_of):
@@ -179,8 +183,14 @@ def protocol_picture(source, *, cta: int | None = None, cluster: int | None = 0,
     handles += [Patch(facecolor=COLORS["issue"], alpha=SHADE[p], label=p) for p in SHADE if p in parts]
     if parts & {"written", "drained"}:
         handles.append(Patch(facecolor="white", edgecolor="white", label="colour of MMA, ld, acc = its tile"))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.figure.tight_layout()
+    fig = ax.figure
+    if own:   # the legend under the axes, in the figure's width (a book column)
+        rows = math.ceil(len(handles) / 4)
+        fig.set_figheight(fig.get_figheight() + 0.18 * rows + 0.15 * (len(lines) - 1))
+        fig.legend(handles=handles, fontsize=7, loc="lower left", ncol=4, frameon=False, handlelength=1.6)
+        fig.tight_layout(rect=(0, (0.18 * rows + 0.1) / fig.get_figheight(), 1, 1))
+    else:
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.protocol_spans = sp
     return ax
 

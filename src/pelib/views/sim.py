@@ -107,7 +107,8 @@ def picture(stage, defines: dict | None = None, *, seed: int = 0, title: str = "
     if not run.events:
         print(f"{s.key}: the simulator's report has no event log to draw ({run.outcome}).")
         return None
-    return protocol_picture(run, title=title or f"{s.label}, {run.problem}, seed {run.seed}", **kw)
+    return protocol_picture(run, title=title or f"{s.label}, {run.problem}, seed {run.seed}",
+                            stopped=kw.pop("stopped", _stopped(run)), **kw)
 
 
 def on_b200(stage_names, *, measured, stage_of, recorded=None, mistake: str | bool | None = None,
@@ -182,6 +183,11 @@ def first_site(run: SimRun) -> str:
     return clean((tagged or items)[0]) + (f" (and {len(items) - 1} more)" if len(items) > 1 else "")
 
 
+def _stopped(run: SimRun) -> str | None:
+    """The line a picture of a stopped run ends on: its outcome and the report's telling entry, or None."""
+    return None if run.outcome in ("ok", "wrong output") else f"{run.outcome}: {_site(first_site(run), 140)}"
+
+
 def _said(run: SimRun, short: bool = False) -> str:
     """What the simulator said about a run, for a table: its outcome and the telling entry (short: the
     outcome, the blocked tags and how many waits were blocked, or the entry cut to one line)."""
@@ -217,7 +223,7 @@ def mistake_panel(stage, mutation_id: str | None = None, *, seed: int = 0, pictu
                               f"pelib.sim_catalog) — {evidence.simulated()}",
                        notes=[m.why] if getattr(m, "why", "") else None)])
     if picture and run.events and run.outcome not in ("ok", "wrong output"):   # where the protocol stopped
-        out.append(protocol_picture(run, title=f"{s.key} with '{m.id}'").figure)
+        out.append(protocol_picture(run, title=f"{s.key} with '{m.id}'", stopped=_stopped(run)).figure)
     return out
 
 
@@ -321,5 +327,5 @@ def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: b
     out: list = [run_table([run], caption=f"{s.label} on the simulator's problem ({run.problem}), seed {seed}{how}: "
                                           f"verified against torch — {evidence.simulated()}")]
     if picture and run.events:
-        out.append(protocol_picture(run, title=f"{s.label}, {run.problem}, seed {seed}").figure)
+        out.append(protocol_picture(run, title=f"{s.label}, {run.problem}, seed {seed}", stopped=_stopped(run)).figure)
     return out
