@@ -255,7 +255,7 @@ def test_committed_simulator_trace_of_fp8_09():
 
 def test_cli_sweep_with_trace_writes_one_file_per_position(tmp_path, monkeypatch, capsys):
     """--sweep NUM_STAGES=2,3 --trace t.json wrote both traces to t.json: the first was lost without a word."""
-    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20: {
+    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20, sim_seed=0: {
         "ok": True, "problem": problem, "label": self.label, "events": _sim_events()})
     out = tmp_path / "t.json"
     assert stage_mod.main(["fp8/06_stages", "--device", "sim", "--sweep", "NUM_STAGES=2,3", "--trace", str(out)]) == 0

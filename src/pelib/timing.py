@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import events as _events
-from .events import MEASURED_ORDER, SIM_ORDER, Spans, phase_id, phase_notes, phases  # noqa: F401 (timing's API)
+from .events import HEADER, MEASURED_ORDER, SIM_ORDER, Spans, phase_id, phase_notes, phases  # noqa: F401 (timing's API)
 
 CLOCKS = {0: "cycles (clock64)", 1: "ns (globaltimer)"}
 # The launch-clock block of common/timing.cuh (PE_TIMING_CTA): per (cta, warp), in this order.
