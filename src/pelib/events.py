@@ -349,7 +349,8 @@ def spans(events, *, order: str = SIM_ORDER, unit: str = SIM_UNIT, meta: dict | 
     release (an arrive on the slot's other barrier) before the next fill, in parts filled / landed (its
     bytes arrived) / read (the first MMA on it); accumulator a from the MMA that starts a round (written,
     to its commit) to the last release before the next round, drained from the first TMEM load; its tile
-    is the event's, else the round's number in the CTA. Events that name no slot (clock64 records) draw
+    is the event's, else the round's number in the CTA. A round never released is held to the end of the
+    log (marked open); its parts end at its last event. Events that name no slot (clock64 records) draw
     the ring as tiles in flight: local tile i from the producer's first TMA issue to the end of its K loop
     (consumer warpgroup g of G takes local tiles g, g + G, ...), stacked on as few lanes as overlap needs."""
     ev = check(events)
@@ -444,10 +445,11 @@ def _occupancy(ev, res: str, threads: dict, last) -> list[Span]:
         if k in _FILL[res] and (open_round is None or open_round["released"] is not None):
             rounds.setdefault(key, cur).append({"start": e["seq"], "fill_bar": bar_label(e) if k != "mma" else None,
                                                 "landed": None, "read": None, "commit": None, "drain": None,
-                                                "released": None, "tile": e["tile"]})
+                                                "released": None, "tile": e["tile"], "last": e["seq"]})
             continue
         if open_round is None:
             continue
+        open_round["last"] = e["seq"]
         if res == "slot":
             if open_round["fill_bar"] is None and k in _FILL["slot"]:
                 open_round["fill_bar"] = bar_label(e)
@@ -474,7 +476,7 @@ def _occupancy(ev, res: str, threads: dict, last) -> list[Span]:
                 held["open"] = True
             out.append(Span(c, tid0 + r, f"{what} {r} held" + (" (never released)" if rd["released"] is None else ""),
                             "occupancy", rd["start"], end - rd["start"], held))
-            for part, a, b in _parts(res, rd, end):
+            for part, a, b in _parts(res, rd, end if rd["released"] is not None else rd["last"]):
                 out.append(Span(c, tid0 + r, part, "occupancy", a, b - a, {**base, "part": part}))
     return out
 
