@@ -10,18 +10,23 @@ from pelib.paths import KERNELS
 
 
 def test_the_vocabulary():
-    assert evidence.KINDS == ("compiled", "emulated", "simulated", "measured", "recorded", "modelled")
+    assert evidence.KINDS == ("compiled", "emulated", "simulated", "predicted", "measured", "recorded", "modelled")
     assert set(evidence.DEFINITIONS) == set(evidence.KINDS)
     assert evidence.recorded("note.md", "F6") == "recorded (note.md, F6)"
     assert evidence.measured("NVIDIA H100", "2026-11-23") == "measured (NVIDIA H100, 2026-11-23)"
     assert evidence.compiled("NVRTC 13.5", "sm_100a", "2026-11-24") == "compiled (NVRTC 13.5, sm_100a, 2026-11-24)"
     assert evidence.kinds_in("x — compiled (NVRTC); recorded (a.md)") == ["compiled", "recorded"]
     assert evidence.kind_of("calibrated") == "modelled" and evidence.kind_of("derived") == "recorded"
+    assert evidence.predicted("NVIDIA H100 80GB HBM3", "2026-11-28") == (
+        "predicted (the stage's event graph replayed with costs calibrated on NVIDIA H100 80GB HBM3, 2026-11-28)")
+    assert "provisional" in evidence.predicted("NVIDIA H100 80GB HBM3", "", provisional=True)
+    for lab in (evidence.predicted("H100", "2026-11-28"), evidence.predicted("H100", None, provisional=True)):
+        assert evidence.kinds_in(lab) == ["predicted"]          # never read as a measurement
 
 
 @pytest.mark.parametrize("bad", [lambda: evidence.label("derived"), lambda: evidence.label("measured"),
                                  lambda: evidence.label("recorded", ""), lambda: evidence.measured("", "2026"),
-                                 lambda: evidence.kind_of("guessed")])
+                                 lambda: evidence.kind_of("guessed"), lambda: evidence.predicted("", "2026")])
 def test_bad_labels_are_refused(bad):
     with pytest.raises(evidence.EvidenceError):
         bad()

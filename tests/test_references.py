@@ -38,6 +38,10 @@ WRITTEN = {
     "tcprobe-chains.npz": "a data file pelib.tcprobe collect writes (chained instructions)",
     "tcprobe-shapes.npz": "a data file pelib.tcprobe collect writes (N = 128 and 192)",
     "tcprobe-e5m2.npz": "a data file pelib.tcprobe collect writes (E5M2 operands)",
+    "predictions-sm90.json": "the blind predictions python -m pelib.predict --all-sm90 writes",
+    "prediction-vs-measured.json": "the comparison python -m pelib.predict --compare writes",
+    "PRED.json": "python -m pelib.predict --compare's metavar (a predictions file)",
+    "MEAS.json": "python -m pelib.predict --measured's metavar (a measurement)",
 }
 
 

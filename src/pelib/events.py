@@ -36,6 +36,7 @@ COMPLETES = {"tma_load": ("tma_load_done", "complete_tx"), "mma": ("mma_done",),
              "tma_store": ("tma_store_done",)}            # an async issue and the events of its completion
 MEASURED_ORDER = "measured clock64"
 SIM_ORDER = "simulated order, not time"
+PREDICTED_ORDER = "predicted cycles"     # pelib.predict: a simulated run replayed with calibrated costs
 SIM_UNIT = "simulated order (seq), not time"
 RING_TID, ACC_TID = 1000, 2000          # lanes of the ring's slots and the accumulators, after the warps
 
@@ -115,7 +116,7 @@ def from_offsets(events: list[dict]) -> list[dict]:
     site uses; its role: 'full' (completed by TMA bytes, waited on before the MMAs; the largest such array is
     the ring), 'empty' (waited on by the TMA issuer before a fill), 'acc_full' (waited on by warps that read
     TMEM, signalled by a commit), 'acc_empty' (waited on by the MMA issuer, signalled by the TMEM readers),
-    else 'bar@L<line>' (its first call site); a named barrier (bar.sync id) is 'bar[id]'. An MMA's slot is
+    else 'bar@L<line>' (its first call site); a named barrier's id (bar.sync) goes to `tag`. An MMA's slot is
     the ring slot its thread last waited full for, its accumulator the acc_empty it last waited for; a TMEM
     load's the acc_full its warp last waited for. Roles come from what a warp issued: producer (TMA loads), MMA issuer, epilogue (TMEM loads, TMA stores)."""
     ev = [dict(e) for e in events]
@@ -123,7 +124,7 @@ def from_offsets(events: list[dict]) -> list[dict]:
         if e["kind"] in _BYTES_IN_TAG and e["bytes"] is None:
             e["bytes"], e["tag"] = e["tag"], None
         if e["kind"] == "bar_sync" and isinstance(e["barrier"], int):
-            e["barrier"], e["index"] = "bar", e["barrier"]     # a named barrier's id (bar.sync id), no mbarrier
+            e["barrier"], e["tag"] = None, e["barrier"]        # a named barrier's id (bar.sync id), no mbarrier
         elif isinstance(e["barrier"], int):
             e["addr"], e["barrier"] = e["barrier"], None
     did: dict = {}
@@ -352,8 +353,14 @@ def spans(events, *, order: str = SIM_ORDER, unit: str = SIM_UNIT, meta: dict | 
     is the event's, else the round's number in the CTA. A round never released is held to the end of the
     log (marked open); its parts end at its last event. Events that name no slot (clock64 records) draw
     the ring as tiles in flight: local tile i from the producer's first TMA issue to the end of its K loop
-    (consumer warpgroup g of G takes local tiles g, g + G, ...), stacked on as few lanes as overlap needs."""
+    (consumer warpgroup g of G takes local tiles g, g + G, ...), stacked on as few lanes as overlap needs.
+    Events that all carry a predicted `cycles` (pelib.predict.Prediction.events) are drawn on that axis:
+    the same rule, in predicted cycles."""
     ev = check(events)
+    if order == SIM_ORDER and ev and all(e.get("cycles") is not None for e in ev):
+        ev = sorted(({**e, "seq": e["cycles"]} for e in ev), key=lambda e: e["seq"])
+        order, unit = PREDICTED_ORDER, "predicted cycles since the CTA's start"
+        meta = {**{k: ev[0][k] for k in ("label", "stage", "device") if ev[0].get(k)}, **(meta or {})}
     if ctas is not None:
         ev = [e for e in ev if e["cta"] in set(ctas)]
     if clusters is not None:

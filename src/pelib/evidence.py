@@ -5,6 +5,7 @@ Every table caption, figure title and banner names one of these kinds, with its 
     compiled (NVRTC 13.5, sm_100a, 2026-11-24)
     emulated (pelib.emulate, one tile from the exports)
     simulated (pelib.sim, the stage's own source on the CPU model)
+    predicted (the stage's event graph replayed with costs calibrated on NVIDIA H100 80GB HBM3, 2026-11-28)
     measured (NVIDIA H100 80GB HBM3, 2026-11-23)
     recorded (fp8-megakernel-experiment-log.md, F6)
     modelled (pelib.models.pipeline, calibrated on recorded clock64 phases)
@@ -17,7 +18,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass
 
-KINDS = ("compiled", "emulated", "simulated", "measured", "recorded", "modelled")
+KINDS = ("compiled", "emulated", "simulated", "predicted", "measured", "recorded", "modelled")
 
 DEFINITIONS = {
     "compiled": "what the compiler made of a stage (ptxas registers, spills, shared memory, SASS) and the "
@@ -27,6 +28,9 @@ DEFINITIONS = {
                 "exports, against the torch reference; no GPU",
     "simulated": "ran the stage's own source on the CPU model (pelib.sim): protocol, indexing and data path; "
                  "no time",
+    "predicted": "the stage's own event graph (a simulated run) replayed by pelib.predict with costs measured on "
+                 "a named GPU on a named date; a time no GPU produced, validated blind on Hopper before it is "
+                 "trusted for a B200, and never shown as measured",
     "measured": "produced by pelib on a GPU, with the device and the date (and clocks where they matter)",
     "recorded": "a number from the lab notes, with the note and section; never shown as live",
     "modelled": "a prediction of a pelib model (the pipeline-equilibrium model, speed-of-light floors), "
@@ -75,6 +79,18 @@ def emulated(what: str = "pelib.emulate") -> str:
 
 def simulated(what: str = "pelib.sim") -> str:
     return label("simulated", what)
+
+
+def predicted(device: str, date: str | _dt.date | None = None, provisional: bool = False) -> str:
+    """'predicted (the stage's event graph replayed with costs calibrated on <device>, <date>)'; a
+    provisional calibration (not yet measured) says so instead of a date. The label never uses the word
+    of the measured kind: a prediction is not shown as a measurement (kinds_in finds 'predicted' only)."""
+    if not device:
+        raise EvidenceError("a predicted label names the GPU whose costs replayed the graph")
+    if provisional or not date:
+        return label("predicted", f"the stage's event graph replayed with provisional costs for {device}, "
+                                  "not yet calibrated on it")
+    return label("predicted", f"the stage's event graph replayed with costs calibrated on {device}, {date}")
 
 
 def measured(device: str, date: str | _dt.date, extra: str | None = None) -> str:

@@ -25,6 +25,7 @@ import numpy as np
 from . import bench, build as _build, clock, device as _device, kinds, launch, records, results, sim, sim_budget
 from . import sol, stages
 from . import evidence as _evidence, timing as _timing, tma, verify as _verify
+from . import predict as _predict
 from .facts import Table, evidence_label
 from .paths import KERNELS
 
@@ -32,7 +33,7 @@ ARCH_OF = {"sm90": "sm_90a"}            # every other family builds for sm_100a
 TARGET_GPU = {"sm_100a": "B200", "sm_90a": "H100 SXM"}   # whose SM count a launch assumes without that GPU here
 GRID_KINDS = {0: "one CTA or cluster per tile", 1: "persistent: resident clusters, static schedule",
               2: "persistent by column block: a multiple of N / tile_n CTAs"}
-DEVICES = ("gpu", "sim", "compile")
+DEVICES = ("gpu", "sim", "compile", "predict")
 EVIDENCE_SIM = _evidence.simulated()   # 'simulated (pelib.sim)'; its clock orders events, never a time
 # The export vocabulary every stage publishes (src/kernels/common/export.cuh).
 VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_in_kernel", "grid_kind",
@@ -459,7 +460,8 @@ class Stage:
 
     def run(self, problem="small", device: str = "gpu", *, seed: int = 0, verify: bool = True, time: bool = True,
             iters: int = 20, warmup: int = 3, inputs: dict | None = None, ref=None, spec_hook=None,
-            hook=None, grid: int | None = None, sim_seed: int = 0) -> dict:
+            hook=None, grid: int | None = None, sim_seed: int = 0, gpu: str = "h100", calibration=None,
+            clock="timed") -> dict:
         """llm.c's order: poison the output, launch, verify against the torch reference, and only then time.
 
         device='gpu' launches through pelib.launch (the stage's GPU only), 'sim' through pelib.sim (the
@@ -470,6 +472,11 @@ class Stage:
         the verification report, and the timing statistics (measured)."""
         if device not in DEVICES:
             raise StageError(f"device={device!r}: one of {DEVICES}")
+        if device == "predict":   # pelib.predict: the simulated graph replayed with `gpu`'s calibrated costs
+            p = _predict.predict(self, gpu, calibration, clock, seed=sim_seed, problem=problem)
+            return {"stage": self.key, "label": self.label, "defines": dict(self.defines), "problem": problem,
+                    "ok": None, "device": f"pelib.predict ({p.gpu_device})", "prediction": p, "ms": p.ms,
+                    "cycles": p.cycles, "evidence": p.evidence}
         prob = self.problem(problem)
         res = {"stage": self.key, "label": self.label, "defines": dict(self.defines), "problem": prob.name,
                "ok": None}
@@ -656,7 +663,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--problem", default=None,
                     help="small, full, or a family problem name (default: small; sim with --device sim)")
     ap.add_argument("--device", default=None, choices=DEVICES,
-                    help="gpu (measured), sim (simulated) or compile (facts only); default: gpu where it runs")
+                    help="gpu (measured), sim (simulated), predict (predicted time) or compile (facts only); "
+                         "default: gpu where it runs")
+    ap.add_argument("--gpu", default="h100", help="--device predict: the GPU whose calibration prices the "
+                    "stage (h100, h200, b200)")
+    ap.add_argument("--calibration", default=None, help="--device predict: a calibration JSON file "
+                    "(default: the GPU's committed one)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--sim-seed", type=int, default=0, help="the simulator's scheduler seed (--device sim; default 0)")
     ap.add_argument("--grid", type=int, default=None, metavar="CTAS",
@@ -679,7 +691,7 @@ def main(argv=None) -> int:
     base = Stage(a.stage, _defines(a.defines))
     device = a.device or ("gpu" if _device.can_run(base.arch) else "compile")
     if a.problem is None:   # the simulator's default is its family's test size
-        a.problem = "sim" if device == "sim" else "small"
+        a.problem = {"sim": "sim", "predict": "full"}.get(device, "small")
     print(_device.banner_text(base.arch))
     ok = True
     positions = _sweep(a.sweep)
@@ -695,6 +707,13 @@ def main(argv=None) -> int:
             ok = False
             continue
         print(Table([s.facts_row()], f"{s.key} — {evidence_label(s.build)}"))
+        if device == "predict":
+            res = s.run(a.problem, device, gpu=a.gpu, calibration=a.calibration)
+            print(_predict.report(res["prediction"]))
+            if trace:
+                _predict.trace(res["prediction"], trace)
+                print(f"wrote {trace} (predicted cycles)")
+            continue
         run_kw = {"sim_seed": a.sim_seed} if device == "sim" else {}
         try:
             res = s.run(a.problem, device, iters=a.iters, **run_kw, **({"grid": a.grid} if a.grid is not None else {}))

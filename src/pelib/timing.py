@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from . import events as _events
-from .events import HEADER, MEASURED_ORDER, SIM_ORDER, Spans, phase_id, phase_notes, phases  # noqa: F401 (timing's API)
+from .events import (HEADER, MEASURED_ORDER, PREDICTED_ORDER, SIM_ORDER, Spans, phase_id,  # noqa: F401
+                     phase_notes, phases)   # (timing's API)
 
 CLOCKS = {0: "cycles (clock64)", 1: "ns (globaltimer)"}
 # The launch-clock block of common/timing.cuh (PE_TIMING_CTA): per (cta, warp), in this order.
@@ -316,7 +317,11 @@ def warp_roles(t: Timing) -> dict[int, str]:
 
 
 def timing_spans(t: Timing, ctas=None, cluster: int = 1) -> Spans:
-    """The spans of measured clock64 records: their role-phase events (Timing.events) by pelib.events' rule."""
+    """The spans of measured clock64 records: their role-phase events (Timing.events) by pelib.events' rule;
+    a predicted Timing (pelib.predict, meta order PREDICTED_ORDER) draws the same way, in predicted cycles."""
+    if t.meta.get("order") == PREDICTED_ORDER:
+        return _events.spans(t.events(ctas, cluster), order=PREDICTED_ORDER, meta=t.meta,
+                             unit="predicted cycles since the CTA's first record")
     return _events.spans(t.events(ctas, cluster), order=MEASURED_ORDER, meta=t.meta,
                          unit="ns (globaltimer)" if t.layout.clock == 1 else "clock64 cycles since the CTA's first record")
 
@@ -349,6 +354,8 @@ def chrome_trace(source, path=None, *, stage: str = "", device: str = "", date: 
     meta = {**sp.meta, **{k: v for k, v in dict(stage=stage, device=device, date=date, git=git).items() if v}}
     if evidence is None:
         evidence = SIM_ORDER if sp.order == SIM_ORDER else (
+            f"{PREDICTED_ORDER} ({meta.get('label', meta.get('device', 'device unknown'))})"
+            if sp.order == PREDICTED_ORDER else
             f"{MEASURED_ORDER} ({meta.get('device', 'device unknown')}, {meta.get('date', 'date unknown')})")
     ev: list[dict] = []
     for pid, name in sorted(sp.processes.items()):
@@ -400,6 +407,7 @@ def check_trace(trace: dict) -> list[str]:
         if ph != "M" and "cat" not in e:
             bad.append(f"event {n} lacks 'cat'")
     od = trace.get("otherData", {})
-    if not str(od.get("evidence", "")).startswith((SIM_ORDER, MEASURED_ORDER)):
-        bad.append(f"otherData.evidence {od.get('evidence')!r} names neither {SIM_ORDER!r} nor {MEASURED_ORDER!r}")
+    if not str(od.get("evidence", "")).startswith((SIM_ORDER, MEASURED_ORDER, PREDICTED_ORDER)):
+        bad.append(f"otherData.evidence {od.get('evidence')!r} names none of {SIM_ORDER!r}, {MEASURED_ORDER!r}, "
+                   f"{PREDICTED_ORDER!r}")
     return bad[:50]

@@ -44,6 +44,8 @@ def evidence_line(sp: events.Spans) -> str:
     """'measured clock64 (H100 ..., 2026-11-24, git 07547c6)' or 'simulated (pelib.sim): simulated order, not time'."""
     if sp.order == events.SIM_ORDER:
         return f"{evidence.simulated('pelib.sim')}: {events.SIM_ORDER}"
+    if sp.order == events.PREDICTED_ORDER:    # pelib.predict's replay: its label names the calibration
+        return f"{sp.meta.get('label') or events.PREDICTED_ORDER}: {events.PREDICTED_ORDER}"
     m = sp.meta
     extra = f"git {m['git']}" if m.get("git") else None
     return evidence.measured(m.get("device", "device unknown"), str(m.get("date", "date unknown"))[:10], extra) \
@@ -108,12 +110,13 @@ def protocol_picture(source, *, cta: int | None = None, cluster: int | None = 0,
     if not sp.spans:
         raise ValueError(f"no events or records{'' if cta is None else f' for CTA {cta}'}; "
                          f"CTAs present: {sorted(sp.processes)[:8]}")
-    measured = sp.order == events.MEASURED_ORDER
+    measured = sp.order == events.MEASURED_ORDER or (sp.order == events.PREDICTED_ORDER and
+                                                     not any(s.dur is None for s in sp.spans))  # phases only
     if stopped is None and getattr(source, "outcome", "ok") not in ("ok", "wrong output"):
         stopped = f"{source.outcome}: {' '.join(str(source.stopped).split())[:140]}"
     ln = lanes(sp, measured if one_warp_per_role is None else one_warp_per_role, max_epi)
     y_of = {k: i for i, (k, _) in enumerate(ln)}
-    if window is None and measured:
+    if window is None and sp.order != events.SIM_ORDER:
         ends = [s.ts + (s.dur or 0) for s in sp.spans if (s.pid, s.tid) in y_of and
                 sp.threads[(s.pid, s.tid)].startswith("producer")]
         window = (0, max(ends)) if ends else None

@@ -1,0 +1,151 @@
+"""The model's constants from a measured calibration (pelib.calibrate's file, schema "pelib.calibration/1").
+
+    cal = from_measured(json.load(open("results/<date>-h100/calibration-<device>.json")), path, base=load("h100"))
+
+Each constant of the model (pelib.predict.calibration.REQUIRED) is derived from the measured constants
+and curves as MAP says (kind "measured", the measured names in its source); the three TMA latency
+curves are carried over. What the probes do not measure stays as `base` has it (its kind kept: a
+"provisional" one keeps the calibration provisional, "fitted" ones are refitted on sm90/06 afterwards
+with pelib.predict.fit). `missing(doc)` lists the model's constants a measured file leaves open.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import calibration as _cal
+
+MEASURED_SCHEMA = "pelib.calibration/1"
+A_BOX_FLOP = 2 * 64 * 256 * 32      # one wgmma m64n256k32 (FLOP)
+A_BOX_BYTES = 8192                  # the probes' TMA box: one K slice of an A tile (64 rows x 128 B)
+
+
+def _v(doc: dict, name: str):
+    c = (doc.get("constants") or {}).get(name)
+    return None if c is None else float(c["value"])
+
+
+def _clk(doc: dict, name: str):
+    c = (doc.get("constants") or {}).get(name)
+    return None if c is None else c.get("clock_ghz")
+
+
+def _derive(doc: dict) -> dict:
+    """{model constant: (value, source)} from the measured document; absent inputs give no entry."""
+    v = lambda n: _v(doc, n)           # noqa: E731
+    out = {}
+    env = doc.get("env") or {}
+    burst = v("clock.burst_ghz")
+
+    def put(name, value, src):
+        if value is not None:
+            out[name] = (float(value), src)
+    put("sm_count", env.get("sm_count"), "env.sm_count")
+    put("l2.bytes", env.get("l2_bytes"), "env.l2_bytes")
+    put("clock_ghz.timed", burst, "clock.burst_ghz (clock64 over globaltimer of a short launch)")
+    put("clock_ghz.sustained", v("clock.sustained_ghz"), "clock.sustained_ghz (after ~2 s of back-to-back wgmma)")
+    sm = v("wgmma.m64n256k32.sm_cycles_per_wgmma")
+    if sm:
+        put("tensor.flop_per_clk_sm", A_BOX_FLOP / sm, "2 x 64 x 256 x 32 / wgmma.m64n256k32.sm_cycles_per_wgmma")
+        lat = v("wgmma.m64n256k32.latency_cycles")
+        if lat is not None:
+            put("wgmma.tail_cycles", max(0.0, lat - sm), "wgmma.m64n256k32.latency_cycles - sm_cycles_per_wgmma "
+                "(issue to complete beyond the pipe's service)")
+    nost, n_instr = v("epilogue.tile_cycles.no_store"), v("epilogue.instructions_per_tile")
+    if nost is not None and n_instr:
+        # the stores' drain is priced on its own (store.bytes_per_clk_sm): the CPI is the epilogue without them
+        put("issue.cpi", nost / n_instr, "epilogue.tile_cycles.no_store / epilogue.instructions_per_tile "
+            "(sm90/06's epilogue probe with its stores predicated off: cycles per SASS instruction)")
+    put("mbarrier.arrive_cycles", v("mbarrier.arrive_cycles"), "mbarrier.arrive_cycles")
+    put("mbarrier.wait_pass_cycles", v("mbarrier.try_wait_pass_cycles"), "mbarrier.try_wait_pass_cycles")
+    rt, arr = v("mbarrier.local_roundtrip_cycles"), v("mbarrier.arrive_cycles")
+    if rt is not None and arr is not None:
+        put("mbarrier.wake_cycles", max(0.0, rt / 2 - arr), "mbarrier.local_roundtrip_cycles / 2 - arrive_cycles "
+            "(one hand-over: an arrive, then the waiter's wake)")
+    put("bar_sync.cycles", v("bar_sync.256_cycles"), "bar_sync.256_cycles (two warpgroups)")
+    put("tma.l2_latency_cycles", v("tma.load.latency_cycles.l2"), "tma.load.latency_cycles.l2 (an 8 KiB box from L2)")
+    put("dram.bandwidth_gbps", v("dram.copy_gbps"), "dram.copy_gbps (bytes read + written)")
+    un, l2 = v("tma.load.latency_cycles.unloaded"), v("tma.load.latency_cycles.l2")
+    ck = _clk(doc, "tma.load.latency_cycles.unloaded") or burst
+    if un is not None and l2 is not None and ck:
+        put("dram.latency_idle_ns", max(0.0, un - l2) / ck, "(tma.load.latency_cycles.unloaded - .l2) / its clock")
+        sc = v("tma.load.latency_cycles.scattered")
+        if sc is not None:
+            put("dram.scatter_penalty_ns", max(0.0, sc - un) / ck, "(tma.load.latency_cycles.scattered - .unloaded) "
+                "/ its clock, at no load (the curves give it under load)")
+    alone, nost = v("epilogue.tile_cycles.alone"), v("epilogue.tile_cycles.no_store")
+    if alone is not None and nost is not None and alone > nost:
+        put("store.bytes_per_clk_sm", 64 * 256 * 2 / (alone - nost),
+            "32 KiB / (epilogue.tile_cycles.alone - .no_store): one SM's store drain rate")
+        put("store.drain_cycles", 0.0, "no slack: with the drain rate above, a warp that waits for its stores "
+            "reproduces the epilogue probe's store cost (alone - no_store)")
+    put("ldg.latency_cycles", v("l2.latency_cycles.unloaded"), "l2.latency_cycles.unloaded")
+    put("tma.issue_cycles", v("tma.store.issue_cycles"), "tma.store.issue_cycles (a TMA store's issue: the same "
+        "cp.async.bulk.tensor path as a load's)")
+    return out
+
+
+CURVE_DEPTH = 1     # the curves' points taken: one load in flight per SM (see curves())
+
+
+def curves(doc: dict) -> dict:
+    """The TMA latency curves in the model's form: {name: [{"gbps", "cycles", "clock_ghz"}]}, from the points
+    with CURVE_DEPTH loads in flight per SM; the load axis is the number of SMs loading. Deeper points are
+    left out: their latency is the depth times one load's even from L2 (the probe's loads of one SM
+    complete one after another), so they measure the probe's own queue, not the memory's."""
+    out = {}
+    for name in ("tma_load.sequential", "tma_load.scattered", "tma_load.l2"):
+        pts = ((doc.get("curves") or {}).get(name) or {}).get("points") or []
+        got = [{"gbps": float(p["gbps"]), "cycles": float(p["lat_p50"]), "clock_ghz": float(p["clock_ghz"])}
+               for p in pts if p.get("gbps") and p.get("lat_p50") and p.get("clock_ghz")
+               and p.get("depth", CURVE_DEPTH) == CURVE_DEPTH]
+        if got:
+            out[name] = sorted(got, key=lambda p: p["gbps"])
+    return out
+
+
+def missing(doc: dict) -> list[str]:
+    """The model's constants a measured calibration leaves to the provisional or fitted ones."""
+    return sorted(set(_cal.REQUIRED) - set(_derive(doc)))
+
+
+def from_measured(doc: dict, path: str, base: _cal.Calibration) -> _cal.Calibration:
+    """The model's calibration from a measured file: derived constants replace `base`'s (kind "measured"),
+    the curves come along, the rest is `base`'s as it was."""
+    if not isinstance(doc, dict) or doc.get("schema") != MEASURED_SCHEMA:
+        raise _cal.CalibrationError(f"{path}: not a measured calibration (schema {MEASURED_SCHEMA!r} expected, "
+                                    f"got {doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r}): "
+                                    "pass the file `python -m pelib.calibrate` wrote")
+    env = doc.get("env") or {}
+    consts = {k: dict(v) for k, v in base.constants.items()}
+    for name, (value, src) in _derive(doc).items():
+        unit = _cal.REQUIRED.get(name, consts.get(name, {}).get("unit", ""))
+        consts[name] = {"value": value, "unit": unit, "kind": "measured",
+                        "source": f"{path}: {src} (measured on {env.get('device')}, {env.get('date')})"}
+    cv = curves(doc)
+    if cv:                 # the measured curves replace the DRAM formula: its constants go
+        for name in _cal.FORMULA:
+            consts.pop(name, None)
+    left = sorted(n for n, c in consts.items() if c.get("kind") == "provisional")
+    out = _cal.Calibration(base.chip, str(env.get("device") or base.device), str(env.get("date") or "")[:10],
+                           bool(left), "", consts, path, curves=cv)
+    out.protocol = ("Constants from the measured calibration " + path + " (pelib.calibrate), the constants of kind "
+                    "'fitted' fitted on sm90/06's record only (pelib.predict.fit)" +
+                    (f"; still provisional: {', '.join(left)}" if left else ""))
+    return out
+
+
+def resolve(which, gpu: str) -> _cal.Calibration:
+    """A calibration by chip name or path; a measured file (pelib.calibrate's) is turned into the model's
+    constants over the chip's committed calibration (from_measured)."""
+    if isinstance(which, _cal.Calibration):
+        return which
+    p = Path(str(which)) if which else None
+    if p is not None and p.suffix == ".json" and p.is_file():
+        try:
+            doc = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise _cal.CalibrationError(f"{p} is not JSON ({e})") from None
+        if isinstance(doc, dict) and doc.get("schema") == MEASURED_SCHEMA:
+            return from_measured(doc, _cal.rel(p), _cal.load(gpu))
+    return _cal.load(which or gpu)

@@ -1,0 +1,137 @@
+"""The memory side every SM shares: one DRAM/L2 server whose latency grows with the load it carries and
+with how scattered the concurrent addresses are, and the full problem's A stream that sets both.
+
+    sched = a_schedule(stage, problem, sm_count)     # per CTA, the row tiles of A it loads, in order
+    loc = locality(sched, prefetch)             # 0: one contiguous window .. 1: scattered
+    MemoryState(util, loc, clock_ghz).dram_cycles(cal)
+
+The model (each constant from the calibration, pelib.predict.calibration):
+  - DRAM latency (ns) = latency_idle x (1 + queue_factor x u / (1 - u)) + scatter x scatter_penalty, with u
+    the DRAM utilisation (bytes the kernel must move / its time / the measured copy bandwidth): an M/M/1
+    queue's growth, the shape of a bandwidth-latency curve; the loaded-latency sweep replaces it by the
+    measured curve.
+  - Locality: at each step of the full schedule the grid reads one A tile per CTA. `locality` is 0 when
+    those tiles lie side by side (stage 06: the 44 row groups read 44 neighbouring tiles) and 1 when they
+    are spread over all of A (stage 07: a CTA's consecutive tiles are 49 tiles apart and the groups'
+    pieces lie far apart): 1 - tiles / the span of their indices. The calibration's "sequential window"
+    and "scattered" TMA sweeps measure the latency at those two ends; the model mixes them.
+  - A TMA load's latency = tma.l2_latency + bytes / tma.bytes_per_clk_sm + l2.demand_miss x DRAM
+    latency: the fraction of demand loads that still find their data in DRAM (after the L2 prefetch
+    and the other column blocks' loads of the same tile) pays the loaded DRAM latency.
+The schedules restate the kernels' static tile orders (common/tile_map.cuh StaticTileScheduler, the
+resident-B and residue orders of kinds/sm90.py, which the kernels' headers describe); tests/test_predict.py
+checks them against the simulated order of TMA loads at the simulator's size.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..kinds.sm90 import resident_b_schedule, residue_schedule
+
+
+def interp(points: list[dict], gbps: float, clock_ghz: float) -> float:
+    """A measured latency curve at `gbps`, in cycles at `clock_ghz` (each point's cycles were counted at
+    its own launch clock: the latency in ns is what carries over). Beyond the last point the line through
+    the last two is extended (a queue past its measured load), at most to three times the last latency."""
+    xs = [p["gbps"] for p in points]
+    ys = [p["cycles"] / p["clock_ghz"] for p in points]          # ns
+    if gbps <= xs[0]:
+        ns = ys[0]
+    elif gbps >= xs[-1]:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 and xs[-1] > xs[-2] else 0.0
+        ns = min(ys[-1] + max(slope, 0.0) * (gbps - xs[-1]), 3 * ys[-1])
+    else:
+        i = next(k for k in range(1, len(xs)) if xs[k] >= gbps)
+        f = (gbps - xs[i - 1]) / (xs[i] - xs[i - 1]) if xs[i] > xs[i - 1] else 0.0
+        ns = ys[i - 1] + f * (ys[i] - ys[i - 1])
+    return ns * clock_ghz
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    util: float          # DRAM utilisation, 0..1
+    locality: float      # 0 contiguous .. 1 scattered
+    clock_ghz: float     # converts ns to SM cycles
+    write_share: float = 0.0     # the stores' share of the kernel's DRAM bytes
+    sms: int = 1
+
+    def store_bytes_per_clk(self, cal) -> float:
+        """One SM's store drain rate into L2. DRAM's write bandwidth does not slow an SM's stores directly:
+        L2 takes the writes and drains them; DRAM's limit acts through the shared server (the loaded
+        latency every read sees, and the bandwidth floor of the whole kernel, model.solve)."""
+        return cal["store.bytes_per_clk_sm"]
+
+    def _curve_cycles(self, cal, name: str):
+        pts = cal.curve(name) if hasattr(cal, "curve") else None
+        if not pts:
+            return None
+        top = max(p["gbps"] for p in (cal.curve("tma_load.sequential") or pts))
+        return interp(pts, self.util * top, self.clock_ghz)
+
+    def dram_ns(self, cal) -> float:
+        u = min(max(self.util, 0.0), 0.97)
+        return cal["dram.latency_idle_ns"] * (1 + cal["dram.queue_factor"] * u / (1 - u)) + \
+            self.locality * cal["dram.scatter_penalty_ns"]
+
+    def dram_cycles(self, cal) -> float:
+        """A demand miss's latency in SM cycles: the measured sequential and scattered TMA curves mixed by
+        locality where the calibration has them, else the formula."""
+        seq = self._curve_cycles(cal, "tma_load.sequential")
+        if seq is not None:
+            scat = self._curve_cycles(cal, "tma_load.scattered")
+            return seq if scat is None else (1 - self.locality) * seq + self.locality * scat
+        return self.dram_ns(cal) * self.clock_ghz
+
+    def tma_cycles(self, cal, nbytes: int, streamed: bool = True) -> float:
+        """One TMA load of `nbytes` into shared memory: L2 latency, the SM's TMA bandwidth, and for a
+        streamed operand the demand-miss share of the loaded DRAM latency. With measured curves
+        (tma_load.l2 / .sequential / .scattered, an 8 KiB box each, the stages' A box): the L2 curve's
+        latency, plus the demand-miss share of (the DRAM curve mixed by locality - the L2 latency), at the
+        kernel's load (util x the sequential curve's highest bandwidth). The box's transfer through the
+        SM's TMA unit is the replay's (a server at tma.bytes_per_clk_sm)."""
+        l2 = self._curve_cycles(cal, "tma_load.l2")
+        seq = self._curve_cycles(cal, "tma_load.sequential")
+        if l2 is not None and seq is not None:
+            dram = self.dram_cycles(cal)
+            return l2 + (cal["l2.demand_miss"] * max(0.0, dram - l2) if streamed else 0.0)
+        base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
+        return base + (cal["l2.demand_miss"] * self.dram_cycles(cal) if streamed else 0.0)
+
+
+def a_schedule(exports, m: int, n: int, grid: int, sm_count: int) -> list[list[int]]:
+    """Per CTA (grid order), the row tiles of A it loads, in order, for the full problem (M x N) on a grid
+    of `grid` CTAs: the kernel's schedule read from its exports (grid_kind, residue_order, cluster_x)."""
+    tm, tn, cx = exports["tile_m"], exports["tile_n"], exports["cluster_x"]
+    kind = exports["grid_kind"]
+    n_tiles = n // tn
+    if kind == 2:
+        sched = (residue_schedule if exports.get("residue_order") else resident_b_schedule)(m, n, tn, grid, tm)
+        return [[t for t, _ in s] for s in sched]
+    m_tiles = math.ceil(m / (tm * cx))
+    total = m_tiles * n_tiles
+    if kind == 0:
+        # one CTA (cluster) per tile, N fastest (00_tma_wgmma.cu: m0 = (blockIdx / n_tiles) * BM); the CTAs
+        # of one wave run together, so "step" i of SM s is the tile of block s + i * sm_count
+        per = max(1, sm_count // cx)
+        return [[(t // n_tiles) for t in range(w, total, per)] for w in range(per)]
+    # persistent: worker w takes tiles w, w + workers, ... (common/tile_map.cuh StaticTileScheduler)
+    workers = max(1, grid // cx)
+    return [[(t // n_tiles) for t in range(w, total, workers)] for w in range(workers)]
+
+
+def locality(schedule: list[list[int]], prefetch: int = 0, samples: int = 64) -> float:
+    """0 when the tiles the grid reads at one step (and the `prefetch` steps after it) are one contiguous
+    window of A, 1 when they are spread over all of it: 1 - (distinct tiles) / (the span of their indices),
+    averaged over `samples` steps. The calibration's TMA sweep measures both ends: its "sequential" grid
+    walks a window (0), its "scattered" one hashes each box anywhere (1)."""
+    steps = max((len(s) for s in schedule), default=0)
+    if steps == 0:
+        return 0.0
+    out = []
+    for i in sorted({int(x) for x in range(0, steps, max(1, steps // samples))}):
+        tiles = {s[j] for s in schedule for j in range(i, min(i + 1 + prefetch, len(s)))}
+        if len(tiles) < 2:
+            continue
+        out.append(1.0 - len(tiles) / (max(tiles) - min(tiles) + 1))
+    return float(sum(out) / len(out)) if out else 0.0

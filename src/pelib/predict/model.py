@@ -1,0 +1,610 @@
+"""One stage's predicted time on a named GPU: simulate a few tiles, replay their graph with calibrated costs,
+couple every SM through the shared DRAM server, and extrapolate the periodic schedule to the full problem.
+
+    p = predict(Stage("sm90/06_permuted_b"), gpu="h100")          # provisional until calib's file arrives
+    p.cycles, p.ms, p.clock_ghz, p.sentence, p.timing (pelib.timing.Timing), p.to_json()
+
+How the full problem is reached in seconds (the extrapolation):
+  1. The simulator runs the stage's own source on a problem with the full N and K and a small M, so each
+     CTA (or cluster) of the simulator's grid takes `tiles` tiles: the per-tile program, ring, barriers
+     and warp roles are the full problem's, only the number of tiles differs.
+  2. One representative CTA (a whole cluster for cluster stages) is replayed: every CTA of a persistent
+     grid runs the same program on the same number of tiles +-1, and they interact only through memory,
+     which the DRAM server carries.
+  3. The replay's tensor-pipe completions settle to a constant period per tile after the first tiles
+     (the ring filled, the two warpgroups in step); the period is measured over the second half of the
+     replayed tiles, and the full CTA's time is the replay's end plus (its full tile count - the
+     replayed tiles) periods. A non-persistent grid runs ceil(CTAs / SMs) waves of one CTA's replay.
+  4. The DRAM utilisation that sets the loaded latency is the problem's minimum bytes over the
+     predicted time (at the named clock) over the calibrated bandwidth; it is iterated to a fixed point.
+Cycles depend on the clock only through the memory latencies given in ns; ms = cycles / clock.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .. import evidence, timing as _timing
+from . import calibration as _cal, measured as _measured
+from .graph import Graph
+from .memory import MemoryState, a_schedule, locality
+from .replay import Replay
+from .sass_paths import SassPaths
+
+TILES = 8                      # tiles each simulated CTA (or cluster) computes
+MAX_ITER = 12
+PROTOCOL = ("Blind protocol: the model's constants come from microbenchmarks (pelib.calibrate) and public "
+            "sources; the only stage measurement it is fitted on is sm90/06's (time and clock64 phases; the "
+            "constants of kind 'fitted'). The model's author has also read the Hopper chapter (which quotes the "
+            "2026-11-23 H100 times of 04 and 06-11) and seen stage 10's records beside 06's in hopper-perf.json "
+            "(2026-11-24) and energy-limiter.json (2026-11-27); "
+            "no constant or structure was set by comparison with them. These predictions are committed before "
+            "the validation run measures the stages.")
+_EVENTS: dict = {}
+
+
+class PredictError(RuntimeError):
+    """A stage the model cannot predict (the message says why and what would fix it)."""
+
+
+@dataclass
+class Prediction:
+    stage: str
+    label: str
+    gpu: str
+    cycles: float
+    clock_ghz: float
+    clock_name: str
+    per_tile: float                 # steady-state cycles per tile of the representative CTA
+    tiles: int                      # tiles of the busiest CTA (or cluster) at the full problem
+    util: float                     # DRAM utilisation at the fixed point
+    locality: float
+    dram_latency_cycles: float
+    tma_latency_cycles: float
+    sentence: str
+    critical: dict                  # category -> share of the steady state's critical path
+    phases: dict                    # the TIMING schema's summary ({phase: {"avg", "warps": {...}}})
+    timing: object = field(default=None, repr=False)       # pelib.timing.Timing of the replayed CTA
+    calibration: str = ""
+    provisional: bool = True
+    assumptions: list = field(default_factory=list)
+    seconds: float = 0.0            # CPU seconds the prediction took (simulation included unless memoised)
+    iterations: int = 0
+
+    @property
+    def ms(self) -> float:
+        return self.cycles / (self.clock_ghz * 1e6)
+
+    @property
+    def evidence(self) -> str:
+        return evidence.predicted(self.gpu_device, self.calibration_date, provisional=self.provisional)
+
+    gpu_device: str = ""
+    calibration_date: str = ""
+    graph: object = field(default=None, repr=False)
+    replay: object = field(default=None, repr=False)
+    ctas: tuple = ()
+
+    def events(self) -> list[dict]:
+        """The replayed CTAs' events in the simulator's schema, each with its predicted time in `cycles`
+        (pelib.timing.sim_spans then draws the protocol picture on a predicted-cycles axis)."""
+        g, r = self.graph, self.replay
+        if g is None or r is None:
+            return []
+        roles = {}
+        for c in self.ctas:
+            roles.update({(c, w): f"{role} (warp {w})" for w, role in _roles(g, c).items()})
+        out = []
+        for n in g.nodes:
+            if n.cta not in self.ctas:
+                continue
+            tt = r.node_times.get(n.idx)
+            if tt is None or tt[1] is None:
+                continue
+            t = tt[0] if n.kind == "wait_begin" else tt[1]
+            out.append({"seq": 0, "cycles": int(round(t)), "cta": n.cta, "cluster": n.cluster, "rank": n.rank,
+                        "warp": n.warp, "lane": min(n.lanes) if n.lanes else -1,
+                        "role": roles.get(n.thread, f"warp {n.warp}" if n.warp >= 0 else "async unit"),
+                        "kind": n.kind, "barrier": n.bar, "parity": n.parity, "tag": n.tag, "line": n.line,
+                        "slot": None, "acc": None, "file": None, "label": self.evidence,
+                        "stage": self.stage, "device": self.gpu_device})
+        out.sort(key=lambda e: (e["cycles"], e["cta"], e["warp"]))
+        for k, e in enumerate(out):
+            e["seq"] = k
+        return out
+
+    def to_json(self) -> dict:
+        return {"stage": self.stage, "label": self.label, "gpu": self.gpu, "device": self.gpu_device,
+                "cycles": round(self.cycles), "ms": round(self.ms, 4), "clock_ghz": self.clock_ghz,
+                "clock": self.clock_name, "cycles_per_tile": round(self.per_tile, 1), "tiles": self.tiles,
+                "dram_utilisation": round(self.util, 3), "locality": round(self.locality, 3),
+                "dram_latency_cycles": round(self.dram_latency_cycles), "tma_latency_cycles":
+                round(self.tma_latency_cycles), "critical_path": self.sentence,
+                "critical_shares": {k: round(v, 3) for k, v in self.critical.items()},
+                "phases": {k: {"avg": round(v["avg"], 1)} for k, v in self.phases.items()},
+                "evidence": self.evidence, "calibration": self.calibration, "provisional": self.provisional,
+                "assumptions": self.assumptions, "seconds": round(self.seconds, 2), "iterations": self.iterations}
+
+
+# ---- the representative simulation ----------------------------------------------------------------------
+
+K_BLOCKS = 8                   # K blocks simulated where the full K loop is long (a GEMM with one row of tiles)
+
+
+def sim_problem(stage, tiles: int = TILES, problem="full"):
+    """The full problem's N and K with an M small enough for the simulator: each CTA (cluster) of the
+    simulator's grid takes at least `tiles` tiles. Where one tile's K loop is long (more than K_BLOCKS
+    blocks, the NVFP4 shapes) and the full problem has a single row of tiles, K is cut to K_BLOCKS blocks and
+    N to a few tiles: the K loop is the periodic part there, extrapolated like the tiles are."""
+    full = stage.problem(problem)
+    base = stage.problem("sim")
+    ex = stage.exports
+    if full.k > K_BLOCKS * ex.block_k and full.m <= ex.tile_m * ex.cluster_x:
+        prob = replace(full, name=f"predict-k{K_BLOCKS}", n=min(full.n, 4 * ex.tile_n), k=K_BLOCKS * ex.block_k)
+        return prob, stage.launch_config(prob, sm_count=stage.kind.SIM_SM_COUNT)
+    rows = math.lcm(ex.tile_m * ex.cluster_x, int(base.tile.get("m", 1)) if hasattr(base, "tile") else 1)
+    m = rows
+    for _ in range(4096):
+        prob = replace(base, name=f"predict-{tiles}", m=m, n=full.n, k=full.k)
+        cfg = stage.launch_config(prob, sm_count=stage.kind.SIM_SM_COUNT)
+        if cfg.tiles_per_worker[0] >= tiles or (cfg.grid_kind == 0 and cfg.tiles >= tiles * ex.cluster_x):
+            return prob, cfg
+        m += rows
+    raise PredictError(f"{stage.label}: no small problem gives every simulated CTA {tiles} tiles")
+
+
+def simulate(stage, tiles: int = TILES, seed: int = 0, timing: bool = False, problem="full") -> tuple[list, object, object]:
+    """The event log of the representative problem (memoised per process), its problem and launch."""
+    key = (stage.key, tuple(sorted(stage.defines.items())), tiles, seed, timing, str(problem))
+    hit = _EVENTS.get(key)
+    if hit is not None:
+        return hit
+    prob, cfg = sim_problem(stage, tiles, problem)
+    t = stage.inputs(prob, seed, "sim")
+    buf = None
+    if timing:
+        lay = _timing.layout(stage.timing_build(), cfg.ctas)
+        buf = _timing.alloc(lay, device="cpu")
+    plan = stage.plan(prob, t, "sim", timing=buf, sim_seed=seed)
+    rep = plan.run()
+    out = (rep.events, prob, plan.config)
+    _EVENTS[key] = out
+    return out
+
+
+# ---- the prediction ------------------------------------------------------------------------------------------
+
+def clock_of(cal, clock) -> tuple[float, str]:
+    """(GHz, name): a number is a measured launch clock; a name is one of the calibration's regimes."""
+    if isinstance(clock, (int, float)) and not isinstance(clock, bool):
+        if not 0.1 < float(clock) < 5.0:
+            raise PredictError(f"clock={clock}: give the SM clock in GHz (e.g. 1.436), or a regime name "
+                               "('timed', 'sustained')")
+        return float(clock), f"{float(clock):.4g} GHz (given)"
+    name = str(clock or "timed")
+    key = f"clock_ghz.{name}"
+    if key not in cal.constants:
+        regimes = sorted(k.split(".", 1)[1] for k in cal.constants if k.startswith("clock_ghz."))
+        raise PredictError(f"clock {name!r}: the calibration of {cal.chip} has the regimes {regimes}; "
+                           "or pass a measured launch clock in GHz")
+    return cal[key], f"{name} ({cal.entry(key)['source']})"
+
+
+def representative(graph, cfg) -> set:
+    """The CTAs replayed: the cluster of CTA 0 (a cluster's CTAs signal each other's barriers)."""
+    c0 = min(graph.ctas)
+    cl = graph.ctas[c0][0]
+    return {c for c, (k, _) in graph.ctas.items() if k == cl} or {c0}
+
+
+@dataclass
+class Setup:
+    """What a prediction replays, independent of the costs: the graph, its CTAs, the full problem's schedule."""
+    stage: object
+    graph: Graph
+    ctas: set
+    full: object
+    cfg: object                # the full problem's launch on the calibration's SM count
+    sched: list                # per CTA, the row tiles of A (full problem)
+    n_full: int
+    n_sim: int
+    waves: int
+    a_box: int
+    tile_bytes: int
+    sms: int
+    umma: tuple = (0, 0, 0, False)      # (M per SM, N, K) of one tcgen05.mma and whether it is block-scaled FP4
+    k_ratio: float = 1.0                # the full problem's K over the simulated one's
+
+
+def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bool = False,
+            problem="full") -> Setup:
+    """Simulate the representative problem and build its graph (the TIMING build's SASS where asked: the
+    clock64 reads and record stores of a measured TIMING run are replayed too)."""
+    plain = type(stage)(stage.path, {k: v for k, v in stage.defines.items() if k != "TIMING"})
+    events, sprob, scfg = simulate(plain, tiles, seed, timing=timing_build, problem=problem)
+    sass = SassPaths.of(plain.with_defines(TIMING=1) if timing_build else plain)
+    ex = plain.exports
+    sass.trips = sprob.k // int(ex.get("a_box_k", ex.block_k))
+    g = Graph.build(events, sass)
+    ctas = representative(g, scfg)
+    full = plain.problem(problem)
+    cfg = plain.launch_config(full, sm_count=sms)
+    a_box = int(ex.get("tmap_a_box_rows", ex.tile_m)) * int(ex.get("tmap_a_box_cols", ex.block_k))
+    sched = a_schedule(ex, full.m, full.n, cfg.grid[0], sms)
+    sim_sched = a_schedule(ex, sprob.m, sprob.n, scfg.grid[0], plain.kind.SIM_SM_COUNT)
+    persistent = cfg.grid_kind != 0
+    cx = ex.cluster_x
+    n_full = max(len(s) for s in sched) if persistent else 1
+    n_sim = max(len(sim_sched[c // cx if cfg.grid_kind == 1 else c]) for c in ctas) if persistent else 1
+    waves = 1 if persistent else math.ceil(cfg.ctas / (sms // cx * cx))
+    return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms,
+                 umma_shape(sass, ex), full.k / sprob.k)
+
+
+def umma_shape(sass, ex) -> tuple:
+    """(M per SM, N, K, FP4?) of one tcgen05.mma: M the CTA's tile rows (a cta_group::2 MMA computes each
+    SM's half of the pair's rows, PTX ISA 9.7.16.10), N the exported MMA N (or the tile's), K the K block
+    over the UTC*MMA instructions of one pass of the compiled K loop (4 x 32 for kind::f8f6f4, 4 x 64 for
+    the block-scaled FP4 kinds in these stages); (0, 0, 0, False) where the SASS has no tcgen05.mma."""
+    pre = ("UTCQMMA", "UTCOMMA", "UTCHMMA", "UTCMMA", "UTCBMMA")
+    for lo, hi in sass.k_loops:
+        n = sum(1 for i in sass.instrs[lo:hi + 1] if i.op.startswith(pre))
+        if n:
+            return (int(ex["tile_m"]), int(ex.get("mma_n", ex["tile_n"])), int(ex["block_k"]) // n,
+                    ex.get("mma_kind") in (4, 5, 6))
+    return (0, 0, 0, False)
+
+
+def predict(stage, gpu: str = "h100", calibration=None, clock="timed", tiles: int = TILES, seed: int = 0,
+            timing_build: bool = False, problem="full") -> Prediction:
+    """The stage's predicted time on the full problem (see the module doc for the method)."""
+    t_start = _cpu()
+    cal = _measured.resolve(calibration, gpu)
+    su = prepare(stage, int(cal["sm_count"]), tiles, seed, timing_build, problem)
+    p = solve(su, cal, clock, gpu)
+    p.seconds = _cpu() - t_start
+    return p
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the budget is one core's time: on a shared
+    machine the wall clock says more about the neighbours)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
+    """Replay the setup's graph with `cal`'s costs: the DRAM fixed point, the extrapolation, the phases and
+    the critical path."""
+    clock_ghz, clock_name = clock_of(cal, clock)
+    g, ctas, cfg, ex = su.graph, su.ctas, su.cfg, su.stage.exports
+    loc = locality(su.sched)
+    persistent = cfg.grid_kind != 0
+    share = 2 * su.full.m * su.full.n / su.full.min_bytes     # the BF16 output's share of the DRAM bytes
+    bound = False
+    util, cycles, it, res, per_tile = 0.5, 0.0, 0, None, 0.0
+    for it in range(1, MAX_ITER + 1):
+        mem = MemoryState(util, loc, clock_ghz, share, su.sms)
+        res = Replay(g, cal, mem, ctas=ctas, streamed_bytes={su.a_box}, umma_cycles=umma_cycles(su, cal)).run()
+        per_tile, end, more_k = _period(res, ctas, su.n_sim, su.k_ratio)
+        body = (end + more_k + (su.n_full - su.n_sim) * per_tile if persistent
+                else su.waves * (end + more_k + cal["cta.launch_cycles"]))
+        new = body + cal["store.drain_cycles"] + cal["launch.overhead_us"] * 1e3 * clock_ghz
+        # the DRAM server's throughput: the problem's bytes cannot move faster than its bandwidth
+        floor = su.full.min_bytes / (cal["dram.bandwidth_gbps"] * 1e9) * clock_ghz * 1e9
+        bound = floor > new
+        new = max(new, floor)
+        seconds = new / (clock_ghz * 1e9)
+        u_new = min(0.97, su.full.min_bytes / seconds / (cal["dram.bandwidth_gbps"] * 1e9))
+        done = abs(new - cycles) <= 1e-3 * new
+        cycles = new
+        if done:
+            break
+        util = 0.5 * util + 0.5 * u_new
+    mem = MemoryState(util, loc, clock_ghz, share, su.sms)
+    tm = replay_timing(res, g, ctas, su.stage)
+    if tm is not None:
+        tm.meta.update(order=_timing.PREDICTED_ORDER, device=cal.device, gpu=gpu or cal.chip,
+                       label=evidence.predicted(cal.device, cal.date, provisional=cal.provisional))
+    crit = critical_path(res, g, ctas)
+    shares = crit["shares"]
+    sentence = _sentence(shares, crit, per_tile, mem, cal)
+    if bound:
+        sentence = (f"bound by DRAM bandwidth (the problem's {su.full.min_bytes / 1e9:.2f} GB at "
+                    f"{cal['dram.bandwidth_gbps']:,.0f} GB/s is longer than the replay); within the SM: {sentence}")
+    cx = ex.cluster_x
+    assumptions = list(g.assumptions) + [
+        f"one representative {'cluster' if cx > 1 else 'CTA'} replayed ({len(ctas)} CTA), {su.n_sim} of its tiles "
+        f"simulated, extrapolated to {su.n_full} at the steady period",
+        "loops with no event inside are walked zero times in the SASS between events",
+        f"the full grid: {cfg.describe()}",
+    ]
+    return Prediction(su.stage.key, su.stage.label, gpu or cal.chip, cycles, clock_ghz, clock_name, per_tile,
+                      su.n_full, util, loc, mem.dram_cycles(cal), mem.tma_cycles(cal, su.a_box), sentence, shares,
+                      tm.summary() if tm is not None else {}, tm, cal.label(), cal.provisional, assumptions,
+                      0.0, it, cal.device, cal.date, g, res, tuple(sorted(ctas)))
+
+
+def umma_cycles(su: Setup, cal) -> float:
+    """One tcgen05.mma's service on its SM's tensor pipe: 2 M N K / the dense rate of its kind."""
+    m, n, k, fp4 = su.umma
+    if not m:
+        return 0.0
+    rate = cal["tensor.fp4_flop_per_clk_sm"] if fp4 else cal["tensor.flop_per_clk_sm"]
+    return 2.0 * m * n * k / rate
+
+
+def report(p: Prediction) -> str:
+    """The prediction as text: time, clock, the critical path, the per-role phases, the evidence."""
+    lines = [f"{p.stage} ({p.label}) on {p.gpu_device}: {p.cycles:,.0f} cycles = {p.ms:.4f} ms at {p.clock_ghz:.4g} GHz "
+             f"[{p.clock_name}]",
+             f"  {p.tiles} tiles per CTA at {p.per_tile:,.0f} cycles each (steady state); DRAM {p.util:.0%} busy, "
+             f"locality {p.locality:.2f} (0 window .. 1 scattered), TMA load {p.tma_latency_cycles:,.0f} cycles",
+             f"  {p.sentence}"]
+    if p.phases:
+        lines.append("  per-role phases (cycles, average over the replayed tiles): " +
+                     ", ".join(f"{k} {v['avg']:,.0f}" for k, v in p.phases.items()))
+    lines.append(f"  {p.evidence}")
+    return "\n".join(lines)
+
+
+def trace(p: Prediction, path) -> dict:
+    """The predicted run's Chrome trace (Perfetto), as a measured TIMING run's: per-role phase spans of
+    the replayed CTA in predicted cycles (pelib.timing.chrome_trace; check_trace finds nothing wrong)."""
+    if p.timing is None:
+        raise PredictError(f"{p.stage}: the replay recorded no per-role phases to trace")
+    out = _timing.chrome_trace(p.timing, path, stage=p.stage, device=p.gpu_device)
+    bad = _timing.check_trace(out)
+    if bad:
+        raise PredictError(f"the predicted trace of {p.stage} is malformed: {bad[:3]}")
+    return out
+
+
+def _period(res, ctas, n_sim: int, k_ratio: float = 1.0) -> tuple[float, float, float]:
+    """(steady cycles per full-K tile, the replay's end, the cycles the replay lacks for the full K) from the
+    tensor pipe's completions of the busiest CTA: the steady cycles per MMA (the second half of them) times
+    the MMAs of a tile at the full K."""
+    best = (0.0, res.end, 0.0)
+    for c in ctas:
+        d = res.mma_done_times(c)
+        if len(d) < 4:
+            continue
+        h = len(d) // 2
+        slope = (d[-1] - d[h]) / (len(d) - 1 - h)
+        per = slope * len(d) / max(1, n_sim) * k_ratio
+        best = max(best, (per, res.end, slope * len(d) * (k_ratio - 1)))
+    return best
+
+
+# ---- per-role phases in the TIMING schema ------------------------------------------------------------------
+
+def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
+    """The replayed CTA's per-role phases as a pelib.timing.Timing (one CTA; cycles of the replay): the
+    producer's producer_wait (summed waits for a free slot) and tma_issue (its tile); a consumer's
+    epi_wait (its wait for the other warpgroup's turn), tma_wait (summed waits for TMA data), kloop (turn
+    to its last wgmma.wait_group), epi_phase1 (then to the end of its tile) and tile; tiles are cut at
+    each warp's outermost loop back edge, as a TIMING build's records are taken once per loop pass."""
+    names = _timing.phases()
+    pid = {v: k for k, v in names.items()}
+    c = min(ctas)
+    warps = sorted(w for (cc, w) in res.warps if cc == c)
+    if not warps:
+        return None
+    roles = _roles(g, c)
+    cuts = {}
+    for w in warps:
+        marks = res.warps[(c, w)].marks
+        if not marks:
+            continue
+        outer = max({m[1] for m in marks}, key=lambda lp: lp[1] - lp[0])
+        cuts[w] = [t for t, lp in marks if lp == outer]
+    ntiles = max((len(v) for v in cuts.values()), default=0)
+    if ntiles == 0:
+        return None
+    nw = max(warps) + 1
+    start = np.zeros((1, nw, ntiles, len(names)), np.int64)
+    end = np.zeros_like(start)
+    for w in warps:
+        role = roles.get(w)
+        if role is None or w not in cuts:
+            continue
+        ww = res.warps[(c, w)]
+        first = ww.log[0].t0 if ww.log else 0.0
+        bounds = [first] + cuts[w]
+        waits = _waits(res, g, (c, w))
+        for i in range(len(bounds) - 1):
+            t0, t1 = bounds[i], bounds[i + 1]
+            mine = [x for x in waits if t0 <= x[0] < t1]
+
+            def put(ph, a, b):
+                start[0, w, i, pid[ph]] = int(round(a)) + 1
+                end[0, w, i, pid[ph]] = int(round(b)) + 1
+            put("tile", t0, t1)
+            if role == "producer":
+                put("producer_wait", t0, t0 + sum(b - a for a, b, _ in mine))
+                put("tma_issue", t0, t1)
+            else:
+                turn = [x for x in mine if x[2] == "turn"]
+                data = [x for x in mine if x[2] == "tma"]
+                k0 = turn[0][1] if turn else (data[0][0] if data else t0)
+                if turn:
+                    put("epi_wait", turn[0][0], turn[0][1])
+                put("tma_wait", k0, k0 + sum(b - a for a, b, _ in data))
+                tens = [s.t1 for s in ww.log if s.cat == "tensor" and t0 <= s.t1 <= t1]
+                deps = [t for t, lp in ww.marks if False]
+                k1 = max(tens) if tens else k0
+                put("kloop", k0, k1)
+                put("epi_phase1", k1, t1)
+    tm = _timing.Timing(_timing.Layout(1, nw, ntiles, len(names)), start, end,
+                        {"stage": stage.key, "clock": "predicted cycles", "cta": c})
+    return tm
+
+
+def _roles(g, cta) -> dict:
+    out = {}
+    for (c, w), ids in g.threads.items():
+        if c != cta:
+            continue
+        kinds = {g.nodes[i].kind for i in ids}
+        mma = any(it[0] == "mma" for i in ids for it in (g.nodes[i].seg.program if g.nodes[i].seg else ()))
+        if mma:
+            out[w] = "consumer"
+        elif "tma_load" in kinds:
+            out[w] = "producer"
+    return out
+
+
+def _waits(res, g, key) -> list:
+    """(begin, end, class) of a warp's waits: 'tma' where TMA bytes complete the phase, 'turn' where
+    another warpgroup's arrive does, 'release' otherwise."""
+    out = []
+    ids = g.threads[key]
+    begin = None
+    for i in ids:
+        n = g.nodes[i]
+        tt = res.node_times.get(i)
+        if tt is None:
+            continue
+        if n.kind == "wait_begin":
+            begin = tt[0]
+        elif n.kind == "wait_end" and begin is not None:
+            cls = "release"
+            ph = g.phases.get(n.phase) if n.phase else None
+            if ph is not None:
+                kinds = {g.nodes[s].kind for s in ph.signals}
+                if "complete_tx" in kinds:
+                    cls = "tma"
+                elif all(g.nodes[s].warp // 4 != key[1] // 4 and g.nodes[s].warp >= 4 for s in ph.signals
+                         if g.nodes[s].warp >= 0) and key[1] >= 4:
+                    cls = "turn"
+            out.append((begin, tt[1], cls))
+            begin = None
+    return out
+
+
+# ---- the critical path ---------------------------------------------------------------------------------------
+
+CATEGORY = {"issue": "SASS issue", "tensor": "the tensor pipe", "memory": "TMA loads (L2/DRAM latency)",
+            "store": "the store path", "sync": "barrier hand-offs", "barrier": "barrier hand-offs",
+            "wait": "barrier hand-offs"}
+
+
+def critical_path(res, g, ctas) -> dict:
+    """Walk back from the replay's end through whatever set each time (a warp's own work, the signal that
+    completed the phase it waited for, the tensor pipe's previous MMA, a TMA load's flight) over the
+    steady state (its second half), and share the time among categories."""
+    c = min(ctas)
+    d = res.mma_done_times(c)
+    t_lo = d[len(d) // 2] if len(d) >= 4 else 0.0
+    cands = [w for w in res.warps.values() if w.key[0] in ctas and w.log]
+    if not cands:
+        return {"shares": {}, "window": 0.0}
+    w = max(cands, key=lambda x: x.t)
+    t = w.t
+    acc: dict = {}
+    pipe = {}
+    for (cc, wg), ops in res.ops.items():
+        for o in ops:
+            pipe.setdefault(cc, []).append(o)
+    for cc in pipe:
+        pipe[cc].sort(key=lambda o: o[1])
+    hops = 0
+    while t > t_lo and hops < 200000:
+        hops += 1
+        span = _span_at(w, t)
+        if span is None:
+            break
+        lo = max(span.t0, t_lo)
+        if span.cat == "wait" and span.cause and span.cause[0] == "phase":
+            key = span.cause[1]
+            done = res.phase_done.get(key, span.t0)
+            acc["sync"] = acc.get("sync", 0.0) + max(0.0, t - max(done, t_lo))
+            last = _last_signal(res, g, key)
+            if last is None:
+                t = span.t0
+                continue
+            n = g.nodes[last]
+            if n.kind == "complete_tx" and n.source is not None:
+                src = res.node_times.get(n.source)
+                t_issue = src[1] if src else span.t0
+                acc["memory"] = acc.get("memory", 0.0) + max(0.0, min(done, t) - max(t_issue, t_lo))
+                w = res.warps.get(g.nodes[n.source].thread, w)
+                t = t_issue
+            else:
+                w = res.warps.get(n.thread, w)
+                t = min(done, t)
+            continue
+        if span.cat == "tensor" and span.cause and span.cause[0] == "op":
+            _, wg, j = span.cause
+            ops = res.ops.get(wg, [])
+            if j < len(ops):
+                issue, start, done, last = ops[j]
+                acc["tensor"] = acc.get("tensor", 0.0) + max(0.0, min(done, t) - max(start, t_lo))
+                # the pipe was busy with earlier MMAs until `start`: follow the pipe back
+                t2 = start
+                seq = pipe.get(wg[0], [])
+                while t2 > max(issue, t_lo):
+                    prev = [o for o in seq if o[1] < t2 and o[1] + 1e-9 < t2 and o[2] >= t2 - 1e-6]
+                    if not prev:
+                        break
+                    o = max(prev, key=lambda o: o[1])
+                    acc["tensor"] = acc.get("tensor", 0.0) + (t2 - max(o[1], t_lo))
+                    t2 = o[1]
+                if t2 > issue and t2 > t_lo:
+                    acc["tensor"] = acc.get("tensor", 0.0) + (t2 - max(issue, t_lo))
+                w = res.warps.get(last, w)
+                t = min(issue, t2)
+                continue
+        acc[span.cat] = acc.get(span.cat, 0.0) + (t - lo)
+        t = span.t0
+    total = sum(acc.values()) or 1.0
+    merged: dict = {}
+    for k, v in acc.items():
+        name = "sync" if k in ("sync", "barrier", "wait") else k
+        merged[name] = merged.get(name, 0.0) + v / total
+    return {"shares": dict(sorted(merged.items(), key=lambda kv: -kv[1])), "window": total}
+
+
+def _span_at(w, t):
+    log = w.log
+    lo, hi = 0, len(log) - 1
+    best = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if log[mid].t0 < t:
+            best = mid
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        return None
+    s = log[best]
+    if s.t1 < t - 1e-6:        # a gap (the warp was blocked before the logged wait): jump to the span's end
+        return type(s)(s.t1, t, "sync", None)
+    return s
+
+
+def _last_signal(res, g, key):
+    ph = g.phases.get(key)
+    if ph is None:
+        return None
+    best, tb = None, -1.0
+    for s in ph.signals:
+        tt = res.node_times.get(s)
+        if tt is not None and tt[1] is not None and tt[1] >= tb:
+            best, tb = s, tt[1]
+    return best
+
+
+def _sentence(shares: dict, crit: dict, per_tile: float, mem, cal) -> str:
+    if not shares:
+        return "no steady state to judge (too few tiles replayed)"
+    top = next(iter(shares))
+    rest = {k: v for k, v in shares.items() if k != top}
+    slack = (1 - shares[top]) * per_tile
+    parts = ", ".join(f"{CATEGORY.get(k, k)} {v * per_tile:,.0f}" for k, v in list(rest.items())[:3] if v >= 0.02)
+    return (f"bound by {CATEGORY.get(top, top)} ({shares[top]:.0%} of the critical path), slack "
+            f"{slack:,.0f} cycles a tile ({parts})")

@@ -1,0 +1,389 @@
+"""Replay a happens-before graph with costs: a discrete-event run of each warp's nodes and the SASS between
+them, on the resources of its SM and the memory state every SM shares.
+
+    r = Replay(graph, cal, MemoryState(...), ctas={0}).run()
+    r.end, r.node_times[idx], r.op_done[(cta, wg)], r.critical_path()
+
+Per SM (a CTA is one SM: every stage here holds one CTA per SM at a time):
+  - four issue schedulers, warp w on scheduler w % 4 (NVIDIA Hopper architecture whitepaper: four
+    SM sub-partitions, each with its own warp scheduler); a run of n instructions takes n x issue.cpi
+    cycles alone and shares the scheduler's issue.slots_per_clk with the other warps on it;
+  - one tensor pipe, first come first served: a warpgroup MMA m x n x k occupies it 2mnk /
+    tensor.flop_per_clk_sm cycles once the last of its warps issued it (PTX ISA 9.7.15.5: wgmma is a
+    warpgroup instruction), and completes wgmma.tail_cycles after its service; wgmma.wait_group N
+    (WARPGROUP.DEPBAR.LE gsb0, N) waits for all but the newest N commit groups;
+  - one store path: a warp's global stores drain at store.bytes_per_clk_sm; a warp stalls when its
+    store would wait more than store.drain_cycles for the path;
+  - one TMA unit: the boxes it loads go one after another at tma.bytes_per_clk_sm, each landing its
+    latency (MemoryState.tma_cycles) after it started.
+Synchronisation: an mbarrier phase completes when its last signal does (an arrive, or the landing of a
+TMA load's bytes); a waiter resumes mbarrier.wake_cycles later, or passes at once (wait_pass_cycles) if
+the phase is already complete; a bar.sync generation releases when its last warp arrives. A TMA load
+lands MemoryState.tma_cycles after its issue. Every wait is a "wait until": a spin loop is one node.
+The run is processed in time order (a heap of warps by their clock), so each resource serves its
+requests in the order they arrive.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+BUCKET = 64          # cycles per issue-capacity bucket of a scheduler
+LANES = 32           # a store instruction's lanes (every lane active: the epilogue's stores are full warps)
+
+
+class ReplayError(RuntimeError):
+    """The replay cannot finish: a warp waits for something no replayed warp provides."""
+
+
+@dataclass
+class Span:
+    t0: float
+    t1: float
+    cat: str                 # issue | tensor | store | memory | sync | wait | barrier
+    cause: tuple | None = None
+
+
+@dataclass
+class _Warp:
+    key: tuple
+    ids: list
+    pos: int = 0
+    item: int = -1           # -1: the node's segment has not started
+    t: float = 0.0
+    n_mma: int = 0
+    n_groups: int = 0
+    done: bool = False
+    log: list = field(default_factory=list)
+    marks: list = field(default_factory=list)      # (time, loop) of taken backward branches
+
+
+@dataclass
+class ReplayResult:
+    end: float
+    node_times: dict                  # node idx -> (reach, done)
+    warps: dict                       # key -> _Warp (its log and marks)
+    ops: dict                         # (cta, wg) -> [(issue, start, done, last warp)]
+    store_bytes: dict                 # cta -> bytes stored
+    load_bytes: dict                  # cta -> bytes loaded by TMA
+    phase_done: dict                  # phase key -> completion time
+    pipe_busy: dict                   # cta -> cycles the tensor pipe served
+
+    def mma_done_times(self, cta: int) -> list[float]:
+        out = [d for (c, _), ops in self.ops.items() if c == cta for _, _, d, _ in ops]
+        return sorted(out)
+
+
+class Replay:
+    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None, umma_cycles: float = 0.0):
+        self.g, self.cal, self.mem = graph, cal, mem
+        self.ctas = set(ctas) if ctas is not None else set(graph.ctas)
+        self.streamed = streamed_bytes          # TMA loads of these sizes are the streamed operand (A)
+        self.umma_cycles = umma_cycles          # one tcgen05.mma's service on its SM's tensor pipe
+        self.commit_src = defaultdict(list)     # commit node -> its arrives (one per destination CTA)
+        self.cpi = cal["issue.cpi"]
+        self.store_bpc = mem.store_bytes_per_clk(cal)
+        self.slots = cal["issue.slots_per_clk"] * BUCKET
+        self.used = defaultdict(dict)           # (cta, sub-partition) -> {bucket: slots used}
+        self.pipe_free = defaultdict(float)
+        self.store_free = defaultdict(float)
+        self.tma_free = defaultdict(float)
+        self.warps = {k: _Warp(k, ids) for k, ids in graph.threads.items() if k[0] in self.ctas}
+        self.node_times: dict = {}
+        self.phase_left = {}
+        self.phase_t = defaultdict(float)
+        self.phase_last = {}
+        self.phase_done: dict = {}
+        self.waiters = defaultdict(list)
+        for key, ph in graph.phases.items():
+            sig = [s for s in ph.signals if graph.nodes[s].cta in self.ctas or graph.nodes[s].bar_cta in self.ctas]
+            if ph.key[0] in self.ctas and sig:
+                self.phase_left[key] = len(sig)
+        self.groups = {k: [i for i in v if graph.nodes[i].cta in self.ctas] for k, v in graph.groups.items()}
+        self.group_in = defaultdict(list)
+        self.landings = defaultdict(list)       # load node -> its complete_tx nodes
+        for n in graph.nodes:
+            if n.kind == "complete_tx" and n.source is not None and n.cta in self.ctas:
+                self.landings[n.source].append(n.idx)
+            elif n.kind == "arrive" and n.warp < 0 and n.source is not None and n.cta in self.ctas:
+                self.commit_src[n.source].append(n.idx)
+        # MMA bookkeeping per warpgroup
+        self.mma_warps = defaultdict(set)
+        for k, w in self.warps.items():
+            if any(it[0] == "mma" for i in w.ids for it in (graph.nodes[i].seg.program if graph.nodes[i].seg else ())):
+                self.mma_warps[(k[0], k[1] // 4)].add(k)
+        self.ops = defaultdict(list)            # (cta, wg) -> [issue, start, done, last]
+        self.op_arrived = defaultdict(lambda: defaultdict(set))
+        self.op_reach = defaultdict(lambda: defaultdict(float))
+        self.group_end = defaultdict(dict)      # (cta, wg) -> {group: last op index}
+        self.store_bytes = defaultdict(int)
+        self.load_bytes = defaultdict(int)
+        self.pipe_busy = defaultdict(float)
+        self.heap: list = []
+        self.tick = 0
+
+    # ---- resources -----------------------------------------------------------------------------------
+    def issue(self, key: tuple, t: float, n: float) -> float:
+        """n instructions of warp `key` from time t on its scheduler: at 1 / issue.cpi per cycle alone,
+        within the scheduler's free slots."""
+        if n <= 0:
+            return t
+        used = self.used[(key[0], key[1] % 4)]
+        rate = 1.0 / self.cpi
+        left, time = float(n), t
+        while left > 1e-9:
+            b = int(time // BUCKET)
+            b_end = (b + 1) * BUCKET
+            free = self.slots - used.get(b, 0.0)
+            if free <= 1e-9:
+                time = b_end
+                continue
+            room = rate * (b_end - time)
+            can = min(free, room, left)
+            used[b] = used.get(b, 0.0) + can
+            left -= can
+            time = b_end if (can >= free - 1e-9 and can < room - 1e-9 and left > 1e-9) else time + can / rate
+        return time
+
+    def _push(self, t: float, what: tuple) -> None:
+        self.tick += 1
+        heapq.heappush(self.heap, (t, self.tick, what))
+
+    # ---- the run --------------------------------------------------------------------------------------
+    def run(self) -> ReplayResult:
+        for k, w in self.warps.items():
+            self._push(0.0, ("warp", k))
+        while self.heap:
+            t, _, what = heapq.heappop(self.heap)
+            if what[0] == "warp":
+                w = self.warps[what[1]]
+                if w.done:
+                    continue
+                self._step(w)
+            elif what[0] == "land":
+                self._signal(what[1], t)
+        stuck = [w.key for w in self.warps.values() if not w.done]
+        if stuck:
+            w = self.warps[stuck[0]]
+            n = self.g.nodes[w.ids[w.pos]]
+            raise ReplayError(f"the replay of CTAs {sorted(self.ctas)} stops: warp {stuck[0]} waits at its "
+                              f"{n.kind} (line {n.line}) for what no replayed warp provides "
+                              f"({len(stuck)} warps stuck); replay whole clusters")
+        end = max((w.t for w in self.warps.values()), default=0.0)
+        return ReplayResult(end, self.node_times, self.warps, {k: [tuple(o) for o in v] for k, v in self.ops.items()},
+                            dict(self.store_bytes), dict(self.load_bytes), dict(self.phase_done), dict(self.pipe_busy))
+
+    def _step(self, w: _Warp) -> None:
+        """Advance warp w by one program item or one node; re-queue it unless it blocks."""
+        if w.pos >= len(w.ids):
+            w.done = True
+            return
+        node = self.g.nodes[w.ids[w.pos]]
+        prog = node.seg.program if node.seg is not None else ()
+        if w.item < len(prog) - 1 or (w.item == -1 and prog):
+            w.item += 1
+            if not self._item(w, prog[w.item]):
+                return
+            self._push(w.t, ("warp", w.key))
+            return
+        if not self._node(w, node):
+            return
+        w.pos += 1
+        w.item = -1
+        if w.pos >= len(w.ids):
+            w.done = True
+            return
+        self._push(w.t, ("warp", w.key))
+
+    def _log(self, w, t0, t1, cat, cause=None):
+        if t1 > t0:
+            w.log.append(Span(t0, t1, cat, cause))
+
+    def _item(self, w: _Warp, it: tuple) -> bool:
+        """Execute one program item; False if the warp blocks (it is re-queued when released)."""
+        kind = it[0]
+        t0 = w.t
+        if kind == "alu":
+            w.t = self.issue(w.key, w.t, it[1])
+            self._log(w, t0, w.t, "issue")
+        elif kind == "ldg":
+            w.t = self.issue(w.key, w.t, 1)
+            self._log(w, t0, w.t, "issue")
+        elif kind == "stg":
+            w.t = self.issue(w.key, w.t, 1)
+            nbytes = it[1] * LANES
+            cta = w.key[0]
+            start = max(w.t, self.store_free[cta])
+            self.store_free[cta] = start + nbytes / self.store_bpc
+            self.store_bytes[cta] += nbytes
+            stall = start - w.t - self.cal["store.drain_cycles"]
+            self._log(w, t0, w.t, "issue")
+            if stall > 0:
+                self._log(w, w.t, w.t + stall, "store")
+                w.t += stall
+        elif kind == "mma":
+            w.t = self.issue(w.key, w.t, 1)
+            self._log(w, t0, w.t, "issue")
+            wg = (w.key[0], w.key[1] // 4)
+            j = w.n_mma
+            w.n_mma += 1
+            if it[4]:
+                self.group_end[wg][w.n_groups] = j
+                w.n_groups += 1
+            arrived = self.op_arrived[wg][j]
+            arrived.add(w.key)
+            self.op_reach[wg][j] = max(self.op_reach[wg][j], w.t)
+            if arrived >= self.mma_warps[wg]:
+                self._mma(wg, j, it, w.key)
+        elif kind == "umma":
+            # tcgen05.mma, issued by one thread: served in order on the SM's tensor pipe (a cta_group::2 MMA
+            # keeps both SMs of the pair busy for its half each, PTX ISA 9.7.16.10; the issuing SM stands for both)
+            w.t = self.issue(w.key, w.t, 1)
+            self._log(w, t0, w.t, "issue")
+            wg = (w.key[0], w.key[1] // 4)
+            cta = wg[0]
+            start = max(w.t, self.pipe_free[cta])
+            self.pipe_free[cta] = start + self.umma_cycles
+            self.pipe_busy[cta] += self.umma_cycles
+            self.ops[wg].append([w.t, start, start + self.umma_cycles + self.cal.get("umma.tail_cycles", 0.0),
+                                 w.key])
+        elif kind == "tmem_ld":
+            t1 = self.issue(w.key, w.t, 1) + self.cal.get("tmem.ld_cycles", 0.0)
+            self._log(w, t0, t1, "tmem")
+            w.t = t1
+        elif kind == "depbar":
+            wg = (w.key[0], w.key[1] // 4)
+            need = w.n_groups - it[1] - 1
+            if need >= 0:
+                j = self.group_end[wg].get(need)
+                ops = self.ops[wg]
+                if j is None or j >= len(ops):
+                    w.item -= 1                      # retry this item when the warpgroup's next op issues
+                    self.waiters[("op", wg)].append(w.key)
+                    return False
+                done = ops[j][2]
+                if done > w.t:
+                    self._log(w, w.t, done, "tensor", ("op", wg, j))
+                    w.t = done
+            t1 = self.issue(w.key, w.t, 1)
+            self._log(w, w.t, t1, "issue")
+            w.t = t1
+        elif kind == "back":
+            w.marks.append((w.t, it[1]))
+        return True
+
+    def _mma(self, wg, j, it, last) -> None:
+        _, m, n, k, _ = it
+        cta = wg[0]
+        ops = self.ops[wg]            # ops issue in order per warpgroup (PTX ISA 9.7.15.5): op j - 1 is out
+        t_issue = self.op_reach[wg][j]
+        start = max(t_issue, self.pipe_free[cta])
+        service = 2.0 * m * n * k / self.cal["tensor.flop_per_clk_sm"]
+        self.pipe_free[cta] = start + service
+        self.pipe_busy[cta] += service
+        done = start + service + self.cal["wgmma.tail_cycles"]
+        ops.append([t_issue, start, done, last])
+        for wk in self.waiters.pop(("op", wg), []):
+            self._push(max(self.warps[wk].t, t_issue), ("warp", wk))
+
+    def _node(self, w: _Warp, node) -> bool:
+        kind = node.kind
+        t0 = w.t
+        if kind in ("wait_begin", "exit", "phase_begin", "phase_end"):    # marks cost nothing
+            self.node_times[node.idx] = (t0, t0)
+            return True
+        if kind == "wait_end":
+            key = node.phase
+            if key is None or key not in self.phase_left:
+                w.t = t0 + self.cal["mbarrier.wait_pass_cycles"]
+                self._log(w, t0, w.t, "sync")
+            else:
+                if self.phase_left[key] > 0:
+                    self.waiters[("phase", key)].append(w.key)
+                    return False
+                done = self.phase_done[key] + self.cal["mbarrier.wake_cycles"]
+                w.t = max(t0 + self.cal["mbarrier.wait_pass_cycles"], done)
+                self._log(w, t0, w.t, "wait", ("phase", key))
+            self.node_times[node.idx] = (t0, w.t)
+            return True
+        if kind in ("arrive", "expect_tx"):
+            w.t = t0 + self.cal["mbarrier.arrive_cycles"]
+            self._log(w, t0, w.t, "issue")
+            self.node_times[node.idx] = (t0, w.t)
+            self._signal(node.idx, w.t)
+            return True
+        if kind == "tma_load":
+            w.t = t0 + self.cal["tma.issue_cycles"]
+            self._log(w, t0, w.t, "issue")
+            self.node_times[node.idx] = (t0, w.t)
+            nbytes = node.tag or 0
+            streamed = self.streamed is None or nbytes in self.streamed
+            lat = self.mem.tma_cycles(self.cal, nbytes, streamed)
+            self.load_bytes[node.cta] += nbytes
+            # the SM's TMA unit moves the box's bytes at tma.bytes_per_clk_sm, one box after another: a box
+            # issued while the unit is busy starts when it is free (its latency runs from there)
+            start = max(w.t, self.tma_free[node.cta])
+            self.tma_free[node.cta] = start + nbytes / self.cal["tma.bytes_per_clk_sm"]
+            for land in self.landings.get(node.idx, []):
+                self._push(start + lat, ("land", land))
+            return True
+        if kind == "commit":
+            # tcgen05.commit: the barrier's arrive once every prior tcgen05 op of the thread completes
+            # (PTX ISA 9.7.16.7.2 tcgen05.commit)
+            w.t = t0 + self.cal["mbarrier.arrive_cycles"]
+            self._log(w, t0, w.t, "issue")
+            self.node_times[node.idx] = (t0, w.t)
+            ops = self.ops.get((w.key[0], w.key[1] // 4), [])
+            done = max([w.t] + [o[2] for o in ops])
+            for a in self.commit_src.get(node.idx, []):
+                self._push(done + self.cal.get("umma.commit_cycles", self.cal["mbarrier.wake_cycles"]), ("land", a))
+            return True
+        if kind in ("bar_sync", "cluster_sync"):
+            grp = node.group
+            self.group_in[grp].append((w.key, t0))
+            members = self.groups.get(grp, [])
+            if len(self.group_in[grp]) < len(members):
+                self.waiters[("group", grp)].append(w.key)
+                self.node_times[node.idx] = (t0, None)
+                return False
+            t_rel = max(t for _, t in self.group_in[grp]) + self.cal["bar_sync.cycles"]
+            for wk, _ in self.group_in[grp]:
+                ww = self.warps[wk]
+                if wk == w.key:
+                    continue
+                ww.pos += 1
+                ww.item = -1
+                self._log(ww, ww.t, t_rel, "barrier")
+                ww.t = t_rel
+                if ww.pos >= len(ww.ids):
+                    ww.done = True
+                else:
+                    self._push(t_rel, ("warp", wk))
+            for i in members:
+                self.node_times[i] = (self.node_times.get(i, (t0, None))[0], t_rel)
+            self.waiters.pop(("group", grp), None)
+            self._log(w, t0, t_rel, "barrier")
+            w.t = t_rel
+            return True
+        # tmem / commit / tma_store: an issue cost (sm_100 families extend this)
+        w.t = t0 + self.cal["tma.issue_cycles"]
+        self._log(w, t0, w.t, "issue")
+        self.node_times[node.idx] = (t0, w.t)
+        return True
+
+    def _signal(self, idx: int, t: float) -> None:
+        n = self.g.nodes[idx]
+        key = n.phase
+        if n.warp < 0:
+            self.node_times[idx] = (t, t)
+        if key is None or key not in self.phase_left:
+            return
+        self.phase_t[key] = max(self.phase_t[key], t)
+        if t >= self.phase_t[key]:
+            self.phase_last[key] = idx
+        self.phase_left[key] -= 1
+        if self.phase_left[key] == 0:
+            self.phase_done[key] = self.phase_t[key]
+            for wk in self.waiters.pop(("phase", key), []):
+                self._push(max(self.warps[wk].t, self.phase_t[key]), ("warp", wk))

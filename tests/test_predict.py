@@ -1,0 +1,394 @@
+"""pelib.predict: the SASS between events, the happens-before graph, the replay's resources, the memory
+model's locality, the extrapolation, the calibration files, the comparison, and the front doors
+(Stage.run(device="predict"), python -m pelib.predict, the predicted trace and picture). Every
+prediction here uses a committed calibration (provisional until the measured one lands): these tests
+check the model's mechanics, never a time."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pelib import evidence, sass, stages, timing
+from pelib.predict import calibration as cal_mod, compare, model
+from pelib.predict.graph import Graph, GraphError, _infer_count, Node
+from pelib.predict.memory import MemoryState, a_schedule, locality
+from pelib.predict.replay import Replay
+from pelib.predict.sass_paths import SassPaths, lineinfo_build
+from pelib.stage import Stage
+
+S06 = "sm90/06_permuted_b"
+
+
+@pytest.fixture(scope="module")
+def cal():
+    return cal_mod.load("h100")
+
+
+@pytest.fixture(scope="module")
+def setup06(cal):
+    return model.prepare(Stage(S06), int(cal["sm_count"]))
+
+
+@pytest.fixture(scope="module")
+def p06(setup06, cal):
+    return model.solve(setup06, cal, "timed", "h100")
+
+
+# ---- the SASS between events -------------------------------------------------------------------------------
+
+def test_lineinfo_build_has_the_device_builds_sass():
+    s = Stage(S06)
+    li = lineinfo_build(str(s.path), s.arch, {})
+    assert [(o, op) for o, op, _ in sass.instructions(li.sass)] == \
+        [(o, op) for o, op, _ in sass.instructions(s.build.sass)]
+
+
+def test_segments_of_the_k_loop_and_the_epilogue(setup06):
+    """A consumer warp walks 4 QGMMA and a wgmma.wait_group per K slice, and 16-byte stores after its tile."""
+    g = setup06.graph
+    c = min(setup06.ctas)
+    progs = [g.nodes[i].seg.program for i in g.threads[(c, 8)] if g.nodes[i].seg is not None]
+    kslices = [p for p in progs if sum(1 for it in p if it[0] == "mma") == 4]
+    ex = Stage(S06).exports
+    assert kslices and all(it[1:4] == (64, ex["mma_n"], 32) for p in kslices for it in p if it[0] == "mma")
+    assert all(any(it[0] == "depbar" for it in p) for p in kslices)
+    stores = [it for p in progs for it in p if it[0] == "stg"]
+    assert stores and {it[1] for it in stores} == {16}
+    # every (64 x 256 BF16) tile of the warpgroup stores 32 KiB: 2 rows x 8 groups of 16 B per thread
+    tiles = len([p for p in progs if any(it[0] == "stg" for it in p)])
+    assert len(stores) == 16 * tiles
+
+
+def test_retry_loops_are_off_the_fast_path():
+    """A bounded wait's inline retry loop holds a second TRYWAIT of the same line; no event anchors there.
+    An unbounded wait's spin loop holds its line's only TRYWAIT: that one is the wait, and stays."""
+    sp = SassPaths.of(Stage(S06))
+    assert sp.retry, "the default (bounded) build has inline retry loops"
+    assert not any(k in sp.retry for ids in sp.by_line.values() for k in ids)
+    for d in ({}, {"PE_WAIT_KIND": 2}):
+        sp = SassPaths.of(Stage("sm90/00_tma_wgmma", d))
+        lines = {i.line for i in sp.instrs if i.op.startswith("SYNCS.PHASECHK") and not i.out_of_line}
+        assert lines and all(sp.anchors("wait_begin", ln) for ln in lines)
+
+
+# ---- the graph ---------------------------------------------------------------------------------------------
+
+def _ev(seq, kind, bar=8, parity=None, tag=None, warp=0, lane=0, cta=0):
+    return {"seq": seq, "cta": cta, "cluster": 0, "rank": 0, "warp": warp, "lane": lane, "kind": kind,
+            "barrier": bar, "parity": parity, "tag": tag, "line": 10 + seq % 3, "file": "x.cu"}
+
+
+def test_arrival_count_is_inferred_from_the_waits():
+    n = lambda seq, kind, **kw: Node(seq, 0, 0, kind, 1, seq, **kw)   # noqa: E731
+    # two arrivals per phase: the waits of parity 0 and 1 come after every second arrive
+    ns = [n(0, "arrive"), n(1, "arrive"), n(2, "wait_end", parity=0), n(3, "arrive"), n(4, "arrive"),
+          n(5, "wait_end", parity=1), n(6, "arrive"), n(7, "arrive"), n(8, "wait_end", parity=0)]
+    assert _infer_count(ns) == 2
+    one = [n(0, "arrive"), n(1, "wait_end", parity=0), n(2, "arrive"), n(3, "wait_end", parity=1)]
+    assert _infer_count(one) == 1
+
+
+def test_graph_links_loads_to_landings_and_phases(setup06):
+    g = setup06.graph
+    assert set(g.counts.values()) == {1}            # every barrier of 06 has one arrival per phase
+    lands = [n for n in g.nodes if n.kind == "complete_tx"]
+    assert lands and all(g.nodes[n.source].kind == "tma_load" for n in lands)
+    waits = [n for n in g.nodes if n.kind == "wait_end" and n.phase]
+    assert waits and all(n.idx in g.phases[n.phase].waiters for n in waits)
+
+
+def test_a_landing_without_its_load_is_refused():
+    ev = [_ev(0, "complete_tx", tag=64, warp=-1, lane=-1), _ev(1, "exit")]
+    with pytest.raises(GraphError, match="matches no earlier tma_load"):
+        Graph.build(ev)
+
+
+# ---- the replay's resources ------------------------------------------------------------------------------------
+
+def test_the_tensor_pipe_is_never_double_booked(p06, cal):
+    """One MMA at a time per SM: each starts no earlier than the previous one's service ends."""
+    tail = cal["wgmma.tail_cycles"]
+    for cta in p06.ctas:
+        ops = sorted((o for (c, _), v in p06.replay.ops.items() if c == cta for o in v), key=lambda o: o[1])
+        assert len(ops) > 24
+        assert all(b[1] >= a[2] - tail - 1e-6 for a, b in zip(ops, ops[1:]))
+        assert all(o[1] >= o[0] for o in ops)                 # never served before its last warp issued it
+
+
+def test_the_period_respects_the_tensor_floor(p06, cal):
+    ex = Stage(S06).exports
+    floor = 768 // 32 * 2 * 64 * ex["mma_n"] * 32 / cal["tensor.flop_per_clk_sm"]
+    assert p06.per_tile >= floor
+
+
+def test_cheaper_costs_never_slow_the_replay(setup06, cal):
+    base = model.solve(setup06, cal).cycles
+    assert model.solve(setup06, cal.with_values(tensor__flop_per_clk_sm=2 * cal["tensor.flop_per_clk_sm"])).cycles <= base
+    assert model.solve(setup06, cal.with_values(l2__demand_miss=1.0)).cycles >= base
+
+
+def test_phases_in_the_timing_schema(p06):
+    assert isinstance(p06.timing, timing.Timing)
+    for ph in ("tma_wait", "kloop", "epi_wait", "epi_phase1", "producer_wait", "tile"):
+        assert p06.phases[ph]["avg"] > 0
+    assert p06.timing.meta["order"] == timing.PREDICTED_ORDER
+
+
+# ---- memory: locality from the full schedule -------------------------------------------------------------------
+
+def test_locality_of_the_resident_b_and_residue_orders(cal):
+    """06's 44 row groups read neighbouring tiles (one window); 07's residue order scatters them."""
+    full = Stage(S06).problem("full")
+    s06 = a_schedule(Stage(S06).exports, full.m, full.n, 132, 132)
+    s07 = a_schedule(Stage("sm90/07_comb_resident").exports, full.m, full.n, 132, 132)
+    assert locality(s06) < 0.1 < 0.9 < locality(s07)
+    assert locality([[0], [7]]) == pytest.approx(1 - 2 / 8) and locality([[3], [4]]) == 0.0
+
+
+def test_locality_costs_time_only_through_the_scatter_penalty(cal):
+    """The model explains 07 against 06 through locality: with no scatter penalty the A loads cost the same."""
+    m = MemoryState(0.7, 1.0, 1.4)
+    assert m.tma_cycles(cal, 8192) > MemoryState(0.7, 0.0, 1.4).tma_cycles(cal, 8192)
+    flat = cal.with_values(dram__scatter_penalty_ns=0.0)
+    assert m.tma_cycles(flat, 8192) == MemoryState(0.7, 0.0, 1.4).tma_cycles(flat, 8192)
+
+
+def test_schedule_matches_the_simulated_loads():
+    """The restated schedule gives each simulated CTA as many A tiles as its simulated TMA loads of A say."""
+    s = Stage("sm90/07_comb_resident")
+    events, prob, cfg = model.simulate(s)
+    ex = s.exports
+    sched = a_schedule(ex, prob.m, prob.n, cfg.grid[0], s.kind.SIM_SM_COUNT)
+    a_box = ex["tmap_a_box_rows"] * ex["tmap_a_box_cols"]
+    for c in range(cfg.ctas):
+        loads = sum(1 for e in events if e["cta"] == c and e["kind"] == "tma_load" and e["tag"] == a_box)
+        assert loads == len(sched[c]) * (prob.k // ex.block_k)
+
+
+# ---- the prediction ----------------------------------------------------------------------------------------------
+
+def test_prediction_fields_and_evidence(p06, cal):
+    assert p06.ms == pytest.approx(p06.cycles / (p06.clock_ghz * 1e6))
+    assert p06.sentence.startswith("bound by ")
+    assert evidence.kinds_in(p06.evidence) == ["predicted"] and "provisional" in p06.evidence
+    d = p06.to_json()
+    assert d["provisional"] is True and d["tiles"] == 330 and d["cycles"] > 0
+    assert 0.0 <= d["dram_utilisation"] <= 0.97
+
+
+def test_clock_names_and_numbers(cal):
+    assert model.clock_of(cal, "timed")[0] == cal["clock_ghz.timed"]
+    assert model.clock_of(cal, 1.5)[0] == 1.5
+    with pytest.raises(model.PredictError, match="regimes"):
+        model.clock_of(cal, "boost")
+    with pytest.raises(model.PredictError, match="GHz"):
+        model.clock_of(cal, 1500)
+
+
+def test_predicted_trace_and_picture(p06, tmp_path):
+    tr = model.trace(p06, tmp_path / "t.json")
+    assert timing.check_trace(tr) == [] and tr["otherData"]["evidence"].startswith(timing.PREDICTED_ORDER)
+    sp = timing.protocol_spans(p06.events())
+    assert sp.order == timing.PREDICTED_ORDER and sp.unit.startswith("predicted cycles")
+    from pelib.views import protocol
+    ax = protocol.protocol_picture(p06.timing, cta=min(p06.ctas))
+    assert ax.get_xlabel().startswith("predicted cycles") and "predicted" in ax.get_title()
+
+
+def test_fit_sets_fitted_constants_from_the_06_record(cal):
+    from pelib.predict import fit
+    out, rep = fit.fit(cal, "h100", stage=Stage(fit.STAGE, fit.DEFINES), free={"l2.demand_miss": (0.0, 1.0)},
+                       iters=2, tiles=6)
+    e = out.entry("l2.demand_miss")
+    assert e["kind"] == "fitted" and "sm90/06" in e["source"] and "hopper-perf.json" in e["source"]
+    assert rep["record"].startswith("results/") and set(rep["residuals"]) == {"period", *fit.PHASES}
+    with pytest.raises(fit.FitError, match="no committed TIMING record"):
+        fit.measured_06("a100")
+
+
+def test_stage_command_line_predicts(monkeypatch, capsys):
+    from pelib import stage as stage_mod
+    fake = type("P", (), {"ms": 1.0, "cycles": 1.4e6, "evidence": "predicted (x)", "gpu_device": "H"})()
+    monkeypatch.setattr("pelib.predict.predict", lambda *a, **k: fake)
+    monkeypatch.setattr("pelib.predict.report", lambda p: "REPORT")
+    assert stage_mod.main([S06, "--device", "predict", "--gpu", "h200"]) == 0
+    assert "REPORT" in capsys.readouterr().out
+    assert stage_mod.parser().parse_args([S06, "--device", "predict"]).gpu == "h100"
+
+
+def test_stage_run_predict(monkeypatch):
+    seen = {}
+
+    def fake(stage, gpu, calibration, clock, **kw):
+        seen.update(stage=stage.key, gpu=gpu)
+        return type("P", (), {"ms": 1.0, "cycles": 1.4e6, "evidence": "predicted (x)", "gpu_device": "H"})()
+    monkeypatch.setattr(model, "predict", fake)
+    monkeypatch.setattr("pelib.predict.predict", fake)
+    res = Stage(S06).run("full", "predict", gpu="h200")
+    assert res["ms"] == 1.0 and res["evidence"] == "predicted (x)" and seen == {"stage": S06, "gpu": "h200"}
+
+
+# ---- calibration files ------------------------------------------------------------------------------------------
+
+def test_committed_calibrations_are_complete():
+    for name in cal_mod.available():
+        c = cal_mod.load(cal_mod.HERE / f"{name}.json")
+        assert set(cal_mod.REQUIRED) <= set(c.constants)
+        assert all(e["source"] for e in c.constants.values())
+
+
+def test_bad_calibrations_are_refused(tmp_path, cal):
+    doc = cal.to_json()
+    del doc["constants"]["issue.cpi"]
+    doc["constants"]["sm_count"]["kind"] = "guessed"
+    bad = cal_mod.check(doc, "x.json")
+    assert any("issue.cpi" in b for b in bad) and any("guessed" in b for b in bad)
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(cal_mod.CalibrationError, match="issue.cpi"):
+        cal_mod.load(p)
+    doc = cal.to_json()
+    doc["provisional"] = False
+    assert any("provisional" in b for b in cal_mod.check(doc))
+    with pytest.raises(cal_mod.CalibrationError, match="no calibration"):
+        cal_mod.load("a100")
+
+
+# ---- the comparison ------------------------------------------------------------------------------------------------
+
+def _pred(rows):
+    return {"meta": {"gpu": "h100"}, "predictions": [
+        {"stage": s, "defines": d, "cycles": c, "clock_ghz": 1.4, "clock": "timed"} for s, d, c in rows]}
+
+
+def test_compare_errors_and_ranking():
+    names = [p.stem for p in stages.family_stages("sm90")][:3]
+    pred = _pred([(f"sm90/{names[0]}", {}, 1.4e6), (f"sm90/{names[1]}", {}, 1.5e6), (f"sm90/{names[2]}", {}, 1.2e6),
+                  (f"sm90/{names[0]}", {"PE_WAIT_KIND": 2}, 1.3e6)])
+    meas = {"env": {"device": "H100", "date": "d"}, "variants": [
+        {"key": names[0][:2] if names[0][2] == "_" else names[0][:3], "stage": f"sm90/{names[0]}", "defines": {},
+         "median_ms": 1.0, "ok": True},
+        {"stage": f"sm90/{names[1]}", "defines": {}, "median_ms": 1.1, "ok": True, "clock_ghz": 1.5},
+        {"stage": f"sm90/{names[2]}", "defines": {}, "median_ms": 0.9, "ok": True},
+        {"stage": f"sm90/{names[0]}", "defines": {"PE_UNBOUNDED_WAIT": 1}, "median_ms": 0.95, "ok": True}]}
+    doc = compare.compare(pred, meas)
+    rows = {(r["stage"], r["defines"]): r for r in doc["rows"]}
+    assert len(rows) == 4                                   # PE_UNBOUNDED_WAIT=1 is PE_WAIT_KIND=2
+    r0 = rows[(f"sm90/{names[0]}", "")]
+    assert r0["measured_cycles"] == 1_400_000 and r0["error_cycles"] == 0.0
+    assert rows[(f"sm90/{names[1]}", "")]["clock"].startswith("the launch's own clock")
+    assert doc["summary"]["ranking_exact"] is True and doc["summary"]["kendall_tau"] == 1.0
+    assert doc["summary"]["worst"] == max(abs(r["error_cycles"]) for r in doc["rows"])
+    assert compare.table_rows(doc)[0]["error"].endswith("%")
+    with pytest.raises(compare.CompareError, match="no predicted stage"):
+        compare.compare(_pred([("sm90/nope", {}, 1.0)]), meas)
+    with pytest.raises(compare.CompareError, match="predictions"):
+        compare.compare({}, meas)
+
+
+def test_cli_compare_and_errors(tmp_path, capsys):
+    from pelib.predict.__main__ import main
+    names = [p.stem for p in stages.family_stages("sm90")][:1]
+    (tmp_path / "p.json").write_text(json.dumps(_pred([(f"sm90/{names[0]}", {}, 1.4e6)])))
+    (tmp_path / "m.json").write_text(json.dumps({"variants": [
+        {"stage": f"sm90/{names[0]}", "defines": {}, "median_ms": 1.0, "ok": True}]}))
+    assert main(["--compare", str(tmp_path / "p.json"), "--measured", str(tmp_path / "m.json"),
+                 "--out", str(tmp_path / "c.json")]) == 0
+    assert json.loads((tmp_path / "c.json").read_text())["summary"]["stages"] == 1
+    assert main(["--calibration", str(tmp_path / "missing.json"), S06]) == 2
+    assert "no calibration file" in capsys.readouterr().err
+
+
+def test_all_sm90_lists_every_stage_in_each_wait_build():
+    from pelib.predict.__main__ import WAIT_BUILDS, sm90_builds
+    b = sm90_builds()
+    assert len(b) == len(stages.family_stages("sm90")) * len(WAIT_BUILDS)
+    assert {tuple(s.defines.items()) for s in b} == {(), (("PE_WAIT_KIND", 2),)}
+
+
+# ---- a measured calibration wired in --------------------------------------------------------------------------------
+
+def _measured_doc():
+    def c(v, unit="cycles"):
+        return {"value": v, "unit": unit, "what": "x", "probe": "p", "launch": None, "clock_ghz": 1.5,
+                "regime": "short burst", "n": 1}
+
+    def pts(lat):
+        return [{"gbps": g, "lat_p50": lat + g / 10, "clock_ghz": 1.5} for g in (100.0, 1000.0, 2500.0)]
+    return {"schema": "pelib.calibration/1", "evidence": "measured (NVIDIA H100 80GB HBM3, 2026-11-28)",
+            "env": {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-28", "git": "abc", "sm_count": 132,
+                    "l2_bytes": 52428800},
+            "constants": {"clock.burst_ghz": c(1.5, "GHz"), "clock.sustained_ghz": c(1.3, "GHz"),
+                          "wgmma.m64n256k32.sm_cycles_per_wgmma": c(130.0), "wgmma.m64n256k32.latency_cycles": c(200.0),
+                          "epilogue.cpi.alone": c(2.5, "cycles/instruction"), "mbarrier.arrive_cycles": c(10.0),
+                          "mbarrier.try_wait_pass_cycles": c(30.0), "mbarrier.local_roundtrip_cycles": c(200.0),
+                          "bar_sync.256_cycles": c(20.0), "tma.load.latency_cycles.l2": c(600.0),
+                          "tma.load.latency_cycles.unloaded": c(1400.0), "tma.load.latency_cycles.scattered": c(2000.0),
+                          "dram.copy_gbps": c(3000.0, "GB/s"), "epilogue.tile_cycles.alone": c(1500.0),
+                          "epilogue.tile_cycles.no_store": c(900.0), "l2.latency_cycles.unloaded": c(270.0),
+                          "epilogue.instructions_per_tile": c(455.0, "instructions"),
+                          "tma.store.issue_cycles": c(20.0)},
+            "curves": {"tma_load.sequential": {"x": "gbps", "y": "lat_p50", "points": pts(1400.0)},
+                       "tma_load.scattered": {"x": "gbps", "y": "lat_p50", "points": pts(2000.0)},
+                       "tma_load.l2": {"x": "gbps", "y": "lat_p50", "points": pts(600.0)}}}
+
+
+def test_a_measured_calibration_replaces_the_provisional_constants(tmp_path, cal):
+    from pelib.predict import measured
+    doc = _measured_doc()
+    m = measured.from_measured(doc, "calibration-h100.json", cal)
+    assert m["tensor.flop_per_clk_sm"] == pytest.approx(2 * 64 * 256 * 32 / 130)
+    assert m["wgmma.tail_cycles"] == 70 and m["mbarrier.wake_cycles"] == 90
+    assert not set(cal_mod.FORMULA) & set(m.constants)        # the measured curves replace the DRAM formula
+    assert cal_mod.check(m.to_json()) == []
+    assert m.entry("issue.cpi")["kind"] == "measured" and "epilogue.tile_cycles.no_store" in m.entry("issue.cpi")["source"]
+    assert m.entry("l2.demand_miss")["kind"] == cal.entry("l2.demand_miss")["kind"]      # left to the 06 fit
+    assert set(m.curves) == {"tma_load.sequential", "tma_load.scattered", "tma_load.l2"}
+    assert m.provisional == any(c["kind"] == "provisional" for c in m.constants.values())
+    assert m["store.drain_cycles"] == 0 and m["issue.cpi"] == pytest.approx(900 / 455)
+    assert "launch.overhead_us" in measured.missing(doc)
+    # the curves decide the TMA latency: scattered costs more than the window at the same load
+    win, scat = MemoryState(0.5, 0.0, 1.5), MemoryState(0.5, 1.0, 1.5)
+    assert scat.tma_cycles(m, 8192) > win.tma_cycles(m, 8192) > m.curve("tma_load.l2")[0]["cycles"]
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps(doc))
+    assert measured.resolve(str(p), "h100").curves
+    with pytest.raises(cal_mod.CalibrationError, match="not a measured calibration"):
+        measured.from_measured({"schema": "other"}, "x.json", cal)
+
+
+def test_b200_calibration_is_public_fitted_or_transferred(cal):
+    from pelib.predict import blackwell
+    b = blackwell.b200_calibration(cal)
+    assert b["sm_count"] == 148 and b["tensor.flop_per_clk_sm"] == 16384
+    kinds = {n: c["kind"] for n, c in b.constants.items()}
+    assert [n for n, k in kinds.items() if k == "fitted"] == ["clock_ghz.timed", "clock_ghz.sustained"]
+    assert b["clock_ghz.timed"] == pytest.approx(6063 * 147 / 0.579e6)      # the one recorded point
+    assert set(kinds.values()) <= {"public", "fitted", "transferred", "provisional"}
+    assert cal_mod.check(b.to_json()) == [] and b.provisional
+
+
+def test_views_tables_say_predicted_and_measured():
+    from pelib.views import predict as vp
+    names = [p.stem for p in stages.family_stages("sm90")][:2]
+    pred = _pred([(f"sm90/{n}", {}, 1.4e6 + i) for i, n in enumerate(names)])
+    pred["meta"].update(device="NVIDIA H100 80GB HBM3", calibration_date="2026-11-28", provisional=False)
+    meas = {"env": {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-29"},
+            "variants": [{"stage": f"sm90/{n}", "defines": {}, "median_ms": 1.0, "ok": True} for n in names]}
+    doc = compare.compare(pred, meas)
+    doc["predictions"] = pred["meta"]
+    t = vp.comparison_table(doc)
+    assert evidence.kinds_in(t.caption) == ["predicted", "measured"] and "mean absolute error" in t.notes[0]
+    for p in pred["predictions"]:
+        p.update(ms=1.0, critical_path="bound by x")
+    assert evidence.kinds_in(vp.predictions_table(pred).caption) == ["predicted"]
+    rows = [{"stage": "fp8/09_x", "predicted_ms": 0.5, "recorded_ms": 0.54, "error": -0.07, "sign_right": None}]
+    assert "recorded" in vp.history_table(rows).caption
+
+
+def test_price_an_edit_in_one_call():
+    from pelib.views import predict as vp
+    out = vp.price(Stage(S06), "h100", seeds=(0,))
+    assert out["simulated"][0]["ok"] and out["compiled"]["registers"] > 0
+    assert out["ms"] > 0 and evidence.kinds_in(out["evidence"]) == ["predicted"]
