@@ -189,3 +189,14 @@ def test_role_phases_pair_into_spans():
     sp = events.spans(ev, order=events.MEASURED_ORDER, unit="cycles")
     got = {s.name: (s.cat, s.ts, s.dur, s.args["summed"]) for s in sp.spans}
     assert got == {"producer_wait": ("wait", 0, 40, True), "tma_issue": ("issue", 0, 90, False)}
+
+
+def test_back_to_back_landings_of_one_site_are_two_ops():
+    """Two loads of one call site on one barrier in flight at once (a resident operand loaded slice by slice)
+    land one after the other: each landing (tma_load_done + complete_tx) is its own op."""
+    def ev(seq, warp, kind, tag=None):
+        return {"seq": seq, "cta": 0, "cluster": 0, "rank": 0, "warp": warp, "lane": 0, "role": None, "kind": kind,
+                "barrier": 0x200, "parity": None, "tag": tag, "line": 231, "file": FILE}
+    log = [ev(0, 0, "tma_load", 512), ev(1, 0, "tma_load", 512), ev(2, -1, "tma_load_done", 512),
+           ev(3, -1, "complete_tx", 512), ev(4, -1, "tma_load_done", 512), ev(5, -1, "complete_tx", 512)]
+    assert [e["op"] for e in events.check(log)] == [0, 1, 0, 0, 1, 1]

@@ -31,7 +31,7 @@ FLOORS = {
     "stage": ("pelib.stage",),
     "runs": ("pelib.sim_runs", "pelib.sim_catalog", "pelib.sim_proof", "pelib.sweep", "pelib.hopper_perf",
              "pelib.blind", "pelib.calibrate", "pelib.energy", "pelib.variants", "pelib.readme", "pelib.l2policy",
-             "pelib.models.pipeline"),
+             "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell"),
     "views": ("pelib.views",),
 }
 

@@ -255,32 +255,35 @@ def _slots_and_accs(ev) -> None:
 
 
 def _ops(ev) -> None:
-    """Async op ids (from_offsets): an issue's seq, given to its completion events. Completions of one op
-    come together (one completion callback); they are matched to issues first in, first out per call site
-    (file, line), barrier and CTA, which is exact where one site has one op in flight per barrier."""
+    """Async op ids (from_offsets): an issue's seq, given to its completion events. A completion is matched
+    to the earliest pending issue of its call site (file, line), barrier and CTA (any CTA where none), first
+    in, first out; a complete_tx belongs to the landing just before it (one completion callback), and a
+    landing or a commit's arrive with no pending issue left is another destination of the op before it (a
+    multicast). Exact where one site has one op in flight per barrier; same-sized loads of one site on one
+    barrier may swap ids."""
     pending: dict = {}
-    last = None
+    prev = None
     for e in ev:
         k = e["kind"]
         if k in COMPLETES and e["warp"] >= 0:
             e["op"] = e["seq"]
             pending.setdefault((k, e["file"], e["line"]), []).append(e)
-            last = None
         elif e["warp"] < 0 and any(k in v for v in COMPLETES.values()):
-            if last is not None and last[0] == (e["file"], e["line"]) and last[1] + 1 == e["seq"]:
-                e["op"] = last[2]       # the same completion callback
+            same_site = prev is not None and (prev["file"], prev["line"]) == (e["file"], e["line"])
+            if k == "complete_tx" and same_site and prev["kind"] == "tma_load_done":
+                e["op"] = prev["op"]
             else:
                 e["op"] = _match(pending, e)
-            last = ((e["file"], e["line"]), e["seq"], e["op"])
-        else:
-            last = None
+                if e["op"] is None and same_site and prev["kind"] == k and k in ("tma_load_done", "arrive"):
+                    e["op"] = prev["op"]
+        prev = e if e["warp"] < 0 else None
 
 
 def _match(pending: dict, e: dict):
     for issue in (i for i, v in COMPLETES.items() if e["kind"] in v):
         queue = pending.get((issue, e["file"], e["line"]), [])
         for pick in ([x for x in queue if x["cta"] == e["cta"] and x["addr"] == e["addr"]],
-                     [x for x in queue if x["addr"] == e["addr"]], queue):
+                     [x for x in queue if x["addr"] == e["addr"]]):
             if pick:
                 queue.remove(pick[0])
                 return pick[0]["op"]
