@@ -256,10 +256,10 @@ def _slots_and_accs(ev) -> None:
 
 def _ops(ev) -> None:
     """Async op ids (from_offsets): an issue's seq, given to its completion events. A completion is matched
-    to the earliest pending issue of its call site (file, line), barrier and CTA (any CTA where none), first
-    in, first out; a complete_tx belongs to the landing just before it (one completion callback), and a
-    landing or a commit's arrive with no pending issue left is another destination of the op before it (a
-    multicast). Exact where one site has one op in flight per barrier; same-sized loads of one site on one
+    to the earliest pending issue of its call site (file, line), barrier, cluster and CTA (any CTA of the
+    cluster where none), first in, first out; a complete_tx belongs to the landing just before it (one
+    completion callback), and a landing or a commit's arrive with no pending issue left is another
+    destination of the op before it (a multicast). Exact where one site has one op in flight per barrier; same-sized loads of one site on one
     barrier may swap ids."""
     pending: dict = {}
     prev = None
@@ -281,11 +281,11 @@ def _ops(ev) -> None:
 
 def _match(pending: dict, e: dict):
     for issue in (i for i, v in COMPLETES.items() if e["kind"] in v):
-        queue = pending.get((issue, e["file"], e["line"]), [])
+        queue = [x for x in pending.get((issue, e["file"], e["line"]), []) if x["cluster"] == e["cluster"]]
         for pick in ([x for x in queue if x["cta"] == e["cta"] and x["addr"] == e["addr"]],
                      [x for x in queue if x["addr"] == e["addr"]]):
             if pick:
-                queue.remove(pick[0])
+                pending[(issue, e["file"], e["line"])].remove(pick[0])
                 return pick[0]["op"]
     return None
 
