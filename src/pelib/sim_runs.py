@@ -8,7 +8,8 @@ classified (ok, wrong output, deadlock, hazard, misuse, error); the catalog's pl
 A simulated run verifies protocol, indexing and data path; it has no time. Runs are cached (pelib.cache):
 the key covers every kernel file (stage, common/, sim/), pelib's host code outside the views, the stage,
 defines, problem and seed, so an edited kernel or simulator runs again. The seed has one channel: the
-argument, passed to Stage.run as both the inputs' seed and the scheduler's (sim_seed).
+argument, passed to Stage.run as the scheduler's (sim_seed: an integer or a named schedule, 'lazy' /
+'eager') and, as an integer, the inputs' seed.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from . import cache as _cache, events as _events, evidence, sim, sim_build, sim_
 from .paths import KERNELS
 from .stage import Stage, StageError
 
-SEEDS = (0, 1, 2)              # every simulated stage is shown at three scheduler seeds
+SEEDS = sim.STANDARD_SEEDS     # every simulated stage is shown at the simulator's standard schedules (lazy, eager, 0)
 PROBLEMS = ("sim", "small")    # the first the stage's kind knows: the simulator's test size, else 'small'
 OUTCOMES = ("ok", "wrong output", "deadlock", "hazard", "misuse", "error")
 _CATALOG_KIND = {"deadlock": "deadlock", "hazard": "hazard", "misuse": "misuse", "wrong output": "wrong",
@@ -60,7 +61,7 @@ class SimRun:
     stage: str
     label: str
     problem: str
-    seed: int
+    seed: int | str
     outcome: str
     verified: bool | None = None
     max_abs: float | None = None
@@ -201,7 +202,7 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
     run = SimRun(stage=s.key, label=s.label, problem=prob.name, seed=seed, outcome="error", mutation=mutation)
     t0 = time.perf_counter()
     try:
-        res = s.run(prob, "sim", seed=seed, sim_seed=seed, time=False)
+        res = s.run(prob, "sim", seed=input_seed(seed), sim_seed=seed, time=False)
     except Exception as e:   # what the simulator stopped on: a SimError, or the back end's own failure
         found = isinstance(e, sim.SimError)
         if not (found or type(e).__module__ in (sim.__name__, sim_build.__name__)):   # the back end's own
@@ -234,8 +235,14 @@ def simulate(stage, defines: dict | None = None, *, seed: int = 0, problem=None,
     return run
 
 
+def input_seed(seed: int | str) -> int:
+    """The inputs' seed of a run at scheduler seed `seed`: the integer itself, a named schedule's a fixed one
+    (10 + its place in sim.SCHEDULES, as tests/test_sim_stages.py draws them)."""
+    return seed if isinstance(seed, int) else 10 + list(sim.SCHEDULES).index(sim.default_seed(seed))
+
+
 def simulate_seeds(stage, defines: dict | None = None, seeds=SEEDS, **kw) -> list[SimRun]:
-    """simulate() at each seed (default 0, 1, 2)."""
+    """simulate() at each seed (default: the simulator's standard schedules, lazy, eager and 0)."""
     return [simulate(stage, defines, seed=k, **kw) for k in seeds]
 
 

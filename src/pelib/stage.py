@@ -427,7 +427,8 @@ class Stage:
             plan = sim.prepare(self.build if timing is None else self.timing_build(),
                                self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
                                cluster=cfg.cluster, smem=cfg.smem, kernel=self.build.kernel, arch=self.arch,
-                               defines=defines, seed=sim_seed, timing=timing is not None)
+                               defines=defines, seed=sim_seed, timing=timing is not None,
+                               names=tuple(name for _, name in self.signature))
             plan.config = cfg
             return plan
         cfg = self.launch_config(prob, info=info, grid=grid)
@@ -670,7 +671,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--calibration", default=None, help="--device predict: a calibration JSON file "
                     "(default: the GPU's committed one)")
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--sim-seed", type=int, default=0, help="the simulator's scheduler seed (--device sim; default 0)")
+    ap.add_argument("--sim-seed", type=lambda v: int(v) if v.lstrip("-").isdigit() else v, default=0,
+                    help="the simulator's scheduler seed: an integer, or lazy / eager (--device sim; default 0)")
     ap.add_argument("--grid", type=int, default=None, metavar="CTAS",
                     help="CTAs of a persistent grid (default: one wave on the GPU, the kind's few SMs on sim)")
     ap.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (Perfetto) of a TIMING run (gpu) or of "

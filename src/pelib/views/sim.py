@@ -52,7 +52,7 @@ def run_table(runs: list[SimRun], caption: str | None = None) -> Table:
                      "bad elements": "—" if r.n_bad is None else f"{r.n_bad:,} of {r.n:,}",
                      "the simulator's report": _report_text(r), "events": f"{len(r.events):,}"})
     stages = list(dict.fromkeys(r.stage for r in runs))
-    seeds = sorted({k for r in runs for k in (r.seeds or [r.seed])})
+    seeds = list(dict.fromkeys(k for r in runs for k in (r.seeds or [r.seed])))
     cap = caption or (f"{', '.join(stages)} on the simulator's problem ({runs[0].problem}), scheduler "
                       f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: output poisoned, verified against the "
                       f"torch reference — {evidence.simulated('pelib.sim, the stage’s own source on the CPU model')}")
