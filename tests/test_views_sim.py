@@ -55,8 +55,8 @@ def fake_sim(monkeypatch, tmp_path):
             if m is not None and m.expect in ("hazard", "misuse"):
                 raise sim.SimHazard(f"{m.expect}: {m.site} at line 123 (CTA 0 warp 2)",
                                     _Report(persistent_log(tiles=2), hazards=[f"{m.site} at line 123"]))
-            if m is not None:
-                state["fill"] = "off by one"
+            if m is not None:   # a wrong output where the catalog expects one; a benign edit ('clean') verifies
+                state["fill"] = "off by one" if m.expect == "wrong" else "reference"
             if state["bug"]:
                 raise sim.SimDeadlock("deadlock: CTA 0 warp 1 (MMA issuer) waits acc_empty[0] parity 0 tag 5 line 205",
                                       _Report(persistent_log(bug=state["bug"], seed=1),
@@ -264,3 +264,5 @@ def test_the_persistent_chapter_checks_its_protocol_on_the_stages_own_source(fak
     want = [m.id for m in sim_catalog.CATALOG if m.stage.split("/")[1] in fp8.PERSISTENT]
     assert [r["mutation"] for r in t.rows] == want and len(want) >= 4
     assert {r["as expected"] for r in t.rows} == {"yes"} and evidence.kinds_in(t.caption) == ["simulated"]
+    clean = [r for r in t.rows if r["expected"].startswith("runs clean")]
+    assert clean and all(r["the simulator said"] == "finished, verified" for r in clean)   # benign edits stay clean

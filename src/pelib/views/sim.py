@@ -157,6 +157,8 @@ def _expected(m) -> str:
         return f"deadlock at tag {' or '.join(str(t) for t in m.tags)}"
     if m.expect in ("hazard", "misuse"):
         return f"{m.expect} naming '{m.site}'"
+    if m.expect == "clean":
+        return "runs clean and verifies (a benign edit)"
     return "wrong output"
 
 
@@ -188,7 +190,7 @@ def _stopped(run: SimRun) -> str | None:
     return None if run.outcome in ("ok", "wrong output") else f"{run.outcome}: {_site(first_site(run), 140)}"
 
 
-def _said(run: SimRun, short: bool = False) -> str:
+def _said(run: SimRun, short: bool = False, benign: bool = False) -> str:
     """What the simulator said about a run, for a table: its outcome and the telling entry (short: the
     outcome, the blocked tags and how many waits were blocked, or the entry cut to one line)."""
     if run.outcome == "deadlock":
@@ -202,7 +204,7 @@ def _said(run: SimRun, short: bool = False) -> str:
     if run.outcome == "wrong output":
         return f"finished, output wrong: {run.n_bad:,} of {run.n:,} elements" if run.n_bad is not None else "wrong output"
     if run.outcome == "ok":
-        return "finished, verified (the mistake went unseen)"
+        return "finished, verified" + ("" if benign else " (the mistake went unseen)")
     return f"{run.outcome}: {_site(first_site(run), 220)}"
 
 
@@ -218,7 +220,8 @@ def mistake_panel(stage, mutation_id: str | None = None, *, seed: int = 0, pictu
     ok, why = sim_catalog.matches(m, sim_runs.outcome(run))
     diff = patch_text(m)
     row = {"mutation": m.id, "the mistake": m.description, "patch": diff, "expected": _expected(m),
-           "the simulator said": _said(run), "seed": run.seed, "as expected": "yes" if ok else f"NO: {why}"}
+           "the simulator said": _said(run, benign=m.expect == "clean"), "seed": run.seed,
+           "as expected": "yes" if ok else f"NO: {why}"}
     out = Shown([Table([row], f"A planted mistake in {s.key} (a source patch applied for this run only, "
                               f"pelib.sim_catalog) — {evidence.simulated()}",
                        notes=[m.why] if getattr(m, "why", "") else None)])
@@ -250,7 +253,8 @@ def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None, st
             row.update({"the simulator said": f"not run: {e}", "as expected": "NO"})
         else:
             good, _ = sim_catalog.matches(m, sim_runs.outcome(run))
-            row.update({"the simulator said": _said(run, short=True), "as expected": "yes" if good else "NO"})
+            row.update({"the simulator said": _said(run, short=True, benign=m.expect == "clean"),
+                        "as expected": "yes" if good else "NO"})
         if proof is not None:
             g = gpu.get(m.id)
             row["H100"] = _gpu_said(g) if g else ("—" if m.family != "sm90" else "not run on the H100")
