@@ -3,7 +3,7 @@ edges only (device info, the driver's tensor-map encode, the launch, CUDA events
 import pytest
 import torch
 
-SMEM_LIMIT = 227 * 1024   # the per-block opt-in limit of B200 and H100 (the stages export it as smem_limit)
+from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 
 
 def _gpu_arch():

@@ -3,8 +3,8 @@
 `persistent_log()` interleaves, with a seeded random scheduler, the roles of a cta_group::2 persistent
 GEMM (FP8 stage 09's protocol): one producer per CTA, the leader's MMA issuer, epilogue warps in both
 CTAs, a ring of `stages` slots and `accs` TMEM accumulators, and emits the events a simulator run
-records (wait_begin/wait_end, tma_load, tma_load_done, complete_tx, mma, commit, tmem_ld, arrive,
-exit) with seq as the order stamp. A planted `bug` ('acc_empty_short': the MMA issuer waits for one
+records (wait_begin/wait_end, tma_load, tma_load_done, complete_tx, mma, commit, tmem_ld, arrive, the
+commits' arrivals by the asynchronous unit (warp -1), exit) with seq as the order stamp. A planted `bug` ('acc_empty_short': the MMA issuer waits for one
 epilogue arrival more than exist) deadlocks it, leaving open waits. It is a test fixture: the views'
 tests check the picture and the tables against what is planted here; the real logs come from pelib.sim.
 """
@@ -84,24 +84,26 @@ def persistent_log(tiles: int = 4, kb: int = 3, stages: int = 2, accs: int = 2, 
                 yield from wait(0, 1, "MMA issuer", full[s], ph, 2, slot=s)
                 emit(0, 1, "MMA issuer", "mma", slot=s, acc=a)
                 emit(0, 1, "MMA issuer", "commit", slot=s, barrier=f"empty[{s}]")
-                pending.append(lambda s=s: [e[s].arrive() for e in empty])
+                pending.append(lambda s=s: [(e[s].arrive(), emit(c, -1, "async unit", "arrive", barrier=f"empty[{s}]",
+                                                                 slot=s)) for c, e in enumerate(empty)])
                 it += 1
                 yield "step"
             emit(0, 1, "MMA issuer", "commit", acc=a, barrier=f"acc_full[{a}]")
-            pending.append(lambda a=a: [f[a].arrive() for f in acc_full])
+            pending.append(lambda a=a: [(f[a].arrive(), emit(c, -1, "async unit", "arrive", barrier=f"acc_full[{a}]",
+                                                             acc=a)) for c, f in enumerate(acc_full)])
         emit(0, 1, "MMA issuer", "exit")
 
     def epilogue(c, w):
         for t in range(tiles):
             a = t % accs
-            yield from wait(c, w, f"epilogue warp {w - 2}", acc_full[c][a], (t // accs) & 1, 3, acc=a)
+            yield from wait(c, w, "epilogue", acc_full[c][a], (t // accs) & 1, 3, acc=a)
             for _ in range(2):
-                emit(c, w, f"epilogue warp {w - 2}", "tmem_ld", acc=a)
+                emit(c, w, "epilogue", "tmem_ld", acc=a)
                 yield "step"
             acc_empty[a].arrive()
-            emit(c, w, f"epilogue warp {w - 2}", "arrive", acc=a, barrier=f"acc_empty[{a}]")
+            emit(c, w, "epilogue", "arrive", acc=a, barrier=f"acc_empty[{a}]")
             yield "step"
-        emit(c, w, f"epilogue warp {w - 2}", "exit")
+        emit(c, w, "epilogue", "exit")
 
     actors = [producer(c) for c in range(ctas)] + [mma()] + [epilogue(c, 2 + w) for c in range(ctas)
                                                              for w in range(epi_warps)]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import blind, calibrate, sweep, timing
+from pelib import blind, calibrate, jobs, sweep, timing
 from pelib.stage import Stage, all_stages
 
 
@@ -83,7 +83,7 @@ def fake_entry(fake_gpu, monkeypatch):
     t = s.inputs(prob)
     ref = s.kind.reference(prob, t)
     state["fill"] = lambda: t["out"].copy_(ref)
-    monkeypatch.setattr(sweep, "_small", lambda small, st, name: (prob, t, ref))   # the check shape: the same inputs
+    monkeypatch.setattr(jobs.Context, "check_problem", lambda ctx, st, name: (prob, t, ref))   # the check shape: the same inputs
 
     class Data:
         def full(self, st):
@@ -95,7 +95,8 @@ def test_one_entry_verifies_times_and_carries_its_clock(fake_entry, tmp_path):
     data, made = fake_entry
     job = {"kind": "blind", "stage": "sm90/06_permuted_b", "defines": {}, "label": "06_permuted_b"}
     res = {}
-    blind._run_entry(job, {}, data, 3, str(tmp_path), res)
+    job["out_dir"] = str(tmp_path)
+    blind._run_entry(job, jobs.Context(data, 3, str(tmp_path)), res)
     assert res["ok"] and res["median_ms"] > 0 and res["checks"]["small"]["ok"]
     assert res["timing_run"]["launch_clock"]["ghz"] == pytest.approx(GHZ, rel=1e-3)
     assert res["clock_after"]["ghz"] == pytest.approx(GHZ, rel=1e-3) and res["clock_after"]["n"] == blind.CLOCK_AFTER

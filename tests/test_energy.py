@@ -283,22 +283,22 @@ def test_main_composes_the_report(tmp_path, monkeypatch, capsys):
     """The command's own steps on a stand-in GPU: the builds, the facts, the jobs (their results canned),
     Nsight Compute (canned), the JSON and the printed table."""
     import json
-    from pelib import bench, device, sweep
+    from pelib import bench, device, jobs
     info = fake_info("sm_90a")
     monkeypatch.setattr(device, "current", lambda: info)
     monkeypatch.setattr(device, "require", lambda arch, i=None: info)
     monkeypatch.setattr(bench, "copy_bandwidth_gb_s", lambda: {"gbps": 3000.0, "median_ms": 0.7, "nbytes": 1 << 30})
-    monkeypatch.setattr(sweep, "save_full", lambda s, d: None)
+    monkeypatch.setattr(jobs, "save_full", lambda s, d: None)
     monkeypatch.setattr(energy, "prebuild", lambda entries: [])
     rep = _report()
     seen = {}
 
-    def run_jobs(jobs, data_dir, iters, budget, job_timeout_s=90.0, module="pelib.sweep"):
-        seen["jobs"], seen["module"] = jobs, module
-        out = [{"index": i, **j, "ok": True, "n_bad": 0} for i, j in enumerate(jobs) if j["kind"] == "verify"]
-        return out + [{"index": len(jobs) - 1, **jobs[-1], "ok": True, "nvml": {"ok": True, "power_limit_w": 700.0},
+    def run_jobs(todo, data_dir, iters, budget, job_timeout_s=90.0, module="pelib.sweep", show=None):
+        seen["jobs"], seen["module"] = todo, module
+        out = [{"index": i, **j, "ok": True, "n_bad": 0} for i, j in enumerate(todo) if j["kind"] == "verify"]
+        return out + [{"index": len(todo) - 1, **todo[-1], "ok": True, "nvml": {"ok": True, "power_limit_w": 700.0},
                        "verify": {}, "burst": rep["burst"], "sustained": rep["sustained"]}]
-    monkeypatch.setattr(sweep, "run_jobs", run_jobs)
+    monkeypatch.setattr(jobs, "run", run_jobs)
     monkeypatch.setattr(energy, "run_ncu", lambda entries, d, t: {"ok": True, "entries": ["06"], "kernels": [
         {"kernel": "patch_embed_sm90", "lts__t_bytes.sum": "8.56 Gbyte"}]})
     assert energy.main(["limiter", "--out", str(tmp_path), "--budget", "600"]) == 0

@@ -10,7 +10,6 @@ from pelib import build as B
 from pelib import device, problems, stages, staging
 from pelib.kinds.base import KindError, bf16_bits, bf16_value
 from pelib.kinds.fp8 import check_epi_map, epi_columns, epilogue_map
-from pelib.models import protocol
 from pelib.stage import Stage, StageError
 from pelib.views import fp8 as F
 
@@ -577,17 +576,6 @@ def test_scheduler_header_compiles_for_hopper_too(tmp_path):
                    '  out[threadIdx.x] = n; }\n')
     for arch in ("sm_90a", "sm_100a"):
         assert B.build(src, arch, cache=False).facts.spills == 0
-
-
-def test_protocol_model_holds():
-    for kw in ({}, {"stages": 2, "tiles": 9}, {"stages": 6}, {"acc_bufs": 1, "tiles": 5}, {"epi_warps": 5}):
-        r = protocol.persistent(**kw)
-        assert r["ok"], r
-
-
-@pytest.mark.parametrize("bug", list(protocol.PERSISTENT_BUGS))
-def test_protocol_model_catches_planted_bugs(bug):
-    assert not protocol.persistent(bug=bug)["ok"]
 
 
 # ---- host side ------------------------------------------------------------------------------

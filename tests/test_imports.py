@@ -1,4 +1,5 @@
-"""pelib's import graph: no cycles, and no function-local import of a pelib module without a comment saying why.
+"""pelib's import graph: no cycles, no import up a floor, and no function-local import of a pelib module
+without a comment saying why.
 
 The graph is read from the sources (ast), so an import hidden inside a function counts like one at
 the top: a cycle held together by a local import is still a cycle.
@@ -6,6 +7,7 @@ the top: a cycle held together by a local import is still a cycle.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PELIB = Path(__file__).resolve().parents[1] / "src" / "pelib"
@@ -17,6 +19,41 @@ def _module(path: Path) -> str:
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
+
+
+# The floors of the house, bottom to top (DESIGN: paths and device at the ground, views at the top): a
+# module imports from its own floor or below. A module not named here is on the library floor; one that
+# runs stages (imports pelib.stage) is named on the floor above it.
+FLOORS = {
+    "ground": ("pelib.paths", "pelib.clock", "pelib.evidence", "pelib.cache", "pelib.elf", "pelib.sass",
+               "pelib.descriptors", "pelib.reference", "pelib.limits", "pelib.notebook", "pelib.device"),
+    "library": (),
+    "stage": ("pelib.stage",),
+    "runs": ("pelib.sim_runs", "pelib.sim_catalog", "pelib.sim_proof", "pelib.sweep", "pelib.hopper_perf",
+             "pelib.blind", "pelib.calibrate", "pelib.energy", "pelib.variants", "pelib.readme", "pelib.l2policy",
+             "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell"),
+    "views": ("pelib.views",),
+}
+
+
+# an import the graph cannot see: importlib or __import__ of pelib (a literal name, or a variable holding one)
+DYNAMIC = re.compile(r"""(?:import_module|__import__)\(\s*(?:f?["'](?:pelib\b|\.)|[a-z_]+\))""")
+
+
+def floor(mod: str) -> int:
+    """The floor of a module: the deepest FLOORS entry that names it or a package above it."""
+    names = list(FLOORS)
+    for i, name in reversed(list(enumerate(names))):
+        if any(mod == m or mod.startswith(m + ".") for m in FLOORS[name]):
+            return i
+    return names.index("library")
+
+
+def upward(edges) -> list[str]:
+    """'a -> b (floor x -> y)' for every import of a module on a higher floor."""
+    names = list(FLOORS)
+    return [f"{a} -> {b} ({names[floor(a)]} -> {names[floor(b)]})" for a, ts in sorted(edges.items())
+            for b in sorted(ts) if floor(b) > floor(a)]
 
 
 def _targets(node, mod: str, is_pkg: bool, modules: set[str]) -> list[str]:
@@ -102,7 +139,7 @@ def figures() -> dict:
     edges, bare = graph()
     n_local = len({(m, line) for m, ts in edges.items() for uses in ts.values() for line, loc in uses if loc})
     return {"modules": len(edges), "edges": sum(len(m) for m in edges.values()), "cycles": cycles(edges),
-            "local imports": n_local, "local imports without a why": bare}
+            "upward imports": upward(edges), "local imports": n_local, "local imports without a why": bare}
 
 
 def test_no_import_cycles():
@@ -115,15 +152,31 @@ def test_the_cycle_check_can_fail():
     assert cycles(edges) == [["a", "b", "c"]]
 
 
+def test_no_import_runs_up_a_floor():
+    up = upward(graph()[0])
+    assert up == [], ("imports that run up the floors of tests/test_imports.py FLOORS (move the shared part down, "
+                      "or name the module on its floor):\n  " + "\n  ".join(up))
+
+
+def test_the_floor_check_can_fail():
+    assert DYNAMIC.search('importlib.import_module("pelib.sim")') and DYNAMIC.search("import_module(name)")
+    assert not DYNAMIC.search('__import__("torch")')
+    assert upward({"pelib.device": {"pelib.views.html": []}, "pelib.views.sim": {"pelib.stage": []}}) == [
+        "pelib.device -> pelib.views.html (ground -> views)"]
+    assert floor("pelib.kinds.fp8") == floor("pelib.timing") == list(FLOORS).index("library")
+
+
+def test_no_importlib_imports_of_pelib():
+    """Every import of a pelib module is an import statement the graph sees (no importlib, no __import__)."""
+    hits = [f"{p.relative_to(PELIB.parent)}:{n}" for p in sorted(PELIB.rglob("*.py"))
+            for n, line in enumerate(p.read_text().splitlines(), 1) if DYNAMIC.search(line)]
+    assert hits == [], hits
+
+
 def test_function_local_pelib_imports_say_why():
     _, bare = graph()
     assert bare == [], ("function-local imports of pelib modules without a comment saying why "
                         "(move them to the top of the module):\n  " + "\n  ".join(bare))
-
-
-if __name__ == "__main__":  # python tests/test_imports.py: the figures the README quotes
-    import json
-    print(json.dumps(figures(), indent=1))
 
 
 def test_family_adapters_stay_small():
@@ -133,3 +186,8 @@ def test_family_adapters_stay_small():
              if p.name not in ("__init__.py", "base.py")}
     assert set(sizes) == {"fp8.py", "nvfp4.py", "sm90.py"}, sizes
     assert sum(sizes.values()) <= 800, sizes
+
+
+if __name__ == "__main__":  # python tests/test_imports.py: the figures the README quotes
+    import json
+    print(json.dumps(figures(), indent=1))

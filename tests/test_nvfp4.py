@@ -14,7 +14,7 @@ from pelib.models import overlap
 from pelib.views import nvfp4
 
 COUNTS = nvfp4.STAGE_COUNTS
-SMEM_LIMIT = 227 * 1024            # sm_100 max dynamic shared memory per block (CUDA C Programming Guide, table 23)
+from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 STAGE_BYTES = 2 * 128 * 128 + 2 * 2048   # A and B: 128 rows x 128 B of packed E2M1; SFA, SFB: 4 atoms of 512 B
 
 

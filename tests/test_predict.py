@@ -194,7 +194,7 @@ def test_predicted_trace_and_picture(p06, tmp_path):
     assert sp.order == timing.PREDICTED_ORDER and sp.unit.startswith("predicted cycles")
     from pelib.views import protocol
     ax = protocol.protocol_picture(p06.timing, cta=min(p06.ctas))
-    assert ax.get_xlabel().startswith("predicted cycles") and "predicted" in ax.get_title()
+    assert ax.get_xlabel().startswith("predicted cycles") and "predicted" in ax.get_title("left")
 
 
 def test_fit_sets_fitted_constants_from_the_06_record(cal):

@@ -24,7 +24,7 @@ PROJECTS = re.compile(r"CUTLASS|cutlass|DeepGEMM|deep_gemm|learn-cuda|gau-nernst
 # Names of files pelib writes or a command's argument (not citations): each with what it is.
 WRITTEN = {
     "meta.json": "the compile cache's entry metadata (pelib.cache)",
-    "run.json": "a cached simulated run (pelib.views.sim)",
+    "run.json": "a cached simulated run (pelib.sim_runs)",
     "jobs.json": "sim_proof's job list, written for its workers",
     "out.json": "the --trace / -o argument of a command",
     "OUT.json": "the --trace argument's metavar",

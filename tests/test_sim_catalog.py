@@ -277,7 +277,7 @@ def test_mutation_reported_by_the_simulator(runs, mid):
     for seed in SEEDS:
         out = runs[(mid, seed)]
         ok, why = C.matches(m, out)
-        assert ok, f"{mid}, simulator seed {seed} (PELIB_SIM_SEED={seed} reproduces it): {why}"
+        assert ok, f"{mid}, simulator seed {seed} (--sim-seed {seed} reproduces it): {why}"
 
 
 @needs_cxx

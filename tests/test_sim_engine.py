@@ -141,7 +141,7 @@ def test_deadlock_names_the_wait():
         plan.run()
     msg = str(e.value)
     assert "tag 7" in msg and "parity 0" in msg and "pending arrivals 1 of 2" in msg
-    assert "sim_engine.cu:" in msg and "PELIB_SIM_SEED=0" in msg
+    assert "sim_engine.cu:" in msg and "--sim-seed 0" in msg
     rep = e.value.report
     assert not rep.ok and rep.tags == (7,)
     d = rep.deadlock[0]

@@ -3,7 +3,7 @@ at its family's test size (problem 'sim': several K blocks, more tiles than the 
 clusters), through the same host path as on a GPU (Stage.run: tensor maps, launch shape, argument binding,
 pelib.verify's tolerances), with the standard schedules each (pelib.sim.STANDARD_SEEDS: asynchronous operations
 completing as late as allowed, as early as allowed, and a random interleaving); on exact-arithmetic inputs the
-output is the reference bit for bit. A failure names the seed: PELIB_SIM_SEED=<seed> reproduces it."""
+output is the reference bit for bit. A failure names the seed: --sim-seed <seed> reproduces it."""
 import pytest
 import torch
 
@@ -30,7 +30,7 @@ def run_sim(key, defines, seed, exact=False):
     data = seed if isinstance(seed, int) else SEEDS.index(seed) + 10   # the inputs' seed: an integer
     t = s.inputs("sim", data, "sim", exact=exact) if exact else None
     r = s.run("sim", "sim", seed=data, sim_seed=seed, time=False, inputs=t)
-    assert r["ok"], f"{s.label} seed {seed} (PELIB_SIM_SEED={seed}): {r['verify']}"
+    assert r["ok"], f"{s.label} seed {seed} (--sim-seed {seed}): {r['verify']}"
     assert r["sim"].ok and r["sim"].seed == seed
     return s, r, t
 

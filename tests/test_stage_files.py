@@ -12,7 +12,7 @@ from pelib.paths import KERNELS
 VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_in_kernel", "grid_kind",
               "tile_m", "tile_n", "block_k", "pipeline_stages", "epi_warps", "barrier_bytes", "wait_kind")
 TMAP_FIELDS = ("box_rows", "box_cols", "swizzle", "elem_bytes")
-SMEM_LIMIT = 227 * 1024   # CUDA C++ Programming Guide, technical specifications: 227 KB per block on sm_90 / sm_100
+from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 
 STAGE_FILES = stages.all_stages()
 IDS = [str(p.relative_to(KERNELS)) for p in STAGE_FILES]

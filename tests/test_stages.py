@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from pelib import stages, tma
+from pelib import sim, stages, tma
 from pelib.kinds.base import KindError
 from pelib.stage import Stage, StageError, all_stages, parse_signature
 
 ALL = all_stages()
 IDS = [s.key for s in ALL]
-SMEM_LIMIT = 227 * 1024   # CUDA C++ Programming Guide: 227 KB per block on sm_90 and sm_100
+from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 
 
 @pytest.fixture(scope="module", params=ALL, ids=IDS)
@@ -168,18 +168,11 @@ def test_problem_that_does_not_tile_is_refused():
 
 def test_sim_device_plans_the_same_launch(stage):
     """device='sim' gives pelib.sim's plan with the launch shape and the arguments a GPU launch binds
-    (tests/test_sim_stages.py runs them); a tree without pelib.sim names what is missing instead."""
+    (tests/test_sim_stages.py runs them)."""
     prob, t = small_inputs(stage)
-    try:
-        from pelib import sim
-    except ModuleNotFoundError:
-        from pelib.stage import SimUnavailable
-        with pytest.raises(SimUnavailable, match="pelib.sim"):
-            stage.plan(prob, t, device="sim")
-        return
-    plan = stage.plan(prob, t, device="sim")
+    plan = stage.plan(prob, t, device="sim", sim_seed=3)
     ex = stage.exports
-    assert isinstance(plan, sim.SimPlan) and plan.config is not None
+    assert isinstance(plan, sim.SimPlan) and plan.config is not None and plan.seed == 3
     assert plan.block == (ex.num_threads, 1, 1) and plan.smem == ex.smem_bytes
     assert plan.cluster == plan.config.cluster and plan.grid == plan.config.grid
     assert plan.grid[0] % ex.cluster_x == 0

@@ -4,13 +4,13 @@ import re
 import numpy as np
 import pytest
 
-from pelib import timing as T
+from pelib import events, timing as T
 
 
 def test_phases_parsed_from_header():
     ph = T.phases()
     assert ph[0] == "producer_wait" and "kloop" in ph.values() and "epi_phase1" in ph.values()
-    text = T.HEADER.read_text()
+    text = events.HEADER.read_text()
     count = int(re.search(r"PE_PHASE_COUNT\s*=\s*(\d+)", text).group(1))
     assert len(ph) == count
     assert T.phase_id("kloop") == [k for k, v in ph.items() if v == "kloop"][0]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from pelib import paths, timing
+from pelib import events, paths, timing
 from pelib import stage as stage_mod
 
 H100 = paths.RESULTS / "2026-11-24-h100"
@@ -78,7 +78,7 @@ def test_measured_trace_from_the_committed_h100_records():
     assert "consumer warpgroup 2 (warp 8)" in threads and "ring: tile in flight (1)" in threads
     # every recorded (warp, tile, phase) of those CTAs is one X event of its duration
     rec = t.recorded[:4]
-    xs = [e for e in tr["traceEvents"] if e["ph"] == "X" and e["tid"] < timing.RING_TID]
+    xs = [e for e in tr["traceEvents"] if e["ph"] == "X" and e["tid"] < events.RING_TID]
     assert len(xs) == int(rec.sum())
     d = t.durations[:4]
     assert sorted(e["dur"] for e in xs) == sorted(d[~np.isnan(d)].tolist())
@@ -108,9 +108,10 @@ def test_simulated_trace_is_order_not_time(tmp_path):
     assert by["mma"]["ph"] == "i" and by["mma"]["ts"] == 5 and by["mma"]["cat"] == "issue"
     assert by["ring slot 0 held"]["ts"] == 0 and by["ring slot 0 held"]["dur"] == 6   # tma_load .. the MMA's release
     assert by["wait tmem_full[0] (tag 4) (never ends)"]["args"]["open"] is True
-    assert by["accumulator 0 held (never released)"]["tid"] == timing.ACC_TID
+    assert by["accumulator 0 held (never released)"]["tid"] == events.ACC_TID
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "thread_name"}
-    assert names[(0, 0)] == "producer" and names[(0, 1)] == "mma" and names[(0, timing.RING_TID)] == "ring slot 0"
+    assert names[(0, 0)] == "producer (warp 0)" and names[(0, 1)] == "mma (warp 1)"
+    assert names[(0, events.RING_TID)] == "ring slot 0"
     procs = [e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "process_name"]
     assert procs == ["CTA 0 (cluster 0, rank 0)"]
 
@@ -192,7 +193,7 @@ def test_cli_trace_gpu_writes_trace_and_records(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_trace_sim_writes_the_event_log(tmp_path, monkeypatch):
-    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20: {
+    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20, sim_seed=0: {
         "ok": True, "problem": problem, "label": self.label, "events": _sim_events()})
     out = tmp_path / "s.json"
     assert stage_mod.main(["fp8/01_warp_specialized", "--device", "sim", "--trace", str(out)]) == 0
@@ -203,6 +204,7 @@ def test_cli_trace_sim_writes_the_event_log(tmp_path, monkeypatch):
 # ---- the protocol picture (pelib.views.protocol): the same spans, labelled by their evidence ---------------
 
 def test_protocol_picture_measured_and_simulated():
+    """One function draws both: the measured picture and the simulated one, each titled by its evidence."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -211,17 +213,18 @@ def test_protocol_picture_measured_and_simulated():
     t = protocol.committed_records()
     assert t is not None and t.meta["stage"] == "sm90/06_permuted_b"
     ax = protocol.protocol_picture(t)
-    title = ax.get_title()
+    title = ax.get_title("left")
     assert "measured clock64 (NVIDIA H100 80GB HBM3, 2026-11-24" in title and "not time" not in title
-    ticks = [x.get_text() for x in ax.get_yticklabels()][::-1]      # top to bottom
+    ticks = [x.get_text() for x in ax.get_yticklabels()]      # top to bottom
     assert ticks == ["producer (warp 0)", "consumer warpgroup 1 (warp 4)", "consumer warpgroup 2 (warp 8)",
                      "ring: tile in flight (1)", "ring: tile in flight (2)"]
     assert "cycles" in ax.get_xlabel()
+    assert ax.protocol_spans.spans == timing.timing_spans(t, ctas=[0]).spans     # the trace's spans
     plt.close(ax.figure)
     ax = protocol.protocol_picture(_sim_events(), stage="synthetic")
-    assert ax.get_title().endswith("simulated order, not time") and "measured" not in ax.get_title()
-    assert [x.get_text() for x in ax.get_yticklabels()][::-1] == ["producer", "mma", "epilogue 0", "ring slot 0",
-                                                                  "accumulator 0"]
+    assert ax.get_title("left").endswith("simulated order, not time") and "measured" not in ax.get_title("left")
+    assert [x.get_text() for x in ax.get_yticklabels()] == ["producer (warp 0)", "mma (warp 1)", "epilogue 0 (warp 2)",
+                                                            "ring slot 0", "accumulator 0"]
     assert ax.get_xlabel() == "simulated order (seq), not time"
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="no events or records for CTA 5"):
@@ -252,7 +255,7 @@ def test_committed_simulator_trace_of_fp8_09():
 
 def test_cli_sweep_with_trace_writes_one_file_per_position(tmp_path, monkeypatch, capsys):
     """--sweep NUM_STAGES=2,3 --trace t.json wrote both traces to t.json: the first was lost without a word."""
-    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20: {
+    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20, sim_seed=0: {
         "ok": True, "problem": problem, "label": self.label, "events": _sim_events()})
     out = tmp_path / "t.json"
     assert stage_mod.main(["fp8/06_stages", "--device", "sim", "--sweep", "NUM_STAGES=2,3", "--trace", str(out)]) == 0

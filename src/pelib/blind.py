@@ -32,12 +32,11 @@ import shutil
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
-from . import bench, calibrate, clock, device, hopper_perf, launch, sweep
+from . import bench, calibrate, clock, device, hopper_perf, jobs, launch, sweep
 from . import timing as _timing
 from .stage import Stage, all_stages
 
@@ -143,13 +142,14 @@ def _clock_after(s: Stage, prob, t, n: int = CLOCK_AFTER) -> dict:
             "per_sm_max": float(max(per_sm_max)) if per_sm_max else None}
 
 
-def _run_entry(job, small, data, iters, out_dir, res) -> None:
-    """Verify and time (pelib.sweep), then the launch clock two ways; 06's phases over every tile."""
-    sweep._run_variant(job, small, data, iters, res)
+def _run_entry(job, ctx: jobs.Context, res: dict) -> None:
+    """Verify and time (pelib.sweep's variant job), then the launch clock two ways; 06's phases over every tile."""
+    sweep.variant(job, ctx, res)
     if not res.get("ok"):
         return
+    out_dir = job["out_dir"]
     s = Stage(job["stage"], job["defines"])
-    prob, t, _ = data.full(s)
+    prob, t, _ = ctx.data.full(s)
     tm, tms = _timing_run(timing_stage(job["stage"], job["defines"]), prob, t)
     lc = tm.launch_clock(min_ns=50_000.0)
     res["timing_run"] = {"launch_clock": lc, **tms,
@@ -172,22 +172,7 @@ def _run_entry(job, small, data, iters, out_dir, res) -> None:
                                              for p, r in tm.summary().items()}}
 
 
-def _worker(jobs_file: str, data_dir: str, start: int, iters: int) -> None:
-    jobs = json.loads(Path(jobs_file).read_text())
-    data, small = sweep._Data(data_dir), {}
-    for i in range(start, len(jobs)):
-        job = jobs[i]
-        print(f"START {i}", flush=True)
-        res = {"index": i, **job}
-        try:
-            _run_entry(job, small, data, iters, job["out_dir"], res)
-        except Exception as e:   # a launch error or fault: reported; a fault leaves the context dead
-            res.update(ok=False, error=f"{type(e).__name__}: {e}"[:2000], trace=traceback.format_exc()[-2000:])
-            print("JOB " + json.dumps(res, default=str), flush=True)
-            if type(e).__name__ in ("KernelFault", "KernelHang"):
-                sys.exit(3)
-            continue
-        print("JOB " + json.dumps(res, default=str), flush=True)
+KINDS = {"blind": _run_entry}    # this runner's job kind (pelib.jobs' worker protocol)
 
 
 # ---- the command ---------------------------------------------------------------------------------------
@@ -212,12 +197,10 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for the whole run (entries run while it lasts)")
     ap.add_argument("--iters", type=int, default=ITERS)
     ap.add_argument("--stage", action="append", default=None, help="only these stage files (family/name)")
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    jobs.worker_args(ap)
     a = ap.parse_args(argv)
     if a.worker:
-        _worker(a.worker, a.data, a.start, a.iters)
+        jobs.worker(KINDS, a.worker, a.data, a.start, a.iters)
         return 0
     t_start = time.time()
     info = device.require("sm_90a")
@@ -246,12 +229,14 @@ def main(argv=None) -> int:
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     data_dir = tempfile.mkdtemp(prefix="pelib-blind-", dir=shm)
     try:
-        sweep.save_full(Stage(todo[0][0]), data_dir)
+        jobs.save_full(Stage(todo[0][0]), data_dir)
         import torch
         torch.cuda.empty_cache()
-        jobs = [{"kind": "blind", "stage": k, "defines": d, "label": label(k, d), "out_dir": str(out_dir)} for k, d in todo]
+        batch = [{"kind": "blind", "stage": k, "defines": d, "label": label(k, d), "out_dir": str(out_dir)}
+                 for k, d in todo]
         left = a.budget - (time.time() - t_start) - 20
-        res = sweep.run_jobs(jobs, data_dir, a.iters, left, job_timeout_s=120.0, module="pelib.blind")
+        res = jobs.run(batch, data_dir, a.iters, left, job_timeout_s=120.0, module="pelib.blind",
+                       show=sweep.show_job)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     doc = {"schema": SCHEMA, "evidence": f"measured ({info.name}, {env['date'][:10]})", "env": env, "copy": copy,

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 from . import clock
-from .views import notebook_setup   # the banner opens every chapter: it sets the notebook's figures up
+from .notebook import notebook_setup   # the banner opens every chapter: it sets the notebook's figures up
 
 # Page modes, in the words the banner uses.
 LIVE = "live"                  # an sm_100 GPU: the sm_100a stages run here

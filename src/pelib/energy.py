@@ -5,7 +5,7 @@
 
 Settings-free: nothing here sets a clock, a power limit or a mode; every test measures the card as it
 is. The entries (LIMITER, STAGES: stage builds, cuBLAS calls, the probes of 06) run in one worker
-process (pelib.sweep.run_jobs), interleaved, so that each sees the thermal state the others leave:
+process (pelib.jobs), interleaved, so that each sees the thermal state the others leave:
  1. verify: each stage on the full problem (NaN-poisoned output against the torch reference), and every
     entry on the zeros and ones inputs against their exact outputs;
  2. burst, per input set (random, zeros, ones) and round, the entries in rotating order, each after
@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import baselines, bench, calibrate, device, launch, nvml, results, sass_account, sweep
+from . import baselines, bench, calibrate, device, jobs, launch, nvml, results, sass_account, sweep
 from . import timing as _timing
 from .kinds import sm90 as k90
 from .stage import Stage
@@ -462,7 +462,7 @@ def _ncu_target(spec: str, data_dir: str) -> None:
     """Body profiled by Nsight Compute: each entry once, in order (stages, then cuBLAS calls)."""
     import torch
     entries = [Entry.from_dict(d) for d in json.loads(spec)]
-    data = sweep._Data(data_dir)
+    data = jobs.Data(data_dir)
     prob, t, _ = data.full(Stage("sm90/06_permuted_b"))
     for e in entries:
         r = Runner(e, prob, t)
@@ -473,7 +473,7 @@ def _ncu_target(spec: str, data_dir: str) -> None:
 
 def run_ncu(entries: list[Entry], data_dir: str, timeout_s: float) -> dict:
     """NCU_METRICS of one launch of each entry (clocks left as they are), per kernel in launch order."""
-    ncu = sweep._tool("ncu")
+    ncu = jobs.tool("ncu")
     if not ncu:
         return {"ok": False, "error": "ncu not found"}
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--page", "raw",
@@ -486,7 +486,7 @@ def run_ncu(entries: list[Entry], data_dir: str, timeout_s: float) -> dict:
                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"did not finish in {timeout_s:.0f} s"}
-    rows = sweep._parse_ncu_csv(p.stdout, keep=list(NCU_METRICS))
+    rows = jobs.parse_ncu_csv(p.stdout, keep=list(NCU_METRICS))
     if not rows:
         return {"ok": False, "error": f"exit {p.returncode}: " + " | ".join((p.stdout + p.stderr).splitlines()[-6:])[:600]}
     return {"ok": True, "kernels": rows, "entries": [e.name for e in entries], "wall_s": round(time.time() - t0, 1)}
@@ -536,26 +536,6 @@ def ncu_per_tile(res: dict, problem) -> list[dict]:
 
 # ---- jobs, main ---------------------------------------------------------------------------------------------
 
-def _worker(jobs_file: str, data_dir: str, start: int, iters: int) -> None:
-    import traceback
-    jobs = json.loads(Path(jobs_file).read_text())
-    data = sweep._Data(data_dir)
-    for i in range(start, len(jobs)):
-        job = jobs[i]
-        print(f"START {i}", flush=True)
-        res = {"index": i, **job}
-        try:
-            res.update(_run_job(job, data, iters))
-            res.setdefault("ok", True)
-        except Exception as ex:
-            res.update(ok=False, error=f"{type(ex).__name__}: {ex}"[:2000], trace=traceback.format_exc()[-2000:])
-            print("JOB " + json.dumps(res, default=str), flush=True)
-            if type(ex).__name__ in ("KernelFault", "KernelHang"):
-                sys.exit(3)
-            continue
-        print("JOB " + json.dumps(res, default=str), flush=True)
-
-
 def _full(data):
     return data.full(Stage("sm90/06_permuted_b"))
 
@@ -586,6 +566,13 @@ def _run_job(job: dict, data, iters: int) -> dict:
                            rounds=job.get("rounds"), inputs=tuple(job.get("inputs", INPUTS))))
         return out
     raise EnergyError(f"unknown job kind {job['kind']!r}")
+
+
+def _job(job: dict, ctx: jobs.Context, res: dict) -> dict:
+    return _run_job(job, ctx.data, ctx.iters)
+
+
+KINDS = {"verify": _job, "measure": _job}    # this runner's job kinds (pelib.jobs' worker protocol)
 
 
 def summarize(report: dict) -> list[dict]:
@@ -679,11 +666,11 @@ def prebuild(entries: list[Entry], workers: int | None = None) -> list[str]:
 
 def plan_jobs(entries: list[Entry], rounds: dict | None = None, inputs=INPUTS) -> list[dict]:
     """The worker jobs: each stage entry verified (not the probes), then one measuring job of all entries."""
-    jobs = [{"kind": "verify", "entry": e.as_dict(), "label": f"verify {e.name}"}
-            for e in entries if e.stage and not e.probe]
-    jobs.append({"kind": "measure", "entries": [e.as_dict() for e in entries], "label": "measure",
-                 "rounds": rounds or ROUNDS, "inputs": list(inputs)})
-    return jobs
+    out = [{"kind": "verify", "entry": e.as_dict(), "label": f"verify {e.name}"}
+           for e in entries if e.stage and not e.probe]
+    out.append({"kind": "measure", "entries": [e.as_dict() for e in entries], "label": "measure",
+                "rounds": rounds or ROUNDS, "inputs": list(inputs)})
+    return out
 
 
 def main(argv=None) -> int:
@@ -696,12 +683,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one round per input set, random and zeros only")
     ap.add_argument("--ncu-target", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    jobs.worker_args(ap)
     a = ap.parse_args(argv)
     if a.worker:
-        _worker(a.worker, a.data, a.start, a.iters)
+        jobs.worker(KINDS, a.worker, a.data, a.start, a.iters)
         return 0
     if a.ncu_target:
         _ncu_target(a.ncu_target, a.data)
@@ -734,13 +719,13 @@ def main(argv=None) -> int:
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     data_dir = tempfile.mkdtemp(prefix="pelib-energy-", dir=shm)
     try:
-        sweep.save_full(Stage("sm90/06_permuted_b"), data_dir)
+        jobs.save_full(Stage("sm90/06_permuted_b"), data_dir)
         torch.cuda.empty_cache()
         print(f"[data] saved ({time.time() - t_start:.0f} s)", flush=True)
-        jobs = plan_jobs(entries, rounds, inputs)
+        todo = plan_jobs(entries, rounds, inputs)
         left = a.budget - (time.time() - t_start) - (0 if a.no_ncu else 60)
-        res = sweep.run_jobs(jobs, data_dir, a.iters, left, job_timeout_s=max(60.0, left - 10),
-                             module="pelib.energy")
+        res = jobs.run(todo, data_dir, a.iters, left, job_timeout_s=max(60.0, left - 10), module="pelib.energy",
+                       show=sweep.show_job)
         report["verified"] = {r["entry"]["name"]: {k: r.get(k) for k in ("ok", "n_bad", "n_nan", "max_abs", "error")}
                               for r in res if r["kind"] == "verify"}
         bad = [n for n, v in report["verified"].items() if not v.get("ok")]

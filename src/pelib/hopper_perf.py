@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import baselines, bench, device, problems, results, sweep
+from . import baselines, bench, device, jobs, problems, results, sweep
 from . import timing as _timing
 from .stage import Stage, find
 
@@ -69,9 +69,9 @@ def label(key: str, defines: dict) -> str:
     return stage(key, defines).label
 
 
-def _full(data: sweep._Data):
+def _full(ctx: jobs.Context):
     """(problem, tensors, reference) of the full problem, saved by main() for the workers."""
-    return data.full(stage("06"))
+    return ctx.data.full(stage("06"))
 
 
 def wait_build(defines: dict) -> str:
@@ -80,46 +80,12 @@ def wait_build(defines: dict) -> str:
 
 # ---- worker ----------------------------------------------------------------------------------------
 
-def _worker(jobs_file: str, data_dir: str, start: int, iters: int) -> None:
-    import traceback
-    jobs = json.loads(Path(jobs_file).read_text())
-    full = sweep._Data(data_dir)
-    small: dict = {}
-    for i in range(start, len(jobs)):
-        job = jobs[i]
-        print(f"START {i}", flush=True)
-        res = {"index": i, **job}
-        try:
-            kind = job["kind"]
-            if kind == "variant":
-                sweep._run_variant({**job, "stage": stage(job["key"]).key}, small, full, iters, res)
-                if res.get("ok"):
-                    _, t, _ = _full(full)
-                    res["precision"] = baselines.precision(t["out"], t, target="gemm+comb")
-            elif kind == "probe":
-                res.update(_run_probe(job, full, iters))
-            elif kind == "clock":
-                res.update(_run_clock(job, full))
-            elif kind == "load":
-                res.update(_run_load(job, full))
-            elif kind == "baselines":
-                res.update(_run_baselines(job, full, iters, data_dir))
-            res.setdefault("ok", True)
-        except Exception as e:
-            res.update(ok=False, error=f"{type(e).__name__}: {e}"[:2000], trace=traceback.format_exc()[-2000:])
-            print("JOB " + json.dumps(res, default=str), flush=True)
-            if type(e).__name__ in ("KernelFault", "KernelHang"):
-                sys.exit(3)
-            continue
-        print("JOB " + json.dumps(res, default=str), flush=True)
-
-
-def _run_probe(job, full, iters) -> dict:
+def _run_probe(job, ctx: jobs.Context, res: dict) -> dict:
     """Time a probe build on the full problem (its output is not checked: it is wrong by design)."""
-    fp, t, _ = _full(full)
+    fp, t, _ = _full(ctx)
     s = Stage(PROBE, job["defines"])
-    st = s.run(fp, inputs=t, verify=False, iters=iters)
-    st["repeat_median_ms"] = s.run(fp, inputs=t, verify=False, iters=iters)["median_ms"]
+    st = s.run(fp, inputs=t, verify=False, iters=ctx.iters)
+    st["repeat_median_ms"] = s.run(fp, inputs=t, verify=False, iters=ctx.iters)["median_ms"]
     return {k: st[k] for k in ("median_ms", "p10_ms", "p90_ms", "n", "tflops", "gbps", "repeat_median_ms") if k in st}
 
 
@@ -165,10 +131,10 @@ def clock_stats(tm, tiles_per_tile_cycles: int = WGMMA_CYCLES_PER_TILE) -> dict:
     return out
 
 
-def _run_clock(job, full) -> dict:
+def _run_clock(job, ctx: jobs.Context, res: dict) -> dict:
     """A whole-run TIMING build on the full problem: clock_stats, and the SM clock it ran at."""
     import torch
-    fp, t, _ = _full(full)
+    fp, t, _ = _full(ctx)
     s = stage(job["key"], {**job["defines"], "PE_TIMING_TILES": PROFILE_TILES})
     cfg = s.launch_config(fp, info=device.current())
     lay = _timing.layout(s.timing_build(), cfg.ctas)
@@ -235,22 +201,28 @@ def _smi_sample(fn, seconds: float = 2.0) -> dict:
             "limit_reasons": reasons, "fields": fields}
 
 
-def _run_load(job, full) -> dict:
+def _run_load(job, ctx: jobs.Context, res: dict) -> dict:
     """nvidia-smi clocks and power under our kernel and under cuBLAS (fast accumulation) in a loop."""
-    fp, t, _ = _full(full)
+    fp, t, _ = _full(ctx)
     r = stage(job["key"], job["defines"]).plan(fp, t)
     out = {"ours": _smi_sample(r.run)}
     out["cublas_gemm_fastacc"] = _smi_sample(baselines.cublas_fns(fp, t)["cublas_gemm_fastacc"])
     return out
 
 
-def _run_baselines(job, full, iters, data_dir) -> dict:
-    fp, t, ref = _full(full)
-    rows = baselines.rows(fp, t, include=job.get("include"), iters=iters, ref=ref, data_dir=Path(data_dir) / fp.name,
+def _run_baselines(job, ctx: jobs.Context, res: dict) -> dict:
+    fp, t, ref = _full(ctx)
+    rows = baselines.rows(fp, t, include=job.get("include"), iters=ctx.iters, ref=ref,
+                          data_dir=Path(ctx.data_dir) / fp.name,
                           compile_timeout_s=job.get("compile_timeout_s", baselines.COMPILE_TIMEOUT_S),
                           compile_modes=job.get("compile_modes", baselines.COMPILE_MODES),
                           compile_forms=job.get("compile_forms"))
     return {"rows": rows}
+
+
+# The job kinds of this runner's workers (pelib.jobs): a variant is the sweep's (verified, timed, precision).
+KINDS = {"variant": sweep.variant, "probe": _run_probe, "clock": _run_clock, "load": _run_load,
+         "baselines": _run_baselines}
 
 
 # ---- Nsight Compute ---------------------------------------------------------------------------------
@@ -265,7 +237,7 @@ def _ncu_target(spec: str, data_dir: str) -> None:
     """Body profiled by Nsight Compute: our kernel once, then cuBLAS's fast-accumulation GEMM once."""
     import torch
     key, defines = json.loads(spec)
-    fp, t, _ = _full(sweep._Data(data_dir))
+    fp, t, _ = jobs.Data(data_dir).full(stage("06"))
     r = stage(key, defines).plan(fp, t)
     r.run()
     r.wait(30.0)
@@ -275,7 +247,7 @@ def _ncu_target(spec: str, data_dir: str) -> None:
 
 def run_ncu(best: tuple, data_dir: str, out_dir: Path, timeout_s: float) -> dict:
     """Nsight Compute sections (stall reasons, pipes, memory) and per-instruction samples; files in out_dir."""
-    ncu = sweep._tool("ncu")
+    ncu = jobs.tool("ncu")
     if not ncu:
         return {"ok": False, "error": "ncu not found"}
     rep = out_dir / "ncu-ours-cublas"
@@ -305,7 +277,7 @@ def run_ncu(best: tuple, data_dir: str, out_dir: Path, timeout_s: float) -> dict
             if name:
                 (out_dir / name).write_text(q.stdout if q.stdout.strip() else q.stderr)
             if page == "raw":
-                res["raw"] = sweep._parse_ncu_csv(q.stdout, keep=list(NCU_METRICS) + [
+                res["raw"] = jobs.parse_ncu_csv(q.stdout, keep=list(NCU_METRICS) + [
                     "gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
                     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
                     "lts__throughput.avg.pct_of_peak_sustained_elapsed"])
@@ -405,12 +377,10 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-forms", default=None, help="JSON list (default all of baselines.COMPILE_FORMS)")
     ap.add_argument("--compile-timeout", type=float, default=240.0)
     ap.add_argument("--ncu-target", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    jobs.worker_args(ap)
     a = ap.parse_args(argv)
     if a.worker:
-        _worker(a.worker, a.data, a.start, a.iters)
+        jobs.worker(KINDS, a.worker, a.data, a.start, a.iters)
         return 0
     if a.ncu_target:
         _ncu_target(a.ncu_target, a.data)
@@ -440,21 +410,21 @@ def main(argv=None) -> int:
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     data_dir = tempfile.mkdtemp(prefix="pelib-perf-", dir=shm)
     try:
-        sweep.save_full(stage("06"), data_dir)              # inputs and reference, for the workers
+        jobs.save_full(stage("06"), data_dir)              # inputs and reference, for the workers
         t = torch.load(Path(data_dir) / full.name / "inputs.pt", mmap=True)
         baselines.save_inputs(t, Path(data_dir) / full.name)   # the torch.compile subprocess's inputs
         del t
         torch.cuda.empty_cache()
         print(f"[data] saved ({time.time() - t_start:.0f} s)", flush=True)
 
-        jobs = [{"kind": "variant", "key": k, "defines": d, "label": label(k, d), "wait_build": wait_build(d)}
-                for k, d in variants]
-        jobs += [{"kind": "variant", "key": k, "defines": d, "label": label(k, d) + " [again]",
+        todo = [{"kind": "variant", "key": k, "stage": stage(k).key, "defines": d, "label": label(k, d),
+                 "wait_build": wait_build(d)} for k, d in variants]
+        todo += [{"kind": "variant", "key": k, "stage": stage(k).key, "defines": d, "label": label(k, d) + " [again]",
                   "wait_build": wait_build(d)} for k, d in AGAIN]
         if not a.no_probes:
-            jobs += [{"kind": "probe", "defines": {**UNBOUNDED, **p}, "label": "probe " + ",".join(p)} for p in PROBES]
-        res = sweep.run_jobs(jobs, data_dir, a.iters, min(200.0, _left(t_start, a.budget) - 200),
-                                    job_timeout_s=45.0, module="pelib.hopper_perf")
+            todo += [{"kind": "probe", "defines": {**UNBOUNDED, **p}, "label": "probe " + ",".join(p)} for p in PROBES]
+        res = jobs.run(todo, data_dir, a.iters, min(200.0, _left(t_start, a.budget) - 200),
+                       job_timeout_s=45.0, module="pelib.hopper_perf", show=sweep.show_job)
         report["variants"] = [r for r in res if r["kind"] == "variant"]
         report["probes"] = [r for r in res if r["kind"] == "probe"]
         timed = [r for r in report["variants"] if r.get("median_ms") and "[again]" not in r["label"]]
@@ -473,9 +443,9 @@ def main(argv=None) -> int:
                      "compile_timeout_s": max(30.0, min(a.compile_timeout, _left(t_start, a.budget) - 150)),
                      "compile_modes": a.compile_modes.split(",") if a.compile_modes else list(baselines.COMPILE_MODES),
                      "compile_forms": json.loads(a.compile_forms) if a.compile_forms else None})
-        res2 = sweep.run_jobs(more, data_dir, a.iters, max(60.0, _left(t_start, a.budget) - 70),
-                                     job_timeout_s=max(90.0, min(a.compile_timeout + 150, _left(t_start, a.budget) - 80)),
-                                     module="pelib.hopper_perf")
+        res2 = jobs.run(more, data_dir, a.iters, max(60.0, _left(t_start, a.budget) - 70),
+                        job_timeout_s=max(90.0, min(a.compile_timeout + 150, _left(t_start, a.budget) - 80)),
+                        module="pelib.hopper_perf", show=sweep.show_job)
         report["clocks"] = [r for r in res2 if r["kind"] == "clock"]
         report["load"] = next((r for r in res2 if r["kind"] == "load"), None)
         bl = next((r for r in res2 if r["kind"] == "baselines"), {})

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import evidence, launch, sim_build, sim_tensormap, timing, tma
+from . import evidence, launch, limits, sim_build, sim_tensormap, timing, tma
 # the host side moved to pelib.sim_build; these names stay importable from pelib.sim
 from .sim_build import (Compiler, HostBuild, SimBuildError, SimToolchainError, compiler, engine_build,  # noqa: F401
                         stage_build)
@@ -42,7 +42,7 @@ MAX_SPIN = 4_000_000              # loads by one thread between two scheduling p
 SCHEDULES = {"lazy": 1, "eager": 2}   # named seeds: asynchronous operations complete as late / as early as allowed
 # What every stage's test runs: the adversarial schedules and a random one.
 STANDARD_SEEDS = ("lazy", "eager", 0)
-SMEM_LIMIT = 227 * 1024          # common/limits.cuh PE_SMEM_LIMIT (the engine checks a launch against it)
+SMEM_LIMIT = limits.SMEM_LIMIT   # common/limits.cuh PE_SMEM_LIMIT (the engine checks a launch against it)
 EVIDENCE = evidence.simulated("pelib.sim, the stage's own source on the CPU model")
 EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
                "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc", "tmem_ld",
@@ -201,14 +201,15 @@ class SimReport:
                 shown += f"\n  ... and {total - 12} more" if total > 12 else ""
                 kept = f", the first {len(items)} kept" if total > len(items) else ""
                 parts.append(f"{name} ({total}{kept}):\n  {shown}")
-        return f"simulated, seed {self.seed} (reproduce with PELIB_SIM_SEED={self.seed}):\n" + "\n".join(parts) + warned
+        return f"simulated, seed {self.seed} (python -m pelib.stage ... --sim-seed {self.seed} reproduces it):\n" + \
+            "\n".join(parts) + warned
 
 
 def default_seed(seed: int | str = 0) -> int | str:
-    """The seed of a run: PELIB_SIM_SEED if set, else `seed`; an integer (a random schedule) or one of SCHEDULES
-    ('lazy': asynchronous operations complete as late as allowed; 'eager': as soon as issued)."""
-    env = os.environ.get("PELIB_SIM_SEED", "").strip()
-    s = env if env else seed
+    """The seed of a run, checked (its one channel is this argument: Stage.run's sim_seed, --sim-seed): an
+    integer (a random schedule) or one of SCHEDULES ('lazy': asynchronous operations complete as late as
+    allowed; 'eager': as soon as issued)."""
+    s = seed
     if isinstance(s, str) and not s.lstrip("-").isdigit():
         if s not in SCHEDULES:
             raise SimError(f"simulator seed {s!r}: an integer or one of {sorted(SCHEDULES)}")
@@ -370,7 +371,7 @@ def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=No
     """A simulated launch of `build`'s source (a pelib.build.Build: its source file and kernel name) with the
     same arguments a GPU launch binds (tensor maps as pelib.tma.TensorMap, tensors on the CPU, scalars).
     `names` are the kernel's parameter names (a report about an out-of-bounds access names its tensor). The
-    seed picks the interleaving: an integer, or 'lazy' / 'eager' (SCHEDULES; PELIB_SIM_SEED overrides it)."""
+    seed picks the interleaving: an integer, or 'lazy' / 'eager' (SCHEDULES); it has no other channel."""
     # the launch shapes every GPU refuses (block 0 or over 1,024 threads, grid 0, shared memory over the
     # limit) are refused here too, before anything is built, with pelib.launch's messages
     g, b, c, smem = launch.check_shape(grid, block, cluster, smem, name=kernel, smem_limit=SMEM_LIMIT,

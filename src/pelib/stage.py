@@ -13,7 +13,6 @@ view, its problems and reference) is in pelib.kinds. `python -m pelib.stage` is 
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import re
 import sys
@@ -23,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bench, build as _build, clock, device as _device, kinds, launch, records, results, sim_budget, sol, stages
+from . import bench, build as _build, clock, device as _device, kinds, launch, records, results, sim, sim_budget
+from . import sol, stages
 from . import evidence as _evidence, timing as _timing, tma, verify as _verify
 from . import predict as _predict
 from .facts import Table, evidence_label
@@ -42,10 +42,6 @@ VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_i
 
 class StageError(ValueError):
     """A stage, a define or a problem does not fit; the message names the fix."""
-
-
-class SimUnavailable(NotImplementedError):
-    """device='sim' needs pelib.sim, the CPU back end, which this tree does not have yet."""
 
 
 # ---- the export vocabulary ---------------------------------------------------------------------
@@ -411,12 +407,10 @@ class Stage:
         return sim_budget.check(est, fixes=fixes)
 
     def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None,
-             spec_hook=None, sim_seed: int = 0, seed: int | None = None):
+             spec_hook=None, sim_seed: int = 0):
         """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim').
         `spec_hook(specs) -> specs` may change the tensor maps first (a host-side change such as F21's L2
-        promotion). `sim_seed` (or `seed`, as pelib.sim.prepare names it) picks the simulated interleaving
-        (PELIB_SIM_SEED overrides it)."""
-        sim_seed = sim_seed if seed is None else seed
+        promotion). `sim_seed` picks the simulated interleaving (the seed's one channel)."""
         prob = self.problem(problem)
         hook = spec_hook or (lambda specs: specs)
         if device not in ("gpu", "sim"):
@@ -425,7 +419,6 @@ class Stage:
         # densely from the problem's M, N and K, so a short or strided output is written past its end
         prob.validate(tensors, device="cpu" if device == "sim" else f"cuda:{(info or _device.current()).ordinal}")
         if device == "sim":
-            sim = _sim()
             cfg = self.sim_config(prob, grid)
             self.sim_check(prob, cfg, verify=False, inputs=False)
             specs = hook(self.tensor_map_specs(prob, tensors))
@@ -573,18 +566,6 @@ class _nothing:
         return False
 
 
-def _sim():
-    """pelib.sim, the CPU back end, if this tree has it."""
-    try:  # pelib.sim may be absent: device='sim' then says so instead of failing at import
-        return importlib.import_module("pelib.sim")
-    except ModuleNotFoundError as e:
-        if e.name != "pelib.sim":
-            raise
-        raise SimUnavailable("device='sim' runs the stage's own source on pelib.sim, the CPU model of TMA, "
-                             "mbarrier, TMEM and the MMAs, which this tree does not have yet: use "
-                             "device='compile' here, or 'gpu' on the stage's GPU") from None
-
-
 def find(family: str, name: str, defines: dict | None = None) -> Stage:
     """A stage of `family` by number ('06', '08a'), file stem or path, with defines."""
     n = str(name).removesuffix(".cu").split("/")[-1]
@@ -690,6 +671,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--calibration", default=None, help="--device predict: a calibration JSON file "
                     "(default: the GPU's committed one)")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--sim-seed", type=lambda v: int(v) if v.lstrip("-").isdigit() else v, default=0,
+                    help="the simulator's scheduler seed: an integer, or lazy / eager (--device sim; default 0)")
     ap.add_argument("--grid", type=int, default=None, metavar="CTAS",
                     help="CTAs of a persistent grid (default: one wave on the GPU, the kind's few SMs on sim)")
     ap.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (Perfetto) of a TIMING run (gpu) or of "
@@ -733,8 +716,9 @@ def main(argv=None) -> int:
                 _predict.trace(res["prediction"], trace)
                 print(f"wrote {trace} (predicted cycles)")
             continue
+        run_kw = {"sim_seed": a.sim_seed} if device == "sim" else {}
         try:
-            res = s.run(a.problem, device, iters=a.iters, **({"grid": a.grid} if a.grid is not None else {}))
+            res = s.run(a.problem, device, iters=a.iters, **run_kw, **({"grid": a.grid} if a.grid is not None else {}))
         except sim_budget.SimTooLarge as e:
             print(f"refused: {e}")
             ok = False

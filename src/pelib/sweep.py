@@ -24,19 +24,17 @@ The last lines printed are the tables. JSON and log go to $PE_GPU_RESULTS or res
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
-from . import baselines, bench, device, results, stages, timing
+from . import baselines, bench, device, jobs, results, stages, timing
 from .stage import Stage, all_stages
 
 # (stage, defines) of interest beyond the stage files' defaults, most informative first: the time
@@ -101,123 +99,57 @@ def entries(families, keys=None, variants: bool = False) -> list[tuple[str, dict
     return out
 
 
-# ---- worker: runs entries in its own process (a trap or hang ends only this process) ---------------
+# ---- the jobs of a sweep, each in a worker process (pelib.jobs) --------------------------------------
 
-class _Data:
-    """Each family's full problem: saved inputs and reference, loaded on first use."""
-
-    def __init__(self, data_dir: str):
-        self.data_dir, self.cache = Path(data_dir), {}
-
-    def full(self, s: Stage):
-        import torch   # the worker runs on the GPU
-        prob = s.problem("full")
-        if prob.name not in self.cache:
-            d = self.data_dir / prob.name
-            t = {k: v.cuda() for k, v in torch.load(d / "inputs.pt", mmap=True).items()}
-            out = json.loads((d / "out.json").read_text())
-            t["out"] = torch.empty(out["shape"], dtype=getattr(torch, out["dtype"]), device="cuda")
-            self.cache = {prob.name: (prob, t, torch.load(d / "ref.pt", mmap=True).cuda())}
-        return self.cache[prob.name]
-
-
-def save_full(s: Stage, data_dir: str) -> None:
-    """The full problem's inputs (seed 0) and reference, saved once per problem for the workers."""
-    import torch
-    prob = s.problem("full")
-    d = Path(data_dir) / prob.name
-    if d.exists():
-        return
-    d.mkdir(parents=True)
-    t = s.inputs(prob, seed=0)
-    ref = s.kind.reference(prob, t)
-    torch.cuda.synchronize()
-    torch.save({k: v.cpu() for k, v in t.items() if k != "out"}, d / "inputs.pt")
-    (d / "out.json").write_text(json.dumps({"shape": list(t["out"].shape),
-                                            "dtype": str(t["out"].dtype).replace("torch.", "")}))
-    torch.save(ref.cpu(), d / "ref.pt")
-
-
-def _worker(jobs_file: str, data_dir: str, start: int, iters: int) -> None:
-    jobs = json.loads(Path(jobs_file).read_text())
-    data, small = _Data(data_dir), {}
-    for i in range(start, len(jobs)):
-        job = jobs[i]
-        print(f"START {i}", flush=True)
-        res = {"index": i, **job}
-        try:
-            if job["kind"] == "variant":
-                _run_variant(job, small, data, iters, res)   # fills res as it goes: a fault keeps the checks
-            elif job["kind"] == "debug":
-                _run_debug(job, small, res)
-            else:
-                res.update(_run_clock(job, data))
-        except Exception as e:  # a launch error or fault: report it; a fault leaves the context dead
-            res.update(ok=False, error=f"{type(e).__name__}: {e}"[:2000], trace=traceback.format_exc()[-2000:])
-            print("JOB " + json.dumps(res, default=str), flush=True)
-            if type(e).__name__ in ("KernelFault", "KernelHang"):
-                sys.stdout.flush()
-                sys.exit(3)
-            continue
-        print("JOB " + json.dumps(res, default=str), flush=True)
-
-
-def _small(small: dict, s: Stage, name: str):
-    key = (s.family, name)
-    if key not in small:
-        p = s.problem(name)
-        t = s.inputs(p, seed=7)
-        small[key] = (p, t, s.kind.reference(p, t))
-    return small[key]
-
-
-def _check(s: Stage, name: str, small: dict, out: dict) -> bool:
-    p, t, ref = _small(small, s, name)
-    out["checking"] = name
+def check(s: Stage, name: str, ctx: jobs.Context, res: dict) -> bool:
+    """One check shape, verified (NaN-poisoned output); its line goes into res["checks"]."""
+    p, t, ref = ctx.check_problem(s, name)
+    res["checking"] = name
     r = s.run(p, inputs=t, ref=ref, time=False)
     rep = r["verify"]
-    out["checks"][name] = {"ok": rep.ok, "n_bad": rep.n_bad, "n_nan": rep.n_nan, "max_abs": rep.max_abs,
-                           "grid": r["launch"]["grid"], "report": str(rep) if not rep.ok else ""}
+    res.setdefault("checks", {})[name] = {"ok": rep.ok, "n_bad": rep.n_bad, "n_nan": rep.n_nan,
+                                          "max_abs": rep.max_abs, "grid": r["launch"]["grid"],
+                                          "report": str(rep) if not rep.ok else ""}
     return rep.ok
 
 
-def _run_variant(job, small, data, iters, out: dict) -> dict:
+def variant(job: dict, ctx: jobs.Context, res: dict) -> None:
+    """job["stage"] at job["defines"]: verified on the check shapes, then on the full problem, then timed
+    twice (the second median is the run-to-run spread); the patch-embed families add the precision."""
     s = Stage(job["stage"], job["defines"])
-    out["checks"] = {}
+    res["checks"] = {}
     for name in s.kind.CHECK_PROBLEMS:
-        _check(s, name, small, out)
-    out.pop("checking", None)
-    if not all(c["ok"] for c in out["checks"].values()):
-        out["ok"] = False
-        return out
-    prob, t, ref = data.full(s)
-    out["checking"] = prob.name
-    r = s.run(prob, inputs=t, ref=ref, iters=iters)
+        check(s, name, ctx, res)
+    res.pop("checking", None)
+    if not all(c["ok"] for c in res["checks"].values()):
+        res["ok"] = False
+        return
+    prob, t, ref = ctx.data.full(s)
+    res["checking"] = prob.name
+    r = s.run(prob, inputs=t, ref=ref, iters=ctx.iters)
     rep = r["verify"]
-    out.pop("checking", None)
-    out.update(ok=rep.ok, n_bad=rep.n_bad, n_nan=rep.n_nan, max_abs=rep.max_abs, max_rel=rep.max_rel,
+    res.pop("checking", None)
+    res.update(ok=rep.ok, n_bad=rep.n_bad, n_nan=rep.n_nan, max_abs=rep.max_abs, max_rel=rep.max_rel,
                atol=rep.atol, rtol=rep.rtol, report=str(rep), launch=r["launch"])
-    out["wait_kind"] = s.build.exports.get("wait_kind")   # the wait build that was timed (common/mbarrier.cuh)
+    res["wait_kind"] = s.build.exports.get("wait_kind")   # the wait build that was timed (common/mbarrier.cuh)
     if rep.ok:
         if s.family in ("fp8", "sm90"):   # the patch-embed function: the same precision column as the baselines
-            out["precision"] = baselines.precision(t["out"], t, target="gemm+comb")
-        out.update({k: r[k] for k in ("median_ms", "p10_ms", "p90_ms", "n", "tflops", "gbps") if k in r})
-        out["repeat_median_ms"] = s.run(prob, inputs=t, verify=False, iters=iters)["median_ms"]  # run-to-run spread
-    return out
+            res["precision"] = baselines.precision(t["out"], t, target="gemm+comb")
+        res.update({k: r[k] for k in ("median_ms", "p10_ms", "p90_ms", "n", "tflops", "gbps") if k in r})
+        res["repeat_median_ms"] = s.run(prob, inputs=t, verify=False, iters=ctx.iters)["median_ms"]
 
 
-def _run_debug(job, small, out: dict) -> dict:
+def _run_debug(job, ctx: jobs.Context, res: dict) -> None:
     """The failing shape again, built with PE_WAIT_PRINTF: a timed-out wait prints its tag."""
     s = Stage(job["stage"], {**job["defines"], **DEBUG_DEFINES})
-    out["checks"] = {}
-    out["ok"] = _check(s, job["shape"], small, out)
-    return out
+    res["checks"] = {}
+    res["ok"] = check(s, job["shape"], ctx, res)
 
 
-def _run_clock(job, data) -> dict:
+def _run_clock(job, ctx: jobs.Context, res: dict) -> dict:
     """A TIMING build of the entry on its full problem; per-warp phase statistics (cycles)."""
     s = Stage(job["stage"], job["defines"])
-    prob, t, _ = data.full(s)
+    prob, t, _ = ctx.data.full(s)
     tm = s.run_timing(prob, inputs=t)
     return {"ok": True, "unit": tm.layout.unit, "table": tm.table(),
             "launch_clock": tm.launch_clock(min_ns=50_000.0) if tm.cta_clock is not None else None,
@@ -226,80 +158,12 @@ def _run_clock(job, data) -> dict:
                         for ph, row in tm.summary().items()}}
 
 
-def run_jobs(jobs: list[dict], data_dir: str, iters: int, budget_s: float, job_timeout_s: float = 90.0,
-             module: str = "pelib.sweep") -> list[dict]:
-    """Run jobs in worker processes (`python -m <module> --worker ...`), restarting after a crash or a
-    stuck job; one result per job. A failed job keeps the worker's last output lines (device printf
-    of a trapped wait included)."""
-    import queue
-    import threading
-    jf = Path(data_dir) / f"jobs-{time.time_ns()}.json"
-    jf.write_text(json.dumps(jobs))
-    results: dict[int, dict] = {}
-    start, t0 = 0, time.time()
-    while start < len(jobs) and budget_s - (time.time() - t0) > 5:
-        cmd = [sys.executable, "-m", module, "--worker", str(jf), "--data", data_dir,
-               "--start", str(start), "--iters", str(iters)]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] + [lines.put(None)], daemon=True).start()
-        current, tail, since, last, exit_by = None, [], time.time(), None, None
-        while True:
-            try:
-                line = lines.get(timeout=1.0)
-            except queue.Empty:
-                line = ""
-            if line is None:
-                break
-            line = line.rstrip("\n")
-            if line.startswith("START "):
-                current, since, tail = int(line.split()[1]), time.time(), []
-            elif line.startswith("JOB "):
-                r = json.loads(line[4:])
-                results[r["index"]] = r
-                last = r["index"]
-                fatal = any(x in (r.get("error") or "") for x in ("KernelFault", "KernelHang"))
-                if not fatal:        # a fault's device printf arrives when the worker exits: print it then
-                    _print_job(r)
-                    r["_printed"] = True
-                else:                # a hung kernel can keep the process from exiting: give it 20 s
-                    exit_by = time.time() + 20.0
-                current = None
-            elif line:
-                tail = (tail + [line])[-40:]
-            stuck = current is not None and time.time() - since > job_timeout_s
-            if exit_by is not None and time.time() > exit_by:
-                tail.append("killed: the worker did not exit after its kernel failed")
-                p.kill()
-                break
-            if stuck or time.time() - t0 > budget_s:
-                tail.append(f"killed after {time.time() - since:.0f} s" if stuck else "killed: time budget")
-                p.kill()
-                break
-        p.wait()
-        if last is not None and not results[last].get("ok") and "_printed" not in results[last]:
-            results[last]["worker_output"] = tail[-25:]   # what the worker printed after the failure
-            if True:
-                _print_job(results[last])
-                results[last]["_printed"] = True
-        if current is None:
-            done_here = [k for k in results if k >= start]
-            if p.returncode == 0:
-                break
-            if done_here:            # a job reported its own fault and the worker exited: go on after it
-                start = max(done_here) + 1
-                continue
-            current = start          # the worker died before it started a job (import, data): skip one
-        results[current] = {"index": current, **jobs[current], "ok": False,
-                            "error": f"worker exited with {p.returncode}: " + " | ".join(tail[-8:]),
-                            "worker_output": tail[-25:]}
-        _print_job(results[current])
-        start = current + 1
-    out = [results.get(i, {"index": i, **j, "ok": False, "error": "not run (time budget)"}) for i, j in enumerate(jobs)]
-    for r in out:
-        r.pop("_printed", None)
-    return out
+KINDS = {"variant": variant, "debug": _run_debug, "clock": _run_clock}
+
+
+def run_jobs(todo: list[dict], data_dir: str, iters: int, budget_s: float, job_timeout_s: float = 90.0) -> list[dict]:
+    """The sweep's jobs in worker processes (pelib.jobs.run), each printed as it finishes."""
+    return jobs.run(todo, data_dir, iters, budget_s, job_timeout_s, module="pelib.sweep", show=show_job)
 
 
 def wait_tags(r: dict) -> list[str]:
@@ -328,7 +192,8 @@ def _first_unchecked(r: dict, default: str) -> str:
     return next((k for k in checks if k not in r.get("checks", {})), default)
 
 
-def _print_job(r: dict) -> None:
+def show_job(r: dict) -> None:
+    """One printed line per finished job (and the worker's last lines where it failed)."""
     if r.get("kind") == "clock":
         print(f"[clock] {r['label']}: " + ("ok" if r.get("ok") else r.get("error", "failed")[:300]), flush=True)
         return
@@ -356,13 +221,6 @@ def clock_jobs(best: dict, timed: list[dict]) -> list[dict]:
 
 # ---- memcheck and Nsight Compute (each in its own process) --------------------------------------
 
-def _tool(name: str) -> str | None:
-    for cand in (shutil.which(name), f"/usr/local/cuda/bin/{name}", f"/usr/local/cuda/compute-sanitizer/{name}"):
-        if cand and Path(cand).exists():
-            return cand
-    return None
-
-
 def _sanitize(entries_: list) -> int:
     """Each entry once on its family's first two check shapes, verified: the body to run under
     `compute-sanitizer --tool memcheck` (no timing; the sanitizer slows kernels by orders of magnitude)."""
@@ -385,7 +243,7 @@ def _sanitize(entries_: list) -> int:
 
 def run_memcheck(entries_: list, timeout_s: float) -> dict:
     """compute-sanitizer --tool memcheck over _sanitize; its per-stage lines and error summary."""
-    cs = _tool("compute-sanitizer")
+    cs = jobs.tool("compute-sanitizer")
     if not cs:
         return {"ok": False, "error": "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"}
     # --report-api-errors no: only device memory errors count. pelib.launch polls for completion with
@@ -434,7 +292,7 @@ def _ncu_target(key: str, defines: dict) -> None:
 
 def run_ncu(best: tuple, timeout_s: float) -> dict:
     """Nsight Compute counters of our best kernel and cuBLAS (clocks left as they are)."""
-    ncu = _tool("ncu")
+    ncu = jobs.tool("ncu")
     if not ncu:
         return {"ok": False, "error": "ncu not found"}
     metrics = list(NCU_METRICS)
@@ -453,29 +311,10 @@ def run_ncu(best: tuple, timeout_s: float) -> dict:
                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"did not finish in {timeout_s:.0f} s"}
-    rows = _parse_ncu_csv(p.stdout, keep=metrics)
+    rows = jobs.parse_ncu_csv(p.stdout, keep=metrics)
     if not rows:
         return {"ok": False, "error": f"exit {p.returncode}: " + " | ".join((p.stdout + p.stderr).splitlines()[-6:])[:600]}
     return {"ok": True, "kernels": rows, "wall_s": round(time.time() - t0, 1)}
-
-
-def _parse_ncu_csv(text: str, keep=None) -> list[dict]:
-    """--csv --page raw: a header row of metric names, a units row, then one row per kernel. With
-    `keep`, only those metrics (raw pages also list every device attribute and launch setting)."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    if len(lines) < 3:
-        return []
-    rd = list(csv.reader(io.StringIO("\n".join(lines))))
-    head, units = rd[0], rd[1]
-    out = []
-    for row in rd[2:]:
-        d = dict(zip(head, row))
-        k = {"kernel": d.get("Kernel Name", "?")[:60]}
-        for m, u in zip(head, units):
-            if "__" in m and (keep is None or m in keep):
-                k[m] = f"{d.get(m, '')} {u}".strip()
-        out.append(k)
-    return out
 
 
 def format_ncu(res: dict) -> str:
@@ -502,7 +341,7 @@ def _left(t_start: float, budget: float) -> float:
 
 def _facts(s: Stage) -> dict:
     f = s.facts_row()
-    warns = sorted(set(__import__("re").findall(r"C75\d\d", s.build.log)))
+    warns = sorted(set(re.findall(r"C75\d\d", s.build.log)))
     return {"label": s.label, "stage": s.key, "defines": dict(s.defines), "registers": f["registers"],
             "spills": f["spills (B)"], "smem": f["smem (B)"], "tile": f["tile"], "ptxas_warnings": ",".join(warns),
             "wait_kind": s.build.exports.get("wait_kind"),
@@ -523,12 +362,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--sanitize", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ncu-target", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    jobs.worker_args(ap)
     a = ap.parse_args(argv)
     if a.worker:
-        _worker(a.worker, a.data, a.start, a.iters)
+        jobs.worker(KINDS, a.worker, a.data, a.start, a.iters)
         return 0
     if a.sanitize:
         return _sanitize([tuple(x) for x in json.loads(a.sanitize)])
@@ -573,15 +410,15 @@ def main(argv=None) -> int:
     try:
         t0 = time.time()
         for f in dict.fromkeys(Stage(k).family for k, _ in built):
-            save_full(next(Stage(k) for k, _ in built if Stage(k).family == f), data_dir)
+            jobs.save_full(next(Stage(k) for k, _ in built if Stage(k).family == f), data_dir)
         torch.cuda.empty_cache()
         print(f"[data] inputs + references in {time.time() - t0:.1f} s", flush=True)
 
         # 3. entries in workers (the kernels never run in this process)
-        jobs = [{"kind": "variant", "stage": k, "defines": d, "label": label(k, d)} for k, d in built]
-        jobs += [{"kind": "variant", "stage": k, "defines": d, "label": label(k, d) + AGAIN_TAG}
+        todo_jobs = [{"kind": "variant", "stage": k, "defines": d, "label": label(k, d)} for k, d in built]
+        todo_jobs += [{"kind": "variant", "stage": k, "defines": d, "label": label(k, d) + AGAIN_TAG}
                  for k, d in (AGAIN if a.variants else []) if (k, d) in built]
-        res = run_jobs(jobs, data_dir, a.iters, _left(t_start, a.budget) - 150)
+        res = run_jobs(todo_jobs, data_dir, a.iters, _left(t_start, a.budget) - 150)
         report["variants"] = res
         # 3b. faulting entries again with PE_WAIT_PRINTF on the shape that failed (their wait tags)
         faulted = [r for r in res if not r.get("ok") and any(x in (r.get("error") or "")

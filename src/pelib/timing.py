@@ -1,55 +1,31 @@
 """Decode in-kernel clock64 records (common/timing.cuh, a TIMING build) into per-warp, per-phase cycles and
-the SM clock of the launch (each warp's clock64 and globaltimer at start and exit); the protocol's spans (per role, per ring slot) from those records or from a simulator event log, and
-Chrome's Trace Event Format (what Perfetto opens) of either.
+the SM clock of the launch (each warp's clock64 and globaltimer at start and exit), and write Chrome's Trace
+Event Format (what Perfetto opens) of those records or of a simulator event log.
 
     t = Stage("sm90/06_permuted_b").run_timing("full")       # measured clock64 records
     t.launch_clock()                                          # cycles / ns per CTA and per SM: the launch's clock
     t.save("records.npz", device=..., date=..., git=...)     # load(path) reads them back
     chrome_trace(t, path="trace.json")                       # or chrome_trace(sim_events, ...)
+
+The records become role-phase events (Timing.events) and both sources become spans by pelib.events'
+one rule, so the trace, the book's pictures and the timing model read one model.
 """
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from .paths import KERNELS
+from . import events as _events
+from .events import (HEADER, MEASURED_ORDER, PREDICTED_ORDER, SIM_ORDER, Spans, phase_id,  # noqa: F401
+                     phase_notes, phases)   # (timing's API)
 
-HEADER = KERNELS / "common" / "timing.cuh"
-_PHASE_RE = re.compile(r"^\s*PE_PHASE_([A-Z0-9_]+)\s*=\s*(\d+)\s*,?\s*(?://\s*(.*))?$", re.M)
 CLOCKS = {0: "cycles (clock64)", 1: "ns (globaltimer)"}
 # The launch-clock block of common/timing.cuh (PE_TIMING_CTA): per (cta, warp), in this order.
 CLOCK_FIELDS = ("clock64_begin", "globaltimer_begin", "clock64_end", "globaltimer_end", "smid_plus_1")
 CLOCK_WORDS = len(CLOCK_FIELDS)
-
-
-@lru_cache(maxsize=1)
-def phases() -> dict[int, str]:
-    """{id: name} of the phases, parsed from the pe_phase enum of common/timing.cuh (the one definition)."""
-    out = {}
-    for name, num, _ in _PHASE_RE.findall(HEADER.read_text()):
-        if name != "COUNT":
-            out[int(num)] = name.lower()
-    if sorted(out) != list(range(len(out))):
-        raise ValueError(f"{HEADER}: phase ids must run 0..n-1, got {sorted(out)}")
-    return out
-
-
-@lru_cache(maxsize=1)
-def phase_notes() -> dict[str, str]:
-    """{name: the header's comment on it}."""
-    return {n.lower(): (c or "").strip() for n, _, c in _PHASE_RE.findall(HEADER.read_text()) if n != "COUNT"}
-
-
-def phase_id(name: str) -> int:
-    for k, v in phases().items():
-        if v == name.lower():
-            return k
-    raise KeyError(f"no phase {name!r}; phases are {list(phases().values())}")
 
 
 @dataclass(frozen=True)
@@ -164,6 +140,28 @@ class Timing:
                             layout=np.array([lay.ctas, lay.warps, lay.tiles, lay.phases, lay.clock, lay.clock_words]),
                             phases=np.array(json.dumps(phases())), meta=np.array(json.dumps(m, default=str)), **extra)
         return path
+
+    def events(self, ctas=None, cluster: int = 1) -> list[dict]:
+        """The records as role-phase events (pelib.events): a phase_begin and a phase_end per recorded
+        (CTA, warp, tile slot, phase), seq = cycles since the CTA's first record (SM clocks are not one
+        clock), role = warp_roles, what = the phase's name, tile = the tile slot the kernel recorded."""
+        names = phases()
+        roles = warp_roles(self)
+        rec = self.recorded
+        out = []
+        for c in range(self.layout.ctas) if ctas is None else ctas:
+            if not rec[c].any():
+                continue
+            t0 = int(self.start[c][rec[c]].min())
+            where = dict(cta=c, cluster=c // cluster if cluster > 1 else None, rank=c % cluster if cluster > 1 else None)
+            for w, role in roles.items():
+                for i in range(self.layout.tiles):
+                    for p in range(self.layout.phases):
+                        if rec[c, w, i, p]:
+                            for kind, t in (("phase_begin", self.start), ("phase_end", self.end)):
+                                out.append({**where, "seq": int(t[c, w, i, p]) - t0, "warp": w, "lane": 0,
+                                            "role": role, "kind": kind, "what": names[p], "tile": i})
+        return out
 
     def table(self) -> str:
         """Text table: phase, warp, n, avg, p95, min, max (in the layout's unit)."""
@@ -296,57 +294,7 @@ def summary_rows(summary: dict) -> list[dict]:
     return rows
 
 
-# ---- the protocol's spans: one model for the picture and the trace --------------------------------
-
-MEASURED_ORDER = "measured clock64"
-SIM_ORDER = "simulated order, not time"
-PREDICTED_ORDER = "predicted cycles"     # pelib.predict: a simulated run replayed with calibrated costs
-# Simulator event kinds (the event-log schema shared with pelib.sim) and what each is in the picture.
-SIM_KINDS = {"wait_begin": "wait", "wait_end": "wait", "arrive": "completion", "expect_tx": "issue",
-             "complete_tx": "completion", "tma_load": "issue", "tma_load_done": "completion",
-             "tma_store": "issue", "tma_store_done": "completion", "mma": "issue", "mma_done": "completion",
-             "commit": "issue", "tmem_alloc": "issue", "tmem_dealloc": "completion", "tmem_ld": "issue",
-             "tmem_cp": "issue", "bar_sync": "wait", "cluster_sync": "wait", "exit": "completion",
-             "phase_begin": "phase", "phase_end": "phase"}
-SIM_REQUIRED = ("seq", "cta", "warp", "kind")
-RING_TID, ACC_TID = 1000, 2000          # lanes of the ring's slots and the accumulators, after the warps
-# What each clock64 phase is in the picture; the *_wait phases the stages record as a sum over the
-# tile's waits (start + total) are marked summed: their span is not one contiguous wait.
-PHASE_CAT = {"producer_wait": "wait", "tma_issue": "issue", "tma_wait": "wait", "kloop": "mma",
-             "epi_wait": "wait", "acc_wait": "wait", "epi_phase1": "epilogue", "epi_phase2": "epilogue",
-             "tile": "tile"}
-SUMMED = ("producer_wait", "tma_wait")
-
-
-@dataclass
-class Span:
-    """One bar of the protocol picture / one trace event: on lane (pid, tid), from ts for dur (None: an
-    instant). Units: clock64 cycles since the CTA's first record (measured) or the simulator's seq."""
-
-    pid: int
-    tid: int
-    name: str
-    cat: str
-    ts: float
-    dur: float | None
-    args: dict = field(default_factory=dict)
-
-
-@dataclass
-class Spans:
-    """Spans with their lane names and what their axis is (`order`: MEASURED_ORDER or SIM_ORDER)."""
-
-    spans: list
-    processes: dict          # pid -> "CTA c (cluster k, rank r)"
-    threads: dict            # (pid, tid) -> role or occupancy lane name
-    order: str
-    unit: str
-    meta: dict = field(default_factory=dict)
-
-    def lanes(self, pid: int) -> list[int]:
-        """The tids of one CTA, warps first (by role order), then ring slots, then accumulators."""
-        return sorted(t for p, t in self.threads if p == pid)
-
+# ---- the protocol's spans (pelib.events' one rule) -----------------------------------------------
 
 def warp_roles(t: Timing) -> dict[int, str]:
     """{warp: role} from what each warp recorded: the warp that records the producer's phases is the
@@ -368,179 +316,24 @@ def warp_roles(t: Timing) -> dict[int, str]:
     return out
 
 
-def cta_name(cta: int, cluster: int | None = None, rank: int | None = None) -> str:
-    return f"CTA {cta}" + (f" (cluster {cluster}, rank {rank})" if cluster is not None else "")
-
-
 def timing_spans(t: Timing, ctas=None, cluster: int = 1) -> Spans:
-    """The spans of measured clock64 records: per CTA (each CTA's clock relative to its own first
-    record: SM clocks are not one clock), per recording warp, one span per (tile, phase); and the ring
-    lanes: tile i holds ring slots from its first TMA issue (producer) to the end of its K loop
-    (the consumer's last release), stacked so overlapping tiles take separate lanes."""
-    names = phases()
-    roles = warp_roles(t)
-    rec = t.recorded
-    ctas = range(t.layout.ctas) if ctas is None else ctas
-    spans, procs, threads = [], {}, {}
-    issue, kloop = names_to_id("tma_issue"), names_to_id("kloop")
-    for c in ctas:
-        if not rec[c].any():
-            continue
-        t0 = int(t.start[c][rec[c]].min())
-        procs[c] = cta_name(c, c // cluster if cluster > 1 else None, c % cluster if cluster > 1 else None)
-        for w, role in roles.items():
-            threads[(c, w)] = role
-            for i in range(t.layout.tiles):
-                for p in range(t.layout.phases):
-                    if not rec[c, w, i, p]:
-                        continue
-                    nm = names[p]
-                    spans.append(Span(c, w, nm, PHASE_CAT.get(nm, "phase"), int(t.start[c, w, i, p]) - t0,
-                                      int(t.end[c, w, i, p] - t.start[c, w, i, p]),
-                                      {"tile_slot": i, "summed": nm in SUMMED}))
-        # ring occupancy per local tile: producer issue start .. consumer K loop end
-        prod = [w for w, r in roles.items() if r.startswith("producer")]
-        cons = [w for w, r in roles.items() if r.startswith("consumer")]
-        if prod and cons and issue is not None and kloop is not None:
-            ends = {}
-            for w in cons:   # the consumer warpgroups count their own tiles: local tile = n * groups + g
-                groups = sorted({x // 4 for x in cons})
-                gi = groups.index(w // 4)
-                for n in range(t.layout.tiles):
-                    if rec[c, w, n, kloop]:
-                        i = n * len(groups) + gi
-                        ends[i] = max(ends.get(i, 0), int(t.end[c, w, n, kloop]) - t0)
-            busy: list[int] = []          # end of the last tile on each stacked lane
-            for i in range(t.layout.tiles):
-                if not rec[c, prod[0], i, issue] or i not in ends:
-                    continue
-                b = int(t.start[c, prod[0], i, issue]) - t0
-                k = next((j for j, e in enumerate(busy) if e <= b), len(busy))
-                busy[k:k + 1] = [ends[i]]
-                threads[(c, RING_TID + k)] = f"ring: tile in flight ({k + 1})"
-                spans.append(Span(c, RING_TID + k, f"tile {i}", "occupancy", b, ends[i] - b,
-                                  {"tile_slot": i, "from": "producer's first TMA issue", "to": "end of the K loop"}))
-    if t.meta.get("order") == PREDICTED_ORDER:     # a predicted Timing (pelib.predict) draws like a measured one
-        return Spans(spans, procs, threads, PREDICTED_ORDER, "predicted cycles since the CTA's first record",
-                     dict(t.meta))
-    return Spans(spans, procs, threads, MEASURED_ORDER,
-                 "ns (globaltimer)" if t.layout.clock == 1 else "clock64 cycles since the CTA's first record",
-                 dict(t.meta))
+    """The spans of measured clock64 records: their role-phase events (Timing.events) by pelib.events' rule;
+    a predicted Timing (pelib.predict, meta order PREDICTED_ORDER) draws the same way, in predicted cycles."""
+    if t.meta.get("order") == PREDICTED_ORDER:
+        return _events.spans(t.events(ctas, cluster), order=PREDICTED_ORDER, meta=t.meta,
+                             unit="predicted cycles since the CTA's first record")
+    return _events.spans(t.events(ctas, cluster), order=MEASURED_ORDER, meta=t.meta,
+                         unit="ns (globaltimer)" if t.layout.clock == 1 else "clock64 cycles since the CTA's first record")
 
 
-def names_to_id(name: str) -> int | None:
-    try:
-        return phase_id(name)
-    except KeyError:
-        return None
-
-
-def check_events(events) -> list[dict]:
-    """Simulator events as a list of dicts (a numpy structured array is converted), in seq order,
-    each checked against the event-log schema (required fields, known kinds)."""
-    if hasattr(events, "dtype") and getattr(events.dtype, "names", None):
-        events = [{k: (v.item() if hasattr(v, "item") else v) for k, v in zip(events.dtype.names, row)}
-                  for row in events]
-    out = []
-    for n, e in enumerate(events):
-        missing = [k for k in SIM_REQUIRED if k not in e or e[k] is None]
-        if missing:
-            raise ValueError(f"event {n} lacks {missing}: every event has {SIM_REQUIRED} (the event-log schema)")
-        if e["kind"] not in SIM_KINDS:
-            raise ValueError(f"event {n} has kind {e['kind']!r}, not one of the schema's {sorted(SIM_KINDS)}")
-        out.append(dict(e))
-    seqs = [e["seq"] for e in out]
-    if seqs != sorted(seqs):
-        out.sort(key=lambda e: e["seq"])
-    return out
-
-
-def _what(e: dict) -> str:
-    """'full[0] (tag 2)': the barrier and the wait tag an event names, where it names them."""
-    bar, tag = e.get("barrier"), e.get("tag")
-    out = "" if bar in (None, "") else str(bar)
-    if tag not in (None, ""):
-        out += f" (tag {tag})"
-    return out.strip()
-
-
-def _label(e: dict) -> str:
-    what = _what(e)
-    return e["kind"] + (f" {what}" if what else "")
-
-
-def sim_spans(events, ctas=None) -> Spans:
-    """The spans of a simulator event log, in simulated order (ts = seq, an order stamp, never a time):
-    per CTA and warp, wait_begin..wait_end as one wait span, every other event an instant; the ring's
-    slots and the accumulators as occupancy lanes (slot s from its TMA load to the next arrive on it
-    by another role, the consumer's release; accumulator a from its first MMA to the release by the
-    epilogue). Events that carry predicted `cycles` (pelib.predict.Prediction.events) are drawn on
-    that axis instead: the same picture, in predicted cycles."""
-    ev = check_events(events)
-    predicted = bool(ev) and all(e.get("cycles") is not None for e in ev)
-    if predicted:
-        ev = [{**e, "seq": e["cycles"]} for e in ev]
-    if ctas is not None:
-        ev = [e for e in ev if e["cta"] in set(ctas)]
-    spans, procs, threads = [], {}, {}
-    open_waits: dict = {}
-    for e in ev:
-        c, w = e["cta"], e["warp"]
-        procs.setdefault(c, cta_name(c, e.get("cluster"), e.get("rank")))
-        threads.setdefault((c, w), str(e.get("role") or f"warp {w}"))
-        args = {k: e[k] for k in ("lane", "barrier", "slot", "acc", "parity", "tag", "line") if e.get(k) is not None}
-        key = (c, w, e.get("lane"))
-        if e["kind"] == "wait_begin":
-            open_waits[key] = e
-        elif e["kind"] == "wait_end" and key in open_waits:
-            b = open_waits.pop(key)
-            spans.append(Span(c, w, ("wait " + _what(b)).strip(), "wait",
-                              b["seq"], e["seq"] - b["seq"], args))
-        else:
-            spans.append(Span(c, w, _label(e), SIM_KINDS[e["kind"]], e["seq"], None, args))
-    for key, b in open_waits.items():          # a wait that never ended: the deadlock's wait
-        last = ev[-1]["seq"] if ev else b["seq"]
-        spans.append(Span(key[0], key[1], ("wait " + _what(b)).strip() + " (never ends)",
-                          "wait", b["seq"], last - b["seq"], {"open": True}))
-    spans += _occupancy(ev, "slot", ("tma_load",), RING_TID, "ring slot", threads)
-    spans += _occupancy(ev, "acc", ("mma",), ACC_TID, "accumulator", threads)
-    if predicted:
-        return Spans(spans, procs, threads, PREDICTED_ORDER, "predicted cycles since the CTA's start",
-                     {k: ev[0][k] for k in ("label", "stage", "device") if ev[0].get(k)})
-    return Spans(spans, procs, threads, SIM_ORDER, "simulated order (seq), not time")
-
-
-def _occupancy(ev, field_: str, begin_kinds, tid0: int, what: str, threads: dict) -> list[Span]:
-    """Resource occupancy from events naming it (slot or acc): held from a begin event until an arrive
-    on it by another role than the one that filled it (the consumer's release)."""
-    out, held = [], {}
-    for e in ev:
-        r = e.get(field_)
-        if r is None:
-            continue
-        key = (e["cta"], int(r))
-        role = e.get("role") or f"warp {e['warp']}"
-        if e["kind"] in begin_kinds and key not in held:
-            held[key] = (e["seq"], role)
-        elif e["kind"] == "arrive" and key in held and held[key][1] != role:
-            b, _ = held.pop(key)
-            threads.setdefault((key[0], tid0 + key[1]), f"{what} {key[1]}")
-            out.append(Span(key[0], tid0 + key[1], f"{what} {key[1]} held", "occupancy", b, e["seq"] - b,
-                            {"released_by": role}))
-    last = ev[-1]["seq"] if ev else 0
-    for (c, r), (b, _) in held.items():
-        threads.setdefault((c, tid0 + r), f"{what} {r}")
-        out.append(Span(c, tid0 + r, f"{what} {r} held (never released)", "occupancy", b, last - b, {"open": True}))
-    return out
-
-
-def protocol_spans(source, ctas=None, cluster: int = 1) -> Spans:
-    """Spans of measured records (a Timing) or of simulator events (a list of dicts / structured array)."""
+def protocol_spans(source, ctas=None, cluster: int = 1, clusters=None) -> Spans:
+    """Spans of measured records (a Timing), of simulator events (a list of dicts / structured array) or
+    Spans as they are."""
     if isinstance(source, Spans):
         return source
     if isinstance(source, Timing):
         return timing_spans(source, ctas, cluster)
-    return sim_spans(source, ctas)
+    return _events.spans(source, ctas=ctas, clusters=clusters)
 
 
 # ---- Chrome's Trace Event Format ------------------------------------------------------------------
@@ -549,7 +342,7 @@ TRACE_PH = ("X", "i", "M")
 
 
 def chrome_trace(source, path=None, *, stage: str = "", device: str = "", date: str = "", git: str = "",
-                 ctas=None, cluster: int = 1, evidence: str | None = None) -> dict:
+                 ctas=None, cluster: int = 1, clusters=None, evidence: str | None = None) -> dict:
     """Trace Event Format JSON (Perfetto: ui.perfetto.dev, 'Open trace file'; chrome://tracing) of
     measured clock64 records (a Timing) or of simulator events, written to `path` if given.
 
@@ -557,7 +350,7 @@ def chrome_trace(source, path=None, *, stage: str = "", device: str = "", date: 
     ring's slots and the accumulators as lanes of their own. ts: clock64 cycles since the CTA's first
     record (measured; the viewer's ruler says µs, read cycles) or the simulator's seq (an order stamp:
     the ruler is order, not time). otherData says which."""
-    sp = protocol_spans(source, ctas, cluster)
+    sp = protocol_spans(source, ctas, cluster, clusters)
     meta = {**sp.meta, **{k: v for k, v in dict(stage=stage, device=device, date=date, git=git).items() if v}}
     if evidence is None:
         evidence = SIM_ORDER if sp.order == SIM_ORDER else (

@@ -30,7 +30,7 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..timing import check_events
+from ..events import check as check_events   # the one event checker (names, offsets in addr, bytes)
 
 WARP_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "tma_load", "tma_store", "commit", "tmem_alloc",
               "tmem_dealloc", "tmem_ld", "tmem_cp", "bar_sync", "cluster_sync", "exit")

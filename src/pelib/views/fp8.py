@@ -13,7 +13,6 @@ from .. import descriptors as D
 from .. import baselines, clock, device, records, sass, sass_account, staging, stages, timing
 from ..facts import Table, evidence_label
 from ..kinds.fp8 import epi_columns, epilogue_map  # noqa: F401  (the chapters draw the column map)
-from ..models import protocol
 from ..stage import Stage, find, lineage
 from ..stages import Rendered
 from . import plots, sim, widgets
@@ -328,16 +327,14 @@ def barrier_table(name: str = FINAL, defines: dict | None = None) -> Table:
     return Table(rows, f"{s.name}: mbarriers — from its exports and source (compiled)")
 
 
+PERSISTENT = ("08a_persistent_tiles", "08b_double_staging", FINAL)
+
+
 def protocol_table() -> Table:
-    """pelib.models.protocol.persistent for the stage as built and with each planted bug (modelled)."""
-    ex = stage(FINAL).exports
-    base = dict(stages=ex.pipeline_stages, epi_warps=ex.epi_warps, acc_bufs=ex["tmem_acc_buffers"], cg=ex["cta_group"])
-    r = protocol.persistent(**base)
-    rows = [{"variant": "as built", "ok": r["ok"], "first violation": r["first violation"]}]
-    for bug, what in protocol.PERSISTENT_BUGS.items():
-        r = protocol.persistent(bug=bug, **base)
-        rows.append({"variant": what, "ok": r["ok"], "first violation": r["first violation"]})
-    return Table(rows, "The barrier protocol under random timing (20 runs of 11 tiles each) — modelled")
+    """The catalog's planted protocol mistakes in the persistent stages (08a, 08b, 09), each a patch of
+    the stage's own source run on the simulator: what the simulator said, and whether the catalog
+    expected it (simulated)."""
+    return sim.catalog_table(stages=[f"fp8/{n}" for n in PERSISTENT])
 
 
 def kloop_account(defines: dict | None = None, k: int = 768, budget: int = 0):

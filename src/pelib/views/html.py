@@ -5,32 +5,8 @@ from __future__ import annotations
 
 import base64
 import html
-import io
-import struct
 
-SCALE = 2  # figures are rendered at 2x and shown at 1x: sharp on high-density screens and when zoomed
-
-
-def figure_text(fig) -> str:
-    """The text drawn on a figure, titles first (where its evidence label is), tick labels left out."""
-    from matplotlib.text import Text
-
-    ticks = {id(t) for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels())}
-    titles = [fig._suptitle] if fig._suptitle is not None else []
-    titles += [ax.title for ax in fig.axes] + [getattr(ax, "_left_title") for ax in fig.axes]
-    rest = [t for t in fig.findobj(Text) if id(t) not in ticks]
-    seen = dict.fromkeys(t.get_text().strip() for t in titles + rest if t.get_visible())
-    return " | ".join(t for t in seen if t)
-
-
-def figure_png(fig, scale: int = SCALE, metadata: dict | None = None) -> tuple[bytes, int, int]:
-    """PNG bytes of a matplotlib figure at `scale` times its dpi, and its size in CSS pixels (1x)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=fig.dpi * scale, bbox_inches="tight", facecolor="white",
-                metadata=metadata)
-    data = buf.getvalue()
-    w, h = struct.unpack(">II", data[16:24])  # the IHDR chunk of a PNG
-    return data, round(w / scale), round(h / scale)
+from ..notebook import figure_png, figure_text
 
 
 def figure_html(fig, alt: str = "") -> str:
