@@ -180,7 +180,7 @@ struct WarpColl {
 struct WgOp {
   u64 index;
   u64 da = 0, db = 0;
-  int n = 0;
+  int n = 0, type = 0;   // type: 0 .e4m3, 1 .e5m2
   u32 scale_d = 0;
   float* acc[128]{};
   int arrived = 0;
@@ -1401,7 +1401,7 @@ std::pair<u32, u32> operand_range(const SmemDescFields& fd, u32 rows, u32 kbytes
 }
 }  // namespace
 
-void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Site s) {
+void wgmma_f8(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, int type, Site s) {
   Fiber* f = E->cur;
   Cta* c = f->cta;
   const u32 wgi = u32(f->tid / 128);
@@ -1418,10 +1418,11 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
     o->db = db;
     o->n = n;
     o->scale_d = scale_d;
+    o->type = type;
     o->site = s;
-  } else if (o->da != da || o->db != db || o->n != n || (o->scale_d != 0) != (scale_d != 0)) {
+  } else if (o->da != da || o->db != db || o->n != n || (o->scale_d != 0) != (scale_d != 0) || o->type != type) {
     misuse_fatal(fmt("wgmma.mma_async #%llu of the warpgroup: thread %d gives other operands than the threads before "
-                     "it (descriptors, N or scale-d differ across the warpgroup)", (unsigned long long)idx, f->tid), s);
+                     "it (descriptors, N, type or scale-d differ across the warpgroup)", (unsigned long long)idx, f->tid), s);
   }
   o->acc[f->tid % 128] = d;
   o->arrived++;
@@ -1450,7 +1451,7 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
     event(EV_MMA, f, s);
     op->complete = [o, c, id, &wg, s]() {
       remove_ranges(c->reads, id);
-      gmma_e4m3(c->win, c->dyn_off + c->dyn_size, 0, o->da, o->db, o->n, o->scale_d != 0, o->acc);
+      gmma_f8(c->win, c->dyn_off + c->dyn_size, 0, o->da, o->db, o->n, o->type, o->scale_d != 0, o->acc);
       event(EV_MMA_DONE, nullptr, s, -1, -1, -1, c);
       wg.done++;
       wake_all(wg.waiters);
