@@ -1096,8 +1096,9 @@ def _to_out_bytes(x: np.ndarray, nbytes: int, fmt: int = 0) -> np.ndarray:
         return x.astype(np.float32).view(np.uint8).reshape(x.shape + (4,))
     if nbytes == 2:  # BF16, round to nearest even (cvt.rn.bf16x2.f32)
         u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-        return u.view(np.uint8).reshape(x.shape + (2,))
+        r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        r = np.where((u & 0x7FFFFFFF) > 0x7F800000, np.uint16(0x7FFF), r).astype(np.uint16)   # NaN: 0x7FFF
+        return r.view(np.uint8).reshape(x.shape + (2,))
     raise EmulationError(f"out_elem_bytes={nbytes}: 2 (BF16) or 4 (FP32)")
 
 

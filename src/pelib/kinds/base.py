@@ -12,9 +12,11 @@ class KindError(ValueError):
 
 
 def bf16_bits(x) -> np.ndarray:
-    """FP32 values rounded to BF16 (nearest even, as cvt.rn.bf16x2.f32), as uint16 bit patterns."""
+    """FP32 values rounded to BF16 (nearest even, as cvt.rn.bf16x2.f32), as uint16 bit patterns; every
+    NaN becomes 0x7FFF (CUDA include/cuda_bf16.hpp __internal_float2bfloat16, the host twin of cvt.rn)."""
     u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where((u & 0x7FFFFFFF) > 0x7F800000, np.uint16(0x7FFF), r).astype(np.uint16)
 
 
 # Exact-arithmetic inputs: small integers whose every FP32 partial sum (|s| < 2^24) and whose output
