@@ -378,6 +378,20 @@ inline void tmem_ld_32x32b(const UmmaCta& c, int warp, uint32_t taddr, int x, ui
     for (int i = 0; i < x; ++i) regs[t * x + i] = c.tmem[size_t(lane + t) * TMEM_COLS + col + i];
 }
 
+// PTX ISA 9.7.16.8.4 tcgen05.st (.32x32b): the reverse of tmem_ld_32x32b, regs[t * x + i] -> (lane, column).
+inline void tmem_st_32x32b(const UmmaCta& c, int warp, uint32_t taddr, int x, const uint32_t* regs) {
+  if (x < 1 || x > 128 || (x & (x - 1)))
+    model_fail("tcgen05.st.32x32b.x%d: .num is one of x1, x2, x4, ..., x128", x);
+  const uint32_t lane = taddr >> 16, col = taddr & 0xFFFF;
+  const uint32_t q = 32u * uint32_t(warp % 4);
+  if (lane != q)
+    model_fail("tcgen05.st.32x32b by warp %d names TMEM lane %u: a warp writes only lanes %u..%u (lane quarter "
+               "warp %% 4)", warp, lane, q, q + 31);
+  detail::check_tmem_cols(c, col, uint32_t(x), "tcgen05.st.32x32b");
+  for (int t = 0; t < 32; ++t)
+    for (int i = 0; i < x; ++i) c.tmem[size_t(lane + t) * TMEM_COLS + col + i] = regs[t * x + i];
+}
+
 // PTX ISA 9.7.16.9.2 tcgen05.cp (.32x128b.warpx4; CUTLASS copy_sm100.hpp SM100_UTCCP_4x32dp128bit_1cta):
 // 32 rows x 16 B from shared memory, read through `src_desc` as a K-major operand (8-row core matrices at
 // SBO), to columns col..col+3 of every 32-lane group: lane 32*w + r, column col + j <- bytes 4j..4j+3 of

@@ -107,6 +107,7 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
             unsigned accumulate, Site site);
 void tc_commit(int cg, unsigned bar, unsigned mask, bool multicast, Site site);
 void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site site);
+void tc_st_32x32b(unsigned taddr, const unsigned* regs, int x, Site site);
 void tc_wait_ld(Site site);
 void tc_wait_st(Site site);
 void tc_fence(bool before, Site site);
