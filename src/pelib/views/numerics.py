@@ -61,13 +61,18 @@ def rule_table(path: Path | None = None) -> Table:
                        f"(results/2026-11-27-h100/tcprobe.json)")
 
 
-def probe_table(path: Path | None = None) -> Table:
-    doc = probe_summary(path)
-    rows = [{"model": name, "where it comes from": m.get("source", ""),
-             "outputs that differ": doc["mismatch_total"][name]["values"], "of": doc["outputs"]}
-            for name, m in doc["models"].items()]
-    return Table(rows, f"Each model against the tensor core's own bits, {_measured(doc)}; every vector class "
-                       "of pelib.tcvectors (directed, 1M+ random, chains of 2-8 instructions, N = 128/192/256, E5M2)")
+def probe_table() -> Table:
+    """Each model's mismatching outputs in every committed probe run (results/*/tcprobe.json: H100, H200)."""
+    docs = [json.loads(p.read_text()) for p in results.files(tcprobe.SUMMARY)]
+    rows = []
+    for name, m in docs[0]["models"].items():
+        row = {"model": name, "where it comes from": getattr(F.PRESETS.get(name), "source", "") or m.get("source", "")}
+        for doc in docs:
+            row[f"differ, {doc['device']}"] = doc["mismatch_total"][name]["values"]
+        rows.append(row)
+    runs = "; ".join(f"{_measured(d)}: {d['outputs']:,} outputs" for d in docs)
+    return Table(rows, f"Each model against the tensor core's own bits, {runs}; every vector class of "
+                       "pelib.tcvectors (directed, 1M+ random, chains of 2-8 instructions, N = 128/192/256, E5M2)")
 
 
 def random_proof_table(simulate: bool = True) -> Table:
