@@ -38,6 +38,13 @@ WRITTEN = {
     "tcprobe-chains.npz": "a data file pelib.tcprobe collect writes (chained instructions)",
     "tcprobe-shapes.npz": "a data file pelib.tcprobe collect writes (N = 128 and 192)",
     "tcprobe-e5m2.npz": "a data file pelib.tcprobe collect writes (E5M2 operands)",
+    "numerics.json": "the summary pelib.numerics_proof writes",
+    "DIR/numerics.json": "the same, in the folder its --out names",
+    "sim_proof_random.npz": "the random-input stage outputs pelib.sim_proof's random jobs write",
+    "tcprobe_sm100.json": "the summary pelib.tcprobe_sm100 collect writes",
+    "tcprobe_sm100-f8f6f4.npz": "a data file pelib.tcprobe_sm100 collect writes (kind::f8f6f4, E4M3)",
+    "tcprobe_sm100-e5m2.npz": "a data file pelib.tcprobe_sm100 collect writes (kind::f8f6f4, E5M2)",
+    "tcprobe_sm100-mxf4nvf4.npz": "a data file pelib.tcprobe_sm100 collect writes (kind::mxf4nvf4)",
 }
 
 
