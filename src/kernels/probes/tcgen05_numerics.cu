@@ -1,5 +1,5 @@
 // Bit-level probe of the Blackwell tensor core's accumulation (the B200 twin of wgmma_numerics.cu): one CTA
-// of 4 warps stores D[128][N] (FP32 bit patterns) into TMEM with tcgen05.st, issues `steps` tcgen05.mma
+// of 4 warps stores D[128][N] (FP32 bit patterns) into TMEM with tcgen05.st (common/tcgen05_store.cuh), issues `steps` tcgen05.mma
 // into it from one thread (K = 32 bytes of A and B per instruction: 32 FP8 values of kind::f8f6f4, or 64
 // packed E2M1 values with 4 UE4M3 scales per row of kind::mxf4nvf4.block_scale.block16), and reads it back
 // with tcgen05.ld. Every output (m, n) is one test vector: row m of A . row n of B (scaled) + D[m][n].
@@ -28,6 +28,7 @@
 #include "common/mbarrier.cuh"
 #include "common/tma.cuh"
 #include "common/tcgen05.cuh"
+#include "common/tcgen05_store.cuh"
 #include "common/descriptors.cuh"
 
 #ifndef PROBE_KIND

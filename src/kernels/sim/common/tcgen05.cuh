@@ -53,9 +53,6 @@ PE_DEVICE void tcgen05_commit_multicast(u32 mbar, u16 mask, PE_SIM_SITE) {
 PE_DEVICE void tcgen05_ld_32x32b_x16(u32 taddr, u32 (&r)[16], PE_SIM_SITE) { pe_sim::tc_ld_32x32b(taddr, r, 16, site); }
 PE_DEVICE void tcgen05_ld_32x32b_x32(u32 taddr, u32 (&r)[32], PE_SIM_SITE) { pe_sim::tc_ld_32x32b(taddr, r, 32, site); }
 
-// PTX ISA 9.7.16.8.4 tcgen05.st (.sync.aligned.32x32b.x32): written when the warp has gathered
-PE_DEVICE void tcgen05_st_32x32b_x32(u32 taddr, const u32 (&r)[32], PE_SIM_SITE) { pe_sim::tc_st_32x32b(taddr, r, 32, site); }
-
 // PTX ISA 9.7.16.8.5 tcgen05.wait::ld / wait::st
 PE_DEVICE void tcgen05_wait_ld(PE_SIM_SITE) { pe_sim::tc_wait_ld(site); }
 PE_DEVICE void tcgen05_wait_st(PE_SIM_SITE) { pe_sim::tc_wait_st(site); }
