@@ -24,8 +24,10 @@ sm100_blockscaled_layout.hpp (SfKMajorAtom), include/cute/arch/copy_sm100.hpp
 tcgen05_programming.rst (2-CTA split); DeepGEMM sm100_fp8_fp4_gemm_1d1d.cuh (UTCCP SF layout).
 
 What is proven on Hopper hardware (tests/test_gpu_emulate.py): TMA load/store with every swizzle,
-GMMA descriptor reads with the K-advance. TMEM, tcgen05.ld/cp and the 2-CTA split are modelled
-from the sources above only.
+GMMA descriptor reads with the K-advance; and the arithmetic of each wgmma, pelib.blockfma's rule (0 of
+2,867,200 probe outputs differ on an H100 and an H200, results/2026-11-27-h100/tcprobe.json). TMEM,
+tcgen05.ld/cp, the 2-CTA split and tcgen05.mma's arithmetic (predicted) are modelled from the sources above
+only.
 """
 from __future__ import annotations
 
