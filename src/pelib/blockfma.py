@@ -10,9 +10,10 @@ families of model, both vectorized with numpy over any number of such vectors:
                             below it, the truncated terms summed exactly, the sum rounded to FP32; every
                             choice the public descriptions leave open is a parameter (below)
 
-a, b: uint8 arrays [..., 32] (FP8 bytes, K order); d: uint32 [...] (FP32 bits). Every model returns the
-FP32 bits [...] as uint32. chain() runs one over K = 32 * steps as the probe's chained wgmma do, with
-nothing but the FP32 result carried from one instruction to the next.
+a, b: uint8 arrays [..., k] (FP8 bytes, K order; k = 32 for one wgmma); d: uint32 [...] (FP32 bits). Every
+model returns the FP32 bits [...] as uint32. chain() runs one over K = k * steps as the probe's chained wgmma
+do, with nothing but the FP32 result carried from one instruction to the next; mma() and matmul() take exact
+product values and window exponents instead (block-scaled operands, a GEMM's tile).
 
 Integer form: an FP8 byte is sign, integer significand M and the weight of its last bit (value =
 M * 2^lsb, E4M3: M < 16, E5M2: M < 8); a product is M_a M_b * 2^(lsb_a + lsb_b), exactly; FP32 D is
@@ -27,7 +28,10 @@ Presets (PRESETS), each from a cited source:
                    through models/tools/GEMM.m and models/tools/Generic_BFMA_TC.m
     h100tc_c       the same repository's C port, models/tools/C/src/block_fma_nv.c with gemm_recur.c
                    (branch dev)
-Evidence: "modelled". Which of them, if any, the GPU follows on wgmma is what pelib.tcprobe measures.
+    b200tc_f8f6f4, b200_mxf4nvf4_guess   tcgen05.mma's kinds, predicted (pelib.tcprobe_sm100 measures them)
+Evidence: "modelled". pelib.tcprobe measured which one wgmma follows: h100tc_matlab, on every one of
+2,867,200 probe outputs of an H100 and of an H200 (results/2026-11-27-h100 and -h200, tcprobe.json); it is
+the simulator's (src/kernels/sim/model/blockfma.h, MMA_MODELS["tensor_core"]) and the emulator's.
 Checked outside this repository against MATLAB-tensor-core's own GPU data (model_validation/H100 and
 H200, E4M3 and E5M2, 5,000 K = 32 vectors each, D = 0, not redistributed here): h100tc_matlab
 reproduces every one of the 20,000 results bit for bit; h100tc_c differs on 1,415 of 5,000 (E4M3) and
