@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from pelib import blockfma as F
 from pelib import descriptors as D
 from pelib import emulate as E
 from pelib.emulate import EmulationError, SmemImage, TensorMap2D, TileParams
@@ -341,10 +342,16 @@ def nvfp4_problem(m=128, n=128, k=512, seed=0):
     return a, b, sfa, sfb
 
 
-def nvfp4_ref(a, b, sfa, sfb):
+def nvfp4_ref(a, b, sfa, sfb, exact=False):
+    """The global product, no layout: exact (float64), or 64-product kind::mxf4nvf4 instructions in K order
+    under pelib.blockfma's (predicted) model, as FP32 values: what the replay must print bit for bit."""
     av = E.decode_values(a, "e2m1") * np.repeat(E.decode_values(sfa, "ue4m3"), 16, axis=1)
     bv = E.decode_values(b, "e2m1") * np.repeat(E.decode_values(sfb, "ue4m3"), 16, axis=1)
-    return av @ bv.T
+    if exact:
+        return av @ bv.T
+    ae = F.window_exponents(a, "e2m1") + np.repeat(F.window_exponents(sfa, "ue4m3"), 16, axis=1)
+    be = F.window_exponents(b, "e2m1") + np.repeat(F.window_exponents(sfb, "ue4m3"), 16, axis=1)
+    return F.matmul(F.B200_MXF4NVF4, av, ae, bv, be, 64).view(np.float32).astype(np.float64)
 
 
 def nvfp4_params(**kw):
@@ -361,7 +368,10 @@ def test_nvfp4_128x128x256_matches_reference():
     a, b, sfa, sfb = nvfp4_problem()
     out, rep = E.emulate_tile(nvfp4_params(), a, b, sfa=sfa, sfb=sfb, return_report=True)
     assert rep.ok, rep
-    np.testing.assert_allclose(out, nvfp4_ref(a, b, sfa, sfb), rtol=1e-12, atol=1e-9)
+    assert np.array_equal(out, nvfp4_ref(a, b, sfa, sfb))
+    np.testing.assert_allclose(out, nvfp4_ref(a, b, sfa, sfb, exact=True), rtol=1e-6, atol=1e-6)
+    exact = E.emulate_tile(nvfp4_params(), a, b, sfa=sfa, sfb=sfb, accumulation="exact")
+    np.testing.assert_allclose(exact, nvfp4_ref(a, b, sfa, sfb, exact=True), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("wrong", [dict(sf_tmem_step_cols=1), dict(sfb_smem_offset=32768),
@@ -416,7 +426,7 @@ def test_nvfp4_two_stage_ring():
     p = nvfp4_params(num_stages=2, a_stage_stride=40960, b_stage_stride=40960, sfa_stage_stride=40960,
                      sfb_stage_stride=40960)
     out = E.emulate_tile(p, a, b, sfa=sfa, sfb=sfb)
-    np.testing.assert_allclose(out, nvfp4_ref(a, b, sfa, sfb), rtol=1e-12, atol=1e-9)
+    assert np.array_equal(out, nvfp4_ref(a, b, sfa, sfb))
 
 
 # --- the Hopper twin --------------------------------------------------------------------------------
@@ -469,7 +479,7 @@ def test_nvfp4_stage_exports_reproduce_the_reference(stage):
     if p.stage_smem_offset is not None:  # a staged epilogue stores its output format (02: FP16)
         assert p.out_fmt == 1 and p.out_elem_bytes == 2
         want = want.astype(np.float32).astype(np.float16).astype(np.float64)
-    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-9)
+    assert np.array_equal(out, want)
 
 
 # --- the chapter's pictures ------------------------------------------------------------------------

@@ -76,6 +76,11 @@ def test_each_command_runs_up_to_the_launch(cmd, tmp_path, capsys):
                                capture_output=True, text=True, timeout=120)
             assert p.returncode == 0 and "--family" in p.stdout, p.stderr
         return
+    if cmd.startswith(".venv/bin/python -m pelib.tcprobe_sm100 "):   # tests/test_tcprobe_sm100.py runs it
+        from pelib import tcprobe_sm100                                  # end to end in the simulator
+        a = tcprobe_sm100.parser().parse_args(shlex.split(cmd)[3:])
+        assert a.cmd == "collect" and a.device == "gpu" and a.out
+        return
     prefix = next((p for p in STAGE_PREFIXES if cmd.startswith(p)), None)
     assert prefix, f"no dry run for the page's command {cmd!r}: add one to this test"
     args = shlex.split(cmd[len(prefix):])

@@ -229,13 +229,25 @@ def test_emulated_tiles_match_the_reference():
         A = (torch.randn(2 * tm, k, generator=g) * 2).to(torch.float8_e4m3fn)
         Bm = (torch.randn(2 * tn, k, generator=g) * 2).to(torch.float8_e4m3fn)
         out, rep = E.emulate_tile(p, A, Bm, m0=tm, n0=tn, return_report=True)
-        ref = A.double()[tm:].numpy() @ Bm.double()[tn:].numpy().T
+        ref = _wgmma_ref(A[tm:], Bm[tn:])
         assert rep.ok, (key, rep)
-        np.testing.assert_allclose(out, ref, rtol=0, atol=1e-9)
+        assert np.array_equal(out, ref), key
         # the same replay with a wrong SBO must not pass: the check can fail
         bad = E.emulate_tile(p.with_(a_desc=descriptors.gmma_smem_desc(p.a_smem_offset, 16, 512, 128)), A, Bm,
                              m0=tm, n0=tn)
         assert not np.allclose(np.nan_to_num(bad, nan=1e30), ref)
+
+
+def _wgmma_ref(a, b):
+    """The global product of FP8 tensors a [M, K] and b [N, K] as wgmma k32 instructions in K order under the
+    measured Hopper block FMA (pelib.blockfma), no layout: what a replay must print bit for bit."""
+    import numpy as np
+    import torch
+    from pelib import blockfma as F
+    ab, bb = (x.contiguous().view(torch.uint8).numpy() for x in (a, b))
+    bits = F.matmul(F.H100TC_MATLAB, F.values(ab), F.window_exponents(ab, "e4m3"), F.values(bb),
+                    F.window_exponents(bb, "e4m3"))
+    return bits.view(np.float32).astype(np.float64)
 
 
 def test_emulated_permuted_b_needs_both_halves_of_the_map():
@@ -249,7 +261,7 @@ def test_emulated_permuted_b_needs_both_halves_of_the_map():
     prob = s.problem("small")
     t = prob.make_inputs(seed=2)
     m0, n0 = 64, 256
-    ref = (t["a"].double()[m0:m0 + 64] @ t["b"].double()[n0:n0 + 256].T).numpy()
+    ref = _wgmma_ref(t["a"][m0:m0 + 64], t["b"][n0:n0 + 256])
     p = E.TileParams.from_exports(s.exports)
     perm = np.asarray(sm90.permuted_b_rows(t["b"].shape[0]))
     assert (perm != np.arange(perm.size)).any()
@@ -257,7 +269,7 @@ def test_emulated_permuted_b_needs_both_halves_of_the_map():
     assert not np.allclose(loaded, ref)
     mapped = np.empty_like(loaded)
     mapped[:, perm[n0:n0 + 256] - n0] = loaded                               # both: the kind's replay
-    np.testing.assert_allclose(mapped, ref, rtol=0, atol=1e-9)
+    assert np.array_equal(mapped, ref)
     unmapped_b = np.empty_like(ref)
     unmapped_b[:, perm[n0:n0 + 256] - n0] = E.emulate_tile(p, t["a"], t["b"], m0=m0, n0=n0)
     assert not np.allclose(unmapped_b, ref)                                   # the column map alone

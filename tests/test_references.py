@@ -42,6 +42,13 @@ WRITTEN = {
     "prediction-vs-measured.json": "the comparison python -m pelib.predict --compare writes",
     "PRED.json": "python -m pelib.predict --compare's metavar (a predictions file)",
     "MEAS.json": "python -m pelib.predict --measured's metavar (a measurement)",
+    "numerics.json": "the summary pelib.numerics_proof writes",
+    "DIR/numerics.json": "the same, in the folder its --out names",
+    "sim_proof_random.npz": "the random-input stage outputs pelib.sim_proof's random jobs write",
+    "tcprobe_sm100.json": "the summary pelib.tcprobe_sm100 collect writes",
+    "tcprobe_sm100-f8f6f4.npz": "a data file pelib.tcprobe_sm100 collect writes (kind::f8f6f4, E4M3)",
+    "tcprobe_sm100-e5m2.npz": "a data file pelib.tcprobe_sm100 collect writes (kind::f8f6f4, E5M2)",
+    "tcprobe_sm100-mxf4nvf4.npz": "a data file pelib.tcprobe_sm100 collect writes (kind::mxf4nvf4)",
 }
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from pelib import blockfma as F
 from pelib import descriptors as D
 from pelib import emulate as E
 from pelib import sim_tensormap as ST
@@ -261,9 +262,13 @@ def test_gmma_operand_reads_match_emulate(lib, sw):
         assert np.array_equal(got, want)
 
 
-def _gmma(lib, smem, adesc, bdesc, n, scale_d, acc):
-    call(lib, "pe_sim_gmma_e4m3", ptr(smem), SMEM, BASE, ctypes.c_uint64(adesc), ctypes.c_uint64(bdesc), n,
-         int(scale_d), acc.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+def _gmma(lib, smem, adesc, bdesc, n, scale_d, acc, model=None):
+    if model is None:
+        call(lib, "pe_sim_gmma_e4m3", ptr(smem), SMEM, BASE, ctypes.c_uint64(adesc), ctypes.c_uint64(bdesc), n,
+             int(scale_d), acc.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+    else:
+        call(lib, "pe_sim_gmma_f8", ptr(smem), SMEM, BASE, ctypes.c_uint64(adesc), ctypes.c_uint64(bdesc), n, 0,
+             int(scale_d), acc.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), (ctypes.c_int32 * 5)(*F.cxx_params(model)))
 
 
 def _frag_to_tile(acc, n):
@@ -282,7 +287,9 @@ def _fp8(rng, shape, small):
 @pytest.mark.parametrize("n,small", [(64, True), (96, False), (128, True), (192, False), (256, False)])
 def test_gmma_e4m3_k_loop_matches_torch(lib, n, small):
     """A 64 x N x 128 product as the sm90 stages issue it: TMA (SW128, 128-B K rows) loads A and B, four
-    wgmma K-steps advance the descriptors by 32 B inside the swizzle atom, scale_d = 0 on the first."""
+    wgmma K-steps advance the descriptors by 32 B inside the swizzle atom, scale_d = 0 on the first. The
+    default arithmetic is the Hopper block FMA: bit for bit pelib.blockfma's H100 model of the same bytes,
+    within its truncation of torch; the exact accumulation is torch's sum rounded per instruction."""
     rng = np.random.default_rng(n)
     K = 128
     a, b = _fp8(rng, (64, K), small), _fp8(rng, (n, K), small)
@@ -292,17 +299,23 @@ def test_gmma_e4m3_k_loop_matches_torch(lib, n, small):
         spec = tma.make_spec("uint8", g.shape, (rows, 128), swizzle=128, address=g.ctypes.data)
         _load(lib, spec, (0, 0), off, smem)
     da, db = D.gmma_smem_desc(a_off, 16, 1024, 128), D.gmma_smem_desc(b_off, 16, 1024, 128)
-    acc = np.full((128, n // 2), np.nan, dtype=np.float32)      # poisoned: scale_d = 0 must ignore it
-    for s in range(K // 32):
-        _gmma(lib, smem, D.smem_desc_advance(da, 32 * s), D.smem_desc_advance(db, 32 * s), n, s > 0, acc)
     av = torch.from_numpy(E.decode_values(a, "e4m3"))
     bv = torch.from_numpy(E.decode_values(b, "e4m3"))
     ref = (av @ bv.T).numpy()
-    got = _frag_to_tile(acc, n)
-    if small:
-        assert np.array_equal(got, ref), "small-integer inputs must give exact sums"
-    else:
-        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
+    model = F.chain(F.H100TC_MATLAB, a[:, None, :], b[None, :, :], np.zeros((64, n), np.uint32), first_scale_d=False)
+    for how in (None, F.EXACT_SUM):
+        acc = np.full((128, n // 2), np.nan, dtype=np.float32)      # poisoned: scale_d = 0 must ignore it
+        for s in range(K // 32):
+            _gmma(lib, smem, D.smem_desc_advance(da, 32 * s), D.smem_desc_advance(db, 32 * s), n, s > 0, acc, how)
+        got = _frag_to_tile(acc, n)
+        if small:
+            assert np.array_equal(got, ref), "small-integer inputs must give exact sums"
+        elif how is None:
+            assert np.array_equal(got.astype(np.float32).view(np.uint32), model), "the block FMA, bit for bit"
+            np.testing.assert_allclose(got, ref, rtol=0, atol=2.0 ** -8 * np.abs(ref).max())
+            assert not np.array_equal(got, ref.astype(np.float32))
+        else:
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4 * np.abs(ref).max())
 
 
 def test_gmma_wrong_sbo_predicted_by_emulate(lib):
@@ -496,8 +509,17 @@ def test_umma_f8f6f4_matches_torch(lib, cta_group, n, small):
         for w in range(4):
             for j in range(n // 32):
                 got[32 * w:32 * w + 32, 32 * j:32 * j + 32] = _tmem_ld(lib, c, w + 4, (32 * w) << 16 | acc_col + 32 * j, 32)
+        bits = got.copy()
         got = got.view(np.float32).astype(np.float64)
         want = ref[128 * v:128 * v + 128]
+        if not small:   # the predicted Blackwell block FMA, bit for bit pelib.blockfma's (pelib.emulate's) model
+            rows = slice(128 * v, 128 * v + 128)
+            model = np.zeros((128, n), np.uint32)
+            for s in range(K // 32):
+                ks = slice(32 * s, 32 * s + 32)
+                model = F.mma(F.B200_F8F6F4, E.decode_values(a[rows, ks], "e4m3"), F.window_exponents(a[rows, ks], "e4m3"),
+                              E.decode_values(b[:, ks], "e4m3"), F.window_exponents(b[:, ks], "e4m3"), model, s > 0)
+            assert np.array_equal(bits, model)
         if small:
             assert np.array_equal(got, want)
         else:
@@ -634,6 +656,14 @@ def test_umma_mxf4nvf4_block16_matches_torch(lib, exact):
         assert np.array_equal(got, ref)
     else:
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        # the predicted mxf4nvf4 block FMA (every product a b s_a s_b exact), bit for bit pelib.blockfma's
+        ea = F.window_exponents(a, "e2m1") + np.repeat(F.window_exponents(sfa, "ue4m3"), 16, axis=1)
+        eb = F.window_exponents(b, "e2m1") + np.repeat(F.window_exponents(sfb, "ue4m3"), 16, axis=1)
+        model = np.zeros((M, N), np.uint32)
+        for k in range(4):
+            ks = slice(64 * k, 64 * k + 64)
+            model = F.mma(F.B200_MXF4NVF4, av[:, ks], ea[:, ks], bv[:, ks], eb[:, ks], model, k > 0)
+        assert np.array_equal(got.astype(np.float32).view(np.uint32), model)
     # a wrong scale column (SFB of the next K step) changes the result: the scales are really read
     _mma(lib, "mxf4nvf4", [c], 0, da, db, idesc, False, tm_sfa, tm_sfb + 4)
     one = E.decode_values(a[:, :32], "e2m1") * np.repeat(E.decode_values(sfa[:, :4], "ue4m3"), 16, axis=1)

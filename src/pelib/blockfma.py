@@ -10,9 +10,10 @@ families of model, both vectorized with numpy over any number of such vectors:
                             below it, the truncated terms summed exactly, the sum rounded to FP32; every
                             choice the public descriptions leave open is a parameter (below)
 
-a, b: uint8 arrays [..., 32] (FP8 bytes, K order); d: uint32 [...] (FP32 bits). Every model returns the
-FP32 bits [...] as uint32. chain() runs one over K = 32 * steps as the probe's chained wgmma do, with
-nothing but the FP32 result carried from one instruction to the next.
+a, b: uint8 arrays [..., k] (FP8 bytes, K order; k = 32 for one wgmma); d: uint32 [...] (FP32 bits). Every
+model returns the FP32 bits [...] as uint32. chain() runs one over K = k * steps as the probe's chained wgmma
+do, with nothing but the FP32 result carried from one instruction to the next; mma() and matmul() take exact
+product values and window exponents instead (block-scaled operands, a GEMM's tile).
 
 Integer form: an FP8 byte is sign, integer significand M and the weight of its last bit (value =
 M * 2^lsb, E4M3: M < 16, E5M2: M < 8); a product is M_a M_b * 2^(lsb_a + lsb_b), exactly; FP32 D is
@@ -27,7 +28,10 @@ Presets (PRESETS), each from a cited source:
                    through models/tools/GEMM.m and models/tools/Generic_BFMA_TC.m
     h100tc_c       the same repository's C port, models/tools/C/src/block_fma_nv.c with gemm_recur.c
                    (branch dev)
-Evidence: "modelled". Which of them, if any, the GPU follows on wgmma is what pelib.tcprobe measures.
+    b200tc_f8f6f4, b200_mxf4nvf4_guess   tcgen05.mma's kinds, predicted (pelib.tcprobe_sm100 measures them)
+Evidence: "modelled". pelib.tcprobe measured which one wgmma follows: h100tc_matlab, on every one of
+2,867,200 probe outputs of an H100 and of an H200 (results/2026-11-27-h100 and -h200, tcprobe.json); it is
+the simulator's (src/kernels/sim/model/blockfma.h, MMA_MODELS["tensor_core"]) and the emulator's.
 Checked outside this repository against MATLAB-tensor-core's own GPU data (model_validation/H100 and
 H200, E4M3 and E5M2, 5,000 K = 32 vectors each, D = 0, not redistributed here): h100tc_matlab
 reproduces every one of the 20,000 results bit for bit; h100tc_c differs on 1,415 of 5,000 (E4M3) and
@@ -179,7 +183,7 @@ _CUT = {"toward_zero": np.trunc, "floor": np.floor, "nearest_even": np.rint}
 def _align(v, ref, frac_bits: int, trunc: str):
     """Values v (float64) on the grid 2^(ref - frac_bits), as integers held in float64, cut toward zero,
     toward -inf (two's complement, a sign-filling shift) or to nearest even. Exact: v times a power of two
-    is exact, every term is below 2^(ref + 2), so the integers stay below 2^(frac_bits + 2)."""
+    is exact, every term is below 2^(ref + 4), so the integers stay below 2^(frac_bits + 4)."""
     return _CUT[trunc](v * np.ldexp(1.0, frac_bits - ref))
 
 
@@ -209,8 +213,8 @@ def encode_fp32(sign, mag, lsb, out_bits: int = 23, rounding: str = "rz", overfl
     return np.where(nz, f.view(np.uint32), np.uint32(0)).astype(np.uint32)
 
 
-def _check_operands(a, b, d):
-    """a, b: FP8 bytes [..., 32] that broadcast against each other (a probe tile passes A [T, 64, 1, 32]
+def _check_operands(a, b, d, k: int = K_BLOCK):
+    """a, b: FP8 bytes [..., k] that broadcast against each other (a probe tile passes A [T, 64, 1, 32]
     and B [T, 1, N, 32]); d: FP32 bits of the broadcast shape without the last axis."""
     a, b = np.asarray(a, np.uint8), np.asarray(b, np.uint8)
     d = np.asarray(d, np.uint32)
@@ -218,9 +222,9 @@ def _check_operands(a, b, d):
         shape = np.broadcast_shapes(a.shape, b.shape)
     except ValueError:
         shape = None
-    if shape is None or a.shape[-1] != K_BLOCK or b.shape[-1] != K_BLOCK:
-        raise ModelError(f"a {a.shape} and b {b.shape}: one k32 block is [..., {K_BLOCK}] FP8 bytes each, the "
-                         "leading axes broadcasting (use chain() for K = 32 * steps)")
+    if shape is None or a.shape[-1] != k or b.shape[-1] != k:
+        raise ModelError(f"a {a.shape} and b {b.shape}: one block is [..., {k}] FP8 bytes each, the "
+                         f"leading axes broadcasting (use chain() for K = {k} * steps)")
     if d.shape != shape[:-1]:
         try:
             d = np.broadcast_to(d, shape[:-1])
@@ -286,20 +290,33 @@ def _specials(a, b, td: Terms, scale_d: bool, fmt):
 
 @dataclass(frozen=True)
 class ExactSum:
-    """src/kernels/sim/model/gmma.h gmma_e4m3: s = D (or 0 when scale-d is 0), then s += a_k * b_k in
-    double for k = 0..31 (each product is exact in double), then one round to nearest even to FP32."""
+    """The simulator's exact-sum option (src/kernels/sim/model/blockfma.h exact_dot, what gmma.h computed
+    before the block FMA): s = D (or 0 when scale-d is 0), then s += a_k * b_k in double for k = 0..k-1
+    (each product is exact in double), then one round to nearest even to FP32."""
 
     name: str = "exact_sum"
-    source: str = "src/kernels/sim/model/gmma.h gmma_e4m3 (today's simulator)"
+    source: str = "src/kernels/sim/model/blockfma.h exact_dot (the simulator's exact-sum option)"
+    k: int = K_BLOCK
 
     def __call__(self, a, b, d, fmt="e4m3", scale_d: bool = True) -> np.ndarray:
-        a, b, d = _check_operands(a, b, d)
+        a, b, d = _check_operands(a, b, d, self.k)
         # gmma.h decodes to float exactly, a NaN byte of either sign to +NaN (smem_operand.h e4m3_to_float)
         va, vb = (np.where(np.isnan(v), np.nan, v) for v in (values(a, fmt), values(b, fmt)))
         with np.errstate(invalid="ignore", over="ignore"):
             s = fp32_values(d).astype(np.float64) if scale_d else np.zeros(d.shape)
-            for k in range(K_BLOCK):
+            for k in range(self.k):
                 s = s + va[..., k] * vb[..., k]
+            return s.astype(np.float32).view(np.uint32)
+
+    def from_products(self, pv, pref=None, d=0, scale_d: bool = True) -> np.ndarray:
+        """The same sum of given exact products pv float64 [..., k] (pref unused): D first, then the
+        products in K order in double, one round to nearest FP32 (model/blockfma.h exact_dot)."""
+        pv = np.asarray(pv, np.float64)
+        d = np.broadcast_to(np.asarray(d, np.uint32), pv.shape[:-1])
+        with np.errstate(invalid="ignore", over="ignore"):
+            s = fp32_values(d).astype(np.float64) if scale_d else np.zeros(d.shape)
+            for k in range(pv.shape[-1]):
+                s = s + pv[..., k]
             return s.astype(np.float32).view(np.uint32)
 
 
@@ -328,6 +345,7 @@ class BlockFMA:
     out_round     rz | rn into those bits; overflow: inf | satfinite (the largest finite FP32)
     min_exp       a floor on R (MATLAB-tensor-core min_exp_limit), None for none
     zero_sign     positive: an exact zero is +0; ieee: -0 when every term is a negative zero
+    k             products in one block (32: a wgmma or tcgen05 f8f6f4 instruction; chain() runs K / k blocks)
     """
 
     name: str
@@ -336,7 +354,7 @@ class BlockFMA:
     d_ref: str = "expo"
     d_stage: str = "block"
     trunc: str = "toward_zero"
-    group: int = 32
+    group: int | None = None      # None: k (one alignment for the block)
     interleave: bool = False
     frac_bits2: int | None = None
     ref2: str = "max_term"
@@ -345,6 +363,7 @@ class BlockFMA:
     overflow: str = "inf"
     min_exp: int | None = None
     zero_sign: str = "positive"
+    k: int = K_BLOCK
     source: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -356,14 +375,21 @@ class BlockFMA:
             if v not in allowed:
                 raise ModelError(f"BlockFMA {self.name}: {what}={v!r}; one of {allowed}")
         for what, v in (("frac_bits", self.frac_bits), ("frac_bits2", self.frac_bits2 or self.frac_bits)):
-            if not 1 <= v <= 26:
-                raise ModelError(f"BlockFMA {self.name}: {what}={v}; 1..26 (the aligned terms stay exact in int64)")
-        if self.group not in (1, 2, 4, 8, 16, 32):
-            raise ModelError(f"BlockFMA {self.name}: group={self.group}; a power of two dividing 32")
+            if not 1 <= v <= 40:
+                raise ModelError(f"BlockFMA {self.name}: {what}={v}; 1..40 (the aligned terms and their sum stay "
+                                 "exact in float64)")
+        if self.group is None:
+            object.__setattr__(self, "group", self.k)
+        if self.k not in (1, 2, 4, 8, 16, 32, 64):
+            raise ModelError(f"BlockFMA {self.name}: k={self.k}; a power of two up to 64 products per block")
+        if self.group < 1 or self.k % self.group or self.group & (self.group - 1):
+            raise ModelError(f"BlockFMA {self.name}: group={self.group}; a power of two dividing k={self.k}")
         if not 1 <= self.out_bits <= 23:
             raise ModelError(f"BlockFMA {self.name}: out_bits={self.out_bits}; 1..23 (FP32 has 23)")
 
     def with_(self, **changes) -> "BlockFMA":
+        if "k" in changes and "group" not in changes and self.group == self.k:
+            changes["group"] = None        # one alignment per block stays one alignment per block
         return replace(self, **changes)
 
     @property
@@ -373,7 +399,8 @@ class BlockFMA:
     def _level(self, v, ref, frac_bits: int, dterm=None):
         """Align terms v [..., n] (float64; ref = LO for a zero term) and an optional D term (value, ref)
         of shape [...] on the largest ref; returns (the sum as an integer-valued float64, its grid
-        exponent). The sum of 33 integers below 2^(frac_bits + 2) is exact in float64."""
+        exponent). Every term is below 2^(frac_bits + 4) (a product of four significands below 16 times
+        2^ref), so the sum of 65 of them is exact in float64 for frac_bits <= 40."""
         r = ref.max(-1).astype(np.int64)
         if dterm is not None:
             r = np.maximum(r, dterm[1])
@@ -386,31 +413,65 @@ class BlockFMA:
         return total, r - frac_bits
 
     def _products(self, a, b, fmt):
-        """Products (float64, exact: 8-bit significands) and their reference exponents [..., 32], by
-        broadcasting the operands' own decodings."""
-        ta, tb = decode_fp8(a, fmt), decode_fp8(b, fmt)
-        va = np.where(ta.sign, -1.0, 1.0) * np.ldexp(ta.mag.astype(np.float64), ta.lsb.astype(np.int32))
-        vb = np.where(tb.sign, -1.0, 1.0) * np.ldexp(tb.mag.astype(np.float64), tb.lsb.astype(np.int32))
-        pv = va * vb
+        """Products (float64, exact: 8-bit significands) and their reference exponents [..., k]: each
+        operand decoded by a 256-entry table before broadcasting (a probe tile's A [64, 1, k] and B [1, N, k]
+        are decoded once, not per output)."""
+        v, e = byte_values(fmt, self.ref)
+        pv = v[a] * v[b]
         if self.ref == "max_term":
-            pref = np.where(pv != 0, np.frexp(pv)[1] - 1, LO)
-        else:
-            ea, eb = (ta.expo, tb.expo) if self.ref == "exp_sum" else (ta.norm, tb.norm)
-            pref = np.where(ta.mag > 0, ea, LO).astype(np.int32) + np.where(tb.mag > 0, eb, LO).astype(np.int32)
-        return pv, pref
+            return pv, np.where(pv != 0, np.frexp(pv)[1] - 1, LO).astype(np.int32)
+        return pv, e[a] + e[b]
 
     def __call__(self, a, b, d, fmt="e4m3", scale_d: bool = True) -> np.ndarray:
-        a, b, d = _check_operands(a, b, d)
+        a, b, d = _check_operands(a, b, d, self.k)
         pv, pref = self._products(a, b, fmt)
         td = decode_fp32(d)
+        s, grid = self._sum(pv, pref, td, scale_d)
+        out = encode_fp32(s < 0, np.abs(s), grid, self.out_bits, self.out_round, self.overflow)
+        if self.zero_sign == "ieee" and (s == 0).any():
+            tab = pair_table(fmt)
+            pneg0 = tab["negzero"][_pair_index(a, b)].all(-1)
+            dneg0 = ((td.mag == 0) & td.sign & ~td.nan & ~td.inf) if scale_d else np.ones(d.shape, bool)
+            out = np.where((s == 0) & pneg0 & dneg0, np.uint32(0x80000000), out)
+        sp = _specials(a, b, td, scale_d, fmt)
+        if sp is not None:
+            nan, inf, ineg = sp
+            out = np.where(inf, np.where(ineg, np.uint32(0xFF800000), np.uint32(0x7F800000)), out)
+            out = np.where(nan, np.uint32(NAN_BITS), out)
+        return np.asarray(out, np.uint32)
+
+    def from_products(self, pv, pref, d, scale_d: bool = True) -> np.ndarray:
+        """The block FMA of given exact products: pv float64 [..., k] (NaN, +-Inf allowed; 0 for a zero
+        product), pref their window exponents (ignored where pv is 0 or special), d FP32 bits [...]. For
+        products other than FP8 x FP8 (the block-scaled kinds: a b s_a s_b). An exact zero is +0."""
+        pv = np.asarray(pv, np.float64)
+        if pv.shape[-1] != self.k:
+            raise ModelError(f"{self.name}: {pv.shape[-1]} products per block, the model takes k={self.k}")
+        d = np.broadcast_to(np.asarray(d, np.uint32), pv.shape[:-1])
+        special = ~np.isfinite(pv)
+        pref = np.where((pv != 0) & ~special, pref, LO)
+        td = decode_fp32(d)
+        s, grid = self._sum(np.where(special, 0.0, pv), pref, td, scale_d)
+        out = encode_fp32(s < 0, np.abs(s), grid, self.out_bits, self.out_round, self.overflow)
+        if special.any() or (scale_d and (td.nan | td.inf).any()):
+            dn = (td.nan | td.inf) & scale_d
+            pos = (pv == np.inf).any(-1) | (dn & td.inf & ~td.sign)
+            neg = (pv == -np.inf).any(-1) | (dn & td.inf & td.sign)
+            nan = np.isnan(pv).any(-1) | (dn & td.nan) | (pos & neg)
+            out = np.where(pos | neg, np.where(neg, np.uint32(0xFF800000), np.uint32(0x7F800000)), out)
+            out = np.where(nan, np.uint32(NAN_BITS), out)
+        return np.asarray(out, np.uint32)
+
+    def _sum(self, pv, pref, td: Terms, scale_d: bool):
+        """The aligned, truncated, exact sum (int64) and its grid exponent."""
         dmag = td.mag if scale_d else np.zeros_like(td.mag)
         dv = np.where(td.sign, -1.0, 1.0) * np.ldexp(dmag.astype(np.float64), td.lsb.astype(np.int32))
         dterm = (dv, np.where(dmag > 0, td.expo if self.d_ref == "expo" else td.norm, LO))
-        ngroups = K_BLOCK // self.group
+        ngroups = self.k // self.group
         if ngroups == 1 and self.d_stage == "block":
             s, grid = self._level(pv, pref, self.frac_bits, dterm)
         else:
-            k = np.arange(K_BLOCK)
+            k = np.arange(self.k)
             order = np.argsort(k % ngroups if self.interleave else k // self.group, kind="stable")
             shp = pv.shape[:-1] + (ngroups, self.group)
             gv, gr = (np.broadcast_to(x, pv.shape)[..., order].reshape(shp) for x in (pv, pref))
@@ -427,20 +488,23 @@ class BlockFMA:
             r2 = np.where(S != 0, r2, LO)
             s, grid = self._level(v2, r2, self.frac_bits2 or self.frac_bits,
                                   dterm if self.d_stage == "late" else None)
-        s = s.astype(np.int64)
-        out = encode_fp32(s < 0, np.abs(s), grid, self.out_bits, self.out_round, self.overflow)
-        tab = None
-        if self.zero_sign == "ieee" and (s == 0).any():
-            tab = pair_table(fmt)
-            pneg0 = tab["negzero"][_pair_index(a, b)].all(-1)
-            dneg0 = ((td.mag == 0) & td.sign & ~td.nan & ~td.inf) if scale_d else np.ones(d.shape, bool)
-            out = np.where((s == 0) & pneg0 & dneg0, np.uint32(0x80000000), out)
-        sp = _specials(a, b, td, scale_d, fmt)
-        if sp is not None:
-            nan, inf, ineg = sp
-            out = np.where(inf, np.where(ineg, np.uint32(0xFF800000), np.uint32(0x7F800000)), out)
-            out = np.where(nan, np.uint32(NAN_BITS), out)
-        return np.asarray(out, np.uint32)
+        return s.astype(np.int64), grid
+
+
+_BYTE_VALUES: dict = {}
+
+
+def byte_values(fmt="e4m3", ref="exp_sum") -> tuple:
+    """(value float64, window exponent int32) of each FP8 byte: the value 0 for NaN and Inf bytes (_specials
+    decides those outputs), the exponent LO for zeros so that a product with a zero factor stays below
+    every real one (LO + LO)."""
+    key = (fmt_of(fmt).name, ref)
+    if key not in _BYTE_VALUES:
+        t = decode_fp8(np.arange(256, dtype=np.uint8), fmt)
+        v = np.ldexp(t.mag.astype(np.float64), t.lsb.astype(np.int32))
+        e = t.norm if ref == "exp_sum_normalized" else t.expo
+        _BYTE_VALUES[key] = (np.where(t.sign, -v, v), np.where(t.mag > 0, e, LO).astype(np.int32))
+    return _BYTE_VALUES[key]
 
 
 # ---- presets --------------------------------------------------------------------------------------
@@ -468,18 +532,159 @@ H100TC_C = BlockFMA(
     "h100tc_c", frac_bits=13, ref="exp_sum_normalized", d_ref="norm", d_stage="block", trunc="toward_zero",
     out_bits=23, out_round="rz", overflow="satfinite", zero_sign="positive",
     source="MATLAB-tensor-core models/tools/C/src/block_fma_nv.c, gemm_recur.c (branch dev)")
-PRESETS = {m.name: m for m in (EXACT_SUM, FP22_PLAIN, H100TC_MATLAB, H100TC_C)}
+# Blackwell tcgen05.mma, predicted and unverified on a B200 (the probe that settles it: pelib.tcprobe
+# collect --arch sm_100a). kind::f8f6f4: MATLAB-tensor-core models/B200TC.m, FP8 inputs: fma = 32, neab = +2
+# (25 fraction bits), frmode 'rz', global_alignment 1, min_exp_limit -133; GEMM.m keeps NoManBitsOut = 23
+# for neab >= 0 (the result in FP32, cut toward zero); DeepGEMM issue #176 measured "25 bits" on a B200
+# (tcgen05.mma.cta_group::1.kind::f8f6f4). A second model of the same authors, models/B200TCRN.m (16
+# products per block, round to nearest), is B200_F8F6F4.with_(k=16, out_round="rn")
+# (chain it twice per k32), kept as a parameter change.
+B200_F8F6F4 = BlockFMA(
+    "b200tc_f8f6f4", frac_bits=25, ref="exp_sum", d_ref="expo", d_stage="block", trunc="toward_zero",
+    out_bits=23, out_round="rz", overflow="inf", min_exp=-133, zero_sign="positive",
+    source="predicted: MATLAB-tensor-core models/B200TC.m; DeepGEMM issue #176 (25 bits on a B200)")
+# kind::mxf4nvf4 (.block_scale.block16, K = 64 per instruction): publicly unresolved. DeepGEMM issue #176
+# reports "34, 35, 36, 37 bits are tested" without a conclusion. Every field here is a guess kept as a
+# parameter: one block of the instruction's 64 products, each a_k b_k s_a s_b exact with its window at the
+# sum of the four exponents, 35 fraction bits, the result in FP32 cut toward zero.
+B200_MXF4NVF4 = BlockFMA(
+    "b200_mxf4nvf4_guess", frac_bits=35, ref="exp_sum", d_ref="expo", d_stage="block", trunc="toward_zero",
+    out_bits=23, out_round="rz", overflow="inf", min_exp=-133, zero_sign="positive", k=64,
+    source="a guess (DeepGEMM issue #176: 34-37 bits tested, unresolved); every field a parameter")
+PRESETS = {m.name: m for m in (EXACT_SUM, FP22_PLAIN, H100TC_MATLAB, H100TC_C, B200_F8F6F4, B200_MXF4NVF4)}
+
+# ---- which model an MMA runs (the simulator's model/blockfma.h accumulation() and pelib.emulate) ----------
+
+ACCUMULATIONS = ("tensor_core", "exact")
+MMA_KINDS = ("wgmma_f8", "umma_f8f6f4", "umma_mxf4nvf4")   # the MMAs with a block-FMA model
+MMA_MODELS = {
+    "tensor_core": {"wgmma_f8": H100TC_MATLAB, "umma_f8f6f4": B200_F8F6F4, "umma_mxf4nvf4": B200_MXF4NVF4},
+    "exact": {"wgmma_f8": EXACT_SUM, "umma_f8f6f4": EXACT_SUM, "umma_mxf4nvf4": ExactSum(k=64)},
+}
+# What each is: the book's numbers use tensor_core (the default).
+ACCUMULATION_TEXT = {
+    "tensor_core": "the tensor core's block FMA: Hopper wgmma FP8 measured bit for bit on an H100 "
+                   "(13 fraction bits); Blackwell tcgen05 predicted (f8f6f4 25 bits; mxf4nvf4 a guess)",
+    "exact": "the exact sum of each instruction's products and D, rounded once to FP32 (what a kernel that "
+             "promotes every MMA to FP32, CUTLASS 2xAcc, approaches)",
+}
+
+
+def mma_models(accumulation="tensor_core", **overrides) -> dict:
+    """{kind: model} for an accumulation name (ACCUMULATIONS) or a dict, with models replaced by keyword
+    (e.g. umma_mxf4nvf4=B200_MXF4NVF4.with_(frac_bits=37))."""
+    if isinstance(accumulation, dict):
+        base = dict(accumulation)
+    elif accumulation in MMA_MODELS:
+        base = dict(MMA_MODELS[accumulation])
+    else:
+        raise ModelError(f"accumulation {accumulation!r}: one of {ACCUMULATIONS} (or a dict of models by kind)")
+    for k, m in overrides.items():
+        if k not in MMA_KINDS:
+            raise ModelError(f"{k!r}: the MMAs with a model are {MMA_KINDS}")
+        base[k] = m
+    missing = [k for k in MMA_KINDS if k not in base]
+    if missing:
+        raise ModelError(f"accumulation models for {missing} missing: give every one of {MMA_KINDS}")
+    return base
+
+
+def cxx_params(model) -> list[int]:
+    """The model as src/kernels/sim/model/blockfma.h BlockFma {frac_bits, out_bits, min_exp, block,
+    round_nearest} (an exact sum: frac_bits 0). The C++ model has no knobs for the alternatives the probe
+    ruled out (max_term or normalized windows, groups, late D, floor cuts, satfinite, IEEE zero signs)."""
+    if isinstance(model, ExactSum):
+        return [0, 23, 0, 0, 0]
+    if not isinstance(model, BlockFMA):
+        raise ModelError(f"{model!r} is no pelib.blockfma model")
+    plain = dict(ref="exp_sum", d_ref="expo", d_stage="block", trunc="toward_zero", overflow="inf",
+                 zero_sign="positive")
+    odd = {k: getattr(model, k) for k, v in plain.items() if getattr(model, k) != v}
+    if model.group != model.k:
+        odd["group"] = model.group
+    if odd:
+        raise ModelError(f"{model.name}: the simulator's C++ block FMA models {plain} with group = k; this model "
+                         f"sets {odd}")
+    return [model.frac_bits, model.out_bits, -1000 if model.min_exp is None else model.min_exp, model.k,
+            int(model.out_round == "rn")]
+
+
+# Window exponents of the formats the MMAs read: a normal number's exponent, emin for a subnormal (OCP MX
+# v1.0 and the PTX ISA's alternate formats: E4M3 / UE4M3 bias 7, E5M2 bias 15, E2M1 bias 1, UE8M0 2^(v-127)).
+def _expo_table(exp_bits: int, mant_bits: int, bias: int, n: int) -> np.ndarray:
+    e = (np.arange(n) >> mant_bits) & ((1 << exp_bits) - 1)
+    return (np.maximum(e, 1) - bias).astype(np.int32)
+
+
+_EXPOS = {"e4m3": _expo_table(4, 3, 7, 256), "ue4m3": _expo_table(4, 3, 7, 256), "e5m2": _expo_table(5, 2, 15, 256),
+          "e2m1": _expo_table(2, 1, 1, 16), "ue8m0": (np.arange(256) - 127).astype(np.int32)}
+
+
+def window_exponents(b, fmt: str) -> np.ndarray:
+    """The exponent the aligner reads for every element of operand bytes b [..., kbytes], in
+    pelib.emulate.decode_values' layout (e2m1: two per byte, low nibble first)."""
+    b = np.asarray(b, np.uint8)
+    if fmt not in _EXPOS:
+        raise ModelError(f"format {fmt!r}: window exponents for {sorted(_EXPOS)}")
+    if fmt == "e2m1":
+        out = np.empty(b.shape[:-1] + (2 * b.shape[-1],), np.int32)
+        out[..., 0::2] = _EXPOS["e2m1"][b & 15]
+        out[..., 1::2] = _EXPOS["e2m1"][b >> 4]
+        return out
+    return _EXPOS[fmt][b]
+
+
+def matmul(model, av, ae, bv, be, k_instr: int = K_BLOCK, d=None) -> np.ndarray:
+    """A [M, K] . B [N, K]^T as K / k_instr MMA instructions in K order under `model` (mma), D carried in
+    FP32, the first instruction reading D only when d (FP32 bits [M, N]) is given: the FP32 bits [M, N]."""
+    av = np.asarray(av, np.float64)
+    if av.shape[-1] % k_instr:
+        raise ModelError(f"matmul: K = {av.shape[-1]} is no whole number of {k_instr}-product instructions")
+    acc = np.zeros((av.shape[0], np.shape(bv)[0]), np.uint32) if d is None else np.asarray(d, np.uint32)
+    for k0 in range(0, av.shape[-1], k_instr):
+        ks = slice(k0, k0 + k_instr)
+        acc = mma(model, av[:, ks], np.asarray(ae)[:, ks], np.asarray(bv)[:, ks], np.asarray(be)[:, ks], acc,
+                  scale_d=k0 > 0 or d is not None)
+    return acc
+
+
+def mma(model, av, ae, bv, be, d, scale_d: bool = True, rows_per_chunk: int = 16) -> np.ndarray:
+    """One MMA instruction under `model`: D'[i, j] = A[i] . B[j] + D[i, j] for operand values av [M, k],
+    bv [N, k] (float64, exact, NaN/Inf kept; block-scaled: already times their scales) with window exponents
+    ae, be (window_exponents; block-scaled: plus the scales'), D FP32 bits [M, N]. Returns FP32 bits [M, N]."""
+    av, bv = np.asarray(av, np.float64), np.asarray(bv, np.float64)
+    ae, be = np.asarray(ae, np.int32), np.asarray(be, np.int32)
+    d = np.asarray(d, np.uint32)
+    if av.shape[-1] != bv.shape[-1] or d.shape != (av.shape[0], bv.shape[0]):
+        raise ModelError(f"mma: A {av.shape}, B {bv.shape}, D {d.shape}: A [M, k], B [N, k], D [M, N]")
+    k = getattr(model, "k", av.shape[-1])
+    if av.shape[-1] % k:
+        raise ModelError(f"mma: {av.shape[-1]} products per instruction is no whole number of {model.name}'s "
+                         f"blocks of {k}")
+    out = np.empty(d.shape, np.uint32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r in range(0, av.shape[0], rows_per_chunk):
+            rows = slice(r, r + rows_per_chunk)
+            acc, first = d[rows], scale_d
+            for k0 in range(0, av.shape[-1], k):   # blocks in K order, D carried (a block smaller than the instruction)
+                ks = slice(k0, k0 + k)
+                pv = av[rows, None, ks] * bv[None, :, ks]
+                pe = ae[rows, None, ks] + be[None, :, ks]
+                acc, first = model.from_products(pv, pe, acc, first), True
+            out[rows] = acc
+    return out
 
 
 def chain(model, a, b, d, fmt="e4m3", first_scale_d: bool = True) -> np.ndarray:
     """K = 32 * steps through `model`, one k32 instruction after the other in K order, the FP32 bits of
     each result the next one's D (scale-d of the first instruction as given, then 1)."""
     a, b = np.asarray(a, np.uint8), np.asarray(b, np.uint8)
-    if a.shape[-1] != b.shape[-1] or a.shape[-1] % K_BLOCK:
-        raise ModelError(f"chain: a {a.shape} and b {b.shape} need one K, a multiple of {K_BLOCK}")
+    k = getattr(model, "k", K_BLOCK)
+    if a.shape[-1] != b.shape[-1] or a.shape[-1] % k:
+        raise ModelError(f"chain: a {a.shape} and b {b.shape} need one K, a multiple of {model.name}'s k = {k}")
     out = np.asarray(d, np.uint32)
-    for s in range(a.shape[-1] // K_BLOCK):
-        sl = slice(K_BLOCK * s, K_BLOCK * (s + 1))
+    for s in range(a.shape[-1] // k):
+        sl = slice(k * s, k * (s + 1))
         out = model(a[..., sl], b[..., sl], out, fmt, scale_d=bool(s > 0 or first_scale_d))
     return out
 

@@ -24,8 +24,10 @@ sm100_blockscaled_layout.hpp (SfKMajorAtom), include/cute/arch/copy_sm100.hpp
 tcgen05_programming.rst (2-CTA split); DeepGEMM sm100_fp8_fp4_gemm_1d1d.cuh (UTCCP SF layout).
 
 What is proven on Hopper hardware (tests/test_gpu_emulate.py): TMA load/store with every swizzle,
-GMMA descriptor reads with the K-advance. TMEM, tcgen05.ld/cp and the 2-CTA split are modelled
-from the sources above only.
+GMMA descriptor reads with the K-advance; and the arithmetic of each wgmma, pelib.blockfma's rule (0 of
+2,867,200 probe outputs differ on an H100 and an H200, results/2026-11-27-h100/tcprobe.json). TMEM,
+tcgen05.ld/cp, the 2-CTA split and tcgen05.mma's arithmetic (predicted) are modelled from the sources above
+only.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import blockfma as F
 from . import descriptors as D
 from . import limits
 
@@ -843,7 +846,8 @@ def _k_step_bytes(p: TileParams, op: str) -> int:
 
 
 def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n0: int = 0,
-                 k_tiles: int | None = None, smem_base: int = 0, return_report: bool = False):
+                 k_tiles: int | None = None, smem_base: int = 0, return_report: bool = False,
+                 accumulation="tensor_core", acc_init=None):
     """Reproduce one output tile of a stage from its own layout parameters.
 
     A: (M, K) global operand, B: (N, K) (K-major "TN" GEMM), raw bytes or typed (numpy or torch):
@@ -854,7 +858,13 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
     For each K tile: TMA loads of the boxes into each CTA's shared-memory image, the stage's
     descriptors advanced per K-step, the operand bytes read through them, the MMA into TMEM (or
     wgmma registers), then the epilogue's TMEM loads (and staging + TMA store if the stage stages).
-    Returns D (float64; NaN where the epilogue wrote nothing), and the TileReport if asked.
+    Each MMA instruction adds its products to the FP32 accumulator as pelib.blockfma's model of that MMA
+    does (`accumulation`: "tensor_core", the block FMA the simulator runs by default: wgmma FP8 measured on
+    an H100, tcgen05 f8f6f4 and mxf4nvf4 predicted; "exact": each instruction's exact sum rounded once; or
+    a dict of models by pelib.blockfma.MMA_KINDS); kind::f16 sums exactly in float64. acc_init: the FP32
+    accumulator before the first instruction (a stage that starts it from a bias), else the first
+    instruction does not read D. Returns D (float64; NaN where the epilogue wrote nothing), and the
+    TileReport if asked.
     """
     p = params
     if not isinstance(p, TileParams):
@@ -917,6 +927,14 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
     if p.sm100:
         tmems[0].check_cols(p.tmem_acc_col, tile_n, "the accumulator")
     acc = np.zeros((tile_m, tile_n))
+    mma_kind = ("wgmma_f8" if not p.sm100 else {"f8f6f4": "umma_f8f6f4", "mxf4nvf4": "umma_mxf4nvf4"}.get(p.kind))
+    model = F.mma_models(accumulation)[mma_kind] if mma_kind else None
+    if acc_init is not None:
+        acc_init = np.asarray(acc_init, np.float32)
+        if acc_init.shape != (tile_m, tile_n):
+            raise EmulationError(f"acc_init {acc_init.shape}: one FP32 per accumulator, ({tile_m}, {tile_n})")
+        acc[:] = acc_init
+    acc_bits = np.ascontiguousarray(acc.astype(np.float32)).view(np.uint32)
     steps = p.block_k * abits // 8 // _k_step_bytes(p, "a")
     kel_step = 32 * 8 // abits
     if p.block_scaled:
@@ -994,8 +1012,11 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
                 addr_b = operand_addresses(db, rows_b, 32, p.b_major, arch=p.arch, elem_bytes=max(1, bbits // 8))
                 b_rows.append(sm.read(addr_b))
                 report.unwritten_operand_bytes += sm.unwritten(addr_b)
-            av = decode_values(np.concatenate(a_rows), p.a_fmt)
-            bv = decode_values(np.concatenate(b_rows), p.b_fmt)
+            a_bytes, b_bytes = np.concatenate(a_rows), np.concatenate(b_rows)
+            av = decode_values(a_bytes, p.a_fmt)
+            bv = decode_values(b_bytes, p.b_fmt)
+            if model is not None:   # the window exponents of the block FMA (scales added below)
+                ae, be = F.window_exponents(a_bytes, p.a_fmt), F.window_exponents(b_bytes, p.b_fmt)
             if p.block_scaled:
                 sm, tm = smems[0], tmems[0]
                 ksf = s * n_sf_step  # scale-factor index inside the stage
@@ -1006,11 +1027,21 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
                                                     sf_id, n_sf_step), sf_fmt)
                 av = av * np.repeat(sa, p.sf_vec, axis=1)
                 bv = bv * np.repeat(sb, p.sf_vec, axis=1)
-            with np.errstate(invalid="ignore", over="ignore"):
-                acc = acc + av @ bv.T
+                if model is not None:
+                    sfa_b = _mma_scale_bytes(tm, p.sfa_tmem_col + atom * p.sf_tmem_step_cols, tile_m, sf_id, n_sf_step)
+                    sfb_b = _mma_scale_bytes(tm, p.sfb_tmem_col + atom * p.sf_tmem_step_cols, tile_n, sf_id, n_sf_step)
+                    ae = ae + np.repeat(F.window_exponents(sfa_b, sf_fmt), p.sf_vec, axis=1)
+                    be = be + np.repeat(F.window_exponents(sfb_b, sf_fmt), p.sf_vec, axis=1)
+            if model is not None:   # per instruction, into the FP32 accumulator
+                acc_bits = F.mma(model, av, ae, bv, be, acc_bits, scale_d=issued or acc_init is not None)
+            else:
+                with np.errstate(invalid="ignore", over="ignore"):
+                    acc = acc + av @ bv.T
             issued = True
     if not issued:
         raise EmulationError("no K tile was issued")
+    if model is not None:
+        acc = acc_bits.view(np.float32).astype(np.float64)
     # Accumulator -> TMEM (sm_100) and the epilogue's view of it.
     out = np.full((tile_m, tile_n), np.nan)
     if not p.sm100:
@@ -1067,8 +1098,9 @@ def _to_out_bytes(x: np.ndarray, nbytes: int, fmt: int = 0) -> np.ndarray:
         return x.astype(np.float32).view(np.uint8).reshape(x.shape + (4,))
     if nbytes == 2:  # BF16, round to nearest even (cvt.rn.bf16x2.f32)
         u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-        return u.view(np.uint8).reshape(x.shape + (2,))
+        r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        r = np.where((u & 0x7FFFFFFF) > 0x7F800000, np.uint16(0x7FFF), r).astype(np.uint16)   # NaN: 0x7FFF
+        return r.view(np.uint8).reshape(x.shape + (2,))
     raise EmulationError(f"out_elem_bytes={nbytes}: 2 (BF16) or 4 (FP32)")
 
 

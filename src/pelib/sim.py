@@ -16,6 +16,12 @@ cached builds, loading) is pelib.sim_build.
 
 Evidence: "simulated" — the stage's own source ran on the CPU model (protocol, indexing, data path);
 the simulated clock only orders events and is never a time.
+
+Arithmetic: every wgmma and tcgen05.mma adds its products as pelib.blockfma's model of that MMA (the C++
+twin is src/kernels/sim/model/blockfma.h). The default, accumulation "tensor_core", is the tensor core's
+block FMA (Hopper wgmma FP8 measured bit for bit on an H100; Blackwell tcgen05 predicted); "exact" sums
+each instruction exactly and rounds once. `with pelib.sim.accumulation("exact"): ...` (or
+PELIB_SIM_ACCUMULATION=exact) picks it for the launches prepared inside.
 """
 from __future__ import annotations
 
@@ -25,12 +31,13 @@ import os
 import shutil
 import subprocess
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import evidence, launch, limits, sim_build, sim_tensormap, timing, tma
+from . import blockfma, evidence, launch, limits, sim_build, sim_tensormap, timing, tma
 # the host side moved to pelib.sim_build; these names stay importable from pelib.sim
 from .sim_build import (Compiler, HostBuild, SimBuildError, SimToolchainError, compiler, engine_build,  # noqa: F401
                         stage_build)
@@ -77,6 +84,38 @@ class SimMisuse(SimError):
 
 
 _LOCK = threading.Lock()
+ACCUMULATION_ENV = "PELIB_SIM_ACCUMULATION"
+_ACCUMULATION: list = []      # the accumulation() stack: (name, {kind: model})
+
+
+def current_accumulation() -> tuple[str, dict]:
+    """(name, {MMA kind: pelib.blockfma model}) a launch prepared now runs: the innermost accumulation()
+    block, else PELIB_SIM_ACCUMULATION, else "tensor_core"."""
+    if _ACCUMULATION:
+        return _ACCUMULATION[-1]
+    name = os.environ.get(ACCUMULATION_ENV, "").strip() or "tensor_core"
+    try:
+        return name, blockfma.mma_models(name)
+    except blockfma.ModelError as e:
+        raise SimError(f"{ACCUMULATION_ENV}={name!r}: {e}") from None
+
+
+@contextmanager
+def accumulation(name="tensor_core", **models):
+    """Launches prepared inside run every MMA under `name` (pelib.blockfma.ACCUMULATIONS) with models
+    replaced by kind (e.g. umma_mxf4nvf4=pelib.blockfma.B200_MXF4NVF4.with_(frac_bits=37))."""
+    try:
+        m = blockfma.mma_models(name, **models)
+        for k in blockfma.MMA_KINDS:   # a model the C++ twin cannot run is refused here, not at the launch
+            blockfma.cxx_params(m[k])
+    except blockfma.ModelError as e:
+        raise SimError(f"accumulation({name!r}): {e}") from None
+    label = name if not models else f"{name} with {', '.join(f'{k}={v.name}' for k, v in models.items())}"
+    _ACCUMULATION.append((label, m))
+    try:
+        yield label
+    finally:
+        _ACCUMULATION.pop()
 
 
 def _engine() -> ctypes.CDLL:
@@ -217,6 +256,42 @@ def default_seed(seed: int | str = 0) -> int | str:
     return int(s)
 
 
+def dot_f8_tiles(a, b, d, fmt="e4m3", first_scale_d: bool = True, model=None, k_instr: int = 32) -> np.ndarray:
+    """The simulator's own C++ MMA arithmetic (model/blockfma.h dot_f8 through the engine library) on
+    probe-style tiles: A uint8 [T, M, K], B uint8 [T, N, K], D FP32 bits [T, M, N] -> FP32 bits [T, M, N],
+    K / k_instr instructions in K order. model: a pelib.blockfma model (default: the current
+    accumulation's wgmma_f8)."""
+    a, b = np.ascontiguousarray(a, np.uint8), np.ascontiguousarray(b, np.uint8)
+    d = np.ascontiguousarray(d, np.uint32)
+    if a.ndim != 3 or b.ndim != 3 or d.shape != (a.shape[0], a.shape[1], b.shape[1]) or a.shape[2] != b.shape[2] \
+            or b.shape[0] != a.shape[0]:
+        raise SimError(f"dot_f8_tiles: A {a.shape}, B {b.shape}, D {d.shape}: A [T, M, K], B [T, N, K], D [T, M, N]")
+    if fmt not in ("e4m3", "e5m2"):
+        raise SimError(f"dot_f8_tiles: fmt {fmt!r}: e4m3 or e5m2")
+    m = current_accumulation()[1]["wgmma_f8"] if model is None else model
+    try:
+        p5 = (ctypes.c_int32 * 5)(*blockfma.cxx_params(m))
+    except blockfma.ModelError as e:
+        raise SimError(f"dot_f8_tiles: {e}") from None
+    out = np.zeros(d.shape, np.uint32)
+    err = ctypes.create_string_buffer(512)
+    vp = ctypes.c_void_p
+    rc = _engine().pe_sim_dot_f8_tiles(vp(a.ctypes.data), vp(b.ctypes.data), vp(d.ctypes.data), vp(out.ctypes.data),
+                                        ctypes.c_int64(a.shape[0]), a.shape[1], b.shape[1], a.shape[2], k_instr,
+                                        int(fmt == "e5m2"), int(first_scale_d), p5, err, ctypes.c_uint64(len(err)))
+    if rc:
+        raise SimError(f"dot_f8_tiles: {err.value.decode()}")
+    return out
+
+
+def engine_accumulation(defaults: bool = False) -> dict:
+    """The C++ model's accumulation parameters ({kind: [frac_bits, out_bits, min_exp, block,
+    round_nearest]}): those of the last launch (model/blockfma.h accumulation()), or the header's constants."""
+    p15 = (ctypes.c_int32 * 15)()
+    _engine().pe_sim_get_accumulation(p15, int(defaults))
+    return {k: list(p15[5 * i:5 * i + 5]) for i, k in enumerate(blockfma.MMA_KINDS)}
+
+
 def _ptr(x) -> int:
     return int(x.data_ptr()) if hasattr(x, "data_ptr") else int(x.ctypes.data)
 
@@ -236,6 +311,7 @@ class SimPlan:
         self.max_events = int(max_events)
         self.report: SimReport | None = None
         self.config = None
+        self.accumulation, self._models = current_accumulation()
         cx = int(np.prod(self.cluster))
         ctas = int(np.prod(self.grid))
         self.slots = slots or min(ctas, max(cx, 2 * cx if cx > 1 else 4))
@@ -329,7 +405,11 @@ class SimPlan:
         L.stack_bytes = int(os.environ.get("PELIB_SIM_STACK", STACK_BYTES))
         L.max_steps = int(os.environ.get("PELIB_SIM_MAX_STEPS", MAX_STEPS))
         L.max_spin = int(os.environ.get("PELIB_SIM_MAX_SPIN", MAX_SPIN))
+        p15 = (ctypes.c_int32 * 15)(*[x for k in blockfma.MMA_KINDS for x in blockfma.cxx_params(self._models[k])])
+        err = ctypes.create_string_buffer(512)
         with _LOCK:   # one engine per process
+            if eng.pe_sim_set_accumulation(p15, err, ctypes.c_uint64(len(err))):
+                raise SimError(f"the engine refused accumulation {self.accumulation!r}: {err.value.decode()}")
             eng.pe_sim_run(ctypes.byref(L))
             doc = json.loads(eng.pe_sim_report_json().decode())
             n = ctypes.c_int64(0)
@@ -338,7 +418,7 @@ class SimPlan:
                   if n.value else np.zeros(0, EVENT_DTYPE))
         stats = {k: doc.get(k) for k in ("steps", "switches", "ops", "p_async", "p_yield", "events_truncated",
                                          "hazards_total", "misuse_total", "warnings_total", "records_cap")}
-        stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster))
+        stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster), accumulation=self.accumulation)
         for k in ("deadlock", "hazards", "misuse", "warnings"):
             resolve_lines(doc.get(k) or [], self.lib.path)
         self.report = SimReport(ok=bool(doc["ok"]), seed=self.seed, deadlock=doc["deadlock"], hazards=doc["hazards"],

@@ -85,7 +85,7 @@ def compare(bits: np.ndarray, ref: torch.Tensor) -> int:
 
 def _setup(job: dict):
     """(stage or patched-stage context, problem, defines) of a job."""
-    if job["job"] == "stage":
+    if job["job"] == "stage" or job["job"] in RANDOM_JOBS:
         return Stage(job["stage"]), None
     m = C.mutation(job["id"])
     return C.stage_of(m), m
@@ -94,6 +94,8 @@ def _setup(job: dict):
 def run_gpu(job: dict, out_dir: Path | None) -> dict:
     """One job on this process's GPU: the outcome (kind correct / wrong / fault / hang) and the output's
     sha256; faults are returned, not raised (the caller must exit: the context is unusable)."""
+    if job["job"] in RANDOM_JOBS:
+        return run_random(job, "gpu", out_dir)
     base, mut = _setup(job)
     info = _device.require(base.arch)
     with (C.patched(base.with_defines(**C.GPU_DEFINES), mut) if mut else _plain(base)) as s:
@@ -162,6 +164,8 @@ def prepare_and_run_sim(job_seeds: tuple) -> list[dict]:
 def run_sim(job: dict, seed: int = SEED) -> dict:
     """One job in pelib.sim: the outcome (correct / wrong / deadlock / hazard / misuse) and the output's
     sha256 where the launch finished."""
+    if job["job"] in RANDOM_JOBS:
+        return run_random(job, "sim", None, seed)
     base, mut = _setup(job)
     with (C.patched(base, mut) if mut else _plain(base)) as s:
         prob = s.problem(mut.problem if mut else PROBLEM)
@@ -219,6 +223,13 @@ def _flush_device_printf() -> None:
 def _fake_gpu(job: dict, out_dir: Path | None) -> dict:
     """PELIB_PROOF_FAKE=1 (tests of the worker logic on a CPU; measures nothing): a stage 'computes' the
     reference; a mutation the catalog says deadlocks prints a trapped wait's line and faults."""
+    if job["job"] in RANDOM_JOBS:   # the reference stands in for the GPU's output
+        s = Stage(job["stage"])
+        prob = s.problem(PROBLEM)
+        t = s.inputs(prob, SEED, "sim")
+        t = plant_specials(t) if job["job"] == "specials" else t
+        t["out"] = s.kind.reference(prob, t)
+        return {**job, **_random_outcome(s, prob, t, out_dir)}
     base, mut = _setup(job)
     prob = base.problem(mut.problem if mut else PROBLEM)
     t = base.inputs(prob, SEED, "sim", exact=True)
@@ -393,6 +404,93 @@ def proof_sim(path: Path = PROOF_JSON, seeds=sim.STANDARD_SEEDS) -> dict:
                         "agrees": C.agrees(so, go)})
         out["mutations"][mid] = {"gpu": g["outcome"], "runs": per}
     return out
+
+
+# ---- random inputs: the data path bit for bit (the tensor core's rounding shows) -------------------------------
+
+RANDOM_JOBS = ("random", "specials")
+SPECIAL_STAGES = ("sm90/03_staged_epilogue", "sm90/06_permuted_b", "sm90/08_comb_init")
+RANDOM_FILE = "sim_proof_random.npz"
+
+
+def random_jobs() -> list[dict]:
+    """Every sm90 stage on the problem's own random inputs (pelib.problems, seed SEED), and three epilogue
+    forms (TMA store, register stores, comb in the accumulator) on the same inputs with NaN and infinities
+    planted (plant_specials)."""
+    return ([{"job": "random", "stage": s.key} for s in sm90_stages()]
+            + [{"job": "specials", "stage": k} for k in SPECIAL_STAGES])
+
+
+def plant_specials(t: dict) -> dict:
+    """NaN E4M3 bytes in two rows of A (0x7F and 0xFF), and in comb a quiet NaN, a NaN with sign and payload,
+    +Inf and -Inf, and an Inf beside a NaN row: which NaN bits the epilogue writes, and Inf + finite."""
+    a = t["a"].view(torch.uint8)
+    a[3, 5], a[70, 100] = 0x7F, 0xFF
+    c = t["comb"].view(torch.int16)
+    for (r, col), v in {(10, 17): 0x7FC0, (11, 18): 0x7F80, (12, 19): -128, (13, 20): -63, (3, 21): 0x7F80}.items():
+        c[r, col] = v            # -128 = 0xFF80 (-Inf), -63 = 0xFFC1 (a negative NaN with a payload)
+    return t
+
+
+def run_random(job: dict, device: str, out_dir: Path | None, seed: int = SEED) -> dict:
+    """One random-input job on the GPU or in pelib.sim: the output's sha256 and how many outputs differ from
+    the correctly rounded reference (the tensor core's rounding); out_dir: write the bits once per sha256."""
+    s = Stage(job["stage"])
+    prob = s.problem(PROBLEM)
+    info = _device.require(s.arch) if device == "gpu" else None
+    t = s.inputs(prob, SEED, device, info)
+    if job["job"] == "specials":
+        t = plant_specials(t)
+    grid = grid_of(s, prob)
+    plan = s.plan(prob, t, device, info=info, grid=grid, sim_seed=seed)
+    verify.poison(t["out"])
+    rec = {**job, "problem": prob.name, "shape": [prob.m, prob.n, prob.k], "grid": grid, "seed": SEED,
+           "inputs": "pelib.problems (random)" + (", NaN and Inf planted" if job["job"] == "specials" else "")}
+    try:
+        plan.run()
+        plan.wait(**({"timeout_s": GPU_TIMEOUT_S} if device == "gpu" else {}))
+    except (launch.KernelFault, launch.KernelHang) as e:
+        return {**rec, "outcome": C.Outcome("fault", detail=f"{type(e).__name__}: {e}").as_dict(), "fatal": True}
+    except sim.SimError as e:
+        return {**rec, "sim_seed": seed, "outcome": sim_outcome(e).as_dict()}
+    rep = getattr(plan, "report", None)
+    extra = {"sim_seed": seed, "accumulation": plan.accumulation} if device == "sim" else {}
+    return {**rec, **extra, **_random_outcome(s, prob, t, out_dir, rep is not None and not rep.ok)}
+
+
+def _random_outcome(s, prob, t: dict, out_dir: Path | None, failed: bool = False) -> dict:
+    cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in t.items()}
+    bits = bits_of(cpu["out"])
+    ref = bits_of(s.kind.reference(prob, cpu))
+    h = sha256(bits)
+    if out_dir is not None:
+        f = out_dir / f"{h[:16]}.npz"
+        if not f.exists():
+            np.savez_compressed(f, bits=bits)
+    return {"outcome": {"kind": "error" if failed else "finished", "sha256": h, "outputs": int(bits.size),
+                        "differ_from_reference": int((bits != ref).sum()),
+                        "nan_outputs": int(((bits & 0x7FFF) > 0x7F80).sum())}}
+
+
+def random_proof_gpu(out: Path, budget_s: float = 240.0, todo: list[dict] | None = None) -> dict:
+    """Every random job on this GPU (worker processes, as the exact proof); the distinct outputs' bits into one
+    compressed file out/RANDOM_FILE keyed by sha256[:16]. Returns {"jobs": {name: record}, "file": ...}."""
+    tmp = out / "sim_proof_random"
+    res = run_all_gpu(tmp, budget_s=budget_s, todo=random_jobs() if todo is None else todo)
+    bits = {}
+    for f in sorted(tmp.glob("*.npz")):
+        bits[f.stem] = np.load(f)["bits"]
+        f.unlink()
+    tmp.rmdir()
+    np.savez_compressed(out / RANDOM_FILE, **bits)
+    return {"jobs": {f"{r['job']}:{r['stage']}": r for r in res}, "file": RANDOM_FILE}
+
+
+def random_bits(doc: dict, path: Path, name: str) -> np.ndarray:
+    """The committed GPU bits of one random job (numerics JSON `doc` read from `path`)."""
+    sha = doc["random"]["jobs"][name]["outcome"]["sha256"]
+    with np.load(Path(path).parent / doc["random"]["file"]) as z:
+        return z[sha[:16]]
 
 
 def main(argv=None) -> int:

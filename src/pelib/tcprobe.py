@@ -21,9 +21,9 @@ bits, and evaluates the models of pelib.blockfma on the spot (MODELS: the simula
                             (its JSON): output (t, m, n) = sum_k a[t, m, k] b[t, n, k] + d[t, m, n]
 
 --device sim runs the same launches in the CPU simulator (pelib.sim: the probe's own source on the model
-of wgmma, whose arithmetic is gmma.h's exact sum, so that model must agree on every output), which tests
-the layouts, the packing and the models end to end without a GPU; it skips the E5M2 classes (gmma.h
-computes .e4m3 only). Evidence: measured (gpu) / simulated.
+of wgmma, src/kernels/sim/model/blockfma.h, whose default is the rule h100tc_matlab describes, so that
+model must agree on every output; under pelib.sim.accumulation("exact") the exact sum must), which tests
+the layouts, the packing and the models end to end without a GPU. Evidence: measured (gpu) / simulated.
 """
 from __future__ import annotations
 
@@ -266,10 +266,7 @@ def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, cl
     seconds = {"build": 0.0, "generate": 0.0, "run": 0.0, "models": 0.0, "write": 0.0}
 
     t0 = time.monotonic()
-    skipped = {}
-    if backend.kind == "sim":   # model/gmma.h computes .e4m3 only (the E5M2 wrapper's twin traps)
-        skipped = {j.name: "the simulator models wgmma .e4m3 only" for j in todo if j.fmt != "e4m3"}
-        todo = [j for j in todo if j.name not in skipped]
+    skipped: dict = {}
     builds = {key: probe_build(*key) for key in sorted({j.build_key for j in todo})}
     seconds["build"] = time.monotonic() - t0
 

@@ -6,8 +6,9 @@ the output (tmap_c serves only stage 03's TMA store, and every stage carries it 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
-from .. import emulate, problems, tma
+from .. import blockfma, emulate, problems, tma
 from .base import Kind, KindError, bf16_bits, bf16_value
 
 # The verification shapes every stage runs (N = 768 suits every BLOCK_N of 128, 192 and 256; on a
@@ -216,7 +217,26 @@ class Sm90(Kind):
     def tile_rows(self, ex) -> int:
         return ex.tile_m              # a cluster multicasts operands; each CTA still writes its own tile
 
-    def emulate_tile(self, stage, inputs, m0=0, n0=0, *, return_report=False, overrides=None):
+    def model_reference(self, stage, inputs, m0, n0, shape, overrides=None, accumulation="tensor_core", **kw):
+        """Rows m0.., columns n0.. of the output as pelib.blockfma computes them from the global A and B (wgmma
+        k32 instructions in K order, the FP32 accumulator from 0 or, for comb_init, from comb), then the
+        stage's epilogue (+ comb in FP32, BF16 round to nearest even): what the replay must print."""
+        if overrides:
+            return None     # a deliberately changed layout: the torch reference judges it
+        model = blockfma.mma_models(accumulation)["wgmma_f8"]
+        rows, cols = shape
+        a = inputs["a"][m0:m0 + rows].contiguous().view(torch.uint8).numpy()
+        b = inputs["b"][n0:n0 + cols].contiguous().view(torch.uint8).numpy()
+        comb = inputs["comb"].float().numpy()
+        cm = comb[(m0 + np.arange(rows)) % comb.shape[0]][:, n0:n0 + cols].astype(np.float32)
+        init = stage.exports.get("comb_init", 0) == 1
+        acc = blockfma.matmul(model, blockfma.values(a), blockfma.window_exponents(a, "e4m3"), blockfma.values(b),
+                              blockfma.window_exponents(b, "e4m3"), d=cm.view(np.uint32) if init else None)
+        acc = acc.view(np.float32)
+        return bf16_value(bf16_bits(acc if init else acc + cm))
+
+    def emulate_tile(self, stage, inputs, m0=0, n0=0, *, return_report=False, overrides=None,
+                     accumulation="tensor_core"):
         """The BF16 tile of one consumer warpgroup row block: pelib.emulate's wgmma replay (TMA boxes, GMMA
         descriptors advanced per K slice) of A and B, plus comb, rounded once (the stage's epilogue).
 
@@ -224,10 +244,12 @@ class Sm90(Kind):
         or B_PERM_TMA=0's in-SMEM swap): shared row r holds B row permuted_b_rows[r], so the replay
         loads B in that order and the epilogue writes accumulator column r to output column
         permuted_b_rows[r] (each lane's four pairs of a 32-column group are eight neighbouring columns).
-        Stage 08 (comb_init) starts the accumulators from comb instead of adding it last; the emulator
-        sums in float64, where the order of that one addition does not show, and rounds once as both do.
-        The tile order (07's comb residues) and the A multicast (05, 09) change which CTA computes a tile
-        and who loads its A, not the tile's data path."""
+        Each wgmma adds into the FP32 accumulator by pelib.blockfma's model (the tensor core's block FMA,
+        or `accumulation`), so the order of additions shows: the epilogue adds comb in FP32 (round to
+        nearest) after the last wgmma and converts to BF16 (round to nearest even), while stage 08
+        (comb_init) starts the accumulators from comb, the first wgmma's D, and only converts. The tile
+        order (07's comb residues) and the A multicast (05, 09) change which CTA computes a tile and who
+        loads its A, not the tile's data path."""
         ex = stage.exports
         if "a_desc" not in ex:
             raise KindError(f"{stage.label} exports no replayable operand layout (a_desc, b_desc, the boxes): "
@@ -240,13 +262,17 @@ class Sm90(Kind):
                 raise KindError(f"the permuted B of {stage.label} needs N ({b.shape[0]}) and n0 ({n0}) in 32-row groups")
             perm = np.asarray(permuted_b_rows(b.shape[0]))
             b = b[perm]          # global row order as the permuting view delivers it into shared memory
-        acc, rep = emulate.emulate_tile(p, a, b, m0=m0, n0=n0, return_report=True)
-        if perm is not None:     # the epilogue's column map: accumulator column r -> output column perm[r]
-            cols = perm[n0:n0 + acc.shape[1]] - n0
-            out_acc = np.full_like(acc, np.nan)
-            out_acc[:, cols] = acc
-            acc = out_acc
+        tile_m, tile_n = p.a_box_m, p.mma_n
         comb = inputs["comb"].float().numpy()
-        rows = (m0 + np.arange(acc.shape[0])) % comb.shape[0]
-        out = bf16_value(bf16_bits(acc.astype(np.float32) + comb[rows][:, n0:n0 + acc.shape[1]].astype(np.float32)))
+        rows = (m0 + np.arange(tile_m)) % comb.shape[0]
+        cm = comb[rows][:, n0:n0 + tile_n].astype(np.float32)      # comb in output column order
+        # the epilogue's column map: accumulator column r -> output column cols[r]
+        cols = perm[n0:n0 + tile_n] - n0 if perm is not None else np.arange(tile_n)
+        init = ex.get("comb_init", 0) == 1
+        acc, rep = emulate.emulate_tile(p, a, b, m0=m0, n0=n0, return_report=True, accumulation=accumulation,
+                                        acc_init=cm[:, cols] if init else None)
+        out_acc = np.full_like(acc, np.nan)
+        out_acc[:, cols] = acc
+        acc = out_acc.astype(np.float32)
+        out = bf16_value(bf16_bits(acc if init else acc + cm))
         return (out, rep) if return_report else out

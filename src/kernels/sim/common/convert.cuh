@@ -1,5 +1,8 @@
 // Simulated twin of common/convert.cuh (PTX ISA 9.7.9.21 cvt with .rn; 9.7.4 add.rn.bf16x2): the same
-// roundings in integer arithmetic, so the host compiler's flags cannot change a bit.
+// roundings in integer arithmetic, so the host compiler's flags cannot change a bit. Every NaN converts to
+// the canonical 0x7FFF, whatever its payload (CUDA include/cuda_bf16.hpp __internal_float2bfloat16 and
+// cuda_fp16.hpp __internal_float2half, the toolkit's host twins of cvt.rn), so a NaN that the host's FP32
+// add carried with another payload than the GPU's (which writes 0x7FFFFFFF) leaves the same bits.
 #pragma once
 #include "common/types.cuh"
 
@@ -9,10 +12,10 @@ PE_DEVICE float bf16lo_to_f32_pinned(u32 x) { return __uint_as_float(x << 16); }
 PE_DEVICE float bf16hi_to_f32_pinned(u32 x) { return __uint_as_float(x & 0xFFFF0000u); }
 
 namespace pe_sim_cvt {
-// FP32 -> BF16, round to nearest even; NaN stays a (quiet) NaN.
+// FP32 -> BF16, round to nearest even; NaN -> 0x7FFF.
 inline u32 f32_to_bf16(float f) {
   const u32 u = __float_as_uint(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x40u;
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFFu;
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
 // FP32 -> FP16, round to nearest even (subnormals, overflow to infinity, NaN).
@@ -20,7 +23,7 @@ inline u32 f32_to_f16(float f) {
   const u32 u = __float_as_uint(f);
   const u32 sign = (u >> 16) & 0x8000u;
   const u32 au = u & 0x7FFFFFFFu;
-  if (au > 0x7F800000u) return sign | 0x7E00u;
+  if (au > 0x7F800000u) return 0x7FFFu;
   if (au >= 0x477FF000u) return sign | 0x7C00u;  // rounds to >= 65520: infinity
   if (au < 0x38800000u) {                         // below the smallest normal 2^-14: subnormal or zero
     const float a = __uint_as_float(au);
@@ -36,7 +39,7 @@ inline u32 f32_to_f16(float f) {
 }
 // An exact double (the sum of two BF16) rounded once to BF16, nearest even.
 inline u32 f64_to_bf16(double d) {
-  if (std::isnan(d)) return 0x7FC0u;
+  if (std::isnan(d)) return 0x7FFFu;
   const float f = float(d);                       // exact when d has <= 24 significant bits
   if (double(f) == d) return f32_to_bf16(f);
   // not exact in FP32: round the double's significand at BF16 precision directly

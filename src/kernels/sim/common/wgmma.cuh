@@ -52,11 +52,9 @@ PE_SIM_DEFINE_WGMMA_E4M3(192)
 PE_SIM_DEFINE_WGMMA_E4M3(256)
 #undef PE_SIM_DEFINE_WGMMA_E4M3
 
-// PTX ISA 9.7.15.5.2 wgmma.mma_async ... .f32.e5m2.e5m2: model/gmma.h computes .e4m3 only, so a kernel
-// that issues this form stops here with the reason (the numerics probe runs its E5M2 classes on a GPU only)
-PE_DEVICE void wgmma_m64n256k32_f32_e5m2_e5m2(float (&d)[128], u64, u64, u32, PE_SIM_SITE) {
-  (void)d;
-  pe_sim::trap("wgmma .e5m2 is not modelled: src/kernels/sim/model/gmma.h computes .e4m3 only", site);
+// PTX ISA 9.7.15.5.2 wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2 (both operands by descriptor)
+PE_DEVICE void wgmma_m64n256k32_f32_e5m2_e5m2(float (&d)[128], u64 desc_a, u64 desc_b, u32 scale_d, PE_SIM_SITE) {
+  pe_sim::wgmma_f8(d, 256, desc_a, desc_b, scale_d, 1, site);
 }
 
 template <int N>

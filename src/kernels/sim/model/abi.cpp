@@ -95,6 +95,62 @@ int pe_sim_gmma_e4m3(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base
   PE_SIM_TRY(pe_sim::gmma_e4m3(smem, smem_size, smem_base_addr, adesc, bdesc, N, scale_d != 0, rows))
 }
 
+// gmma_f8 (fmt 0 E4M3, 1 E5M2) under the block FMA p5 = {frac_bits, out_bits, min_exp, block, round_nearest}
+// (null: accumulation().wgmma_f8), fragments as pe_sim_gmma_e4m3.
+int pe_sim_gmma_f8(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_addr, uint64_t adesc, uint64_t bdesc,
+                   int N, int fmt, int scale_d, float* acc, const int32_t* p5, char* err, uint64_t err_len) {
+  float* rows[128];
+  for (int t = 0; t < 128; ++t) rows[t] = acc + size_t(t) * (N > 0 ? N / 2 : 0);
+  const pe_sim::BlockFma p = p5 ? pe_sim::BlockFma{p5[0], p5[1], p5[2], p5[3], p5[4]}
+                                : pe_sim::accumulation().wgmma_f8;
+  PE_SIM_TRY(pe_sim::gmma_f8(smem, smem_size, smem_base_addr, adesc, bdesc, N, fmt, scale_d != 0, rows, p))
+}
+
+// The engine's accumulation (model/blockfma.h accumulation()): p15 = wgmma_f8, umma_f8f6f4, umma_mxf4nvf4,
+// five ints each as above. set checks every field; get copies them out (defaults: the header's constants).
+int pe_sim_set_accumulation(const int32_t* p15, char* err, uint64_t err_len) {
+  PE_SIM_TRY(pe_sim::BlockFma q[3];
+             for (int i = 0; i < 3; ++i) q[i] = pe_sim::BlockFma{p15[5 * i], p15[5 * i + 1], p15[5 * i + 2],
+                                                                   p15[5 * i + 3], p15[5 * i + 4]};
+             pe_sim::check_block_fma(q[0], 32, "wgmma accumulation"); pe_sim::check_block_fma(q[1], 32, "kind::f8f6f4");
+             pe_sim::check_block_fma(q[2], 64, "kind::mxf4nvf4");
+             pe_sim::accumulation() = pe_sim::Accumulation{q[0], q[1], q[2]})
+}
+
+int pe_sim_get_accumulation(int32_t* p15, int defaults) {
+  static const pe_sim::Accumulation initial = pe_sim::Accumulation{
+      pe_sim::WGMMA_F8_H100, pe_sim::UMMA_F8F6F4_B200, pe_sim::UMMA_MXF4NVF4_B200};
+  const pe_sim::Accumulation& a = defaults ? initial : pe_sim::accumulation();
+  const pe_sim::BlockFma* q[3] = {&a.wgmma_f8, &a.umma_f8f6f4, &a.umma_mxf4nvf4};
+  for (int i = 0; i < 3; ++i) {
+    const int32_t v[5] = {q[i]->frac_bits, q[i]->out_bits, q[i]->min_exp, q[i]->block, q[i]->round_nearest};
+    std::memcpy(p15 + 5 * i, v, sizeof v);
+  }
+  return 0;
+}
+
+// dot_f8 over probe-style tiles: out[t][i][j] = A[t][i] . B[t][j] + D[t][i][j] (A u8 [tiles][m][k], B u8
+// [tiles][n][k], D and out FP32 bits [tiles][m][n]) as k / k_instr instructions of k_instr products in K
+// order, scale-d of the first one = first_scale_d; p5 as pe_sim_gmma_f8 (null: accumulation().wgmma_f8).
+int pe_sim_dot_f8_tiles(const uint8_t* a, const uint8_t* b, const uint32_t* d, uint32_t* out, int64_t tiles, int m,
+                        int n, int k, int k_instr, int fmt, int first_scale_d, const int32_t* p5, char* err,
+                        uint64_t err_len) {
+  const pe_sim::BlockFma p = p5 ? pe_sim::BlockFma{p5[0], p5[1], p5[2], p5[3], p5[4]}
+                                : pe_sim::accumulation().wgmma_f8;
+  PE_SIM_TRY(if (k_instr < 1 || k_instr > 64 || k % k_instr)
+                 pe_sim::model_fail("k = %d in instructions of %d products: 1..64 dividing k", k, k_instr);
+             pe_sim::check_block_fma(p, k_instr, "dot_f8_tiles");
+             for (int64_t t = 0; t < tiles; ++t) for (int i = 0; i < m; ++i) for (int j = 0; j < n; ++j) {
+               const uint8_t* ar = a + (size_t(t) * m + i) * k;
+               const uint8_t* br = b + (size_t(t) * n + j) * k;
+               const size_t o = (size_t(t) * m + i) * n + j;
+               uint32_t acc = d[o];
+               for (int s = 0; s < k; s += k_instr)
+                 acc = pe_sim::dot_f8(ar + s, br + s, k_instr, fmt, acc, s > 0 || first_scale_d, p);
+               out[o] = acc;
+             })
+}
+
 }  // extern "C"
 
 #include "model/umma.h"

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "model/blockfma.h"
 #include "model/error.h"
 #include "model/smem_operand.h"
 
@@ -165,13 +166,88 @@ inline Operand decode_operand(const std::vector<uint8_t>& b, uint32_t rows, uint
 // Block-scaled MMAs read row r's scale factors from TMEM lane r%128, column col + (r%128)/32, bytes
 // sf_id.. of that word: the word tcgen05.cp 32x128b.warpx4 put there from the CUTLASS blocked atom
 // (PTX ISA 9.7.16.10 block scaling; CUTLASS mma_traits_sm100_frag tmem_sf_frg; pelib.emulate _mma_scale_bytes).
-inline float umma_scale_factor(const UmmaCta& c, uint32_t sf_taddr, uint32_t row, uint32_t i, int scale_fmt) {
+inline uint8_t umma_scale_byte(const UmmaCta& c, uint32_t sf_taddr, uint32_t row, uint32_t i) {
   const uint32_t col = sf_taddr & 0xFFFF;
   const uint32_t sf_id = sf_taddr >> 30;
   const uint32_t r = row % 128;
   const uint32_t w = c.tmem[size_t(r) * TMEM_COLS + col + r / 32];
-  const uint8_t byte = uint8_t(w >> (8 * (sf_id + i)));
+  return uint8_t(w >> (8 * (sf_id + i)));
+}
+inline float umma_scale_factor(const UmmaCta& c, uint32_t sf_taddr, uint32_t row, uint32_t i, int scale_fmt) {
+  const uint8_t byte = umma_scale_byte(c, sf_taddr, row, i);
   return scale_fmt == 0 ? ue4m3_to_float(byte) : ue8m0_to_float(byte);
+}
+
+// The block-FMA path of umma_mma (kind::f8f6f4 or kind::mxf4nvf4, its checks done there): bbytes holds the
+// instruction's B rows (32 bytes of K each), each CTA's A rows are read here, D as umma_mma. The idesc negate
+// bits flip the sign of every A (B) element; mxf4nvf4: each product a b s_a s_b exact, its window exponent
+// the sum of the four (model/blockfma.h product()), the scales as umma_scale_byte reads them.
+inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const UmmaCta* ctas, uint32_t dcol,
+                           const SmemDescFields& fa, const std::vector<uint8_t>& bbytes, bool enable_input_d,
+                           uint32_t sfa_tmem, uint32_t sfb_tmem, const BlockFma& p) {
+  const uint32_t N = id.n, kbytes = 32, rows_a = 128;
+  const bool scaled = kind == UMMA_KIND_MXF4NVF4;
+  const int K = scaled ? 64 : 32;
+  check_block_fma(p, K, scaled ? "tcgen05.mma kind::mxf4nvf4" : "tcgen05.mma kind::f8f6f4");
+  if (p.block > 64) model_fail("tcgen05.mma: blocks of %d products, at most 64", p.block);
+  auto fp_elem = [&](const uint8_t* row, int k, bool neg) {   // element k of a K-major row, as the aligner sees it
+    Fp f = fp_e2m1(uint8_t(k & 1 ? row[k / 2] >> 4 : row[k / 2] & 15));
+    f.neg ^= neg;
+    return f;
+  };
+  auto fp_scale = [&](const UmmaCta& c, uint32_t taddr, uint32_t row, int i) {
+    const uint8_t v = umma_scale_byte(c, taddr, row, uint32_t(i));
+    return id.scale_fmt == 0 ? fp_ue4m3(v) : fp_ue8m0(v);
+  };
+  // B: signed bytes (f8f6f4) or decoded factors (mxf4nvf4), once per instruction
+  std::vector<uint8_t> bsigned(bbytes);
+  if (id.b_neg) for (auto& x : bsigned) x ^= 0x80;
+  std::vector<Fp> bq, bs;
+  if (scaled) {
+    bq.resize(size_t(N) * K);
+    bs.resize(size_t(N) * 4);
+    for (uint32_t n = 0; n < N; ++n) {
+      for (int k = 0; k < K; ++k) bq[size_t(n) * K + k] = fp_elem(&bbytes[size_t(n) * kbytes], k, id.b_neg);
+      for (int i = 0; i < 4; ++i) bs[size_t(n) * 4 + i] = fp_scale(ctas[0], sfb_tmem, n, i);
+    }
+  }
+  for (int v = 0; v < cta_group; ++v) {
+    const UmmaCta& c = ctas[v];
+    std::vector<uint8_t> abytes(size_t(rows_a) * kbytes);
+    if (id.a_major)
+      read_mnmajor(fa, rows_a, kbytes, 1, c.smem, c.smem_size, c.smem_base_addr, abytes.data(), "tcgen05.mma A");
+    else
+      read_kmajor(fa, rows_a, kbytes, c.smem, c.smem_size, c.smem_base_addr, abytes.data(), "tcgen05.mma A");
+    if (id.a_neg && !scaled) for (auto& x : abytes) x ^= 0x80;
+    for (uint32_t m = 0; m < rows_a; ++m) {
+      uint32_t* drow = c.tmem + size_t(m) * TMEM_COLS + dcol;
+      Fp aq[64], as[4];
+      if (scaled) {
+        for (int k = 0; k < K; ++k) aq[k] = fp_elem(&abytes[size_t(m) * kbytes], k, id.a_neg);
+        for (int i = 0; i < 4; ++i) as[i] = fp_scale(c, sfa_tmem, m, i);
+      }
+      for (uint32_t n = 0; n < N; ++n) {
+        uint32_t d = drow[n];
+        if (!scaled) {
+          d = dot_f8(&abytes[size_t(m) * kbytes], &bsigned[size_t(n) * kbytes], K, id.a_fmt, d, enable_input_d, p,
+                     id.b_fmt);
+        } else {
+          bool first = enable_input_d;
+          Term t[64];
+          for (int b0 = 0; b0 < K; b0 += p.block) {
+            for (int i = 0; i < p.block; ++i) {
+              const int k = b0 + i;
+              const Fp f[4] = {aq[k], as[k / 16], bq[size_t(n) * K + k], bs[size_t(n) * 4 + k / 16]};
+              t[i] = product(f, 4);
+            }
+            d = block_fma(t, p.block, d, first, p);
+            first = true;
+          }
+        }
+        drow[n] = d;
+      }
+    }
+  }
 }
 
 // PTX ISA 9.7.16.10 tcgen05.mma (and .block_scale.block16 for kind::mxf4nvf4):
@@ -184,8 +260,11 @@ inline float umma_scale_factor(const UmmaCta& c, uint32_t sf_taddr, uint32_t row
 // (PTX ISA 9.7.16.10: B "in Shared Memory of the current CTA and optionally in peer CTA"; CUTLASS
 // media/docs/pythonDSL/guides/mma/tcgen05_programming.rst; pelib.emulate cta_pair_split).
 // Block16 scale factors: A row m's 4 scales from sfa_tmem (in CTA 0), B row n's from sfb_tmem; each
-// scales 16 consecutive K elements. Arithmetic as gmma_e4m3: exact products and their sum in double,
-// one rounding to FP32 per instruction (the hardware's internal accumulation order is not modelled).
+// scales 16 consecutive K elements. Arithmetic (model/blockfma.h): kind::f8f6f4 and kind::mxf4nvf4 under
+// accumulation().umma_f8f6f4 / umma_mxf4nvf4, by default the PREDICTED Blackwell block FMA (unverified
+// on a B200: f8f6f4 25 fraction bits per MATLAB-tensor-core models/B200TC.m and DeepGEMM issue #176;
+// mxf4nvf4 a guess, each product a b s_a s_b exact, every field a parameter), or EXACT_SUM; kind::f16 the
+// exact sum (products and their sum in double, one rounding to FP32 per instruction).
 inline void umma_mma(int kind, int cta_group, const UmmaCta* ctas, uint32_t d_tmem, uint64_t adesc,
                      uint64_t bdesc, uint32_t idesc, bool enable_input_d, uint32_t sfa_tmem = 0,
                      uint32_t sfb_tmem = 0) {
@@ -240,6 +319,11 @@ inline void umma_mma(int kind, int cta_group, const UmmaCta* ctas, uint32_t d_tm
     else
       read_kmajor(fb, rows_b, kbytes, c.smem, c.smem_size, c.smem_base_addr, &bbytes[size_t(v) * rows_b * kbytes], "tcgen05.mma B");
   }
+  const BlockFma& bf = kind == UMMA_KIND_F8F6F4 ? accumulation().umma_f8f6f4 : accumulation().umma_mxf4nvf4;
+  if (kind != UMMA_KIND_F16 && bf.frac_bits != 0) {   // the block FMA on the operand bytes
+    umma_block_fma(kind, id, cta_group, ctas, dcol, fa, bbytes, enable_input_d, sfa_tmem, sfb_tmem, bf);
+    return;
+  }
   detail::Operand B = detail::decode_operand(bbytes, N, kbytes, kind, id.b_fmt);
   const uint32_t K = B.kel;
   if (scaled)
@@ -292,6 +376,20 @@ inline void tmem_ld_32x32b(const UmmaCta& c, int warp, uint32_t taddr, int x, ui
   detail::check_tmem_cols(c, col, uint32_t(x), "tcgen05.ld.32x32b");
   for (int t = 0; t < 32; ++t)
     for (int i = 0; i < x; ++i) regs[t * x + i] = c.tmem[size_t(lane + t) * TMEM_COLS + col + i];
+}
+
+// PTX ISA 9.7.16.8.4 tcgen05.st (.32x32b): the reverse of tmem_ld_32x32b, regs[t * x + i] -> (lane, column).
+inline void tmem_st_32x32b(const UmmaCta& c, int warp, uint32_t taddr, int x, const uint32_t* regs) {
+  if (x < 1 || x > 128 || (x & (x - 1)))
+    model_fail("tcgen05.st.32x32b.x%d: .num is one of x1, x2, x4, ..., x128", x);
+  const uint32_t lane = taddr >> 16, col = taddr & 0xFFFF;
+  const uint32_t q = 32u * uint32_t(warp % 4);
+  if (lane != q)
+    model_fail("tcgen05.st.32x32b by warp %d names TMEM lane %u: a warp writes only lanes %u..%u (lane quarter "
+               "warp %% 4)", warp, lane, q, q + 31);
+  detail::check_tmem_cols(c, col, uint32_t(x), "tcgen05.st.32x32b");
+  for (int t = 0; t < 32; ++t)
+    for (int i = 0; i < x; ++i) c.tmem[size_t(lane + t) * TMEM_COLS + col + i] = regs[t * x + i];
 }
 
 // PTX ISA 9.7.16.9.2 tcgen05.cp (.32x128b.warpx4; CUTLASS copy_sm100.hpp SM100_UTCCP_4x32dp128bit_1cta):

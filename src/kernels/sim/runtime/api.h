@@ -92,7 +92,11 @@ void fence_proxy_async(Site site);
 void wgmma_fence(Site site);
 void wgmma_commit(Site site);
 void wgmma_wait(int n, Site site);
-void wgmma_e4m3(float* d, int n, uint64_t desc_a, uint64_t desc_b, unsigned scale_d, Site site);
+// type 0 .e4m3.e4m3, 1 .e5m2.e5m2 (model/gmma.h gmma_f8)
+void wgmma_f8(float* d, int n, uint64_t desc_a, uint64_t desc_b, unsigned scale_d, int type, Site site);
+inline void wgmma_e4m3(float* d, int n, uint64_t desc_a, uint64_t desc_b, unsigned scale_d, Site site) {
+  wgmma_f8(d, n, desc_a, desc_b, scale_d, 0, site);
+}
 void setmaxnreg(bool inc, unsigned regs, Site site);
 
 // ---- tcgen05 (PTX ISA 9.7.16) ----
@@ -104,6 +108,7 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
             unsigned accumulate, Site site);
 void tc_commit(int cg, unsigned bar, unsigned mask, bool multicast, Site site);
 void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site site);
+void tc_st_32x32b(unsigned taddr, const unsigned* regs, int x, Site site);
 void tc_wait_ld(Site site);
 void tc_wait_st(Site site);
 void tc_fence(bool before, Site site);

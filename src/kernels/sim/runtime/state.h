@@ -234,7 +234,7 @@ struct WarpColl {
 struct WgOp {
   u64 index;
   u64 da = 0, db = 0;
-  int n = 0;
+  int n = 0, type = 0;   // type: 0 .e4m3, 1 .e5m2
   u32 scale_d = 0;
   float* acc[128]{};
   int arrived = 0;

@@ -211,6 +211,27 @@ void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site s) {
   f->lds.push_back(std::move(p));
 }
 
+void tc_st_32x32b(unsigned taddr, const unsigned* regs, int x, Site s) {
+  Fiber* f = E->cur;
+  Cta* c = f->cta;
+  std::string err;
+  WarpColl& wc = gather("tcgen05.st.32x32b", 0xFFFFFFFFu, s, [&](WarpColl& w, int l, bool last) {
+    if (w.arrived == (1u << l)) w.taddr = taddr, w.x = x, w.a0 = 0, w.words.assign(size_t(32) * x, 0);
+    else if (w.taddr != taddr || w.x != x) w.a0 = 1;   // lanes disagree on the address or the width
+    if (!w.a0) std::memcpy(&w.words[size_t(l) * x], regs, size_t(x) * 4);
+    if (!last || w.a0) return;
+    w.a1 = 0;
+    try {
+      tmem_st_32x32b(umma_cta(c), f->warp, taddr, x, w.words.data());
+    } catch (const ModelError& e) {
+      err = e.what;
+      w.a1 = 1;
+    }
+  });
+  if (wc.a0) misuse_fatal("tcgen05.st.sync.aligned: the lanes of the warp give different addresses or widths", s);
+  if (wc.a1) misuse_fatal(err.empty() ? std::string("tcgen05.st outside the TMEM allocation or lane quarter") : err, s);
+}
+
 void tc_wait_ld(Site s) {
   aligned_op("tcgen05.wait::ld", s);
   Fiber* f = E->cur;

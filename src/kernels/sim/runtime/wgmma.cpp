@@ -44,7 +44,7 @@ std::pair<u32, u32> operand_range(const SmemDescFields& fd, u32 rows, u32 kbytes
 }
 }  // namespace
 
-void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Site s) {
+void wgmma_f8(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, int type, Site s) {
   Fiber* f = E->cur;
   Cta* c = f->cta;
   const u32 wgi = u32(f->tid / 128);
@@ -61,10 +61,11 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
     o->db = db;
     o->n = n;
     o->scale_d = scale_d;
+    o->type = type;
     o->site = s;
-  } else if (o->da != da || o->db != db || o->n != n || (o->scale_d != 0) != (scale_d != 0)) {
+  } else if (o->da != da || o->db != db || o->n != n || (o->scale_d != 0) != (scale_d != 0) || o->type != type) {
     misuse_fatal(fmt("wgmma.mma_async #%llu of the warpgroup: thread %d gives other operands than the threads before "
-                     "it (descriptors, N or scale-d differ across the warpgroup; PTX ISA 9.7.15.5.2: .sync.aligned, one instruction "
+                     "it (descriptors, N, type or scale-d differ across the warpgroup; PTX ISA 9.7.15.5.2: .sync.aligned, one instruction "
                      "of the whole warpgroup)", (unsigned long long)idx, f->tid), s);
   }
   o->acc[f->tid % 128] = d;
@@ -88,7 +89,7 @@ void wgmma_e4m3(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, Sit
       async_read(c, r.first, r.second, Access{wg.comp, u32(o->index) + 1, u32(id), AK_WGMMA}, f, s);
     event(EV_MMA, f, s, nullptr, id);
     submit(op, [o, c, id, &wg, s]() {
-      gmma_e4m3(c->win, c->dyn_off + c->dyn_size, 0, o->da, o->db, o->n, o->scale_d != 0, o->acc);
+      gmma_f8(c->win, c->dyn_off + c->dyn_size, 0, o->da, o->db, o->n, o->type, o->scale_d != 0, o->acc);
       event(EV_MMA_DONE, nullptr, s, c, id);
       wg.done++;
       wake_all(wg.waiters);

@@ -1,0 +1,324 @@
+// The tensor core's block fused multiply-add, bit for bit: how one MMA instruction adds its products and D.
+//   BlockFma            the rule's parameters (fraction bits, the result's cut, rounding, products per block)
+//   WGMMA_F8_H100 ...   the presets: Hopper wgmma FP8 (measured), tcgen05 f8f6f4 / mxf4nvf4 (predicted), exact
+//   accumulation()      the presets the engine uses now (pelib.sim sets them per launch: pe_sim_set_accumulation)
+//   fp_*                exact decode of E4M3, E5M2, E2M1, UE4M3, UE8M0 and FP32 into integer significand,
+//                       last-bit weight and the exponent the aligner reads
+//   block_fma           one block: integer products and D aligned to one exponent, truncated, summed, cut
+//   dot_f8              one instruction's k FP8 products into D (blocks of p.block, D carried between them)
+//
+// The rule (Hopper wgmma .f32.e4m3/.e5m2, measured on an H100 on 2026-11-27 over 2,867,200 probe outputs
+// with 0 mismatches, results/2026-11-27-h100/tcprobe.json; source of the model: Khattak & Mikaitis,
+// "Accurate Models of NVIDIA Tensor Cores", arXiv 2512.07004, and their north-numerical-computing/
+// MATLAB-tensor-core models/H100TC.m with models/tools/Generic_BFMA_TC.m and models/tools/GEMM.m;
+// pelib.blockfma H100TC_MATLAB is the Python twin, tests/test_sim_numerics.py checks the two bit for bit):
+//   1. every product is exact: significand M_a M_b, its window exponent e_a + e_b where a subnormal input
+//      counts as the format's emin and a significand product in [2, 4) does not move it;
+//   2. R = the largest window exponent among the nonzero products and D (FP32 D: its exponent field,
+//      -126 when subnormal), at least min_exp;
+//   3. each term's magnitude is cut toward zero to a multiple of 2^(R - frac_bits) (13 fraction bits);
+//   4. the signed integers are summed exactly;
+//   5. the sum is cut again to out_bits (13) fraction bits after its own leading bit, toward zero, into FP32;
+//      an exact zero is +0; NaN in (or Inf - Inf, Inf x 0) gives 0x7FFFFFFF, Inf in gives Inf.
+// Blackwell tcgen05 (predicted, unverified on a B200): kind::f8f6f4 the same rule with 25 fraction bits and
+// the result in FP32 (DeepGEMM issue #176; MATLAB-tensor-core models/B200TC.m: 32 terms, neab = 2, rz);
+// kind::mxf4nvf4 publicly unresolved (DeepGEMM issue #176: "34, 35, 36, 37 bits are tested"): each product
+// a b s_a s_b exact with its four exponents summed, the block and fraction bits are parameters.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "model/error.h"
+
+namespace pe_sim {
+
+struct BlockFma {
+  int frac_bits;      // fraction bits kept below the alignment exponent R; 0: the exact sum (below)
+  int out_bits;       // fraction bits the result keeps after its own leading bit (23: FP32)
+  int min_exp;        // floor on R
+  int block;          // products aligned together; an instruction of k products runs k / block blocks in K order
+  int round_nearest;  // the result's cut: 0 toward zero, 1 to nearest even
+};
+// frac_bits = 0 is the exact sum: D plus the products in K order in double (each exact), one rounding to
+// nearest FP32 per instruction: what a kernel that promotes every instruction's sum to FP32 approaches
+// (CUTLASS "2xAcc", mma_promotion_interval = 1), and what this simulator computed before 2026-11-27.
+constexpr BlockFma WGMMA_F8_H100 = {13, 13, -133, 32, 0};         // measured (see the header)
+constexpr BlockFma UMMA_F8F6F4_B200 = {25, 23, -133, 32, 0};      // predicted (models/B200TC.m)
+constexpr BlockFma UMMA_MXF4NVF4_B200 = {35, 23, -133, 64, 0};    // predicted, every field a guess (#176)
+constexpr BlockFma EXACT_SUM = {0, 23, 0, 0, 0};
+
+struct Accumulation {
+  BlockFma wgmma_f8, umma_f8f6f4, umma_mxf4nvf4;
+};
+inline Accumulation& accumulation() {   // pelib.sim sets it before every launch (pe_sim_set_accumulation)
+  static Accumulation a{WGMMA_F8_H100, UMMA_F8F6F4_B200, UMMA_MXF4NVF4_B200};
+  return a;
+}
+
+inline void check_block_fma(const BlockFma& p, int k, const char* what) {
+  if (p.frac_bits == 0) return;
+  if (p.frac_bits < 1 || p.frac_bits > 40 || p.out_bits < 1 || p.out_bits > 23 || p.block < 1 || k % p.block ||
+      (p.round_nearest != 0 && p.round_nearest != 1))
+    model_fail("%s: block FMA {frac_bits %d, out_bits %d, block %d, round_nearest %d} with %d products: frac_bits "
+               "1..40 (0 = exact sum), out_bits 1..23, a block dividing %d", what, p.frac_bits, p.out_bits, p.block,
+               p.round_nearest, k, k);
+}
+
+// A number as the aligner sees it: value = (neg ? -1 : 1) * mag * 2^lsb; expo = the exponent field read
+// as a normal number's (a subnormal: emin); nan / inf flags (mag 0 then).
+struct Fp {
+  int64_t mag;
+  int32_t lsb, expo;
+  bool neg, nan, inf;
+};
+
+// OCP FP8 (PTX ISA "Alternate floating-point data formats"): E4M3 bias 7, no Inf, S.1111.111 NaN; E5M2
+// bias 15, IEEE specials; E2M1 bias 1; UE4M3 an E4M3 without sign (bit 7 set: NaN here, as
+// smem_operand.h ue4m3_to_float); UE8M0 2^(v - 127), 0xFF NaN.
+inline Fp fp_minifloat(uint32_t v, int exp_bits, int mant_bits, bool ieee_specials, bool fn_nan) {
+  const int bias = (1 << (exp_bits - 1)) - 1, emax = (1 << exp_bits) - 1;
+  const int e = int(v >> mant_bits) & emax, m = int(v) & ((1 << mant_bits) - 1);
+  Fp f{};
+  f.neg = (v >> (exp_bits + mant_bits)) & 1;
+  f.nan = ieee_specials ? (e == emax && m) : (fn_nan && e == emax && m == (1 << mant_bits) - 1);
+  f.inf = ieee_specials && e == emax && !m;
+  f.mag = (f.nan || f.inf) ? 0 : e == 0 ? m : m + (1 << mant_bits);
+  f.expo = (e ? e : 1) - bias;
+  f.lsb = f.expo - mant_bits;
+  return f;
+}
+inline Fp fp_e4m3(uint8_t v) { return fp_minifloat(v, 4, 3, false, true); }
+inline Fp fp_e5m2(uint8_t v) { return fp_minifloat(v, 5, 2, true, false); }
+inline Fp fp_e2m1(uint8_t nibble) { return fp_minifloat(nibble & 15u, 2, 1, false, false); }
+inline Fp fp_ue4m3(uint8_t v) {
+  Fp f = fp_minifloat(v & 0x7Fu, 4, 3, false, true);
+  if (v & 0x80) f = Fp{0, 0, 0, false, true, false};
+  return f;
+}
+inline Fp fp_ue8m0(uint8_t v) { return v == 255 ? Fp{0, 0, 0, false, true, false} : Fp{1, int(v) - 127, int(v) - 127, false, false, false}; }
+inline Fp fp_f32(uint32_t u) {   // IEEE 754 binary32
+  Fp f{};
+  const int e = int(u >> 23 & 255);
+  const uint32_t m = u & 0x7FFFFFu;
+  f.neg = u >> 31;
+  f.nan = e == 255 && m;
+  f.inf = e == 255 && !m;
+  f.mag = e == 255 ? 0 : e ? (m | 0x800000u) : m;
+  f.expo = (e ? e : 1) - 127;
+  f.lsb = f.expo - 23;
+  return f;
+}
+
+// One aligned term: a product (or D) with its window exponent.
+struct Term {
+  int64_t mag;
+  int32_t lsb, ref;
+  bool neg, nan, inf;
+};
+inline Term product(const Fp* f, int n) {
+  Term t{1, 0, 0, false, false, false};
+  bool zero = false, inf = false;
+  for (int i = 0; i < n; ++i) {
+    t.mag *= f[i].mag;
+    t.lsb += f[i].lsb;
+    t.ref += f[i].expo;
+    t.neg ^= f[i].neg;
+    t.nan |= f[i].nan;
+    inf |= f[i].inf;
+    zero |= !f[i].nan && !f[i].inf && f[i].mag == 0;
+  }
+  t.nan |= inf && zero;   // Inf x 0
+  t.inf = inf && !t.nan;
+  if (t.nan || t.inf) t.mag = 0;
+  return t;
+}
+
+constexpr uint32_t F32_NAN = 0x7FFFFFFFu;   // the NaN the tensor core writes (probe classes specials, e5m2_specials)
+
+namespace detail {
+inline int ilog2(uint64_t x) { return 63 - __builtin_clzll(x); }
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+// (neg ? -1 : 1) * mag * 2^lsb (mag > 0) -> FP32 bits keeping out_bits fraction bits after the leading bit
+// (FP32's subnormal grid 2^-149 at most), cut toward zero or to nearest even; 2^128 and above: Inf.
+inline uint32_t encode_f32(bool neg, uint64_t mag, int lsb, int out_bits, bool nearest) {
+  const int e = ilog2(mag) + lsb;
+  const int keep = std::max(std::max(e - out_bits, -126 - out_bits), -149);
+  const int drop = std::min(std::max(keep - lsb, 0), 62);
+  uint64_t kept = mag >> drop;
+  if (nearest && drop > 0) {
+    const uint64_t rest = mag & ((uint64_t(1) << drop) - 1), half = uint64_t(1) << (drop - 1);
+    kept += (rest > half) || (rest == half && (kept & 1));
+  }
+  // kept * 2^(lsb + drop), exactly (kept has at most out_bits + 2 <= 25 bits, lsb + drop >= -149)
+  uint32_t bits = 0;
+  if (kept) {
+    const int top = ilog2(kept), E = top + lsb + drop;
+    if (E > 127) bits = 0x7F800000u;                                       // 2^128 and above: Inf
+    else if (E >= -126) bits = uint32_t(E + 127) << 23 | uint32_t((top <= 23 ? kept << (23 - top) : kept >> (top - 23)) & 0x7FFFFF);
+    else bits = uint32_t(kept << (lsb + drop + 149));                      // subnormal: units of 2^-149
+  }
+  return bits | (neg ? 0x80000000u : 0u);
+}
+}  // namespace detail
+
+// One block: terms t[0..n) and D (FP32 bits; not read when !scale_d) -> FP32 bits, under p (frac_bits > 0).
+inline uint32_t block_fma(const Term* t, int n, uint32_t d_bits, bool scale_d, const BlockFma& p) {
+  const Fp d = scale_d ? fp_f32(d_bits) : Fp{0, 0, 0, false, false, false};
+  bool nan = d.nan, pos = d.inf && !d.neg, neg_inf = d.inf && d.neg;
+  for (int i = 0; i < n; ++i) {
+    nan |= t[i].nan;
+    pos |= t[i].inf && !t[i].neg;
+    neg_inf |= t[i].inf && t[i].neg;
+  }
+  if (nan || (pos && neg_inf)) return F32_NAN;
+  if (pos || neg_inf) return pos ? 0x7F800000u : 0xFF800000u;
+  bool any = d.mag != 0;
+  int R = d.mag ? d.expo : INT32_MIN;
+  for (int i = 0; i < n; ++i)
+    if (t[i].mag) {
+      any = true;
+      R = std::max(R, int(t[i].ref));
+    }
+  if (!any) return 0;   // +0 whatever the signs of the zeros (probe class zero_signs)
+  R = std::max(R, p.min_exp);
+  const int grid = R - p.frac_bits;
+  auto aligned = [grid](int64_t mag, int lsb) -> int64_t {   // magnitude cut toward zero onto the grid
+    const int s = lsb - grid;
+    return s >= 0 ? (mag << s) : (-s >= 63 ? 0 : mag >> -s);
+  };
+  int64_t sum = 0;
+  for (int i = 0; i < n; ++i)
+    if (t[i].mag) {
+      const int64_t a = aligned(t[i].mag, t[i].lsb);
+      sum += t[i].neg ? -a : a;
+    }
+  if (d.mag) {
+    const int64_t a = aligned(d.mag, d.lsb);
+    sum += d.neg ? -a : a;
+  }
+  if (sum == 0) return 0;
+  return detail::encode_f32(sum < 0, uint64_t(sum < 0 ? -sum : sum), grid, p.out_bits, p.round_nearest != 0);
+}
+
+// The exact sum (frac_bits = 0) of one instruction, as the simulator computed it before: s = D (or 0), then
+// s += a_k b_k in K order in double (every product exact), one round to nearest FP32. va, vb: exact values.
+inline uint32_t exact_dot(const float* va, const float* vb, int k, uint32_t d_bits, bool scale_d) {
+  float d;
+  std::memcpy(&d, &d_bits, 4);
+  double s = scale_d ? double(d) : 0.0;
+  for (int i = 0; i < k; ++i) s += double(va[i]) * double(vb[i]);
+  return detail::f32_bits(float(s));
+}
+
+namespace detail {
+// The FP8 bytes as the fast path reads them: magnitude, window exponent, sign / special flags.
+struct F8 {
+  int16_t mag;
+  int16_t expo;
+  uint8_t neg, special;
+};
+struct F8Tables {
+  Fp f[2][256];
+  F8 q[2][256];
+  float v[2][256];
+  F8Tables() {
+    for (int i = 0; i < 256; ++i) {
+      f[0][i] = fp_e4m3(uint8_t(i));
+      f[1][i] = fp_e5m2(uint8_t(i));
+      for (int j = 0; j < 2; ++j) {
+        const Fp& x = f[j][i];
+        q[j][i] = F8{int16_t(x.mag), int16_t(x.expo), uint8_t(x.neg), uint8_t(x.nan || x.inf)};
+        const float mag = x.inf ? __builtin_inff() : std::ldexp(float(x.mag), x.lsb);
+        v[j][i] = x.nan ? __builtin_nanf("") : x.neg ? -mag : mag;   // a NaN byte of either sign: +NaN
+      }
+    }
+  }
+};
+inline const F8Tables& f8_tables() {
+  static const F8Tables T;
+  return T;
+}
+constexpr int F8_MANT[2] = {3, 2};
+
+// One block of n FP8 products without NaN or Inf operands (and a finite D): the rule of block_fma in integers.
+// Returns false (nothing written) when an operand or D is special: the caller takes the Term path.
+inline bool block_fma_f8_finite(const uint8_t* a, const uint8_t* b, int n, int fa, int fb, uint32_t& d_bits,
+                                bool scale_d, const BlockFma& p) {
+  const F8Tables& T = f8_tables();
+  const Fp d = scale_d ? fp_f32(d_bits) : Fp{0, 0, 0, false, false, false};
+  if (d.nan || d.inf) return false;
+  int32_t mag[64], ref[64];
+  uint8_t neg[64];
+  int R = d.mag ? d.expo : INT32_MIN;
+  uint8_t special = 0;
+  for (int i = 0; i < n; ++i) {
+    const F8 x = T.q[fa][a[i]], y = T.q[fb][b[i]];
+    special |= x.special | y.special;
+    mag[i] = int32_t(x.mag) * y.mag;
+    ref[i] = x.expo + y.expo;
+    neg[i] = x.neg ^ y.neg;
+    if (mag[i]) R = std::max(R, ref[i]);
+  }
+  if (special) return false;
+  if (R == INT32_MIN) {   // every term zero: +0 (probe class zero_signs)
+    d_bits = 0;
+    return true;
+  }
+  R = std::max(R, p.min_exp);
+  const int grid = R - p.frac_bits, mant = F8_MANT[fa] + F8_MANT[fb];
+  int64_t sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const int s = ref[i] - mant - grid;   // the product's last bit against the grid
+    const int64_t t = s >= 0 ? int64_t(mag[i]) << s : (-s >= 31 ? 0 : int64_t(mag[i] >> -s));
+    sum += neg[i] ? -t : t;
+  }
+  if (d.mag) {
+    const int s = d.lsb - grid;
+    const int64_t t = s >= 0 ? d.mag << s : (-s >= 63 ? 0 : d.mag >> -s);
+    sum += d.neg ? -t : t;
+  }
+  d_bits = sum == 0 ? 0 : encode_f32(sum < 0, uint64_t(sum < 0 ? -sum : sum), grid, p.out_bits, p.round_nearest != 0);
+  return true;
+}
+}  // namespace detail
+
+// One instruction: k FP8 products a[i] b[i] (fmt 0 E4M3, 1 E5M2; fmt_b for B when it differs, kind::f8f6f4)
+// into D under p.
+inline uint32_t dot_f8(const uint8_t* a, const uint8_t* b, int k, int fmt, uint32_t d_bits, bool scale_d,
+                       const BlockFma& p, int fmt_b = -1) {
+  if (fmt_b < 0) fmt_b = fmt;
+  if (fmt != 0 && fmt != 1) model_fail("FP8 format code %d: 0 E4M3, 1 E5M2", fmt);
+  if (fmt_b != 0 && fmt_b != 1) model_fail("FP8 format code %d: 0 E4M3, 1 E5M2", fmt_b);
+  if (k > 64) model_fail("dot_f8: %d products, at most 64 per instruction", k);
+  const detail::F8Tables& T = detail::f8_tables();
+  if (p.frac_bits == 0) {
+    float va[64], vb[64];
+    for (int i = 0; i < k; ++i) {
+      va[i] = T.v[fmt][a[i]];
+      vb[i] = T.v[fmt_b][b[i]];
+    }
+    return exact_dot(va, vb, k, d_bits, scale_d);
+  }
+  check_block_fma(p, k, "dot_f8");
+  Term t[64];
+  for (int b0 = 0; b0 < k; b0 += p.block) {
+    const int n = p.block;
+    if (!detail::block_fma_f8_finite(a + b0, b + b0, n, fmt, fmt_b, d_bits, scale_d, p)) {
+      for (int i = 0; i < n; ++i) {
+        const Fp f[2] = {T.f[fmt][a[b0 + i]], T.f[fmt_b][b[b0 + i]]};
+        t[i] = product(f, 2);
+      }
+      d_bits = block_fma(t, n, d_bits, scale_d, p);
+    }
+    scale_d = true;
+  }
+  return d_bits;
+}
+
+}  // namespace pe_sim

@@ -1,0 +1,82 @@
+"""The tensor core's block FMA in one rule, two implementations: the simulator's C++ (src/kernels/sim/model/
+blockfma.h, through the engine library) and pelib.blockfma, checked bit for bit against each other and
+against the H100's own output bits on every probe vector committed in results/2026-11-27-h100
+(pelib.tcprobe: 2,867,200 FP32 results of wgmma.m64nNk32 E4M3 and E5M2, directed and random classes)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pelib import blockfma as F
+from pelib import sim, tcprobe as P, tcvectors as V
+from pelib.paths import ROOT
+
+PROBE_DIR = ROOT / "results" / "2026-11-27-h100"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    return P.load(PROBE_DIR)
+
+
+def _cls(name):
+    return V.CLASSES[name.split(".")[0]]
+
+
+def test_the_simulators_model_prints_the_h100s_bits_on_every_probe_output(probe):
+    """Every one of the 2,867,200 committed outputs through the C++ model the simulator runs (default
+    accumulation): 0 differ. The exact sum, the previous model, differs on over a million."""
+    n = same = exact_differs = 0
+    for name, arr in probe.items():
+        c = _cls(name)
+        got = sim.dot_f8_tiles(arr["a"], arr["b"], arr["d"], c.fmt, P.first_scale_d(c))
+        same += int((got == arr["out"]).sum())
+        n += arr["out"].size
+        if name in ("random_spread", "carry_out", "e5m2_random_spread"):
+            ex = sim.dot_f8_tiles(arr["a"], arr["b"], arr["d"], c.fmt, P.first_scale_d(c), model=F.EXACT_SUM)
+            exact_differs += int((ex != arr["out"]).sum())
+    assert n == 2_867_200 and same == n
+    assert exact_differs > 400_000
+
+
+def test_python_and_cxx_agree_bit_for_bit_on_a_subsample_of_every_class(probe):
+    """pelib.blockfma (what pelib.emulate runs) and the C++ model on the first 4 rows of the first tile of
+    every class: equal to each other and to the GPU; the exact sums of both equal too."""
+    for name, arr in probe.items():
+        c = _cls(name)
+        a, b, d, out = arr["a"][:1, :4], arr["b"][:1], arr["d"][:1, :4], arr["out"][:1, :4]
+        first = P.first_scale_d(c)
+        py = P.evaluate(F.H100TC_MATLAB, a, b, d, first, c.fmt)
+        cx = sim.dot_f8_tiles(a, b, d, c.fmt, first, model=F.H100TC_MATLAB)
+        assert np.array_equal(py, out) and np.array_equal(cx, out), name
+        assert np.array_equal(P.evaluate(F.EXACT_SUM, a, b, d, first, c.fmt),
+                              sim.dot_f8_tiles(a, b, d, c.fmt, first, model=F.EXACT_SUM)), name
+
+
+def test_the_cxx_defaults_are_the_python_presets():
+    """model/blockfma.h's constants (WGMMA_F8_H100, UMMA_F8F6F4_B200, UMMA_MXF4NVF4_B200) are pelib.blockfma's
+    tensor_core models; a launch sets the engine's from Python, the model ABI starts with the constants."""
+    want = {k: F.cxx_params(m) for k, m in F.mma_models("tensor_core").items()}
+    assert sim.engine_accumulation(defaults=True) == want
+    assert want["wgmma_f8"] == [13, 13, -133, 32, 0] and want["umma_f8f6f4"][:2] == [25, 23]
+
+
+def test_accumulation_choices_and_what_they_refuse(monkeypatch):
+    assert sim.current_accumulation()[0] == "tensor_core"
+    with sim.accumulation("exact") as label:
+        assert label == "exact" and sim.current_accumulation()[1]["wgmma_f8"] is F.EXACT_SUM
+    with sim.accumulation(umma_mxf4nvf4=F.B200_MXF4NVF4.with_(frac_bits=37)) as label:
+        assert sim.current_accumulation()[1]["umma_mxf4nvf4"].frac_bits == 37 and "umma_mxf4nvf4" in label
+    with pytest.raises(sim.SimError, match="one of .'tensor_core', 'exact'"):
+        with sim.accumulation("fast"):
+            pass
+    with pytest.raises(sim.SimError, match="fp22_plain.*max_term"):   # the C++ twin has no knob for it
+        with sim.accumulation(wgmma_f8=F.FP22_PLAIN):
+            pass
+    monkeypatch.setenv(sim.ACCUMULATION_ENV, "exact")
+    assert sim.current_accumulation()[0] == "exact"
+    monkeypatch.setenv(sim.ACCUMULATION_ENV, "bogus")
+    with pytest.raises(sim.SimError, match="PELIB_SIM_ACCUMULATION='bogus'"):
+        sim.current_accumulation()
+    with pytest.raises(sim.SimError, match=r"A \[T, M, K\]"):
+        sim.dot_f8_tiles(np.zeros((1, 4, 32), np.uint8), np.zeros((1, 8, 16), np.uint8), np.zeros((1, 4, 8), np.uint32))
