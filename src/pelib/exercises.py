@@ -123,8 +123,9 @@ class Exercise:
     def compose(self, attempt: str | Path) -> str:
         """The whole stage file with the reader's attempt: a path to an edited copy, a whole file's text,
         or the region's lines (which replace the region of the starting copy)."""
-        if isinstance(attempt, Path):
-            return attempt.read_text()
+        if isinstance(attempt, Path) or (isinstance(attempt, str) and "\n" not in attempt
+                                          and attempt.endswith(".cu") and Path(attempt).is_file()):
+            return Path(attempt).read_text()
         text = str(attempt)
         if text.lstrip().startswith("// Stage "):
             return text
@@ -146,6 +147,10 @@ class Exercise:
 
         a, b = self.start.split("\n"), self.solution.split("\n")
         return "\n".join(difflib.unified_diff(a, b, "start", "solution", n=1, lineterm=""))
+
+    def solution_view(self) -> "Solution":
+        """The solution, folded: the diff from the starting lines and the check of the solution."""
+        return Solution(self)
 
     # ---- display ------------------------------------------------------------------------------------
     def _repr_html_(self) -> str:
@@ -182,6 +187,25 @@ def _unmark(text: str) -> str:
             continue
         out.append(cut)
     return "\n".join(out)
+
+
+class Solution:
+    """An exercise's solution as the book shows it: closed until the reader opens it."""
+
+    def __init__(self, ex: "Exercise"):
+        self.ex = ex
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        diff = "\n".join(f'<span class="{"gd" if ln.startswith("-") else "gi" if ln.startswith("+") else ""}">{e(ln)}</span>'
+                         for ln in self.ex.solution_diff().split("\n")[2:])
+        hint = f"<p>Hint: {e(self.ex.hint)}</p>" if self.ex.hint else ""
+        return (f'<details class="pe-solution"><summary>Hint and solution: {e(self.ex.title)}</summary>{hint}'
+                f'<div class="highlight-diff"><div class="highlight"><pre>{diff}</pre></div></div>'
+                f'{self.ex.check(self.ex.solution)._repr_html_()}</details>')
+
+    def __repr__(self) -> str:
+        return self.ex.solution_diff()
 
 
 # ---- the grade ----------------------------------------------------------------------------------------
@@ -319,7 +343,7 @@ OWN = (
       (P("mbarrier_wait_parity(&full[s], phase, 2);  // bytes from both CTAs",
          "mbarrier_wait_parity(&full[s], phase ^ 1, 2);  // bytes from both CTAs"),),
       "the MMA thread waits on full[s] with the producer's parity: a fresh barrier passes at once",
-      "hazard", site="read"),
+      "deadlock", tags=(2,)),
     M("ex-fp8-07-staging-column", "fp8/07_smem_staged_epilogue",
       (P("stage_put<S>(stage_buf, lane, c - C0 + 8 * v, o);", "stage_put<S>(stage_buf, lane, c + 8 * v, o);"),),
       "Phase 1 writes a split warp's columns at their tile column, not at their place in its buffer", "wrong"),
@@ -379,7 +403,8 @@ EXERCISES: tuple[Exercise, ...] = (
              hint="The exported column map says which columns warp 6 drains."),
     Exercise("fp8-stages-full-parity", "fp8_pipeline_stages", "the MMA's wait",
              "The MMA thread waits on full[s] before it reads slot s. In this copy it waits for the parity the "
-             "producer's empty wait uses, so on the first lap it reads a slot TMA is still writing. Find it.",
+             "producer's empty wait uses: its first waits pass before any byte has landed, the ring's phases "
+             "fall out of step, and the pipeline stops. Find the wait.",
              _own("ex-fp8-06-full-wait-parity"), ("// ---- MMA issuer", "mbarrier_wait_parity(&full[s]"),
              hint="The consumer waits for phase `lap & 1` to complete; the producer's wait is the one that starts at 1."),
     Exercise("fp8-staged-column", "fp8_staged_epilogue", "where a half-row goes in the buffer",
@@ -431,12 +456,12 @@ EXERCISES: tuple[Exercise, ...] = (
              "for their turn with the same parity, so neither goes first. Fix the parities.",
              "sm90-03c-turn-parity-same", ("// Wait for the turn:", "mbarrier_wait_parity_nocall(&turn[wg]"),
              hint="Warpgroup 0 must pass its first turn wait at once, warpgroup 1 must wait for it."),
-    Exercise("hopper-cluster-release", "hopper_persistent", "releasing a slot in both CTAs",
+    Exercise("hopper-cluster-release", "hopper_pipeline", "releasing a slot in both CTAs",
              "With a cluster of two, the B tile is multicast into both CTAs, so a slot is free only when both CTAs' "
              "consumers are done with it. This copy releases a tile's last slot in the leader only. Fix it.",
              "sm90-02-last-release-leader-only", ("wgmma_wait_group<0>();", "#endif"),
              hint="Which CTAs did the multicast fill?"),
-    Exercise("hopper-staging-reuse", "hopper_persistent", "staging reused too early",
+    Exercise("hopper-staging-reuse", "hopper_pipeline", "staging reused too early",
              "The staged epilogue stores each tile's staging buffer with TMA stores. This copy writes the buffer "
              "for the next tile before the previous stores have read it. Restore the wait.",
              "sm90-03-staging-reused-before-store-read", ("u8* stg = smem + SMEM_C_OFF", "named_barrier_sync(EPI_BARRIER + wg, 128);"),

@@ -306,3 +306,39 @@ def diff(stage: str | Path, parent: str | Path | None = None, context: int = 3) 
         elif hunks:
             hunks[-1].append((line[:1] or " ", line[1:]))
     return Diff(stages.name(pa), stages.name(pb), hunks)
+
+
+# ---- a stage's header, folded; a line of stages, each folded -------------------------------------
+
+class Folded(str):
+    """HTML shown as a closed <details> block (native: it opens in the book and in JupyterLab alike)."""
+
+    def _repr_html_(self) -> str:
+        return str(self)
+
+
+def header(stage: str | Path, open_: bool = False) -> Folded:
+    """The stage's one-line idea as a title, its whole header (what changes, why, recorded, run line, the
+    link to its source) folded under it."""
+    p = stages.resolve(stage)
+    h = stages.read_header(p)
+    box = stages.header(p)._repr_html_()
+    return Folded(f'<details class="pe-stage-fold"{" open" if open_ else ""}><summary><strong>Stage {html.escape(h.number)}'
+                  f' — {html.escape(h.idea)}</strong> <span class="pe-fold-hint">(its header: what changes, why, what '
+                  f'was recorded, how to run it)</span></summary>{box}</details>')
+
+
+def steps(stage_list) -> Folded:
+    """A line of stages, one folded entry each: the idea as the title, the header and the diff from the
+    declared parent (instrumentation folded) inside."""
+    out = []
+    for st in stage_list:
+        p = stages.resolve(st)
+        h = stages.read_header(p)
+        d = diff(p)
+        c = d.counts()
+        out.append(f'<details class="pe-stage-fold"><summary><strong>{html.escape(h.number)}</strong> — '
+                   f'{html.escape(h.idea)} <span class="pe-fold-hint">(from {html.escape(h.parent or "")}, '
+                   f'{c["shown"]} changed lines)</span></summary>{stages.header(p)._repr_html_()}'
+                   f'{d._repr_html_()}</details>')
+    return Folded('<div class="pe-steps">' + "".join(out) + "</div>")

@@ -17,6 +17,7 @@ from ..models import protocol
 from ..stage import Stage, find, lineage
 from ..stages import Rendered
 from . import plots, sim, widgets
+from .emulate_plots import checked
 
 ARCH = "sm_100a"
 FINAL = "09_persistent_megakernel"
@@ -221,7 +222,7 @@ def launch_config(name: str, problem="siglip2", defines: dict | None = None, sm_
 
 def emulate_check(name: str, problem="small", tile=(1, 0), defines: dict | None = None, **kw) -> dict:
     """One cluster tile emulated from the stage's exports against the torch reference (within one BF16 ulp)."""
-    return stage(name, defines).emulate_check(problem, tile, **kw)
+    return checked(stage(name, defines).emulate_check(problem, tile, **kw))
 
 
 def staging_sample(name: str = "07_smem_staged_epilogue", defines: dict | None = None, picks=None) -> Table:
@@ -328,15 +329,24 @@ def barrier_table(name: str = FINAL, defines: dict | None = None) -> Table:
     return Table(rows, f"{s.name}: mbarriers — from its exports and source (compiled)")
 
 
+def _first_line(text) -> str:
+    """A model report's first line, with how many more lines it had (a cell stays one line)."""
+    lines = [ln for ln in str(text or "").splitlines() if ln.strip()]
+    if not lines:
+        return "—"
+    return lines[0][:160] + (f" (+{len(lines) - 1} more lines)" if len(lines) > 1 else "")
+
+
 def protocol_table() -> Table:
     """pelib.models.protocol.persistent for the stage as built and with each planted bug (modelled)."""
     ex = stage(FINAL).exports
     base = dict(stages=ex.pipeline_stages, epi_warps=ex.epi_warps, acc_bufs=ex["tmem_acc_buffers"], cg=ex["cta_group"])
     r = protocol.persistent(**base)
-    rows = [{"variant": "as built", "ok": r["ok"], "first violation": r["first violation"]}]
+    rows = [{"variant": "as built", "holds": "yes" if r["ok"] else "no", "first violation": _first_line(r["first violation"])}]
     for bug, what in protocol.PERSISTENT_BUGS.items():
         r = protocol.persistent(bug=bug, **base)
-        rows.append({"variant": what, "ok": r["ok"], "first violation": r["first violation"]})
+        rows.append({"variant": what, "holds": "yes" if r["ok"] else "no",
+                     "first violation": _first_line(r["first violation"])})
     return Table(rows, "The barrier protocol under random timing (20 runs of 11 tiles each) — modelled")
 
 

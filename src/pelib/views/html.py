@@ -23,11 +23,22 @@ def figure_text(fig) -> str:
     return " | ".join(t for t in seen if t)
 
 
+def min_text_px(fig) -> float:
+    """The smallest visible text on a figure, in pixels of its 1x PNG (font points x dpi / 72); the
+    book's tests scale it by the shown width to check that no figure text renders below 9 CSS px."""
+    from matplotlib.text import Text
+
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return round(min(sizes) * fig.dpi / 72, 2) if sizes else 0.0
+
+
 def figure_png(fig, scale: int = SCALE, metadata: dict | None = None) -> tuple[bytes, int, int]:
-    """PNG bytes of a matplotlib figure at `scale` times its dpi, and its size in CSS pixels (1x)."""
+    """PNG bytes of a matplotlib figure at `scale` times its dpi, and its size in CSS pixels (1x); the
+    metadata also records the smallest text's size at 1x ('pe:min-text-px')."""
     buf = io.BytesIO()
+    meta = {**(metadata or {}), "pe:min-text-px": str(min_text_px(fig))}
     fig.savefig(buf, format="png", dpi=fig.dpi * scale, bbox_inches="tight", facecolor="white",
-                metadata=metadata)
+                metadata=meta)
     data = buf.getvalue()
     w, h = struct.unpack(">II", data[16:24])  # the IHDR chunk of a PNG
     return data, round(w / scale), round(h / scale)
