@@ -196,13 +196,20 @@ def _nodes(s: Stage) -> list[tuple[str, str, list[str]]]:
         nodes.append(("epi", "epilogue (the consumers)", ["+ comb, -> BF16"]))
     if "staging_offset" in ex:
         halves = ex.get("staging_halves", 1)
-        nodes.append(("staging", "staging (shared)", [f"{ex.epi_warps} × {_kb(ex['staging_warp_bytes'])}",
-                                                      f"{halves} × 32 rows, pitch {ex['staging_pitch']} B"]))
-        nodes.append(("store", "global C (BF16)", [f"{ex.get('staging_vec', 16)}-B coalesced stores",
-                                                   f"tile {ex.tile_m * ex.cluster_x if cg == 2 else ex.tile_m}×{ex.tile_n}"]))
+        tile = f"tile {ex.tile_m * ex.cluster_x if cg == 2 else ex.tile_m}×{ex.tile_n}"
+        if ex.get("staging_tma_store"):   # F24: swizzled blocks, one TMA store per half
+            nodes.append(("staging", "staging (shared)", [f"{ex.epi_warps} × {_kb(ex['staging_warp_bytes'])}",
+                                                          f"{halves} halves, {ex['staging_block_cols']}-column "
+                                                          f"blocks, swizzle {ex['staging_swizzle']} B"]))
+            nodes.append(("store", "global C (BF16)", ["TMA store per half", tile]))
+        else:
+            nodes.append(("staging", "staging (shared)", [f"{ex.epi_warps} × {_kb(ex['staging_warp_bytes'])}",
+                                                          f"{halves} × 32 rows, pitch {ex['staging_pitch']} B"]))
+            nodes.append(("store", "global C (BF16)", [f"{ex.get('staging_vec', 16)}-B coalesced stores", tile]))
     elif "tmap_c_box_rows" in ex:
-        nodes.append(("staging", "staging (shared)", [f"boxes {ex['tmap_c_box_rows']}×{ex['tmap_c_box_cols']}",
-                                                      f"swizzle {ex['tmap_c_swizzle']} B"]))
+        where = " (in the ring)" if ex.get("staging_in_ring") else ""
+        nodes.append(("staging", f"staging (shared){where}", [f"boxes {ex['tmap_c_box_rows']}×{ex['tmap_c_box_cols']}",
+                                                              f"swizzle {ex['tmap_c_swizzle']} B"]))
         nodes.append(("store", "global C (BF16)", ["TMA store", "cp.async.bulk.tensor"]))
     else:
         nodes.append(("store", "global C (BF16)", ["st.global, one row", "per thread (lane)"]))

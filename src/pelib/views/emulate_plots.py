@@ -151,6 +151,15 @@ def checked(r: dict) -> "Checked":
     return Checked(r)
 
 
+def checks_table(checks: dict, caption: str = "") -> "Table":
+    """Several emulate_check results as one table, a row per labelled variant (what was changed)."""
+    from ..facts import Table
+
+    rows = [{"variant": label, **Checked(r).row()} for label, r in checks.items()]
+    ev = next((r.get("evidence") for r in checks.values() if r.get("evidence")), EMULATED)
+    return Table(rows, f"{caption or 'One tile per variant, replayed from the exports'} — {ev}")
+
+
 class Checked(dict):
     """One emulated tile against the reference: a dict, shown as a one-row table whose cells say what the
     numbers mean (an error that is not finite, the issues the emulator found)."""
