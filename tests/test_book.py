@@ -616,9 +616,9 @@ def test_landing_pages_say_where_the_code_is(visits):
 
 # Screenshots of three pages as a reader sees them (PE_SCREENSHOTS=<folder> to write them; the committed
 # ones are book/_static/screenshots/). Each is scrolled to the thing it shows.
-SCREENSHOTS = [("chapters/preface.html", "section#the-problem", "preface.png"),
-               ("chapters/fp8_pipeline_stages.html", ".pe-sweep", "fp8_pipeline_stages_sweep.png"),
-               ("chapters/hopper_twin.html", ".pe-table:has(.pe-table-note)", "hopper_twin_table.png")]
+SCREENSHOTS = [("chapters/preface.html", "figure.pe-diagram", "preface.png"),
+               ("chapters/fp8_warp_specialized.html", ".pe-exercise", "fp8_warp_specialized_exercise.png"),
+               ("chapters/fp8_persistent.html", "figure.pe-diagram", "fp8_persistent_schedule.png")]
 
 
 @pytest.mark.browser
