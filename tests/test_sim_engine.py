@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import build as nvrtc, sim, tma
+from pelib import build as nvrtc, sim, sim_build, tma
 from pelib.paths import KERNELS
 from pelib.stage import Stage
 
@@ -137,7 +137,7 @@ def test_store_without_proxy_fence_is_a_hazard():
 
 
 def test_host_build_is_cached(tmp_path, monkeypatch):
-    monkeypatch.setattr(sim, "_CACHE_DIR", tmp_path)
+    monkeypatch.setattr(sim_build, "_CACHE_DIR", tmp_path)
     a = sim.stage_build(KERNEL, "sim_engine", {"MODE": 0})
     b = sim.stage_build(KERNEL, "sim_engine", {"MODE": 0})
     assert not a.cached and b.cached and a.path.read_bytes() == b.path.read_bytes()
@@ -146,7 +146,7 @@ def test_host_build_is_cached(tmp_path, monkeypatch):
 
 
 def test_missing_compiler_says_what_to_install(monkeypatch):
-    monkeypatch.setattr(sim, "_COMPILER", None)
+    monkeypatch.setattr(sim_build, "_COMPILER", None)
     monkeypatch.setenv("PELIB_SIM_CXX", "no-such-compiler")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(sim.SimToolchainError, match="g\\+\\+ >= 11 or clang\\+\\+ >= 14.*install"):
@@ -172,7 +172,7 @@ def test_host_build_picks_the_twins():
     s = Stage("fp8/09_persistent_megakernel")
     lib = sim.stage_build(s.path, s.build.kernel)
     assert lib.path.is_file()
-    store = sim._store()
+    store = sim_build._store()
     import json
     meta = json.loads((lib.path.parent / "meta.json").read_text())
     deps = [Path(d) for d, _ in meta["deps"]]
