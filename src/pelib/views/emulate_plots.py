@@ -9,7 +9,9 @@ from .. import descriptors as D
 from .. import emulate as E
 from .. import launch, results, tma
 from ..build import build
+from ..facts import Table
 from ..paths import KERNELS
+from .diagrams import QUARTER
 
 EMULATED = "emulated (pelib.emulate, from the PTX ISA and CUTLASS)"
 
@@ -101,8 +103,6 @@ def tmem_cta_pair_figure(n: int = 256, epi_ld_x: int = 32, acc_col: int = 0):
     panels (pelib.views.diagrams.QUARTER, the diagrams' colours); CTA 1's rows are drawn lighter."""
     from matplotlib.colors import ListedColormap, to_rgb
 
-    from .diagrams import QUARTER
-
     plt = _plt()
     amap = E.tmem_accumulator_map(256, n, 2, acc_col)
     cta, lane, col = amap[..., 0], amap[..., 1], amap[..., 2]
@@ -151,10 +151,8 @@ def checked(r: dict) -> "Checked":
     return Checked(r)
 
 
-def checks_table(checks: dict, caption: str = "") -> "Table":
+def checks_table(checks: dict, caption: str = "") -> Table:
     """Several emulate_check results as one table, a row per labelled variant (what was changed)."""
-    from ..facts import Table
-
     rows = [{"variant": label, **Checked(r).row()} for label, r in checks.items()]
     ev = next((r.get("evidence") for r in checks.values() if r.get("evidence")), EMULATED)
     return Table(rows, f"{caption or 'One tile per variant, replayed from the exports'} — {ev}")
@@ -182,8 +180,6 @@ class Checked(dict):
                 "what the emulator found": "; ".join(self.get("issues") or []) or "—"}
 
     def _repr_html_(self) -> str:
-        from ..facts import Table
-
         return Table([self.row()], f"One output tile replayed from the stage's exports — "
                                    f"{self.get('evidence', EMULATED)}")._repr_html_()
 
