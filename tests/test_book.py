@@ -288,6 +288,7 @@ async () => {
   facts.stderr = Array.from(art.querySelectorAll('.output.stderr, .stderr')).map(e => e.innerText.slice(0, 300));
   facts.outputs = Array.from(art.querySelectorAll('div.cell_output')).map(e => e.innerText).join('\n');
   facts.sourceLinks = Array.from(art.querySelectorAll('a.pe-src')).map(a => a.getAttribute('href'));
+  facts.text = art.innerText;
   const text = art.innerText;
   // a widget shown only by its plain-text stand-in has no offline view: nothing to move in the book
   for (const w of ['VBox(children', 'Loading widget', 'HBox(children', 'IntSlider(', 'in a live Jupyter kernel']) {
@@ -605,6 +606,19 @@ def test_stage_sources_open_as_pages(visits, server, browser_context):
         assert pg.locator("pre").count() == 1 and "__global__" in pg.locator("pre").inner_text()
         assert pg.locator("#L1").count() == 1
     pg.close()
+
+
+@pytest.mark.browser
+def test_reported_defects_stay_fixed(visits):
+    """The preface places the problem where its own roofline and floors put it (computed by pelib.sol);
+    How we know calls the emulator's evidence emulated; no page plants a mistake through the old mistake
+    panel whose figure warned (the exercises do it now)."""
+    pre = visits[PAGES[0]].facts
+    assert "near the ridge" in pre["outputs"] and "far left" not in pre["outputs"]
+    how = next(v for p, v in visits.items() if "how_we_know" in p).facts
+    assert "All numbers above are emulated" in how["text"] and "All numbers above are modelled" not in how["text"]
+    for page, v in visits.items():
+        assert "A planted mistake in" not in v.facts["outputs"], f"{page} still shows an old mistake panel"
 
 
 @pytest.mark.browser

@@ -386,7 +386,7 @@ EXERCISES: tuple[Exercise, ...] = (
              "Find it.",
              "fp8-00-empty-first-wait-parity0", ("// ---- producer: one thread issues every TMA load", "mbarrier_arrive_expect_tx"),
              hint="A freshly initialised mbarrier is in phase 0: a wait for parity 1 passes at once."),
-    Exercise("fp8-ws-multicast", "fp8_warp_specialized", "who hears that a slot is free",
+    Exercise("fp8-ws-multicast", "fp8_cta_pair", "who hears that a slot is free",
              "In the 2-CTA stage the leader's commit frees each ring slot. In this copy only the leader hears it; "
              "the peer's producer waits forever. Fix the commit.",
              "fp8-01-commit-without-multicast", ("tcgen05_mma_f8f6f4<CG>", "tcgen05_commit_multicast<CG>(smem_u32(&empty[s])"),

@@ -291,8 +291,9 @@ class Diff:
                 f'<div class="highlight-diff"><div class="highlight"><pre>{"".join(rows)}</pre></div></div></div>')
 
 
-def diff(stage: str | Path, parent: str | Path | None = None, context: int = 3) -> Diff:
-    """The diff from `parent` (default: the stage's declared parent) to the stage, header comments left out."""
+def diff(stage: str | Path, parent: str | Path | None = None, context: int = 1) -> Diff:
+    """The diff from `parent` (default: the stage's declared parent) to the stage, header comments left out;
+    one line of context around each change (git diff -U1): the change is the lesson."""
     pb = stages.resolve(stage)
     pa = stages.parent_of(stage) if parent is None else stages.resolve(parent)
     la = stages._strip_header(pa.read_text().splitlines())

@@ -37,7 +37,8 @@ def min_text_px(fig) -> float:
 def fit_to_column(fig) -> None:
     """Draw a figure for the column it is shown in: text below MIN_POINTS is raised to it, and a figure
     wider than the column is narrowed to its width (its fonts keep their point sizes, so they are not
-    shrunk by the browser), its height kept; the layout is redone where the figure had one."""
+    shrunk by the browser), its height kept; long titles and tick labels are wrapped, wide legends get
+    fewer columns, and the layout is redone where the figure had one."""
     from matplotlib.text import Text
 
     for t in fig.findobj(Text):
@@ -47,31 +48,41 @@ def fit_to_column(fig) -> None:
     max_in = COLUMN_PX / fig.dpi * 0.97          # room for what bbox_inches="tight" adds at the edges
     if w_in > max_in:
         fig.set_size_inches(max_in, h_in)
+    _relayout(fig)
     _wrap_wide_text(fig)
     _relayout(fig)
 
 
-def _wrap_wide_text(fig) -> None:
-    """Titles, labels and legend entries wider than the column are wrapped onto more lines (tick labels
-    and text inside the axes' data area are left alone)."""
+def _wrap(text: str, chars: int) -> str:
     import textwrap
 
+    return "\n".join(w for ln in text.split("\n") for w in (textwrap.wrap(ln, chars) or [""]))
+
+
+def _wrap_wide_text(fig) -> None:
+    """Titles, labels and legend entries wider than the column are wrapped onto more lines; tick labels
+    longer than 28 characters too; a legend wider than the column gets fewer columns."""
     from matplotlib.text import Text
 
     renderer = fig.canvas.get_renderer()
     limit = COLUMN_PX * 0.92
+    for ax in fig.axes:
+        if any(len(t.get_text()) > 28 for t in ax.get_yticklabels()):
+            wrapped = [_wrap(t.get_text(), 24) for t in ax.get_yticklabels()]
+            size = ax.get_yticklabels()[0].get_fontsize()
+            ax.set_yticks(ax.get_yticks(), wrapped, fontsize=size)
     ticks = {id(t) for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels())}
     for t in fig.findobj(Text):
         text = t.get_text()
         if id(t) in ticks or not t.get_visible() or not text.strip() or t.get_rotation() not in (0, 0.0):
             continue
-        width = t.get_window_extent(renderer).width
-        if width <= limit:
-            continue
-        lines = text.split("\n")
-        longest = max(len(ln) for ln in lines)
-        chars = max(20, int(longest * limit / width))
-        t.set_text("\n".join(w for ln in lines for w in (textwrap.wrap(ln, chars) or [""])))
+        ext = t.get_window_extent(renderer)
+        room = min(limit, fig.bbox.width - max(ext.x0, 0.0) - 4)   # what is left to the figure's right edge
+        if ext.width > room:
+            t.set_text(_wrap(text, max(20, int(max(len(ln) for ln in text.split("\n")) * room / ext.width))))
+    for leg in [ax.get_legend() for ax in fig.axes] + list(fig.legends):
+        while leg is not None and leg._ncols > 1 and leg.get_window_extent(renderer).width > limit:
+            leg.set_ncols(leg._ncols - 1)
 
 
 def _relayout(fig) -> None:
@@ -102,9 +113,11 @@ def figure_png(fig, scale: int = SCALE, metadata: dict | None = None) -> tuple[b
         w, h = struct.unpack(">II", data[16:24])  # the IHDR chunk of a PNG
         over = w / scale - COLUMN_PX
         w_in, h_in = fig.get_size_inches()
-        if over <= 1 or w_in <= 3.0:
+        if over <= 1 or w_in <= 4.0:
             break
-        fig.set_size_inches(max(3.0, w_in - over / fig.dpi - 0.05), h_in)
+        fig.set_size_inches(max(4.0, w_in - over / fig.dpi - 0.05), h_in)
+        _relayout(fig)
+        _wrap_wide_text(fig)
         _relayout(fig)
     return data, round(w / scale), round(h / scale)
 
