@@ -2,8 +2,10 @@
 it must give) and a phrase of the message that names the problem and the way out.
 
 The ids (B03, Y02, E12, ...) are the attempts of the 2026-11-24 robustness review that found each defect;
-unnamed rows cover the neighbouring cases of the same fix. Cache damage (stale headers, edited or
-truncated entries, an unwritable or missing cache folder) is a state, not an input: tests/test_cache.py.
+unnamed rows cover the neighbouring cases of the same fix. The simulator, results-tree and leftover tables
+hold the cases of the 2026-11-27 review (the simulator's front door, the results tree, the old leftovers).
+Cache damage (stale headers, edited or truncated entries, an unwritable or missing cache folder) is a
+state, not an input: tests/test_cache.py.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from pelib import bench as BN
 from pelib import build as B
 from pelib import descriptors as D
 from pelib import device as V
@@ -26,8 +29,13 @@ from pelib import gonogo as G
 from pelib import launch as L
 from pelib import problems as P
 from pelib import reference as R
+from pelib import results as RS
+from pelib import sim as SIM
+from pelib import sim_budget as SB
 from pelib import tma as T
 from pelib import verify as Y
+from pelib.models import pipeline as MP
+from pelib.paths import KERNELS
 from pelib.stage import Stage
 
 FAIL = "FAIL"   # the call returns a verdict, and it must be a failing one
@@ -483,5 +491,274 @@ def test_force_compile_only_reads_its_value(monkeypatch, value, forced):
     assert (B200.mode == V.COMPILE_ONLY) is forced
 
 
+# =================================================================================================
+# The simulator's front door: the run's size, its inputs and its launch shape (2026-11-27 review)
+# =================================================================================================
+
+
+@contextmanager
+def _env(**env):
+    """The front door's budgets pinned (the host's free memory would otherwise decide the message)."""
+    keep = {k: os.environ.get(k) for k in ("PELIB_SIM_BUDGET_STEPS", "PELIB_SIM_MAX_MB", *env)}
+    try:
+        for k in ("PELIB_SIM_BUDGET_STEPS", "PELIB_SIM_MAX_MB"):
+            os.environ.pop(k, None)
+        os.environ.update({k: str(v) for k, v in env.items()})
+        yield
+    finally:
+        for k, v in keep.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _sim_run(key, problem, **env):
+    with _env(**env):
+        return Stage(key).run(problem, "sim")
+
+
+def _sim_timing(key, problem):
+    with _env():
+        return Stage(key).run_timing(problem, "sim")
+
+
+def _sm90_inputs(change):
+    s = Stage("sm90/00_tma_wgmma")
+    t = s.inputs("sim", 0, "sim")
+    change(t)
+    return s, t
+
+
+def _sim_inputs(change):
+    s, t = _sm90_inputs(change)
+    with _env():
+        return s.run("sim", "sim", inputs=t)
+
+
+def _gpu_plan_with_cpu_inputs(t):
+    """The GPU path validates too: CPU tensors for a launch on cuda:0 (a test stand-in H100)."""
+    s = Stage("sm90/00_tma_wgmma")
+    info = V.DeviceInfo(True, name="H100 (stand-in)", cc=(9, 0), sm_count=132, smem_optin_bytes=232448, ordinal=0)
+    return s.plan("sim", s.inputs("sim", 0, "sim"), "gpu", info=info)
+
+
+def _short_view(t):
+    big = torch.empty(t["out"].shape[0], t["out"].shape[1], dtype=torch.bfloat16)
+    t["out"] = big[:-64]                       # a view into a larger buffer, 64 rows short
+
+
+def _strided_view(t):
+    big = torch.empty(t["out"].shape[0], t["out"].shape[1] + 64, dtype=torch.bfloat16)
+    t["out"] = big[:, :-64]
+
+
+def _prepare(**kw):
+    args = dict(grid=(1,), block=(128,), cluster=(1,), smem=1024)
+    args.update(kw)
+    return SIM.prepare(KERNELS / "sm90" / "00_tma_wgmma.cu", (), kernel="k", arch="sm_90a", **args)
+
+
+SIMULATOR = [
+    ("full-fp8", lambda t: _sim_run("fp8/09_persistent_megakernel", "full"), SB.SimTooLarge,
+     "fp8/09_persistent_megakernel on siglip2 (928256 x 768 x 768) is too large for the simulator: ~33,939,360 "
+     "scheduler steps at least (21,756 CTA tiles x (192 threads x 8 + 6 K blocks x 4)), over the budget of "
+     "20,000,000 (PELIB_SIM_BUDGET_STEPS)"),
+    ("full-fp8-fix", lambda t: _sim_run("fp8/09_persistent_megakernel", "full"), SB.SimTooLarge,
+     "Simulate a test-size problem: --problem sim (768 x 512 x 384; Stage.run('sim', 'sim'))"),
+    ("full-sm90", lambda t: _sim_run("sm90/00_tma_wgmma", "full", PELIB_SIM_MAX_MB=16384), SB.SimTooLarge,
+     "~46.5 GB of host memory at least (inputs and output 2.0 GB, reference and verification 31.9 GB, engine "
+     "state of 43,512 CTAs 12.4 GB, event log 214 MB), over the 16.0 GB PELIB_SIM_MAX_MB"),
+    ("timing-full", lambda t: _sim_timing("fp8/09_persistent_megakernel", "full"), SB.SimTooLarge,
+     "fp8/09_persistent_megakernel on siglip2 (928256 x 768 x 768) is too large for the simulator"),
+    ("memory-only", lambda t: _sim_run("fp8/09_persistent_megakernel", "medium", PELIB_SIM_MAX_MB=512),
+     SB.SimTooLarge, "over the 512 MB PELIB_SIM_MAX_MB"),
+    ("persistent-grid", lambda t: _grid_too_big(), SB.SimTooLarge,
+     "or give the persistent grid fewer resident CTAs (--grid, a multiple of 2; now 20,000)"),
+    ("budget-env", lambda t: _sim_run("fp8/09_persistent_megakernel", "sim", PELIB_SIM_BUDGET_STEPS="lots"),
+     SB.SimTooLarge, "PELIB_SIM_BUDGET_STEPS='lots' is not a whole number (0 turns the check off)"),
+    ("out-64-rows-short", lambda t: _sim_inputs(lambda x: x.update(out=x["out"][:-64].clone())), P.ProblemError,
+     "sim: out has shape (328, 768), expected (392, 768)"),
+    ("out-view-short", lambda t: _sim_inputs(_short_view), P.ProblemError,
+     "sim: out has shape (328, 768), expected (392, 768)"),
+    ("out-strided-view", lambda t: _sim_inputs(_strided_view), P.ProblemError,
+     "sim: out is not contiguous (strides (832, 1)); pass .contiguous()"),
+    ("out-dtype", lambda t: _sim_inputs(lambda x: x.update(out=x["out"].float())), P.ProblemError,
+     "out has dtype torch.float32, expected torch.bfloat16 (convert with .to(torch.bfloat16))"),
+    ("not-on-cpu", lambda t: _sim_inputs(lambda x: x.update({k: v.to("meta") for k, v in x.items()})),
+     P.ProblemError, "sim: a is on meta, expected cpu; move it with .to('cpu')"),
+    ("gpu-path-validates", _gpu_plan_with_cpu_inputs, P.ProblemError,
+     "sim: a is on cpu, expected cuda:0; move it with .to('cuda:0')"),
+    ("block-0", lambda t: _prepare(block=(0,)), L.LaunchError, "block (0,) must be 1 to 3 positive integers"),
+    ("block-2048", lambda t: _prepare(block=(2048,)), L.LaunchError,
+     "block (2048, 1, 1) has 2048 threads, more than 1024"),
+    ("block-z-65", lambda t: _prepare(block=(1, 1, 65)), L.LaunchError, "block.z=65 is over the 64 every GPU allows"),
+    ("grid-0", lambda t: _prepare(grid=(0,)), L.LaunchError, "grid (0,) must be 1 to 3 positive integers"),
+    ("grid-y", lambda t: _prepare(grid=(1, 70000)), L.LaunchError, "grid.y=70,000 is over the 65,535 every GPU allows"),
+    ("smem-over", lambda t: _prepare(smem=300_000), L.LaunchError,
+     "k needs 300000 B dynamic + 0 B static shared memory per CTA; the simulated SM (common/limits.cuh "
+     "PE_SMEM_LIMIT) allows 232448 B"),
+    ("cluster-grid", lambda t: _prepare(grid=(3,), cluster=(2,)), L.LaunchError,
+     "grid.x=3 CTAs is not a multiple of cluster.x=2"),
+]
+
+
+def _grid_too_big():
+    s = Stage("fp8/09_persistent_megakernel")
+    with _env(PELIB_SIM_MAX_MB=4096):
+        return s.sim_check("sim", s.sim_config("sim", grid=20_000))
+
+
+@_table(SIMULATOR)
+def test_simulator_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+def test_front_door_lets_the_simulators_own_problems_in():
+    """Every stage's 'sim' problem (what the tests and the book simulate) passes the front door."""
+    from pelib.kinds.base import KindError
+    from pelib.stage import all_stages
+    with _env(PELIB_SIM_MAX_MB=4096):
+        for s in all_stages():
+            try:
+                cfg = s.sim_config("sim")
+            except KindError:     # a variant built for one K (F28's unrolled K-loop): not simulated at 'sim'
+                continue
+            est = s.sim_check("sim", cfg)
+            assert est.steps < SB.DEFAULT_BUDGET_STEPS // 20, (s.key, est)
+
+
+@pytest.mark.parametrize("key", ["fp8/09_persistent_megakernel", "sm90/11_a_half_slices", "nvfp4/00_single_stage"])
+def test_the_estimate_is_a_floor_of_what_the_engine_takes(key):
+    """The steps the front door counts are at most what a run takes (it refuses only what cannot fit)."""
+    s = Stage(key)
+    est = s.sim_estimate("sim")
+    with _env():
+        res = s.run("sim", "sim")
+    assert res["ok"] and est.steps <= res["report"].stats["steps"] <= 8 * est.steps, (est, res["report"].stats)
+
+
+# =================================================================================================
+# pelib.results and pelib.bench: the results tree stays inside its root
+# =================================================================================================
+def _report(**env):
+    e = {"date": "2026-11-24T10:31:02+0000", "device": "NVIDIA H100 80GB HBM3", "git": "abc1234def"}
+    e.update(env)
+    return {"env": e, "results": [], "skipped": {}}
+
+
+def _write_in(t, report, out=True):
+    with mock.patch.object(RS, "RESULTS", t / "results"):
+        return BN.write(report, (t / "out") if out else None)
+
+
+def _symlinked_run(t):
+    (t / "results").mkdir()
+    (t / "elsewhere").mkdir()
+    (t / "results" / "2026-11-24-h100").symlink_to(t / "elsewhere")
+    return _write_in(t, _report(), out=False)
+
+
+RESULTS_TREE = [
+    ("date-escape", lambda t: RS.run_dir({"date": "../escape", "device": "h100"}, t), RS.ResultsPathError,
+     "date='../escape' is not an ISO date (YYYY-MM-DD, or a timestamp that starts with one)"),
+    ("date-root-escape", lambda t: RS.run_dir({"date": "../../../escape", "device": "h100"}, t), RS.ResultsPathError,
+     "date='../../../escape' is not an ISO date"),
+    ("date-None", lambda t: RS.run_dir({"date": None, "device": "h100"}, t), RS.ResultsPathError,
+     "date=None is not an ISO date"),
+    ("date-not-a-day", lambda t: RS.run_dir({"date": "2026-13-45", "device": "h100"}, t), RS.ResultsPathError,
+     "date='2026-13-45' is not an ISO date"),
+    ("device-escape", lambda t: RS.run_dir({"date": "2026-11-24", "device": "../../etc"}, t), RS.ResultsPathError,
+     "device='../../etc' names no device: a device name has no path separators or '..'"),
+    ("write-date-escape", lambda t: _write_in(t, _report(date="../../../escape")), RS.ResultsPathError,
+     "env['date']='../../../escape' is not an ISO date"),
+    ("write-default-escape", lambda t: _write_in(t, _report(date="../escape"), out=False), RS.ResultsPathError,
+     "env['date']='../escape' is not an ISO date"),
+    ("write-git-escape", lambda t: _write_in(t, _report(git="../../x")), RS.ResultsPathError,
+     "env['git']='../../x' cannot be part of a result file's name: use letters, digits and . _ + - only"),
+    ("write-device-escape", lambda t: _write_in(t, _report(device="a/../../b")), RS.ResultsPathError,
+     "device='a/../../b' names no device"),
+    ("write-through-symlink", _symlinked_run, RS.ResultsPathError, "outside"),
+]
+
+
+@_table(RESULTS_TREE)
+def test_results_tree_bad_inputs(call, expect, phrase, tmp_path):
+    before = sorted(p for p in tmp_path.parent.rglob("*") if "escape" in p.name)
+    _run(call, expect, phrase, tmp_path)
+    assert not [p for p in tmp_path.rglob("*.json")], "a refused write left a file"
+    assert sorted(p for p in tmp_path.parent.rglob("*") if "escape" in p.name) == before
+
+
+def test_a_folder_that_is_not_a_run_is_never_the_newest(tmp_path):
+    """A run folder written with date None became what results.latest() returned as newest."""
+    for name in ("2026-11-23-h100", "2026-11-24-h200", "None-h100", "2026-13-45-h100", "notes", "zz-escape"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.json").write_text("{}")
+    (tmp_path / "2026-11-25-h100").write_text("a file, not a folder")
+    assert [r.name for r in RS.runs(tmp_path)] == ["2026-11-23-h100", "2026-11-24-h200"]
+    assert RS.latest("x.json", tmp_path) == tmp_path / "2026-11-24-h200" / "x.json"
+    assert RS.files("x.json", tmp_path)[0].parent.name == "2026-11-23-h100"
+
+
+def test_a_good_run_is_written_where_it_always_was(tmp_path):
+    path = _write_in(tmp_path, _report(), out=False)
+    assert path == tmp_path / "results" / "2026-11-24-h100" / "2026-11-24T103102Z-nvidia-h100-80gb-hbm3-abc1234.json"
+    assert RS.run_dir({"date": "2026-11-24", "device": "NVIDIA H200"}, tmp_path).name == "2026-11-24-h200"
+
+
+# =================================================================================================
+# The old leftovers: model parameters, NVFP4 overrides and scales
+# =================================================================================================
+def _tiny_amax():
+    x = torch.zeros(4, 32)
+    x[1, 3] = 1e-37
+    return R.nvfp4_quantize(x)
+
+
+LEFTOVERS = [
+    ("params-nan", lambda t: MP.predict(params=MP.Params(handoff=float("nan"), stage0_after_stores=100.0)),
+     MP.ModelError, "Params: handoff=nan is not finite: give a number of cycles"),
+    ("params-inf", lambda t: MP.Params(handoff=1.0, stage0_after_stores=float("inf")), MP.ModelError,
+     "stage0_after_stores=inf is not finite"),
+    ("params-str", lambda t: MP.Params(handoff="40", stage0_after_stores=1.0), MP.ModelError,
+     "Params: handoff='40' is a str, not a number of cycles"),
+    ("profile-nan", lambda t: MP.Params(1.0, 1.0, warp_profile=(1.0, float("nan"))), MP.ModelError,
+     "warp_profile[1]=nan is not finite"),
+    ("delta-nan", lambda t: MP.predict(phase1_delta=float("nan")), MP.ModelError, "Scenario: phase1=nan is not finite"),
+    ("nvfp4-override-typo", lambda t: _nvfp4_check(overrides={"k_advance_byte": 64}), E.EmulationError,
+     "unknown override k_advance_byte (did you mean k_advance_bytes?): an NVFP4 override replaces one of "
+     "01_pipelined's exports or a TileParams field"),
+    ("nvfp4-override-bogus", lambda t: _nvfp4_check(overrides={"bogus": 1}), E.EmulationError,
+     "unknown override bogus"),
+    ("nvfp4-tiny-amax", lambda t: _tiny_amax(), ValueError,
+     "nvfp4_quantize: amax(|x|) = 1e-37 is too small to scale into E2M1 x UE4M3: the encode scale 448·6/amax = "
+     "2.69e+40 overflows FP32 (amax must be >= 7.9e-36)"),
+    ("nvfp4-tiny-amax-fix", lambda t: _tiny_amax(), ValueError, "or pass a decode scale global_scale >= 2.94e-39"),
+    ("nvfp4-zero-global-scale", lambda t: R.nvfp4_quantize(torch.ones(2, 32), global_scale=0.0), ValueError,
+     "global_scale=0.0 gives no finite FP32 encode scale"),
+]
+
+
+@_table(LEFTOVERS)
+def test_leftover_bad_inputs(call, expect, phrase, tmp_path):
+    _run(call, expect, phrase, tmp_path)
+
+
+def test_the_right_nvfp4_override_is_what_gets_emulated():
+    """The correctly spelt key still reaches the emulator (and its wrong K-advance fails the check)."""
+    out = _nvfp4_check(overrides={"k_advance_bytes": 64})
+    assert out["ok"] is False and any("K-advance 64 B" in i for i in out["issues"])
+
+
+def test_a_tiny_tensor_with_a_given_decode_scale_round_trips():
+    x = torch.zeros(4, 32)
+    x[1, 3] = 1e-37
+    q = R.nvfp4_quantize(x, global_scale=3e-39)
+    got = float(R.nvfp4_dequantize(q.data, q.scale, q.global_scale)[1, 3])
+    assert abs(got - 1e-37) <= 0.1e-37
+
+
 TABLES = {"build": BUILD, "verify": VERIFY, "emulate": EMULATE, "descriptors": DESCRIPTORS, "gonogo": GONOGO,
-          "launch": LAUNCH, "problems+reference": PROBLEMS, "device+tma": DEVICE}
+          "launch": LAUNCH, "problems+reference": PROBLEMS, "device+tma": DEVICE, "simulator": SIMULATOR,
+          "results+bench": RESULTS_TREE, "models+nvfp4": LEFTOVERS}

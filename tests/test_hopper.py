@@ -23,7 +23,8 @@ def stage_build(request):
 
 def test_all_stages_exist():
     assert [k for k in STAGE_KEYS if len(k) == 2] == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"]
-    assert [k for k in STAGE_KEYS if len(k) == 3] == ["00a", "00b", "00c", "01a", "03a", "03b", "03c", "03d"]
+    assert [k for k in STAGE_KEYS if len(k) == 3] == ["00a", "00b", "00c", "01a", "03a", "03b", "03c", "03d", "07a",
+                                                      "11a"]
 
 
 def test_stage_compiles_without_spills(stage_build):
@@ -522,6 +523,79 @@ def test_residue_order_in_the_kernels_matches_python():
         assert [t % 49 for t in seq] == sorted(t % 49 for t in seq)      # class-major
 
 
+def test_window_order_covers_every_tile_once_and_walks_a_side_by_side():
+    """Stage 07a: every (row tile, column block) once, row groups balanced to one tile, the column blocks
+    of a row group on the same tiles in the same order; in the main phase row group g keeps class g and
+    at step i the groups read window i's first tiles (06's neighbourhood in A); comb read ~18 times per
+    warpgroup on the full problem."""
+    for m, grid, bn in ((FULL.m, 132, 256), (1000, 48, 256), (5632, 132, 256), (50176, 129, 256),
+                        (64 * 150, 6, 256), (FULL.m, 132, 192), (14080, 132, 192), (64 * 49 * 60, 3 * 60, 256)):
+        nbs = 768 // bn
+        sched = sm90.window_schedule(m, 768, bn, grid)
+        tiles = [t for cta in sched for t in cta]
+        assert len(tiles) == len(set(tiles)) == -(-m // 64) * nbs, (m, grid, bn)
+        counts = [len(c) for c in sched[: grid // nbs * nbs]]
+        if grid // nbs <= 49:     # balanced while each group has a class (44 on 132 SMs); more stay correct
+            assert max(counts) - min(counts) <= 1, (m, grid, bn)
+        for g in range(grid // nbs):
+            rows = [[t for t, _ in sched[g * nbs + b]] for b in range(nbs)]
+            assert all(r == rows[0] for r in rows)
+    groups, m_tiles = 44, FULL.m // 64
+    w = m_tiles // 49
+    for i in (0, 1, 150, w - 1):
+        assert sorted(sm90.window_tile(g, i, groups, m_tiles) for g in range(groups)) == list(range(49 * i, 49 * i + 44))
+    assert all(sm90.window_tile(7, i, groups, m_tiles) % 49 == 7 for i in range(w))
+    full = sm90.window_schedule(FULL.m, 768, 256, 132)
+    assert max(sm90.comb_loads(full)) <= 20
+    l2 = {k: sm90.l2_traffic(S(k), FULL)["comb"] for k in ("06", "07", "07a")}
+    assert l2["06"] == 2 * FULL.m * FULL.n and l2["07"] < l2["07a"] < 0.12 * l2["06"]
+
+
+def test_window_order_in_the_kernel_matches_python():
+    """07a's window_main / window_count / window_tile are pelib.kinds.sm90's formulas, line for line."""
+    src = S("07a").source
+    for line in ("if (i < main) return RES_P * i + g;", "return RES_P * win + g1 + (l - win * gap);",
+                 "return RES_P * w + (l - w * gap);",
+                 "return window_main(g, groups, m_tiles) + (g < left ? (left - 1 - g) / groups + 1 : 0);"):
+        assert line in src, line
+    ex = S("07a").exports
+    assert ex["residue_order"] == sm90.RESIDUE_PERIOD and ex["residue_windows"] == 1
+    assert "residue_windows" not in S("07").exports
+
+
+def test_window_order_simulated_through_both_phases():
+    """07a on the simulator with two row groups and three whole windows: each group's own class (comb
+    kept across its main tiles) and the leftovers of every window, verified against torch."""
+    p = problems.PatchEmbed(name="windows", m=64 * 150, n=768, k=128, positions=196, tile={"m": 8, "n": 64, "k": 128})
+    r = S("07a").run(p, "sim", seed=3, sim_seed=3, time=False, grid=6)
+    assert r["ok"] and r["sim"].ok, r["verify"]
+    sched = sm90.window_schedule(p.m, p.n, 256, 6)
+    assert [t for t, _ in sched[0][:3]] == [0, 49, 98] and [t for t, _ in sched[3][:3]] == [1, 50, 99]
+
+
+def test_two_commit_groups_queued():
+    """11a waits for wgmma groups down to two pending (11: one) and frees the stage two pieces back."""
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x2" in S("11a").build.sass
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x2" not in S("11").build.sass
+    assert "mbarrier_arrive(&empty[(it - 2) % NUM_STAGES])" in S("11a").source
+
+
+def test_consumer_instructions_per_tile():
+    """pelib.sass_account.sm90_tile: a consumer warp's fast path per 64 x 256 tile (compiled): 24 QGMMA and
+    16 STG in every stage; 16 comb LDG in 06 and 10, none in the comb-keeping 07 and 07a; 10's K loop
+    unrolled; 11's K loop runs 12 pieces."""
+    from pelib import sass_account
+    acc = {k: sass_account.sm90_tile(S(k, {"PE_WAIT_KIND": 2}).build) for k in ("06", "07", "07a", "10", "11")}
+    for k, a in acc.items():
+        assert a["by_opcode"]["QGMMA"] == 24 and a["by_opcode"]["STG"] == 16, (k, a)
+    assert acc["06"]["by_opcode"]["LDG"] == acc["10"]["by_opcode"]["LDG"] == 16
+    assert "LDG" not in acc["07"]["by_opcode"] and "LDG" not in acc["07a"]["by_opcode"]
+    assert acc["10"]["unrolled"] and not acc["06"]["unrolled"] and acc["11"]["k_passes"] == 12
+    assert acc["10"]["total"] < acc["06"]["total"]
+    with pytest.raises(sass_account.AccountError, match="not an sm90 ping-pong consumer"):
+        sass_account.sm90_tile(S("00").build)
+
+
 def test_multicast_pairs_launch_shape():
     c9 = S("09").launch_config(FULL, sm_count=132)
     assert c9.cluster == (2, 1, 1) and c9.grid[0] == 132 and c9.tiles == (FULL.m // 64) * 4
@@ -577,7 +651,7 @@ def test_the_declared_tree_in_reading_order():
             par = s.header.parent.split("/")[-1].split("_")[0]
             assert names.index(par) < names.index(s.name.split("_")[0])
     assert depth["04"] == depth["06"] == depth["07"] == depth["08"] == 0
-    assert depth["05"] == depth["10"] == depth["11"] == depth["09"] == 1
+    assert depth["05"] == depth["10"] == depth["11"] == depth["09"] == depth["07a"] == depth["11a"] == 1
 
 
 def test_tree_table_reads_the_committed_runs():

@@ -32,6 +32,12 @@ WRITTEN = {
     "records.npz": "a TIMING run's records beside its trace",
     ".records.npz": "the suffix of those records",
     "agreement.cu": "the temporary file how_we_know.md compiles its descriptor static_asserts from",
+    "tcprobe.json": "the summary pelib.tcprobe collect writes",
+    "tcprobe-directed.npz": "a data file pelib.tcprobe collect writes (directed vector classes)",
+    "tcprobe-random.npz": "a data file pelib.tcprobe collect writes (random vector classes)",
+    "tcprobe-chains.npz": "a data file pelib.tcprobe collect writes (chained instructions)",
+    "tcprobe-shapes.npz": "a data file pelib.tcprobe collect writes (N = 128 and 192)",
+    "tcprobe-e5m2.npz": "a data file pelib.tcprobe collect writes (E5M2 operands)",
 }
 
 

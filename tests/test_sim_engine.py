@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import build as nvrtc, sim, sim_build, tma
+from pelib import build as nvrtc, launch as L, sim, sim_build, tma
 from pelib.paths import KERNELS
 from pelib.stage import Stage
 
@@ -106,9 +106,10 @@ def test_exit_with_tmem_allocated_is_misuse():
         launch(6, 0)[0].run()
 
 
-def test_dynamic_shared_memory_over_the_limit_is_misuse():
-    with pytest.raises(sim.SimMisuse, match="per-block limit"):
-        launch(0, 0, smem=228 * 1024)[0].run()
+def test_dynamic_shared_memory_over_the_limit_is_refused_as_on_a_gpu():
+    """Refused by prepare() with pelib.launch's message, before anything is built or run."""
+    with pytest.raises(L.LaunchError, match="sim_engine needs 233472 B dynamic .* the simulated SM .* allows 232448 B"):
+        launch(0, 0, smem=228 * 1024)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -146,7 +147,7 @@ def test_host_build_is_cached(tmp_path, monkeypatch):
 
 
 def test_missing_compiler_says_what_to_install(monkeypatch):
-    monkeypatch.setattr(sim_build, "_COMPILER", None)
+    monkeypatch.setattr(sim_build, "_COMPILERS", {})
     monkeypatch.setenv("PELIB_SIM_CXX", "no-such-compiler")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(sim.SimToolchainError, match="g\\+\\+ >= 11 or clang\\+\\+ >= 14.*install"):

@@ -122,6 +122,10 @@ def test_timing_build_runs_in_the_simulator():
     assert tm.recorded.any()
     assert (tm.end[tm.recorded] >= tm.start[tm.recorded]).all()
     assert tm.meta["clock"] == timing.SIM_ORDER and tm.meta["evidence"].startswith("simulated")
+    # the launch-clock block: every CTA's warps stamped start and exit (PE_TIMING_CTA), decoded per CTA
+    rec = (tm.cta_clock[..., 4] != 0) & (tm.cta_clock[..., 2] >= tm.cta_clock[..., 0])
+    assert rec.any(axis=1).all() and tm.launch_clock()["ctas"] == tm.layout.ctas
+    assert "not a clock" in tm.launch_clock()["note"]
 
 
 def test_result_says_simulated():

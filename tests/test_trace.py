@@ -248,3 +248,26 @@ def test_committed_simulator_trace_of_fp8_09():
     names = [e["name"] for e in tr["traceEvents"] if e["ph"] != "M"]
     assert names.count("mma") == names.count("mma_done") > 0
     assert any(n.startswith("tma_load") for n in names) and any(n.startswith("complete_tx") for n in names)
+
+
+def test_cli_sweep_with_trace_writes_one_file_per_position(tmp_path, monkeypatch, capsys):
+    """--sweep NUM_STAGES=2,3 --trace t.json wrote both traces to t.json: the first was lost without a word."""
+    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20: {
+        "ok": True, "problem": problem, "label": self.label, "events": _sim_events()})
+    out = tmp_path / "t.json"
+    assert stage_mod.main(["fp8/06_stages", "--device", "sim", "--sweep", "NUM_STAGES=2,3", "--trace", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert not out.exists()
+    for n in (2, 3):
+        f = tmp_path / f"t-NUM_STAGES={n}.json"
+        assert f"wrote {f}" in said
+        tr = json.loads(f.read_text())
+        assert tr["otherData"]["stage"] == f"fp8/06_stages NUM_STAGES={n}" and timing.check_trace(tr) == []
+
+
+def test_cli_sweep_that_repeats_a_position_is_refused_before_it_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(stage_mod.Stage, "run", lambda *a, **k: pytest.fail("ran"))
+    with pytest.raises(SystemExit):
+        stage_mod.main(["fp8/06_stages", "--device", "sim", "--sweep", "NUM_STAGES=2,2", "--trace",
+                        str(tmp_path / "t.json")])
+    assert "--trace would write" in capsys.readouterr().err and not list(tmp_path.iterdir())

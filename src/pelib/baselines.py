@@ -107,6 +107,11 @@ def names() -> list[str]:
     return list(BASELINES)
 
 
+def cublas_names() -> list[str]:
+    """The cuBLAS rows, as cublas_fns names them."""
+    return [n for n in BASELINES if n.startswith("cublas_")]
+
+
 def _pick(include) -> list[Baseline]:
     if include is None:
         return list(BASELINES.values())

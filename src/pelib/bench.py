@@ -271,12 +271,15 @@ def run(names=None, *, iters: int = 50, info: _device.DeviceInfo | None = None) 
 def write(report: dict, out_dir=None) -> "Path":
     """Write a run's JSON as <date>-<device>-<git>.json under results/<date>-<device>/ (or `out_dir`)."""
     from pathlib import Path
-    out_dir = Path(out_dir) if out_dir else results.run_dir(report["env"])
-    out_dir.mkdir(parents=True, exist_ok=True)
     env = report["env"]
-    dev = "".join(c if c.isalnum() else "-" for c in env.get("device", "none")).strip("-").lower()
-    stamp = env["date"].replace(":", "").replace("+0000", "Z")
-    path = out_dir / f"{stamp}-{dev}-{env['git'][:7]}.json"
+    # every part of the name checked first: a date, device or revision with a path in it writes nowhere
+    results.iso_date(env.get("date"), "env['date']")
+    stamp = results.label(env["date"].replace(":", "").replace("+0000", "Z"), "env['date']")
+    dev = results.device_slug(env.get("device", "none"))
+    git = results.label(str(env.get("git", ""))[:7], "env['git']")
+    base = Path(out_dir) if out_dir else results.run_dir(env)
+    path = results.inside(base / f"{stamp}-{dev}-{git}.json", base if out_dir else results.RESULTS)
+    base.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     return path
 

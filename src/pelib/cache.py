@@ -189,6 +189,10 @@ class Cache:
             entry._data[name] = data
         return data
 
+    def drop(self, path: Path, why: str) -> None:
+        """Remove a bad entry (one whose artifact a builder found unusable), warning once with its path and why."""
+        self._drop(Path(path), why)
+
     def _drop(self, path: Path, why: str) -> None:
         self._warn_once(("bad", str(path)), f"pelib cache: dropped the bad entry {path} ({why}); rebuilding it")
         try:

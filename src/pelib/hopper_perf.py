@@ -187,6 +187,8 @@ def _run_clock(job, full) -> dict:
     cs = clock_stats(tm)
     cs["timing_build_ms"] = ms
     cs["sm_clock_ghz_from_span"] = cs["cta"]["span_max"] / (ms * 1e-3) / 1e9
+    # the launch's own clock: each CTA's clock64 over its globaltimer span (common/timing.cuh PE_TIMING_CTA)
+    cs["launch_clock"] = tm.launch_clock(min_ns=50_000.0) if tm.cta_clock is not None else None
     summ = tm.summary()
     cs["summary"] = {p: {"avg": row["avg"], "spread": row["spread"]} for p, row in summ.items()}
     return cs

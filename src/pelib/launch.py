@@ -38,6 +38,10 @@ from .tma import TensorMap
 DEFAULT_TIMEOUT_S = 30.0
 STATIC_SMEM_LIMIT = 48 * 1024   # above this a kernel must opt in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
 MAX_THREADS = 1024
+# CUDA C++ Programming Guide, "Compute Capabilities", technical specifications (every cc >= 3.0): a grid
+# of at most (2^31 - 1, 65535, 65535) blocks, a block of at most (1024, 1024, 64) threads and 1024 in all.
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
 PORTABLE_CLUSTER = 8
 
 
@@ -218,6 +222,34 @@ class LaunchPlan:
         sync(self.describe(), stream, self.device_index, timeout_s)
 
 
+def check_shape(grid, block, cluster, smem, *, name: str = "the kernel", static: int = 0,
+                smem_limit: int | None = None, where: str = "the GPU"):
+    """The launch shape every GPU refuses, refused here: (grid, block, cluster, smem) as 3-tuples and bytes."""
+    grid, block, cluster = _dim3(grid, "grid"), _dim3(block, "block"), _dim3(cluster, "cluster")
+    if math.prod(block) > MAX_THREADS:
+        raise LaunchError(f"block {block} has {math.prod(block)} threads, more than {MAX_THREADS}")
+    for what, v, lim in (("grid", grid, MAX_GRID), ("block", block, MAX_BLOCK)):
+        for ax, x, m in zip("xyz", v, lim):
+            if x > m:
+                raise LaunchError(f"{what}.{ax}={x:,} is over the {m:,} every GPU allows (CUDA's "
+                                  f"maximum {what} dimensions are {lim})")
+    for g, c, ax in zip(grid, cluster, "xyz"):
+        if g % c:
+            raise LaunchError(f"grid.{ax}={g} CTAs is not a multiple of cluster.{ax}={c}: "
+                              "grid counts CTAs; round it up to whole clusters")
+    if math.prod(cluster) > 16:
+        raise LaunchError(f"cluster {cluster} has {math.prod(cluster)} CTAs; the limit is 16 "
+                          f"(8 portable)")
+    if not _is_int(smem) or smem < 0:
+        raise LaunchError(f"smem={smem!r}: dynamic shared memory is a whole number of bytes >= 0 "
+                          "(None takes the stage's exported smem_bytes)")
+    smem = int(smem)
+    if smem_limit and smem + static > smem_limit:
+        raise LaunchError(f"{name} needs {smem} B dynamic + {static} B static shared memory per CTA; "
+                          f"{where} allows {smem_limit} B: fewer stages or smaller tiles")
+    return grid, block, cluster, smem
+
+
 def prepare(build, args=(), *, grid, block, cluster=(1, 1, 1), smem: int | None = None,
             kernel: str | None = None, info: _device.DeviceInfo | None = None) -> LaunchPlan:
     """Check and pack a launch of `build` (pure Python: no CUDA call)."""
@@ -230,26 +262,12 @@ def prepare(build, args=(), *, grid, block, cluster=(1, 1, 1), smem: int | None 
     name = kernel or build.kernel
     if name not in build.ptxas:
         raise LaunchError(f"{build.source.name} has no kernel {name!r}; it has {sorted(build.ptxas)}")
-    grid, block, cluster = _dim3(grid, "grid"), _dim3(block, "block"), _dim3(cluster, "cluster")
-    if math.prod(block) > MAX_THREADS:
-        raise LaunchError(f"block {block} has {math.prod(block)} threads, more than {MAX_THREADS}")
-    for g, c, ax in zip(grid, cluster, "xyz"):
-        if g % c:
-            raise LaunchError(f"grid.{ax}={g} CTAs is not a multiple of cluster.{ax}={c}: "
-                              "grid counts CTAs; round it up to whole clusters")
-    if math.prod(cluster) > 16:
-        raise LaunchError(f"cluster {cluster} has {math.prod(cluster)} CTAs; the limit is 16 "
-                          f"(8 portable)")
+    smem = build.exports.get("smem_bytes", 0) if smem is None else smem
+    grid, block, cluster, smem = check_shape(grid, block, cluster, smem, name=name,
+                                             static=build.ptxas[name].smem_static,
+                                             smem_limit=info.smem_optin_bytes, where=info.name)
     if cluster != (1, 1, 1) and info.cc and info.cc < (9, 0):
         raise LaunchError("clusters need compute capability 9.0 or later")
-    if smem is not None and (not _is_int(smem) or smem < 0):
-        raise LaunchError(f"smem={smem!r}: dynamic shared memory is a whole number of bytes >= 0 "
-                          "(None takes the stage's exported smem_bytes)")
-    smem = build.exports.get("smem_bytes", 0) if smem is None else int(smem)
-    static = build.ptxas[name].smem_static
-    if info.smem_optin_bytes and smem + static > info.smem_optin_bytes:
-        raise LaunchError(f"{name} needs {smem} B dynamic + {static} B static shared memory per CTA; "
-                          f"{info.name} allows {info.smem_optin_bytes} B: fewer stages or smaller tiles")
     packed, desc, keep = [], [], []
     for i, a in enumerate(args):
         v, d = pack_arg(i, a, info.ordinal)

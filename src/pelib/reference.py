@@ -21,6 +21,8 @@ NVFP4 (sources):
 """
 from __future__ import annotations
 
+import math
+
 import contextlib
 from dataclasses import dataclass
 
@@ -161,8 +163,21 @@ def nvfp4_quantize(x: torch.Tensor, global_scale: float | None = None) -> NvFp4:
     if global_scale is None:
         amax = float(x.abs().max())
         enc = (E4M3_MAX * E2M1_MAX / amax) if amax > 0 else 1.0
+        # the encode scale is an FP32 multiplier: an amax below 448·6 / FLT_MAX (~7.9e-36) would make it
+        # infinite, and every element x·S with it
+        tiny = E4M3_MAX * E2M1_MAX / float(torch.finfo(torch.float32).max)
+        if 0 < amax < tiny:
+            raise ValueError(f"nvfp4_quantize: amax(|x|) = {amax:.3g} is too small to scale into E2M1 x UE4M3: the "
+                             f"encode scale 448·6/amax = {enc:.3g} overflows FP32 (amax must be >= {tiny:.3g}); "
+                             "multiply x by a power of two first (x·2^k) and fold 2^-k into the decode scale, or pass "
+                             f"a decode scale global_scale >= {1 / float(torch.finfo(torch.float32).max):.3g} "
+                             "(1/FLT_MAX), which fixes the encode scale instead of deriving it from amax")
     else:
-        enc = 1.0 / float(global_scale)
+        gs = float(global_scale)
+        enc = 1.0 / gs if gs > 0 and math.isfinite(gs) else float("nan")
+        if not (math.isfinite(enc) and enc <= float(torch.finfo(torch.float32).max)):
+            raise ValueError(f"nvfp4_quantize: global_scale={global_scale!r} gives no finite FP32 encode scale "
+                             "1/global_scale: the decode scale must be a positive finite number above ~2.9e-39")
     rows, k = x.shape
     blocks = x.view(rows, k // SF_VEC, SF_VEC)
     bamax = blocks.abs().amax(dim=-1)

@@ -7,6 +7,7 @@ tests' summaries) and says so when there is none. A sweep (`python -m pelib.swee
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,17 +19,87 @@ SWEEP_GLOB = "*sweep-*.json"   # hopper-sweep-<time>-<device>.json (sm90 only) o
 NOT_MEASURED = "not yet measured"
 
 
+RUN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})-([a-z0-9]+)")   # results/<YYYY-MM-DD>-<chip>/
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+class ResultsPathError(ValueError):
+    """A run's date, device or label would not name a file inside the results tree; the message says which."""
+
+
+def iso_date(value, what: str = "date") -> str:
+    """'2026-11-24' from an ISO date or timestamp ('2026-11-24T10:31:02+0000'); ResultsPathError otherwise."""
+    s = value if isinstance(value, str) else ""
+    try:
+        d = dt.date.fromisoformat(s[:10])
+        if len(s) > 10:
+            dt.datetime.fromisoformat(s)
+    except ValueError:
+        raise ResultsPathError(f"{what}={value!r} is not an ISO date (YYYY-MM-DD, or a timestamp that starts with "
+                               "one): a run folder is results/<date>-<device>/; take the date from "
+                               "pelib.bench.environment() (pelib.clock)") from None
+    return d.isoformat()
+
+
+def label(value, what: str) -> str:
+    """A name that becomes part of a file name: letters, digits and . _ + -, no path separator and no '..'."""
+    s = value if isinstance(value, str) else ""
+    if not _LABEL.fullmatch(s) or ".." in s:
+        raise ResultsPathError(f"{what}={value!r} cannot be part of a result file's name: use letters, digits and "
+                               ". _ + - only (no path separators, no '..')")
+    return s
+
+
+def device_slug(device) -> str:
+    """'nvidia-h100-80gb-hbm3' from 'NVIDIA H100 80GB HBM3': the device as a file name's part."""
+    s = device if isinstance(device, str) else ""
+    if not s.strip() or "/" in s or "\\" in s or ".." in s:
+        raise ResultsPathError(f"device={device!r} names no device: a device name has no path separators or '..' "
+                               "(take it from pelib.bench.environment())")
+    slug = "".join(c if c.isalnum() else "-" for c in s).strip("-").lower()
+    if not slug:
+        raise ResultsPathError(f"device={device!r} has no letter or digit to name a run folder by")
+    return slug
+
+
+def inside(path: Path, root: Path) -> Path:
+    """`path`, refused (ResultsPathError) where it resolves outside `root`."""
+    p, r = Path(path).resolve(), Path(root).resolve()
+    if p != r and r not in p.parents:
+        raise ResultsPathError(f"{path} resolves to {p}, outside {r}: a result is written only inside its folder")
+    return Path(path)
+
+
 def run_dir(env: dict, root: Path | None = None) -> Path:
-    """results/<date>-<device>/ for a run's environment (pelib.bench.environment()): where it writes."""
-    dev = "".join(c if c.isalnum() else "-" for c in str(env.get("device", "none"))).strip("-").lower()
-    short = re.sub(r"^nvidia-", "", dev).split("-")[0] or "none"
-    return (root or RESULTS) / f"{str(env['date'])[:10]}-{short}"
+    """results/<date>-<device>/ for a run's environment (pelib.bench.environment()): where it writes. The date
+    must be an ISO date and the device a name (ResultsPathError otherwise), so the folder is inside the tree."""
+    date = iso_date(env.get("date"))
+    base = root or RESULTS
+    return inside(base / f"{date}-{chip_slug(env.get('device', 'none'))}", base)
+
+
+def chip_slug(device) -> str:
+    """'h100' from 'NVIDIA H100 80GB HBM3': the chip a run folder is named after."""
+    return re.sub(r"^nvidia-", "", device_slug(device)).split("-")[0] or "none"
+
+
+def is_run(path: Path) -> bool:
+    """True for a well-formed run folder: a directory named <ISO date>-<chip> (results/2026-11-24-h100)."""
+    m = RUN_NAME.fullmatch(path.name)
+    if not m or not path.is_dir():
+        return False
+    try:
+        dt.date.fromisoformat(m.group(1))
+    except ValueError:
+        return False
+    return True
 
 
 def runs(root: Path | None = None) -> list[Path]:
-    """The run folders, oldest first (their names start with the date)."""
+    """The run folders, oldest first (their names start with the date); folders that are not well-formed runs
+    (a 'None-h100' that a run without a date wrote, notes) are not runs and are never the newest."""
     d = root or RESULTS
-    return sorted(p for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+    return sorted(p for p in d.iterdir() if is_run(p)) if d.is_dir() else []
 
 
 def files(pattern: str, root: Path | None = None) -> list[Path]:

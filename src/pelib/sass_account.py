@@ -147,10 +147,13 @@ def _is_retry_loop(instrs, region) -> bool:
     return any("TRYWAIT" in i.op for i in body) and not any(i.op.startswith("UTCQMMA") for i in body)
 
 
-def fast_path(instrs: list[Instr], region: tuple[int, int], skip: tuple[int, int] | None = None) -> list[Instr]:
+def fast_path(instrs: list[Instr], region: tuple[int, int], skip: tuple[int, int] | None = None,
+              take=None) -> list[Instr]:
     """The instructions one pass of `region` executes when every try_wait passes at once (see module doc).
 
     `skip`: an inner region (the K-loop) left out of this pass; the walk resumes after its back branch.
+    `take(jumped)`: also take a forward conditional branch when it returns True for the instructions it
+    jumps over (e.g. a block that runs only when a cached value changes).
     """
     by_off = {i.offset: k for k, i in enumerate(instrs)}
     if region[0] not in by_off:
@@ -180,7 +183,8 @@ def fast_path(instrs: list[Instr], region: tuple[int, int], skip: tuple[int, int
                 jumped = (i.offset + 1, i.target - 1)
                 over_retry = any(jumped[0] <= lo and hi <= jumped[1] and _is_retry_loop(instrs, (lo, hi))
                                  for lo, hi in all_loops)
-                if not i.conditional or over_retry:
+                over = [x for x in instrs if jumped[0] <= x.offset <= jumped[1]]
+                if not i.conditional or over_retry or (take is not None and take(over)):
                     k = by_off[i.target]
                     continue
             elif i.target < i.offset and not (skip and (i.target, i.offset) == skip):
@@ -294,3 +298,40 @@ def account_table(acc: Account, recorded=None):
     waits = f", {WAIT_KINDS[acc.wait_kind]} waits (wait_kind {acc.wait_kind})" if acc.wait_kind in WAIT_KINDS else ""
     return Table(rows, f"MMA warp, instructions per tile by class — compiled (static fast path{waits})"
                  + (f"; recorded: {recorded.source.label}, {recorded.version}" if recorded is not None else ""))
+
+
+# ---- the Hopper twin: a consumer warp's instructions per tile ------------------------------------------
+
+def _comb_reload(jumped: list[Instr]) -> bool:
+    """A block of only global loads and their addresses: the comb reload that the comb-residue stages
+    (07+) skip while a warpgroup's tile keeps its class."""
+    ops = {i.op.split(".")[0] for i in jumped}
+    return "LDG" in ops and not ops & {"QGMMA", "STG", "SYNCS", "WARPGROUP", "BAR"}
+
+
+def sm90_tile(b, k: int = 768) -> dict:
+    """The instructions one consumer warp of an sm90 ping-pong stage executes per 64 x BN tile on the
+    fast path (every try_wait passing at once; compiled): the tile loop (the innermost loop holding the
+    QGMMAs and the epilogue's STGs) with its K loop (the innermost loop holding the QGMMAs; absent when
+    unrolled) taken K / block_k times. In a stage that keeps comb across tiles (exports residue_order),
+    the comb reload is left out (it runs once per class change). By opcode, with the total."""
+    instrs = parse(b.sass)
+    tl = [r for r in loops(instrs) if any(_inside(i, r) and i.op.startswith("QGMMA") for i in instrs)
+          and any(_inside(i, r) and i.op.startswith("STG") for i in instrs)]
+    if not tl:
+        raise AccountError("no loop holds both the QGMMAs and the epilogue's STGs: not an sm90 ping-pong consumer")
+    tile = tl[0]
+    kl = [r for r in loops_containing(instrs, "QGMMA") if r != tile and tile[0] <= r[0] and r[1] <= tile[1]]
+    take = _comb_reload if b.exports.get("residue_order") else None
+    passes = k // b.exports["block_k"]
+    out = Counter()
+    if kl:
+        for i in fast_path(instrs, kl[0], take=take):
+            out[i.op.split(".")[0]] += passes
+        path = fast_path(instrs, tile, skip=kl[0], take=take)
+    else:
+        path = fast_path(instrs, tile, take=take)
+    for i in path:
+        out[i.op.split(".")[0]] += 1
+    return {"unrolled": not kl, "k_passes": passes if kl else 1, "total": sum(out.values()),
+            "by_opcode": dict(out.most_common()), "wait_kind": b.exports.get("wait_kind")}

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import evidence, sim_build, sim_tensormap, tma
+from . import evidence, launch, sim_build, sim_tensormap, tma
 # the host side moved to pelib.sim_build; these names stay importable from pelib.sim
 from .sim_build import (Compiler, HostBuild, SimBuildError, SimToolchainError, compiler, engine_build,  # noqa: F401
                         stage_build)
@@ -270,10 +270,11 @@ def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=No
     """A simulated launch of `build`'s source (a pelib.build.Build: its source file and kernel name) with the
     same arguments a GPU launch binds (tensor maps as pelib.tma.TensorMap, tensors on the CPU, scalars).
     The seed picks the interleaving (PELIB_SIM_SEED overrides it)."""
+    # the launch shapes every GPU refuses (block 0 or over 1,024 threads, grid 0, shared memory over the
+    # limit) are refused here too, before anything is built, with pelib.launch's messages
+    g, b, c, smem = launch.check_shape(grid, block, cluster, smem, name=kernel, smem_limit=SMEM_LIMIT,
+                                       where="the simulated SM (common/limits.cuh PE_SMEM_LIMIT)")
     src = getattr(build, "source", build)
     lib = stage_build(Path(src), kernel, defines)
-    g = tuple(grid) + (1,) * (3 - len(tuple(grid)))
-    b = tuple(block) + (1,) * (3 - len(tuple(block)))
-    c = tuple(cluster) + (1,) * (3 - len(tuple(cluster)))
     return SimPlan(lib, tuple(args), g, b, c, smem, kernel, arch, defines or {}, default_seed(seed), timing, slots,
                    max_events)

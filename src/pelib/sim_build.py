@@ -1,6 +1,7 @@
 """The simulator's host side: find the host C++ compiler, build the engine and stage libraries (cached), load them."""
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
@@ -8,6 +9,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +22,13 @@ RUNTIME_SOURCES = ("runtime/engine.cpp", "runtime/fiber.cpp")
 # instead of 0.7 s, and runs a test-size stage no faster (0.2-0.5 s either way). PELIB_SIM_OPT overrides.
 ENGINE_OPT = os.environ.get("PELIB_SIM_OPT", "-O1")
 STAGE_OPT = os.environ.get("PELIB_SIM_OPT", "-O1")
-CXXFLAGS = ("-std=c++17", "-fPIC", "-shared", "-g0", "-fno-strict-aliasing", "-Wno-unknown-pragmas",
-            "-Wno-ignored-attributes", "-Wno-attributes")
+# -ffp-contract=off: the host rounds every float multiply and add on its own, as written. NVRTC contracts
+# a*b+c into one FMA by default (NVRTC guide, "Supported Compile Options": --fmad=true), but no stage's
+# SASS holds an FFMA or DFMA (tests/test_sim_build.py checks every cubin), so the device rounds each one
+# too; g++ would fuse at -O2 on FMA hardware (-march=native, PELIB_SIM_OPT=-O2) and at -O1 never (GCC
+# manual, -ffp-contract): pinned, the simulated epilogue and the data-path models round alike on any host.
+CXXFLAGS = ("-std=c++17", "-fPIC", "-shared", "-g0", "-fno-strict-aliasing", "-ffp-contract=off",
+            "-Wno-unknown-pragmas", "-Wno-ignored-attributes", "-Wno-attributes")
 MIN_VERSIONS = {"g++": 11, "clang++": 14}
 
 
@@ -31,56 +38,96 @@ class SimToolchainError(RuntimeError):
 
 # ---- the host compiler -----------------------------------------------------------------------------
 
+NEED = ("the simulator needs a host C++17 compiler driver, g++ >= 11 or clang++ >= 14: install one (Debian/Ubuntu: "
+        "apt-get install g++; conda: conda install -c conda-forge gxx) or point PELIB_SIM_CXX at it")
+
+
+class SimToolchainWarning(UserWarning):
+    """$CXX names no usable C++ compiler, so the simulator picked another (the warning says which and why)."""
+
+
 @dataclass(frozen=True)
 class Compiler:
-    path: str
+    path: str          # as found on PATH (what runs)
     kind: str          # "g++" or "clang++"
     version: str
+    real: str = ""     # the resolved file (symlinks followed): two names of one compiler share it
+    banner: str = ""   # the first line of --version after the program's name (vendor and patch level)
 
     @property
     def tool(self) -> str:
         return f"{self.kind}-{self.version}"
 
+    @property
+    def identity(self) -> str:
+        """What a cache key holds of the compiler: its resolved path and full version line (the flags beside it)."""
+        return f"{self.tool} {self.real or self.path} {self.banner}"
 
-_COMPILER: Compiler | None = None
+
+_COMPILERS: dict = {}   # (PELIB_SIM_CXX, CXX, PATH) -> Compiler: one probe per environment
 
 
-def _probe(cmd: str) -> Compiler | None:
+def _probe(cmd: str) -> tuple[Compiler | None, str]:
+    """(the compiler `cmd` names, "") or (None, why it cannot build the simulator)."""
     path = shutil.which(cmd)
     if not path:
-        return None
+        return None, "not found" + ("" if os.sep in cmd else " on PATH")
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    kind = "clang++" if "clang" in out else "g++"
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out.splitlines()[0] if out else "")
-    if not m:
-        return None
+        p = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"{path} does not run ({e})"
+    lines = (p.stdout or "").strip().splitlines()
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", lines[0]) if lines else None
+    if p.returncode != 0 or not m:
+        return None, f"{path} --version printed no compiler version (exit status {p.returncode}): not a compiler"
+    kind = "clang++" if "clang" in p.stdout else "g++"
     if int(m.group(1)) < MIN_VERSIONS[kind]:
-        return None
-    return Compiler(path, kind, m.group(0))
+        return None, f"{path} is {kind} {m.group(0)}, older than {kind} {MIN_VERSIONS[kind]}"
+    # A C++ driver links the C++ standard library into a shared object; gcc and cc compile a .cpp file
+    # but link none, so what they build fails to load (undefined std:: symbols). `-###` prints the
+    # commands the driver would run without running them (GCC manual, "Overall Options"; clang accepts it).
+    try:
+        d = subprocess.run([path, "-###", "-shared", "-x", "c++", os.devnull, "-o", os.devnull],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"{path} does not run ({e})"
+    if not re.search(r"-l(stdc|c)\+\+(?![\w+])", d.stderr + d.stdout):
+        return None, (f"{path} ({lines[0].strip()}) is not a C++ compiler driver: it links no C++ standard library "
+                      "(-lstdc++ or -lc++) into a shared object, so the libraries it builds would not load; name "
+                      "the C++ driver of the same compiler (g++, clang++)")
+    # the version line without the name it was called by (g++ and c++ print the same line after it)
+    return Compiler(path, kind, m.group(0), os.path.realpath(path), re.sub(r"^\S+\s+", "", lines[0].strip())), ""
 
 
 def compiler() -> Compiler:
-    """The host compiler: $PELIB_SIM_CXX, $CXX, g++, clang++ or c++, the first that is new enough."""
-    global _COMPILER
-    if _COMPILER is None:
+    """The host compiler: $PELIB_SIM_CXX if set (it or an error, never another), else $CXX, g++, clang++ or c++,
+    the first that is a C++ driver new enough ($CXX skipped with a warning that says why)."""
+    named = os.environ.get("PELIB_SIM_CXX", "").strip()
+    cxx = os.environ.get("CXX", "").strip()
+    env = (named, cxx, os.environ.get("PATH", ""))
+    if env in _COMPILERS:
+        return _COMPILERS[env]
+    if named:
+        got, why = _probe(named)
+        if got is None:
+            raise SimToolchainError(f"PELIB_SIM_CXX={named!r}: {why}. {NEED[0].upper() + NEED[1:]}, or unset "
+                                    "PELIB_SIM_CXX to let pelib find one")
+    else:
         tried = []
-        for c in (os.environ.get("PELIB_SIM_CXX"), os.environ.get("CXX"), "g++", "clang++", "c++"):
+        for c in (cxx, "g++", "clang++", "c++"):
             if not c:
                 continue
-            tried.append(c)
-            got = _probe(c)
-            if got:
-                _COMPILER = got
+            got, why = _probe(c)
+            if got is not None:
                 break
+            tried.append(f"{c}: {why}")
+            if c == cxx:
+                warnings.warn(f"CXX={cxx!r} cannot build the simulator ({why}); trying g++, clang++, c++ "
+                              "(set PELIB_SIM_CXX to name the compiler)", SimToolchainWarning, stacklevel=2)
         else:
-            raise SimToolchainError(
-                f"the simulator needs a host C++17 compiler, g++ >= 11 or clang++ >= 14 (tried {', '.join(tried)}): "
-                "install one (Debian/Ubuntu: apt-get install g++; conda: conda install -c conda-forge gxx) or "
-                "point PELIB_SIM_CXX at it")
-    return _COMPILER
+            raise SimToolchainError(f"{NEED} (tried {'; '.join(tried)})")
+    _COMPILERS[env] = got
+    return got
 
 
 # ---- host builds, cached -----------------------------------------------------------------------------
@@ -102,7 +149,8 @@ class HostBuild:
     log: str = ""
 
 
-_MEMO: dict = {}   # (cache root, name, key) -> (HostBuild, [(dependency, mtime_ns, size)]): this process's lookups
+_MEMO: dict = {}     # (cache root, name, key) -> (HostBuild, [(dependency, mtime_ns, size)]): this process's lookups
+_RECIPES: dict = {}   # library path -> the _compile arguments that made it, so a library that fails to load is rebuilt
 
 
 def _stamp(paths) -> list:
@@ -116,23 +164,35 @@ def _stamp(paths) -> list:
     return out
 
 
-def _compile(name: str, source_text: str, files: list[tuple[str, bytes]], flags: list[str], out_name: str) -> HostBuild:
-    """Compile one translation unit (given as text) into a shared library, through the cache."""
+def build_key(cc: Compiler, source_text: str, flags, files=()) -> str:
+    """The cache key of one host build: the translation unit, the flags and the compiler's identity (its
+    resolved path and full version line), so gcc and g++ of one release never share a library."""
+    return _cache.key(files=list(files) + [("tu.cpp", source_text.encode())], options={"flags": list(flags)},
+                      tool=cc.identity)
+
+
+def _compile(name: str, source_text: str, files: list[tuple[str, bytes]], flags: list[str], out_name: str,
+             *, fresh: bool = False) -> HostBuild:
+    """Compile one translation unit (given as text) into a shared library, through the cache (fresh=True:
+    build even where the cache has an entry, and replace it). The key holds the compiler's resolved path and
+    full version line and the flags: a library is served only to the compiler and flags that built it."""
     import time
     cc = compiler()
-    base = _cache.key(files=files + [("tu.cpp", source_text.encode())], options={"flags": flags}, tool=cc.tool)
+    base = build_key(cc, source_text, flags, files)
     store = _store()
     memo_key = (str(store.root), name, base)
-    hit = _MEMO.get(memo_key)
+    recipe = (name, source_text, files, flags, out_name)
+    hit = None if fresh else _MEMO.get(memo_key)
     if hit is not None and hit[0].path.is_file() and _stamp(p for p, _, _ in hit[1]) == hit[1]:
         return HostBuild(hit[0].path, True)
-    entry = store.lookup(name, base, require=(out_name,))
+    entry = None if fresh else store.lookup(name, base, require=(out_name,))
     if entry is not None and entry.read(out_name) is not None:
         deps = json.loads((entry.path / "meta.json").read_text()).get("deps") or []
         _MEMO[memo_key] = (HostBuild(entry.path / out_name, True), _stamp(d for d, _ in deps))
+        _RECIPES[str(entry.path / out_name)] = recipe
         return HostBuild(entry.path / out_name, True)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="pelib-sim-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}build-{os.getpid()}-") as tmp:
         src = Path(tmp) / "tu.cpp"
         src.write_text(source_text)
         out = Path(tmp) / out_name
@@ -145,11 +205,15 @@ def _compile(name: str, source_text: str, files: list[tuple[str, bytes]], flags:
         deps = [d for d in _cache.parse_depfile(dep.read_text()) if d.resolve() != src.resolve()]
         data = out.read_bytes()
         secs = time.perf_counter() - t0
-        e = store.store(name, base, deps, {out_name: data}, {"compiler": cc.tool, "flags": flags})
+        e = store.store(name, base, deps, {out_name: data},
+                        {"compiler": cc.tool, "compiler_path": cc.real, "compiler_version": cc.banner, "flags": flags})
         if e is not None:
+            _MEMO.pop(memo_key, None)
+            _RECIPES[str(e.path / out_name)] = recipe
             return HostBuild(e.path / out_name, False, secs, p.stderr)
-        keep = Path(tempfile.mkdtemp(prefix="pelib-sim-uncached-")) / out_name
+        keep = _scratch("uncached") / f"{name}-{base}-{out_name}"
         keep.write_bytes(data)
+        _RECIPES[str(keep)] = recipe
         return HostBuild(keep, False, secs, p.stderr)
 
 
@@ -182,11 +246,112 @@ def stage_build(source: Path, kernel: str, defines: dict | None = None) -> HostB
     return _compile(f"{source.stem}-sim", text, [], flags, "stage.so")
 
 
+# ---- temporary folders -----------------------------------------------------------------------------
+# Loaded copies of a stage library (one per CTA slot), a build in progress and builds an unwritable cache
+# could not keep live in folders named pelib-sim-<what>-<pid>-*: removed when they are done with (copies,
+# a build) or at exit (uncached builds), and by the next process where the one that made them is gone.
+
+SCRATCH_PREFIX = "pelib-sim-"
+_SCRATCH: dict[str, Path] = {}
+STALE_S = 3600.0   # a folder without a process id, from before they carried one, older than this is stale
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:      # another user's process (EPERM): alive
+        return True
+    return True
+
+
+def remove_stale(tmp: str | None = None) -> list[Path]:
+    """Remove the pelib-sim-slots-*, -uncached-* and -build-* folders whose process has ended; returns them."""
+    import time
+    root = Path(tmp or tempfile.gettempdir())
+    gone = []
+    try:
+        cands = [p for w in ("slots", "uncached", "build") for p in root.glob(f"{SCRATCH_PREFIX}{w}-*")]
+    except OSError:
+        return gone
+    for p in cands:
+        m = re.fullmatch(rf"{SCRATCH_PREFIX}(?:slots|uncached|build)-(\d+)-.*", p.name)
+        try:
+            if not p.is_dir() or p.is_symlink() or p.stat().st_uid != os.getuid():
+                continue
+            stale = (not _pid_alive(int(m.group(1)))) if m else time.time() - p.stat().st_mtime > STALE_S
+        except OSError:
+            continue
+        if stale and (not m or int(m.group(1)) != os.getpid()):
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p)
+    return gone
+
+
+_SWEPT: list = []   # remove_stale() has run in this process
+
+
+def _sweep_once() -> None:
+    if not _SWEPT:
+        _SWEPT.append(remove_stale())
+
+
+def _scratch(what: str) -> Path:
+    """This process's pelib-sim-<what>-<pid>-* folder (made once; stale ones of ended processes go first)."""
+    d = _SCRATCH.get(what)
+    if d is None or not d.is_dir():
+        _sweep_once()
+        d = _SCRATCH[what] = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{what}-{os.getpid()}-"))
+        if len(_SCRATCH) == 1:
+            atexit.register(_remove_scratch)
+    return d
+
+
+def _remove_scratch() -> None:
+    for d in _SCRATCH.values():
+        shutil.rmtree(d, ignore_errors=True)
+    _SCRATCH.clear()
+
+
 # ---- loading ---------------------------------------------------------------------------------------
 
 _ENGINE: dict[str, ctypes.CDLL] = {}
 _COPIES: dict[str, list[ctypes.CDLL]] = {}
-_COPY_DIR: Path | None = None
+
+
+def _rebuild(path: Path, err: OSError, what: str) -> Path:
+    """A library this module built that fails to load (a cached library another compiler built, a damaged
+    file): its cache entry discarded, then built fresh by this process's compiler; the new path."""
+    recipe = _RECIPES.get(str(path))
+    if recipe is None:
+        raise SimBuildError(f"{what} {path} does not load ({err})")
+    cc = compiler()
+    if (path.parent / "meta.json").is_file():
+        _store().drop(path.parent, f"{path.name} does not load: {err}")
+    for k in [k for k, (b, _) in _MEMO.items() if b.path == path]:
+        del _MEMO[k]
+    warnings.warn(f"{what} {path} does not load ({err}): discarded, rebuilding it with {cc.tool} ({cc.path})",
+                  _cache.CacheWarning, stacklevel=3)
+    return _compile(*recipe, fresh=True).path
+
+
+def _load(path: Path, mode: int, what: str) -> ctypes.CDLL:
+    """dlopen a library this module built, rebuilt once (_rebuild) if it fails to load."""
+    try:
+        return ctypes.CDLL(str(path), mode=mode)
+    except OSError as first:
+        fresh = _rebuild(path, first, what)
+    try:
+        return ctypes.CDLL(str(fresh), mode=mode)
+    except OSError as again:
+        raise SimBuildError(_unloadable(what, again)) from None
+
+
+def _unloadable(what: str, err: OSError) -> str:
+    cc = compiler()
+    return (f"{what}, built fresh by {cc.tool} ({cc.path}), does not load either ({err}): this compiler does not "
+            "build loadable C++ shared objects here; point PELIB_SIM_CXX at another C++ compiler")
 
 
 def load_engine() -> ctypes.CDLL:
@@ -197,7 +362,7 @@ def load_engine() -> ctypes.CDLL:
         raise SimBuildError("the simulator's engine (src/kernels/sim/runtime, model) changed after this process "
                             "loaded it: stage libraries bind to the first engine loaded, so restart Python")
     if key not in _ENGINE:
-        lib = ctypes.CDLL(key, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+        lib = _load(b.path, os.RTLD_NOW | os.RTLD_GLOBAL, "the simulator's engine")
         lib.pe_sim_run.argtypes = [ctypes.c_void_p]
         lib.pe_sim_run.restype = ctypes.c_int
         lib.pe_sim_report_json.restype = ctypes.c_char_p
@@ -209,15 +374,29 @@ def load_engine() -> ctypes.CDLL:
 
 
 def load_copies(lib: Path, n: int) -> list[ctypes.CDLL]:
-    """n loaded copies of one stage library: each copy's thread-local block is one CTA's shared memory."""
-    global _COPY_DIR
+    """n loaded copies of one stage library: each copy's thread-local block is one CTA's shared memory. Each
+    copy's file is removed once loaded (the mapping stays), so no copy outlives the call."""
     key = str(lib)
     have = _COPIES.setdefault(key, [])
     if len(have) < n:
-        if _COPY_DIR is None:
-            _COPY_DIR = Path(tempfile.mkdtemp(prefix="pelib-sim-slots-"))
-        for i in range(len(have), n):
-            dst = _COPY_DIR / f"{abs(hash(key)):x}-{i}.so"
-            shutil.copyfile(lib, dst)
-            have.append(ctypes.CDLL(str(dst), mode=os.RTLD_NOW | os.RTLD_LOCAL))
+        _sweep_once()   # what killed or crashed processes left behind
+        d = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}slots-{os.getpid()}-"))
+        try:
+            for i in range(len(have), n):
+                dst = d / f"{abs(hash(key)):x}-{i}.so"
+                shutil.copyfile(lib, dst)
+                try:
+                    have.append(ctypes.CDLL(str(dst), mode=os.RTLD_NOW | os.RTLD_LOCAL))
+                except OSError as e:
+                    if have:   # a copy of a library whose first copy loaded: nothing to rebuild
+                        raise SimBuildError(f"a copy of the stage library {lib} does not load ({e})") from None
+                    lib = _rebuild(Path(lib), e, f"the stage library {Path(lib).name}")
+                    shutil.copyfile(lib, dst)
+                    try:
+                        have.append(ctypes.CDLL(str(dst), mode=os.RTLD_NOW | os.RTLD_LOCAL))
+                    except OSError as again:
+                        raise SimBuildError(_unloadable("the stage library", again)) from None
+                dst.unlink()   # the mapping stays; nothing of the copy is left on disk
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
     return have[:n]

@@ -1,4 +1,6 @@
-"""Speed-of-light floors: time = max(flops / peak, min_bytes / bandwidth) on a GPU spec table."""
+"""Speed-of-light floors: time = max(flops / peak, min_bytes / bandwidth) on a GPU spec table, and floors that
+name their clock (the tensor peak at the clock it is rated at, or at a measured in-kernel clock) and their
+bandwidth (datasheet, driver, a public measurement, or a copy measured here)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,6 +10,7 @@ import yaml
 
 from pelib import paths, problems
 from pelib import records
+from pelib.facts import Table
 
 SPECS_FILE = "gpu_specs.yaml"
 GPUS = ("B200", "H100 SXM", "H200")
@@ -24,10 +27,14 @@ class GpuSpec:
     arch: str
     sms: int
     boost_clock_ghz: float | None
+    tensor_clock_ghz: float            # the clock the dense tensor peaks are rated at (not the maximum SM clock)
+    fp8_flops_per_clk_sm: int          # dense FP8 FLOP per clock per SM
     fp4_dense_tflops: float | None
     fp8_dense_tflops: float
     bf16_dense_tflops: float
     hbm_tb_s: float
+    hbm_tb_s_driver: float | None      # the driver's bus arithmetic, where it differs from the datasheet
+    hbm_tb_s_achieved: float | None    # a public measurement of achievable bandwidth
     memory_gb: float
     l2_mb: float | None
     smem_per_sm_kb: int
@@ -39,6 +46,12 @@ class GpuSpec:
         if precision not in _PEAK_FIELD:
             raise KeyError(f"unknown precision '{precision}'; choose one of {sorted(_PEAK_FIELD)}")
         return getattr(self, _PEAK_FIELD[precision])
+
+    def fp8_tflops_at(self, clock_ghz: float) -> float:
+        """The dense FP8 rate at an SM clock: SMs x FLOP/clk/SM x clock (1,979 TFLOPS at the H100's 1.83 GHz)."""
+        if not clock_ghz or clock_ghz <= 0:
+            raise ValueError(f"clock_ghz={clock_ghz!r}: an SM clock in GHz (> 0)")
+        return self.sms * self.fp8_flops_per_clk_sm * clock_ghz / 1e3
 
 
 @lru_cache(maxsize=1)
@@ -181,3 +194,73 @@ def nvfp4_sol_check(bw_tb_s: float | None = None) -> list[SolCheck]:
         f = floor(p, "B200", bw_tb_s=bw_tb_s)
         out.append(SolCheck(p.name, recorded[p.name], f.t_floor_s * 1e6, f.bw_tb_s))
     return out
+
+
+# ---- floors that name their clock and their bandwidth ---------------------------------------------------
+
+@dataclass(frozen=True)
+class ClockedFloor:
+    """One floor of one problem on one GPU: the FP8 tensor floor at a named clock, or the memory floor at a
+    named bandwidth (modelled: arithmetic on the named inputs, whose own kind `basis` says)."""
+    problem: str
+    gpu: str
+    kind: str                 # "tensor" or "memory"
+    basis: str                # what the clock or bandwidth is and where it comes from
+    rate: float               # TFLOPS (tensor) or TB/s (memory)
+    t_s: float
+    clock_ghz: float | None = None
+    evidence: str = EVIDENCE
+
+    @property
+    def ms(self) -> float:
+        return self.t_s * 1e3
+
+
+def clocked_floors(problem, gpu: str | GpuSpec, *, clock_ghz: float | None = None, clock_what: str = "",
+                   copy_tb_s: float | None = None, copy_what: str = "") -> list[ClockedFloor]:
+    """The FP8 tensor floor at the clock the peak is rated at, at the maximum SM clock, and (if given) at a
+    measured in-kernel clock; the memory floor at the datasheet bandwidth, the driver's and a public
+    measurement where the table has them, and (if given) a copy bandwidth measured here. `clock_what` /
+    `copy_what` say what the given numbers are ("in-kernel clock64 / globaltimer, measured, H100, <date>")."""
+    g = spec(gpu) if isinstance(gpu, str) else gpu
+    if problem.precision != "fp8":
+        raise ValueError(f"{problem.name} is {problem.precision}: clocked floors are for the FP8 tensor path")
+    out = []
+
+    def tensor(ghz, basis):
+        tf = g.fp8_tflops_at(ghz)
+        out.append(ClockedFloor(problem.name, g.name, "tensor", basis, tf, problem.flops / (tf * 1e12), ghz))
+
+    def memory(tb, basis):
+        out.append(ClockedFloor(problem.name, g.name, "memory", basis, tb, problem.min_bytes / (tb * 1e12)))
+    derived = g.sources.get("tensor_clock_ghz", "").startswith("derived")
+    tensor(g.tensor_clock_ghz, f"the clock of NVIDIA's {g.fp8_dense_tflops:,.0f} TFLOPS dense FP8 rating"
+           + (" (derived from the rating: no published clock)" if derived else ""))
+    if g.boost_clock_ghz:
+        tensor(g.boost_clock_ghz, "the maximum SM clock (not what the peak is rated at)")
+    if clock_ghz:
+        tensor(clock_ghz, clock_what or "a given SM clock")
+    memory(g.hbm_tb_s, "datasheet")
+    if g.hbm_tb_s_driver:
+        memory(g.hbm_tb_s_driver, "the driver's bus width x memory clock")
+    if g.hbm_tb_s_achieved:
+        memory(g.hbm_tb_s_achieved, "a public measurement of achievable bandwidth")
+    if copy_tb_s:
+        memory(copy_tb_s, copy_what or "a given copy bandwidth")
+    return out
+
+
+def clock_table(problem, gpus=GPUS, measured: dict | None = None, evidence: str = "") -> Table:
+    """Every clocked floor of `problem` on each GPU, one row each; `measured` = {gpu: {"clock_ghz", "clock_what",
+    "copy_tb_s", "copy_what"}} adds the floors at numbers measured on that GPU, and `evidence` names where
+    those came from (the caption carries it)."""
+    rows = []
+    for name in gpus:
+        m = (measured or {}).get(name, {})
+        for f in clocked_floors(problem, name, **m):
+            rows.append({"gpu": f.gpu, "floor": f.kind,
+                         "at": f"{f.clock_ghz:.3f} GHz" if f.kind == "tensor" else f"{f.rate:.2f} TB/s",
+                         "TFLOPS": round(f.rate) if f.kind == "tensor" else "", "ms": round(f.ms, 3), "basis": f.basis})
+    return Table(rows, f"Floors of {problem.name} that name their clock and bandwidth ({EVIDENCE}: arithmetic "
+                       "on the named clocks and bandwidths, datasheet and public figures from book/data/gpu_specs.yaml"
+                       + (f"; {evidence}" if evidence else "") + ")")

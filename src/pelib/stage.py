@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bench, build as _build, clock, device as _device, kinds, launch, records, results, sol, stages
+from . import bench, build as _build, clock, device as _device, kinds, launch, records, results, sim_budget, sol, stages
 from . import evidence as _evidence, timing as _timing, tma, verify as _verify
 from .facts import Table, evidence_label
 from .paths import KERNELS
@@ -381,6 +381,34 @@ class Stage:
                 out.append(_SCALARS[typ](scalars[name]))
         return tuple(out)
 
+    def sim_config(self, problem="sim", grid: int | None = None) -> LaunchConfig:
+        """The simulated launch: a persistent grid sized for the kind's few simulated SMs, so its loops wrap
+        on a test-size problem."""
+        return self.launch_config(problem, info=_device.DeviceInfo(False, "simulated"), grid=grid,
+                                  sm_count=getattr(self.kind, "SIM_SM_COUNT", None))
+
+    def sim_estimate(self, problem="sim", grid: int | None = None, *, config: LaunchConfig | None = None,
+                     verify: bool = True, inputs: bool = True) -> sim_budget.Estimate:
+        """The floor of a simulated run's scheduler steps and host memory (pelib.sim_budget), from the launch
+        (`config`, else sim_config(problem, grid))."""
+        prob = self.problem(problem)
+        cfg = config or self.sim_config(prob, grid)
+        return sim_budget.estimate(cfg, prob, block_k=self.exports.block_k, tmem=self.arch == "sm_100a",
+                                   verify=verify, inputs=inputs,
+                                   label=self.key + (" " + self.label.split(" ", 1)[1] if self.defines else ""))
+
+    def sim_check(self, problem, cfg: LaunchConfig, *, verify: bool = True, inputs: bool = True):
+        """Refuse (pelib.sim_budget.SimTooLarge) a simulated run that cannot fit, naming the smaller problem."""
+        prob = self.problem(problem)
+        est = self.sim_estimate(prob, config=cfg, verify=verify, inputs=inputs)
+        test = self.problem("sim")
+        fixes = (f"Simulate a test-size problem: --problem sim ({test.m} x {test.n} x {test.k}; Stage.run('sim', "
+                 f"'sim')) exercises the same protocol, indexing and data path; time the full problem on a GPU")
+        if cfg.persistent and 4 * est.engine_bytes > est.bytes:
+            fixes += (f"; or give the persistent grid fewer resident CTAs (--grid, a multiple of {cfg.unit}; now "
+                      f"{cfg.ctas:,})")
+        return sim_budget.check(est, fixes=fixes)
+
     def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None,
              spec_hook=None, sim_seed: int = 0, seed: int | None = None):
         """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim').
@@ -390,11 +418,15 @@ class Stage:
         sim_seed = sim_seed if seed is None else seed
         prob = self.problem(problem)
         hook = spec_hook or (lambda specs: specs)
+        if device not in ("gpu", "sim"):
+            raise StageError(f"device={device!r}: plan() launches on 'gpu' or 'sim'")
+        # the inputs' shapes, dtypes, device and contiguity, on every back end: a kernel indexes them
+        # densely from the problem's M, N and K, so a short or strided output is written past its end
+        prob.validate(tensors, device="cpu" if device == "sim" else f"cuda:{(info or _device.current()).ordinal}")
         if device == "sim":
             sim = _sim()
-            # a persistent grid for the kind's few simulated SMs, so its loops wrap on a test-size problem
-            cfg = self.launch_config(prob, info=_device.DeviceInfo(False, "simulated"), grid=grid,
-                                     sm_count=getattr(self.kind, "SIM_SM_COUNT", None))
+            cfg = self.sim_config(prob, grid)
+            self.sim_check(prob, cfg, verify=False, inputs=False)
             specs = hook(self.tensor_map_specs(prob, tensors))
             maps = {k: tma.TensorMap(s, cumap=None, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
             defines = self.defines if timing is None else {**self.defines, "TIMING": 1}
@@ -404,8 +436,6 @@ class Stage:
                                defines=defines, seed=sim_seed, timing=timing is not None)
             plan.config = cfg
             return plan
-        if device != "gpu":
-            raise StageError(f"device={device!r}: plan() launches on 'gpu' or 'sim'")
         cfg = self.launch_config(prob, info=info, grid=grid)
         specs = hook(self.tensor_map_specs(prob, tensors))
         maps = {k: tma.encode(s, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
@@ -455,6 +485,8 @@ class Stage:
             return {**res, "config": cfg, "launch": cfg.as_dict(), "facts": self.facts_row(),
                     "evidence": evidence_label(self.build)}
         info = _device.require(self.arch) if device == "gpu" else None
+        if device == "sim":   # before a tensor is made: the full problem is refused in seconds, not by the OOM killer
+            self.sim_check(prob, self.sim_config(prob, grid), verify=verify, inputs=inputs is None)
         t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
         plan = self.plan(prob, t, device, info=info, spec_hook=spec_hook, grid=grid, sim_seed=sim_seed)
         cfg = getattr(plan, "config", None)
@@ -486,6 +518,8 @@ class Stage:
         """The TIMING=1 build launched once after a warm-up; its clock64 records decoded (pelib.timing)."""
         prob = self.problem(problem)
         info = _device.require(self.arch) if device == "gpu" else None
+        if device == "sim":   # before a tensor is made (as run() does)
+            self.sim_check(prob, self.sim_config(prob, grid), verify=False, inputs=inputs is None)
         t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
         tb = self.timing_build()
         cfg = self.launch_config(prob, info=info or _device.DeviceInfo(False, "simulated"), grid=grid,
@@ -615,6 +649,23 @@ def _sweep(spec: str | None) -> list[dict]:
     return [{k: int(v) if re.fullmatch(r"-?\d+", v) else v} for v in vals.split(",")]
 
 
+def trace_paths(path: str | None, positions: list[dict]) -> list[str | None]:
+    """--trace's file for each --sweep position: the path itself for one run, else one file per position named
+    by it (the position, as -NUM_STAGES=2, before the path's suffix), so no run overwrites another's trace."""
+    if not path:
+        return [None] * len(positions)
+    if len(positions) == 1:
+        return [path]
+    p = Path(path)
+    out = [str(p.with_name(f"{p.stem}-{','.join(f'{k}={v}' for k, v in d.items())}{p.suffix or '.json'}"))
+           for d in positions]
+    twice = sorted({o for o in out if out.count(o) > 1})
+    if twice:
+        raise StageError(f"--sweep lists a position twice, so --trace would write {twice[0]} twice: list each value "
+                         "once")
+    return out
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line's arguments (main parses them; the first-hour page's test parses its commands)."""
     ap = argparse.ArgumentParser(prog="python -m pelib.stage", description="Build, run, verify and time one stage.")
@@ -626,8 +677,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default=None, choices=DEVICES,
                     help="gpu (measured), sim (simulated) or compile (facts only); default: gpu where it runs")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--grid", type=int, default=None, metavar="CTAS",
+                    help="CTAs of a persistent grid (default: one wave on the GPU, the kind's few SMs on sim)")
     ap.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (Perfetto) of a TIMING run (gpu) or of "
-                    "the simulator's event log (sim)")
+                    "the simulator's event log (sim); with --sweep, one file per position (-K=V before the suffix)")
     ap.add_argument("--table", action="store_true",
                     help="one row per stage file (idea, parent, facts, results) as a Markdown table")
     return ap
@@ -647,7 +700,12 @@ def main(argv=None) -> int:
         a.problem = "sim" if device == "sim" else "small"
     print(_device.banner_text(base.arch))
     ok = True
-    for d in _sweep(a.sweep):
+    positions = _sweep(a.sweep)
+    try:
+        traces = trace_paths(a.trace, positions)
+    except StageError as e:
+        ap.error(str(e))
+    for d, trace in zip(positions, traces):
         s = base.with_defines(**d)
         why = s.check_compiles()
         if why:
@@ -655,7 +713,12 @@ def main(argv=None) -> int:
             ok = False
             continue
         print(Table([s.facts_row()], f"{s.key} — {evidence_label(s.build)}"))
-        res = s.run(a.problem, device, iters=a.iters)
+        try:
+            res = s.run(a.problem, device, iters=a.iters, **({"grid": a.grid} if a.grid is not None else {}))
+        except sim_budget.SimTooLarge as e:
+            print(f"refused: {e}")
+            ok = False
+            continue
         if res.get("config") is not None:
             print(f"launch on {res['problem']}: {res['config'].describe()}")
         if "verify" in res:
@@ -664,8 +727,8 @@ def main(argv=None) -> int:
         if res.get("ms") is not None:
             print(f"{res['label']}: median {res['ms']:.4f} ms [p10 {res['p10_ms']:.4f}, p90 {res['p90_ms']:.4f}], "
                   f"{res.get('tflops', 0):.1f} TFLOPS — {res['evidence']}")
-        if a.trace:
-            ok &= _write_trace(s, a.problem, device, res, a.trace)
+        if trace:
+            ok &= _write_trace(s, a.problem, device, res, trace)
     return 0 if ok else 1
 
 

@@ -15,7 +15,7 @@ runs while the time budget lasts):
     with PE_WAIT_PRINTF, so the timed-out wait names its tag;
  3a. the entries in AGAIN timed once more after all others, labelled " [again]": the drift of the run;
  4. the baselines of the patch-embed problem (cuBLAS, torch.compile at the end);
- 5. clock64 TIMING runs of the fastest verified entry and of CLOCK_ALSO;
+ 5. clock64 TIMING runs of the fastest verified entry and of CLOCK_ALSO, each with its launch clock;
  6. compute-sanitizer memcheck (device memory errors only: --report-api-errors no) of every stage on its
     first two check shapes, every "=========" line kept in the JSON;
  7. Nsight Compute counters (DRAM and L2 bytes, throughputs) of the fastest entry and of cuBLAS.
@@ -51,7 +51,6 @@ VARIANTS = {
         ("sm90/07_comb_resident", {"PREFETCH_TILES": 1}),
         ("sm90/07_comb_resident", {"PREFETCH_TILES": 3}),
         ("sm90/07_comb_resident", {"BLOCK_N": 192, "NUM_STAGES": 10}),   # a deep A ring without the multicast
-        ("sm90/07_comb_resident", {"B_PERM_TMA": 0}),
         ("sm90/08_comb_init", {"TURN_EARLY": 1}),
         ("sm90/08_comb_init", {"B_PERM_TMA": 0}),
         ("sm90/09_multicast_pairs", {"NUM_STAGES": 6}),       # the multicast with a shallow ring
@@ -221,6 +220,7 @@ def _run_clock(job, data) -> dict:
     prob, t, _ = data.full(s)
     tm = s.run_timing(prob, inputs=t)
     return {"ok": True, "unit": tm.layout.unit, "table": tm.table(),
+            "launch_clock": tm.launch_clock(min_ns=50_000.0) if tm.cta_clock is not None else None,
             "summary": {ph: {"avg": row["avg"], "spread": row["spread"],
                              "warps": {str(w): st["avg"] for w, st in row["warps"].items()}}
                         for ph, row in tm.summary().items()}}

@@ -1,8 +1,9 @@
-"""Decode in-kernel clock64 records (common/timing.cuh, a TIMING build) into per-warp, per-phase cycles;
-the protocol's spans (per role, per ring slot) from those records or from a simulator event log, and
+"""Decode in-kernel clock64 records (common/timing.cuh, a TIMING build) into per-warp, per-phase cycles and
+the SM clock of the launch (each warp's clock64 and globaltimer at start and exit); the protocol's spans (per role, per ring slot) from those records or from a simulator event log, and
 Chrome's Trace Event Format (what Perfetto opens) of either.
 
     t = Stage("sm90/06_permuted_b").run_timing("full")       # measured clock64 records
+    t.launch_clock()                                          # cycles / ns per CTA and per SM: the launch's clock
     t.save("records.npz", device=..., date=..., git=...)     # load(path) reads them back
     chrome_trace(t, path="trace.json")                       # or chrome_trace(sim_events, ...)
 """
@@ -21,6 +22,9 @@ from .paths import KERNELS
 HEADER = KERNELS / "common" / "timing.cuh"
 _PHASE_RE = re.compile(r"^\s*PE_PHASE_([A-Z0-9_]+)\s*=\s*(\d+)\s*,?\s*(?://\s*(.*))?$", re.M)
 CLOCKS = {0: "cycles (clock64)", 1: "ns (globaltimer)"}
+# The launch-clock block of common/timing.cuh (PE_TIMING_CTA): per (cta, warp), in this order.
+CLOCK_FIELDS = ("clock64_begin", "globaltimer_begin", "clock64_end", "globaltimer_end", "smid_plus_1")
+CLOCK_WORDS = len(CLOCK_FIELDS)
 
 
 @lru_cache(maxsize=1)
@@ -57,10 +61,15 @@ class Layout:
     tiles: int
     phases: int
     clock: int = 0     # 0 = clock64 cycles, 1 = globaltimer ns
+    clock_words: int = 0   # words per (cta, warp) of the launch-clock block after the phases (0: none)
+
+    @property
+    def phase_words(self) -> int:
+        return self.ctas * self.warps * self.tiles * self.phases * 2
 
     @property
     def words(self) -> int:
-        return self.ctas * self.warps * self.tiles * self.phases * 2
+        return self.phase_words + self.ctas * self.warps * self.clock_words
 
     @property
     def unit(self) -> str:
@@ -76,7 +85,11 @@ def layout(build, ctas: int) -> Layout:
     if ex["timing_phases"] != len(phases()):
         raise ValueError(f"{build.source.name} has {ex['timing_phases']} phases, timing.cuh now has "
                          f"{len(phases())}: rebuild it")
-    return Layout(ctas, ex["timing_warps"], ex["timing_tiles"], ex["timing_phases"], ex.get("timing_clock", 0))
+    cw = ex.get("timing_clock_words", 0)
+    if cw not in (0, CLOCK_WORDS):
+        raise ValueError(f"{build.source.name} records {cw} launch-clock words per warp, pelib.timing reads "
+                         f"{CLOCK_WORDS} ({', '.join(CLOCK_FIELDS)}): rebuild it with today's common/timing.cuh")
+    return Layout(ctas, ex["timing_warps"], ex["timing_tiles"], ex["timing_phases"], ex.get("timing_clock", 0), cw)
 
 
 def alloc(lay: Layout, device="cuda"):
@@ -93,6 +106,17 @@ class Timing:
     start: np.ndarray
     end: np.ndarray
     meta: dict = field(default_factory=dict)   # stage, device, date, git, clocks: where the records came from
+    cta_clock: np.ndarray | None = None        # [cta, warp, CLOCK_WORDS] (layout.clock_words > 0), else None
+
+    def launch_clock(self, min_ns: float = 0.0) -> dict:
+        """The SM clock of this launch from the launch-clock block (see launch_clock())."""
+        if self.cta_clock is None:
+            raise ValueError("these records carry no launch clock (built before common/timing.cuh recorded "
+                             "PE_TIMING_CTA, or the stage lacks the PE_TIMING_CTA(timing) line)")
+        out = launch_clock(self.cta_clock, min_ns)
+        if self.meta.get("clock") == SIM_ORDER:
+            out["note"] = "simulated counters: an order, not a clock"
+        return out
 
     @property
     def recorded(self) -> np.ndarray:
@@ -135,9 +159,10 @@ class Timing:
         path = Path(path)
         m = {**self.meta, **meta}
         lay = self.layout
+        extra = {} if self.cta_clock is None else {"cta_clock": self.cta_clock}
         np.savez_compressed(path, start=self.start, end=self.end,
-                            layout=np.array([lay.ctas, lay.warps, lay.tiles, lay.phases, lay.clock]),
-                            phases=np.array(json.dumps(phases())), meta=np.array(json.dumps(m, default=str)))
+                            layout=np.array([lay.ctas, lay.warps, lay.tiles, lay.phases, lay.clock, lay.clock_words]),
+                            phases=np.array(json.dumps(phases())), meta=np.array(json.dumps(m, default=str)), **extra)
         return path
 
     def table(self) -> str:
@@ -164,20 +189,70 @@ def decode(buf, lay: Layout) -> Timing:
     a = np.asarray(buf).astype(np.int64, copy=False).reshape(-1)
     if a.size != lay.words:
         raise ValueError(f"timing buffer has {a.size} words, the layout {lay} needs {lay.words}")
-    a = a.reshape(lay.ctas, lay.warps, lay.tiles, lay.phases, 2)
-    return Timing(lay, a[..., 0].copy(), a[..., 1].copy())
+    clk = a[lay.phase_words:].reshape(lay.ctas, lay.warps, lay.clock_words).copy() if lay.clock_words else None
+    a = a[:lay.phase_words].reshape(lay.ctas, lay.warps, lay.tiles, lay.phases, 2)
+    return Timing(lay, a[..., 0].copy(), a[..., 1].copy(), cta_clock=clk)
+
+
+def launch_clock(block, min_ns: float = 0.0) -> dict:
+    """The SM clock of one launch from its launch-clock block ([cta, warp, CLOCK_WORDS] int64: each warp's
+    clock64 and globaltimer at kernel start and exit, and the SM id + 1; zero = not recorded).
+
+    Per CTA: cycles = last exit - first start on its SM's %clock64, ns = the same on %globaltimer,
+    GHz = cycles / ns. Per SM: from the first start to the last exit of the CTAs it ran (%clock64 is
+    one counter per multiprocessor: CUDA C++ Programming Guide, "Time Function"; %globaltimer is one
+    nanosecond clock: PTX ISA, Special Registers), which spans a non-persistent grid's many short
+    CTAs on one SM and so is the steadier figure. The launch clock is the median over SMs; min and
+    max say how far SMs differ. span_ns: first start to last exit over the whole grid (globaltimer),
+    the launch's duration as the kernel sees it. CTAs and SMs that spanned less than `min_ns` (a CTA
+    that returned at once, next to the timer's step) enter no GHz figure; `short` counts them."""
+    b = np.asarray(block).astype(np.int64, copy=False)
+    if b.ndim != 3 or b.shape[2] != CLOCK_WORDS:
+        raise ValueError(f"a launch-clock block is [cta, warp, {CLOCK_WORDS}] ({', '.join(CLOCK_FIELDS)}), "
+                         f"got shape {b.shape}")
+    rec = (b[..., 4] != 0) & (b[..., 2] != 0) & (b[..., 3] != 0)       # started and exited
+    have = rec.any(axis=1)
+    if not have.any():
+        raise ValueError("no warp recorded its launch clock (an all-zero block: was the buffer passed, and "
+                         "does the kernel open with PE_TIMING_CTA(timing)?)")
+    big = np.iinfo(np.int64).max
+    c0 = np.where(rec, b[..., 0], big).min(axis=1)[have]
+    g0 = np.where(rec, b[..., 1], big).min(axis=1)[have]
+    c1 = np.where(rec, b[..., 2], -1).max(axis=1)[have]
+    g1 = np.where(rec, b[..., 3], -1).max(axis=1)[have]
+    sm = np.where(rec, b[..., 4], 0).max(axis=1)[have] - 1
+    cyc, ns = (c1 - c0).astype(np.float64), (g1 - g0).astype(np.float64)
+    ok = (ns > 0) & (ns >= min_ns)
+    ghz = cyc[ok] / ns[ok]
+    per_sm = []
+    for s in np.unique(sm):
+        k = sm == s
+        dc, dn = float(c1[k].max() - c0[k].min()), float(g1[k].max() - g0[k].min())
+        if dn > 0 and dn >= min_ns:
+            per_sm.append(dc / dn)
+    per_sm = np.array(per_sm)
+
+    def st(v):
+        return ({"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()), "n": int(v.size)}
+                if v.size else {"min": None, "median": None, "max": None, "n": 0})
+    return {"ghz": float(np.median(per_sm)) if per_sm.size else None,
+            "per_sm_ghz": st(per_sm), "per_cta_ghz": st(ghz),
+            "cta_cycles": st(cyc), "cta_ns": st(ns),
+            "span_ns": float(g1.max() - g0.min()), "ctas": int(have.sum()), "sms": int(np.unique(sm).size),
+            "short": int((~ok).sum()), "min_ns": float(min_ns)}
 
 
 def load(path) -> Timing:
     """A Timing saved by Timing.save (its meta included). Refuses records whose phase list differs from
     common/timing.cuh's today (the ids would name other phases)."""
     with np.load(Path(path), allow_pickle=False) as z:
-        lay = Layout(*[int(x) for x in z["layout"]])
+        lay = Layout(*[int(x) for x in z["layout"]])          # 5 numbers: saved before the launch clock
         saved = {int(k): v for k, v in json.loads(str(z["phases"])).items()}
         if saved != phases():
             raise ValueError(f"{path}: recorded with phases {saved}, common/timing.cuh now has {phases()}: "
                              "decode it with the timing.cuh of its git revision")
-        return Timing(lay, z["start"].copy(), z["end"].copy(), json.loads(str(z["meta"])))
+        clk = z["cta_clock"].copy() if "cta_clock" in z.files else None
+        return Timing(lay, z["start"].copy(), z["end"].copy(), json.loads(str(z["meta"])), clk)
 
 
 def plot(t: Timing, evidence: str, ax=None, phase_names=None, warp_labels=None):

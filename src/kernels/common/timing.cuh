@@ -7,9 +7,19 @@
 // warp = threadIdx.x / 32 (< PE_TIMING_WARPS), tile_slot = the CTA's own tile counter
 // (< PE_TIMING_TILES; later tiles are dropped), phase = a pe_phase id below.
 // The host zero-fills the buffer; an all-zero pair means "not recorded".
-// A TIMING build exports the layout (timing_warps, timing_tiles, timing_phases, timing_clock)
-// through PELIB_EXPORT, so the decoder reads the shape the kernel was compiled with.
+// A TIMING build exports the layout (timing_warps, timing_tiles, timing_phases, timing_clock,
+// timing_clock_words) through PELIB_EXPORT, so the decoder reads the shape the kernel was compiled with.
 // Without TIMING every function here compiles to nothing.
+//
+// The launch clock. PE_TIMING_CTA(timing), the first statement of a kernel, has lane 0 of each warp
+// (< PE_TIMING_WARPS) read %clock64 and %globaltimer when the kernel starts and again when the warp
+// leaves it (a destructor: every return path records), and the CTA's %smid. These go after the
+// phase records, indexed [cta][warp][PE_CLOCK_WORDS] at word ctas * warps * tiles * phases * 2, as
+// { clock64 begin, globaltimer begin, clock64 end, globaltimer end, smid + 1 }.
+// pelib.timing divides a CTA's cycles (last end - first begin on its SM's counter) by its
+// nanoseconds: the SM clock of that very launch, per CTA. Both registers are read in the same order
+// at both ends, so the fixed cost of a read cancels in the differences. (The calibration probes,
+// src/kernels/probes/calib_*.cu, record the same block.)
 //
 // Clocks: %clock64 is the SM's cycle counter (per SM, not synchronised across SMs);
 // %globaltimer is a nanosecond system timer (define PE_TIMING_GLOBALTIMER to use it instead).
@@ -42,9 +52,13 @@ enum pe_phase : u32 {
 #endif
 
 #include "common/clock.cuh"
+#include "common/cluster.cuh"
+
+#define PE_CLOCK_WORDS 5   // per (cta, warp): clock64 begin, globaltimer begin, clock64 end, globaltimer end, smid + 1
 
 #ifdef TIMING
 PELIB_EXPORT(timing_warps, PE_TIMING_WARPS);
+PELIB_EXPORT(timing_clock_words, PE_CLOCK_WORDS);
 PELIB_EXPORT(timing_tiles, PE_TIMING_TILES);
 PELIB_EXPORT(timing_phases, PE_PHASE_COUNT);
 #ifdef PE_TIMING_GLOBALTIMER
@@ -88,3 +102,43 @@ PE_DEVICE void timing_record(u64* buf, u32 tile_slot, u32 phase, u64 t_start, u6
 // Record `phase` from t_start to now (one line at the end of a timed region).
 #define PE_TIMING_END(buf, tile_slot, phase, t_start) \
   timing_record((buf), (tile_slot), (phase), (t_start), timing_now())
+
+// ---- the launch clock (see the head of this file) -------------------------------------------------
+#ifdef TIMING
+// The word index of (cta, warp)'s clock record: after every phase record of the grid.
+PE_DEVICE u64 timing_clock_index(u64 cta, u32 warp) {
+  const u64 ctas = (u64)gridDim.x * gridDim.y * gridDim.z;
+  return ctas * PE_TIMING_WARPS * PE_TIMING_TILES * PE_PHASE_COUNT * 2 + (cta * PE_TIMING_WARPS + warp) * PE_CLOCK_WORDS;
+}
+
+// This warp's clock record, or null (not lane 0, a warp beyond PE_TIMING_WARPS, no buffer).
+PE_DEVICE u64* timing_clock_slot(u64* buf) {
+  const u32 warp = threadIdx.x / 32;
+  if (buf == nullptr || warp >= PE_TIMING_WARPS || threadIdx.x % 32 != 0) return nullptr;
+  const u64 cta = blockIdx.x + (u64)gridDim.x * (blockIdx.y + (u64)gridDim.y * blockIdx.z);
+  return buf + timing_clock_index(cta, warp);
+}
+
+// Lane 0 of each recorded warp stamps (clock64, globaltimer) at construction and at destruction. It
+// keeps only the kernel's pointer argument and finds its slot again at the end, so nothing but that
+// pointer stays live across the kernel (a slot kept live spilled in the register-tight consumers).
+struct pe_cta_clock {
+  u64* buf;
+  PE_DEVICE explicit pe_cta_clock(u64* b) : buf(b) {
+    u64* slot = timing_clock_slot(buf);
+    if (slot == nullptr) return;
+    slot[0] = clock64_read();
+    slot[1] = globaltimer_read();
+    slot[4] = (u64)smid() + 1;
+  }
+  PE_DEVICE ~pe_cta_clock() {
+    u64* slot = timing_clock_slot(buf);
+    if (slot == nullptr) return;
+    slot[2] = clock64_read();
+    slot[3] = globaltimer_read();
+  }
+};
+#define PE_TIMING_CTA(buf) pe_cta_clock pe_cta_clock_guard_(buf)
+#else
+#define PE_TIMING_CTA(buf) ((void)0)
+#endif

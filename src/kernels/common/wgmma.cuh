@@ -10,6 +10,7 @@
 //   setmaxnreg_inc<R>() / setmaxnreg_dec<R>()   setmaxnreg.{inc,dec}.sync.aligned.u32 R
 //   wgmma_m64n{64,96,128,192,256}k32_f32_e4m3_e4m3(d, desc_a, desc_b, scale_d)
 //   wgmma_m64nNk32_f32_e4m3_e4m3<N>(d, ...)   the same, N picked at compile time
+//   wgmma_m64n256k32_f32_e5m2_e5m2(d, desc_a, desc_b, scale_d)   the E5M2 form (the numerics probe only)
 //   gmma_desc_addr(p)             the shared address a wgmma descriptor encodes (rank bits masked)
 //   wgmma_quad_transpose(v, q)    4x4 transpose of packed pairs across a lane quad (16-B epilogue stores)
 // The sm90 epilogue's loads and stores are in common/memory.cuh, its conversions in common/convert.cuh,
@@ -136,17 +137,19 @@ PE_DEVICE void setmaxnreg_dec() {
 #define PE_WG_OPS_96(d)  PE_WG_ACC32(d, 0), PE_WG_ACC32(d, 32), PE_WG_ACC32(d, 64)
 #define PE_WG_OPS_128(d) PE_WG_ACC32(d, 0), PE_WG_ACC32(d, 32), PE_WG_ACC32(d, 64), PE_WG_ACC32(d, 96)
 
-// One function per N. DA/DB/SD are the operand numbers of desc_a, desc_b, scale_d (R, R+1, R+2).
-#define PE_DEFINE_WGMMA_E4M3(N, R, DA, DB, SD)                                                        \
-  PE_DEVICE void wgmma_m64n##N##k32_f32_e4m3_e4m3(float (&d)[R], u64 desc_a, u64 desc_b, u32 scale_d) { \
-    asm volatile(                                                                                     \
-        "{\n.reg .pred p;\n"                                                                          \
-        "setp.ne.b32 p, %" #SD ", 0;\n"                                                               \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" PE_WG_REGS_##R "}, %" #DA        \
-        ", %" #DB ", p, 1, 1;\n}\n"                                                                   \
-        : PE_WG_OPS_##R(d)                                                                            \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                    \
+// One function per N and FP8 type T (e4m3, e5m2). DA/DB/SD are the operand numbers of desc_a, desc_b,
+// scale_d (R, R+1, R+2).
+#define PE_DEFINE_WGMMA_F8(N, R, DA, DB, SD, T)                                                            \
+  PE_DEVICE void wgmma_m64n##N##k32_f32_##T##_##T(float (&d)[R], u64 desc_a, u64 desc_b, u32 scale_d) {     \
+    asm volatile(                                                                                         \
+        "{\n.reg .pred p;\n"                                                                              \
+        "setp.ne.b32 p, %" #SD ", 0;\n"                                                                   \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." #T "." #T " {" PE_WG_REGS_##R "}, %" #DA        \
+        ", %" #DB ", p, 1, 1;\n}\n"                                                                       \
+        : PE_WG_OPS_##R(d)                                                                                \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                        \
   }
+#define PE_DEFINE_WGMMA_E4M3(N, R, DA, DB, SD) PE_DEFINE_WGMMA_F8(N, R, DA, DB, SD, e4m3)
 
 PE_DEFINE_WGMMA_E4M3(64, 32, 32, 33, 34)
 PE_DEFINE_WGMMA_E4M3(96, 48, 48, 49, 50)
@@ -166,4 +169,10 @@ PE_DEVICE void wgmma_m64nNk32_f32_e4m3_e4m3(float (&d)[N / 2], u64 desc_a, u64 d
   else wgmma_m64n256k32_f32_e4m3_e4m3(d, desc_a, desc_b, scale_d);
 }
 
+// The E5M2 form (PTX ISA 9.7.15.5.2: .atype/.btype .e4m3 or .e5m2, K = 32, both K-major; CUTLASS
+// SM90_64xNx32_F32E5M2E5M2_SS_TN). No stage issues it: src/kernels/probes/wgmma_numerics.cu does, to
+// probe the accumulator with E5M2's wider exponent range.
+PE_DEFINE_WGMMA_F8(256, 128, 128, 129, 130, e5m2)
+
 #undef PE_DEFINE_WGMMA_E4M3
+#undef PE_DEFINE_WGMMA_F8

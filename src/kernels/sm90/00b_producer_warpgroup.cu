@@ -112,6 +112,7 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
                  const u16* __restrict__ comb,                // [196, N] bf16, bias + pos_embed
                  u16* __restrict__ c,                         // [M, N] bf16
                  int M, int N, int K, u64* timing) {
+  PE_TIMING_CTA(timing);   // TIMING builds: each warp's clock64 and globaltimer at start and exit
   (void)tmap_c;
   extern __shared__ u8 smem_raw[];
   u8* smem = smem_raw + ((SMEM_ALIGN - (smem_u32(smem_raw) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));

@@ -144,6 +144,7 @@ patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, bo
                  const u16* __restrict__ comb,                // [196, N] bf16, bias + pos_embed
                  u16* __restrict__ c,                         // [M, N] bf16
                  int M, int N, int K, u64* timing) {
+  PE_TIMING_CTA(timing);   // TIMING builds: each warp's clock64 and globaltimer at start and exit
   extern __shared__ u8 smem_raw[];
   u8* smem = smem_raw + ((SMEM_ALIGN - (smem_u32(smem_raw) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
   u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);  // stage s holds data (TMA bytes landed)

@@ -7,6 +7,9 @@ exports; `check_layout` names an export whose relations do not hold.
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
+
 import numpy as np
 import torch
 
@@ -340,6 +343,13 @@ class Nvfp4(Kind):
         """One tile against pelib.reference (FP16 outputs, within one FP16 ulp); the problem defaults to
         128 x 256 x 2048 (8 K tiles: every ring wraps); `overrides` replace exports (a wrong layout)."""
         prob = self.problem(problem or "ring")
+        known = set(stage.exports) | {f.name for f in dataclasses.fields(E.TileParams)}
+        unknown = sorted(set(overrides or {}) - known)
+        if unknown:   # a misspelt key would replace nothing and the check would pass (as FP8 and sm90 refuse it)
+            near = {u: difflib.get_close_matches(u, sorted(known), n=1) for u in unknown}
+            hint = "; ".join(f"did you mean {m[0]}?" for m in near.values() if m)
+            raise E.EmulationError(f"unknown override {', '.join(unknown)}{' (' + hint + ')' if hint else ''}: an "
+                                   f"NVFP4 override replaces one of {stage.label}'s exports or a TileParams field")
         ex = {**stage.exports, **(overrides or {})}
         x = prob.make_inputs(seed)
         ref = self.reference(prob, x).double().numpy()

@@ -87,6 +87,79 @@ def residue_schedule(m: int, n: int, block_n: int, grid: int, block_m: int = 64,
     return out
 
 
+def window_tile(g: int, i: int, groups: int, m_tiles: int, period: int = RESIDUE_PERIOD) -> int:
+    """Stage 07a: row group g's local tile i -> row tile (window_tile in the kernel). Window w is row
+    tiles w*P .. w*P + P - 1; group g < G1 = min(groups, P) takes tile P*i + g of whole window i while
+    i < W = m_tiles // P; leftover l = (i - main) * groups + g is class G1 + l % (P - G1) of whole window
+    l // (P - G1) while l < W * (P - G1), else the partial last window's tile P*W + the rest."""
+    g1, w = min(groups, period), m_tiles // period
+    main = w if g < g1 else 0
+    if i < main:
+        return period * i + g
+    left, gap = (i - main) * groups + g, period - g1
+    if left < w * gap:
+        win = left // gap
+        return period * win + g1 + (left - win * gap)
+    return period * w + (left - w * gap)
+
+
+def window_count(g: int, groups: int, m_tiles: int, period: int = RESIDUE_PERIOD) -> int:
+    """Stage 07a: how many row tiles row group g takes (window_count in the kernel)."""
+    g1, w = min(groups, period), m_tiles // period
+    left = m_tiles - g1 * w
+    return (w if g < g1 else 0) + ((left - 1 - g) // groups + 1 if g < left else 0)
+
+
+def window_schedule(m: int, n: int, block_n: int, grid: int, block_m: int = 64,
+                    period: int = RESIDUE_PERIOD) -> list[list[tuple[int, int]]]:
+    """Stage 07a: for each CTA, the (row tile, column block) it computes, in order (the row groups and
+    column blocks of resident_b_schedule, the windowed comb-residue order of window_tile)."""
+    nbs = n // block_n
+    groups, m_tiles = grid // nbs, -(-m // block_m)
+    out = []
+    for cta in range(grid):
+        if cta >= groups * nbs:
+            out.append([])
+            continue
+        g, nb = divmod(cta, nbs)
+        out.append([(window_tile(g, i, groups, m_tiles, period), nb) for i in range(window_count(g, groups, m_tiles, period))])
+    return out
+
+
+def schedule(stage, m: int, n: int, grid: int) -> list[list[tuple[int, int]]]:
+    """The (row tile, column block) order of a resident-B stage (grid_kind 2), from its exports: 04's
+    strided walk, 07's contiguous pieces of the comb-residue order, or 07a's windows."""
+    ex = stage.exports
+    if ex.grid_kind != 2:
+        raise KindError(f"{stage.label}: only the resident-B stages (grid_kind 2) have a row-tile schedule")
+    bm, bn = ex.tile_m, ex.tile_n
+    if ex.get("residue_windows"):
+        return window_schedule(m, n, bn, grid, bm, ex["residue_order"])
+    if ex.get("residue_order"):
+        return residue_schedule(m, n, bn, grid, bm, ex["residue_order"])
+    return resident_b_schedule(m, n, bn, grid, bm)
+
+
+def l2_traffic(stage, problem, sm_count: int = 132) -> dict:
+    """Modelled bytes between L2 and the SMs on `problem` (modelled): A and B tiles (a BM x BN tile re-reads
+    A once per column block and B once per row block; multicast divides by the CTAs that share a load; a
+    resident B is read once per CTA), comb read by the epilogue (once per tile, or in the comb-residue
+    orders once per class change of each warpgroup: comb_loads of the stage's schedule), C written."""
+    ex = stage.exports
+    m, n, k = problem.m, problem.n, problem.k
+    bm, bn = ex.tile_m, ex.tile_n
+    if ex.grid_kind == 2:
+        a, b = m * k * (n // bn) / ex.cluster_x, sm_count * bn * k
+    else:
+        a, b = m * k * (n // bn), n * k * (m / bm) / ex.cluster_x
+    if ex.get("residue_order"):
+        grid = (sm_count // (n // bn)) * (n // bn)
+        comb = sum(comb_loads(schedule(stage, m, n, grid), ex["residue_order"])) * bm * bn * 2
+    else:
+        comb = 2 * m * n
+    return {"a": a, "b": b, "comb": comb, "c": 2 * m * n}
+
+
 def comb_loads(schedule: list[list[tuple[int, int]]], period: int = RESIDUE_PERIOD) -> list[int]:
     """How many times each warpgroup (two per CTA, alternate tiles) reads comb under stage 07's rule:
     when the residue class of its tile differs from the one its registers hold."""

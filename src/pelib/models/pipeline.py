@@ -52,6 +52,9 @@ Assumptions (labelled as such wherever they show):
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
@@ -96,6 +99,17 @@ def smem_limit() -> int:
 
 class ModelError(ValueError):
     """A scenario the model cannot simulate (bad structure or parameters)."""
+
+
+def _check_finite(owner: str, **values) -> None:
+    """ModelError naming the first value that is not a finite number (a NaN passes every comparison, so a
+    NaN latency would flow through the max() of every cycle and print as a finite tile time)."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise ModelError(f"{owner}: {name}={v!r} is a {type(v).__name__}, not a number of cycles")
+        if not math.isfinite(v):
+            raise ModelError(f"{owner}: {name}={v} is not finite: give a number of cycles (a calibrated value, "
+                             "or default_params()'s)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,6 +207,8 @@ class Scenario:
     tma0_delta: float = 0.0      # moves the stage-0 landing (an F21/F26 what-if)
 
     def __post_init__(self):
+        _check_finite("Scenario", kloop=self.kloop, phase1=self.phase1, phase2b=self.phase2b,
+                      tma0_delta=self.tma0_delta)
         if min(self.kloop, self.phase1, self.phase2b) <= 0:
             raise ModelError(f"phase times must be positive, got K-loop {self.kloop}, Phase 1 {self.phase1}, "
                              f"Phase 2B {self.phase2b}: a delta larger than the phase itself?")
@@ -225,6 +241,10 @@ class Params:
     calibrated_on: str = ""
 
     def __post_init__(self):
+        _check_finite("Params", handoff=self.handoff, stage0_after_stores=self.stage0_after_stores,
+                      notify=self.notify, load_latency=self.load_latency, tmem_share=self.tmem_share,
+                      dispersion=self.dispersion,
+                      **{f"warp_profile[{i}]": v for i, v in enumerate(self.warp_profile or ())})
         if not 0.0 <= self.tmem_share <= 1.0:
             raise ModelError(f"tmem_share={self.tmem_share} must lie in [0, 1]")
         if self.dispersion < 0:

@@ -83,5 +83,8 @@ def wait_table(key: str = "fp8/09_persistent_megakernel") -> Table:
 
 
 def where_results_land(device_name: str = "NVIDIA B200", date: str = "YYYY-MM-DD") -> str:
-    """The folder `make bench` writes for a device and date (pelib.results.run_dir, the same call)."""
+    """The folder `make bench` writes for a device and date (pelib.results.run_dir, the same call); the date
+    may be the placeholder YYYY-MM-DD."""
+    if date == "YYYY-MM-DD":
+        return str((paths.RESULTS / f"{date}-{results.chip_slug(device_name)}").relative_to(paths.ROOT))
     return str(results.run_dir({"device": device_name, "date": date}).relative_to(paths.ROOT))

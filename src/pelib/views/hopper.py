@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import re
 
-from .. import baselines, bench, clock, device, results, stages, timing
+from .. import baselines, bench, clock, device, problems, results, sol, stages, timing
 from ..facts import Table, evidence_label
-from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, permuted_b_rows, permuted_b_spec, resident_b_schedule,  # noqa: F401
-                          residue_schedule)
+from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, l2_traffic, permuted_b_rows, permuted_b_spec,  # noqa: F401
+                          resident_b_schedule, residue_schedule, window_schedule)
 from ..stage import Stage, find
 from . import plots, widgets
 
@@ -27,7 +27,8 @@ def stage_list() -> Table:
 
 def tree_order(stage_list: list[Stage]) -> list[tuple[Stage, int]]:
     """The declared tree (each header's Parent line) in reading order, with each stage's branch depth: a
-    parent's child with the largest subtree continues its line (depth unchanged); its other children
+    parent's child with the largest subtree (on a tie, a numbered stage before a lettered sub-stage, then
+    the first in file order) continues its line (depth unchanged); its other children
     branch off one level deeper and are listed, with their subtrees, right after the parent."""
     by_key = {s.key: s for s in stage_list}
     kids: dict[str | None, list[Stage]] = {}
@@ -44,7 +45,8 @@ def tree_order(stage_list: list[Stage]) -> list[tuple[Stage, int]]:
         cs = kids.get(s.key, [])
         if not cs:
             return
-        main = max(cs, key=lambda c: (size(c), -cs.index(c)))
+        # the largest subtree continues the line; on a tie a numbered stage (08) before a sub-stage (07a)
+        main = max(cs, key=lambda c: (size(c), c.name.split("_")[0].isdigit(), -cs.index(c)))
         for c in cs:
             if c is not main:
                 walk(c, depth + 1)
@@ -140,42 +142,34 @@ def opcode_table(names=("04", "06"), ops=("SHFL", "SEL", "FADD", "F2FP", "STG"))
 
 
 def comb_reads_table(sm_count: int = 132) -> Table:
-    """Most comb reads of one warpgroup on the full problem: stage 04's order against 07's comb-residue order."""
+    """Most comb reads of one warpgroup on the full problem: stage 04's order against 07's comb-residue order
+    and 07a's windows of it."""
     full = Stage("sm90/07_comb_resident").problem("full")
     s04 = resident_b_schedule(full.m, full.n, 256, sm_count)
     s07 = residue_schedule(full.m, full.n, 256, sm_count)
+    s07a = window_schedule(full.m, full.n, 256, sm_count)
     groups = sm_count // (full.n // 256)
     return Table([{"order": f"04: row tiles g, g + {groups}, g + {2 * groups}, ...",
                    "comb reads per warpgroup (max)": max(comb_loads(s04))},
                   {"order": f"07: class by class (t mod 49), {groups} contiguous pieces",
-                   "comb reads per warpgroup (max)": max(comb_loads(s07))}],
+                   "comb reads per warpgroup (max)": max(comb_loads(s07))},
+                  {"order": "07a: row tiles 49i + g (class g) window by window, then the leftovers",
+                   "comb reads per warpgroup (max)": max(comb_loads(s07a))}],
                  "comb reads, modelled from the kernels' schedules")
 
 
 def l2_traffic_table(sm_count: int = 132, keys=None) -> Table:
-    """Modelled bytes each stage moves between L2 and the SMs on the full problem: A and B tiles (a tile
-    of BM x BN re-reads A once per column block and B once per row block; multicast divides by the
-    CTAs that share a load; a resident B is read once per CTA), comb read by the epilogue (once per
-    tile, or with the comb-residue order of 07+ once per class change of each warpgroup), C written."""
+    """Modelled bytes each stage moves between L2 and the SMs on the full problem (pelib.kinds.sm90.l2_traffic:
+    A and B tiles, comb read by the epilogue in the stage's own tile order, C written)."""
     ss = [sm90(k) for k in keys] if keys else [Stage(p) for p in stages.family_stages("sm90")]
     p = ss[0].problem("full")
-    m, n, k = p.m, p.n, p.k
-    a1, b1, mn2 = m * k, n * k, 2 * m * n
     rows = []
     for s in ss:
         ex = s.exports
-        bm, bn = ex.tile_m, ex.tile_n
-        if ex.grid_kind == 2:
-            a, b = a1 * (n // bn) / ex.cluster_x, sm_count * bn * k
-        else:
-            a, b = a1 * (n // bn), b1 * (m / bm) / ex.cluster_x
-        if ex.get("residue_order"):
-            comb = sum(comb_loads(residue_schedule(m, n, bn, (sm_count // (n // bn)) * (n // bn), bm))) * bm * bn * 2
-        else:
-            comb = mn2
-        rows.append({"stage": s.name, "tile": f"{bm}x{bn}", "A (GB)": round(a / 1e9, 2), "B (GB)": round(b / 1e9, 2),
-                     "comb (GB)": round(comb / 1e9, 3), "C (GB)": round(mn2 / 1e9, 2),
-                     "total (GB)": round((a + b + comb + mn2) / 1e9, 2)})
+        tr = l2_traffic(s, p, sm_count)
+        rows.append({"stage": s.name, "tile": f"{ex.tile_m}x{ex.tile_n}", "A (GB)": round(tr["a"] / 1e9, 2),
+                     "B (GB)": round(tr["b"] / 1e9, 2), "comb (GB)": round(tr["comb"] / 1e9, 3),
+                     "C (GB)": round(tr["c"] / 1e9, 2), "total (GB)": round(sum(tr.values()) / 1e9, 2)})
     return Table(rows, f"L2 <-> SM traffic, modelled from the tile shapes ({sm_count} SMs); DRAM minimum "
                        f"{p.min_bytes / 1e9:.2f} GB")
 
@@ -467,6 +461,90 @@ def perf_run(chip: str) -> dict:
     rep = results.load(files[-1])
     rep["_file"] = f"results/{files[-1].parent.name}/{files[-1].name}"
     return rep
+
+
+def clock_floor_table(chips=("h100", "h200")) -> Table:
+    """The floors of the full problem that name their clock (pelib.sol.clock_table), with each chip's committed
+    measurements: the launch clock of our stage 06 in the newest pelib.energy limiter run (per-CTA clock64 over
+    globaltimer of each timed launch, median over its bursts on random inputs) and that run's copy bandwidth;
+    without such a run, the in-kernel clock of the hopper_perf TIMING run (clock64 cycles over the run's
+    elapsed time) and that run's copy bandwidth."""
+    gpu = {"h100": "H100 SXM", "h200": "H200"}
+    measured, src = {}, []
+    for chip in chips:
+        lim = energy_run(chip)
+        ours = next((r for r in (lim or {}).get("summary", []) if r.get("entry") == "06"
+                     and r.get("launch clock (GHz)")), None)
+        if ours:
+            when = f"{lim['env']['device']}, {str(lim['env']['date'])[:10]}"
+            measured[gpu[chip]] = {
+                "clock_ghz": ours["launch clock (GHz)"],
+                "clock_what": f"our kernel's launch clock: per-CTA clock64 over globaltimer, median over its "
+                              f"timed bursts (measured, {when})",
+                "copy_tb_s": lim["copy"]["gbps"] / 1e3, "copy_what": f"device-to-device copy (measured, {when})"}
+            src.append(lim["_file"])
+            continue
+        rep = perf_run(chip)
+        fl = rep["floors"]
+        when = f"{rep['env']['device']}, {str(rep['env']['date'])[:10]}"
+        measured[gpu[chip]] = {
+            "clock_ghz": fl["clock_sources_ghz"]["ours_clock64"],
+            "clock_what": f"our kernel's in-kernel clock: clock64 over the TIMING run's time (measured, {when})",
+            "copy_tb_s": fl["copy_gbps"] / 1e3, "copy_what": f"device-to-device copy (measured, {when})"}
+        src.append(rep["_file"])
+    return sol.clock_table(problems.patch_embed("siglip2"), [sol.GPUS[0]] + [gpu[c] for c in chips], measured,
+                           evidence="measured inputs: " + ", ".join(src))
+
+
+# ---- the limiter tests and the sub-stage bench (pelib.energy) -----------------------------------------
+
+def energy_run(chip: str, mode: str = "limiter", root=None) -> dict | None:
+    """The newest committed `python -m pelib.energy <mode>` run on `chip` ('h100' or 'h200'), with its path
+    under '_file'; None when there is none yet."""
+    files = [f for f in results.files(f"energy-{mode}.json", root) if results.chip(f.parent) == chip]
+    if not files:
+        return None
+    rep = results.load(files[-1])
+    rep["_file"] = f"results/{files[-1].parent.name}/{files[-1].name}"
+    return rep
+
+
+ENERGY_COLUMNS = (("burst ms (random)", "ms", 4), ("launch clock (GHz)", "launch GHz", 3),
+                  ("clock after (GHz)", "GHz after", 3), ("burst ms (zeros)", "ms, zeros", 4),
+                  ("sustained ms (random)", "sustained ms", 4), ("J/launch (random)", "J", 3),
+                  ("J/launch (zeros)", "J, zeros", 3), ("power W", "W", 0), ("NVML SM MHz", "NVML MHz", 0))
+
+
+def energy_table(chips=("h100", "h200"), mode: str = "limiter", root=None) -> Table:
+    """Per chip and entry of the newest pelib.energy run (measured): the burst time (make bench's regime, random
+    inputs) with the launch's own clock and the clock right after it, the same on zeros; the sustained time,
+    joules per launch (NVML's energy counter), power and NVML's SM clock; per 64 x 256 tile, the L2 and DRAM
+    bytes and warp instructions Nsight Compute counted and a consumer warp's compiled SASS."""
+    rows, notes = [], []
+    for chip in chips:
+        rep = energy_run(chip, mode, root)
+        if rep is None:
+            notes.append(f"{chip.upper()}: not yet measured (python -m pelib.energy {mode} on an {chip.upper()})")
+            continue
+        ncu = {r["entry"]: r for r in rep.get("ncu_per_tile", [])}
+        for r in rep.get("summary", []):
+            row = {"chip": rep["env"]["device"], "entry": r["entry"]}
+            for key, col, nd in ENERGY_COLUMNS:
+                v = r.get(key)
+                row[col] = round(v, nd) if isinstance(v, (int, float)) else "—"
+            n = ncu.get(r["entry"], {})
+            row["L2 KB/tile"] = round(n["l2_B_per_tile"] / 1e3) if n.get("l2_B_per_tile") else "—"
+            dram = (n.get("dram_read_B_per_tile") or 0) + (n.get("dram_write_B_per_tile") or 0)
+            row["DRAM KB/tile"] = round(dram / 1e3) if dram else "—"
+            row["warp inst/tile"] = round(n["warp_inst_per_tile"]) if n.get("warp_inst_per_tile") else "—"
+            sass = ((rep.get("facts") or {}).get(r["entry"]) or {}).get("sass_consumer_warp_per_tile") or {}
+            row["SASS/warp/tile"] = sass.get("total", "—")
+            rows.append(row)
+        notes.append(f"{chip.upper()}: {rep['_file']} ({rep['evidence']})")
+    return Table(rows, f"Time, clock and energy per launch — measured by pelib.energy {mode} (ours and cuBLAS "
+                       "interleaved; bursts after an idle gap, L2 flushed, median of 20; sustained windows of "
+                       "back-to-back launches); bytes and instructions per 64 x 256 tile from Nsight Compute "
+                       "(measured) and the SASS of one consumer warp (compiled)", notes=notes)
 
 
 # Our stage in the tables: 06 with the unbounded wait build. Stage 10 was 0.004 ms faster on the H100

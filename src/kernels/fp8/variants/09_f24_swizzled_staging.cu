@@ -278,6 +278,7 @@ extern "C" __global__ void __cluster_dims__(CG, 1, 1) __launch_bounds__(NUM_THRE
 patch_embed(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
             const __grid_constant__ CUtensorMap tmap_out,  // F24: `out` as a 3D view for the TMA stores
             const u16* comb, u16* out, int M, int N, int K, u64* timing) {
+  PE_TIMING_CTA(timing);   // TIMING builds: each warp's clock64 and globaltimer at start and exit
   extern __shared__ __align__(1024) u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);  // 1024-B aligned base
   // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").

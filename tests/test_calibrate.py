@@ -1,0 +1,362 @@
+"""The calibration suite up to the launch, on the CPU: the probes' own source run by the simulator (their
+indexing and records), the whole suite through a fake runner (analysis, the JSON, its loader), and the
+checked data format's errors. No timing is asserted: the simulator's counters order events, never time."""
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from pelib import calibrate as C
+from pelib import calibration as K
+from pelib import timing
+
+SC = C.Scale.sim()
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return C.Runner(SC, "sim")
+
+
+def job(probe, **kw):
+    """The first launch of the simulator's plan for `probe` matching kw (params or point)."""
+    for j in C.plan(SC):
+        if j.probe == probe and all(j.params.get(k, j.point.get(k, j.defines.get(k))) == v for k, v in kw.items()):
+            return j
+    raise KeyError((probe, kw))
+
+
+def rec_of(r, probe):
+    return {k: r.out[:, v] for k, v in C.fields(probe).items()}
+
+
+# ---- the probes' record layouts --------------------------------------------------------------------
+
+@pytest.mark.parametrize("probe", C.PROBES)
+def test_record_fields_come_from_the_probe_enum(probe):
+    f = C.fields(probe)
+    assert f and sorted(f.values()) == list(range(len(f)))
+    text = C.source(probe).read_text()
+    assert f"CALIB_{probe.upper()}_FIELDS" in text and "PE_TIMING_CTA(timing);" in text
+    assert "PELIB_EXPORT(fields," in text
+
+
+def test_every_probe_is_in_the_plan_and_the_needs():
+    assert {j.probe for j in C.plan(C.Scale.full(132))} == set(C.PROBES)
+    assert set(C.NEEDS) == set(C.PROBES)
+
+
+def test_full_plan_fits_an_h100():
+    """The GPU's plan: every sweep point within the SMs it has; one CTA per SM (the probes ask for more
+    than half of the shared memory); clusters whole."""
+    sc = C.Scale.full(132)
+    jobs = C.plan(sc)
+    assert 100 < len(jobs) < 200
+    for j in jobs:
+        assert j.grid <= 132 and j.grid % j.cluster == 0
+        assert j.params.get("active", 0) <= j.grid
+        if j.cluster == 2:
+            assert j.params.get("active", 2) % 2 == 0
+    assert sum(1 for j in jobs if j.point.get("sustained")) == 1
+    assert {j.point["curve"] for j in jobs if "curve" in j.point} >= {"tma_load.sequential", "tma_load.scattered",
+                                                                      "tma_load.l2", "tma_load.multicast", "tma_store",
+                                                                      "dram.read", "dram.write", "dram.copy", "l2.read"}
+    assert set(C.Scale.full(132).tma_active) == {1, 8, 33, 66, 132}
+
+
+def test_chain_is_one_cycle_and_chase_end_follows_it():
+    ch = C.chain_array(64, 3)
+    seen, i = set(), 0
+    for _ in range(64):
+        seen.add(i)
+        i = int(ch[i])
+    assert i == 0 and len(seen) == 64 and all(x % 32 == 0 for x in seen)
+    assert C.chase_end(ch, 0, 64) == 0 and C.chase_end(ch, 0, 1) == ch[0]
+
+
+# ---- the probes in the simulator: indexing and records --------------------------------------------
+
+def test_wgmma_probe_accumulates_what_it_issues():
+    """With every operand byte 1.0 (CALIB_FILL_ONES) each k32 product is 32: after the chain (scale_d 0 at
+    its first wgmma) accumulator 0 is 4 x 32 x chain, in every warpgroup of every CTA."""
+    b_sc = C.Scale.sim()
+    r = C.Runner(b_sc, "sim", names=[])
+    j = C.Launch("wgmma", {"BLOCK_N": 128, "NUM_WG": 2, "CALIB_FILL_ONES": 1, "REPS": 2}, {"chain": 3, "seed": 1}, 2)
+    rec = r.run(0, j)
+    f = rec_of(rec, "wgmma")
+    assert rec.out.shape[0] == 4                          # 2 CTAs x 2 warpgroups
+    got = [struct.unpack("f", struct.pack("I", int(x) & 0xFFFFFFFF))[0] for x in f["check"]]
+    assert got == [4 * 32 * 3] * 4
+    assert (f["chain_wgmmas"] == 12).all() and (f["reps"] == 2).all()
+    assert (f["lat_min"] > 0).all() and (f["slice_sum"] >= f["issue_sum"]).all()
+    assert timing.launch_clock(rec.cta_clock)["ctas"] == 2
+
+
+def test_tma_probe_waits_for_every_load(runner):
+    for kw in ({"pattern": 0, "depth": 3, "active": 4}, {"pattern": 1, "depth": 1, "active": 1}):
+        j = job("tma", **kw)
+        r = runner.run(0, j)
+        f = rec_of(r, "tma")
+        s0 = C.fields("tma")["sample0"]
+        on = f["loads"] > 0
+        assert on.sum() == kw["active"]
+        assert (r.out[on][:, s0:s0 + j.params["iters"]] > 0).all()
+        assert (f["bytes"][on] == j.params["iters"] * 8192).all() and (f["last"][on] >= f["first"][on]).all()
+
+
+def test_tma_multicast_probe_pairs_complete(runner):
+    j = job("tma", curve="tma_load.multicast", active=4, depth=2)
+    r = runner.run(0, j)
+    f = rec_of(r, "tma")
+    assert (f["loads"] == j.params["iters"]).all()       # both CTAs of both pairs saw every box full
+
+
+def test_store_probe_writes_exactly_its_boxes():
+    """C is zero before; after the probe the 32 x 64 boxes of the schedule hold the staged bytes and nothing
+    else was written (band = c + (it // 12) * active, column box it % 12)."""
+    import torch
+    r = C.Runner(SC, "sim", names=["cout"])
+    j = job("store", active=4, group=3)
+    rec = r.run(0, j)
+    c = r.bufs["cout"].view(torch.int16).numpy()
+    want = np.zeros_like(c, dtype=bool)
+    for cta in range(j.params["active"]):
+        for it in range(j.params["iters"]):
+            band = (cta + (it // 12) * j.params["active"]) % j.params["m_bands"]
+            want[band * 32:(band + 1) * 32, (it % 12) * 64:(it % 12 + 1) * 64] = True
+    assert (c[~want] == 0).all()
+    assert (c[want] != 0).mean() > 0.95
+    assert (rec_of(rec, "store")["stores"] == j.params["iters"]).all()
+
+
+def test_epilogue_probe_writes_06s_tiles_and_nothing_without_stores():
+    import torch
+    r = C.Runner(SC, "sim", names=["cout", "comb"])
+    j = job("epilogue", case="alone")
+    r.run(0, j)
+    c = r.bufs["cout"].view(torch.int16).numpy()
+    nbs, grid = 3, j.grid
+    groups = grid // nbs
+    want = np.zeros_like(c, dtype=bool)
+    for cta in range(grid):
+        g, n0 = cta // nbs, (cta % nbs) * 256
+        for i in range(j.params["tiles"]):
+            m0 = ((g + i * groups) % (SC.m // 64)) * 64
+            want[m0:m0 + 64, n0:n0 + 256] = True
+    assert (c[~want] == 0).all() and (c[want] != 0).mean() > 0.99
+    r.bufs["cout"].zero_()
+    r.run(0, job("epilogue", case="no_store"))
+    assert (r.bufs["cout"].view(torch.int16).numpy() == 0).all()
+
+
+def test_stream_probe_chases_the_chain_and_moves_its_bytes(runner):
+    for kw in ({"warps": 0}, {"op": 2, "foot": "dram", "warps": 2}):
+        j = job("stream", **kw)
+        r = runner.run(0, j)
+        f = rec_of(r, "stream")
+        chain = runner.bufs[j.tensors["chain"]].numpy().view(np.uint32)
+        for cta in range(j.grid):
+            assert f["chase_end"][cta] == C.chase_end(chain, cta * 32, j.params["hops"])
+        assert (f["chase_t1"] >= f["chase_t0"]).all()
+        if kw["warps"]:
+            n = j.params["iters"] * j.params["stream_warps"] * 32 * 4 * 16 * 2
+            assert (f["bytes"][:j.params["active"]] == n).all()
+    src = runner.bufs["src"].numpy()[:SC.stream_words * 16]
+    dst = runner.bufs["dst"].numpy()[:SC.stream_words * 16]
+    touched = dst != 0
+    assert touched.any() and (dst[touched] == src[touched]).all()     # the copy copied
+
+
+def test_sync_probe_passes_every_wait(runner):
+    for mode in (0, 1):
+        r = runner.run(0, job("sync", mode=mode))
+        f = rec_of(r, "sync")
+        assert (f["iters"][::2] == SC.sync_iters).all() and (f["pingpong"][::2] > 0).all()
+        if mode == 0:
+            assert (f["bar256"] > 0).all() and (f["pass"] > 0).all()
+
+
+def test_clock_probe_sees_its_timer_step(runner):
+    r = runner.run(0, job("clock"))
+    f = rec_of(r, "clock")
+    assert (f["tick_ns"] > 0).all() and (f["spin_cycles"] >= SC.spin).all()
+
+
+# ---- the suite through a fake runner: analysis, JSON, loader --------------------------------------
+
+class FakeRunner:
+    """Records a tiny made-up Hopper would leave: each probe's fields from a formula of its parameters, and
+    a launch clock of 1.5 GHz (clock64 = 1.5 x globaltimer), so the analysis can be checked exactly."""
+
+    GHZ = 1.5
+
+    def __init__(self, sc):
+        self.sc = sc
+
+    def _clock_block(self, grid, warps=16, ns=200_000):
+        b = np.zeros((grid, warps, timing.CLOCK_WORDS), np.int64)
+        for c in range(grid):
+            for w in range(warps):
+                g0 = 10_000_000 + 100 * c
+                b[c, w] = (7_000_000 + int(self.GHZ * g0), g0, 7_000_000 + int(self.GHZ * (g0 + ns)), g0 + ns, c + 1)
+        return b
+
+    def run(self, i, j):
+        p, g = j.params, j.grid
+        blk = self._clock_block(g)
+        c0 = blk[:, 0, 0]
+        if j.probe == "wgmma":
+            n, wg = j.defines["BLOCK_N"], j.defines["NUM_WG"]
+            per = 64 * n * 32 * 2 / 8192 * wg          # the ideal pipe shared by wg warpgroups
+            rows = [[500, 8 * 520, 40, 8 * 44, 700, 8 * 720, 8, per * 4 * p["chain"], 4 * p["chain"], 0]] * (g * wg)
+            out = np.array(rows, np.int64)
+        elif j.probe == "tma":
+            lat = 1000 + 50 * p["active"] * p["depth"] // 8 + (400 if p["pattern"] == 1 else 0) - (600 if p["pattern"] == 2 else 0)
+            out = np.zeros((g, 7 + 512), np.int64)
+            for c in range(min(p["active"], g)):
+                out[c, :7] = (p["iters"], lat * p["iters"], lat, lat, p["iters"] * 8192, c0[c] + 10, c0[c] + 10 + 1.5 * 100_000)
+                out[c, 7:7 + p["iters"]] = lat
+        elif j.probe == "store":
+            out = np.zeros((g, 10), np.int64)
+            groups = -(-p["iters"] // p["group"])
+            for c in range(min(p["active"], g)):
+                out[c] = (p["iters"], 30 * p["iters"], 60, groups, 200 * groups, 900 * groups, 1200, p["iters"] * 4096,
+                          c0[c], c0[c] + 150_000)
+        elif j.probe == "sync":
+            it = p["iters"]
+            row = [it, 400 * it, 8 * it, 12 * it, 30 * it, 20 * it, 32 * it, p["mode"]] if p["mode"] == 0 else \
+                  [it, 1500 * it, 0, 0, 0, 0, 0, 1]
+            out = np.array([row] * g, np.int64)
+        elif j.probe == "epilogue":
+            base = {0: 1400, 1: 1800, 2: 2100}[p["other"]] - (300 if not p["store"] else 0)
+            out = np.array([[p["tiles"], base * p["tiles"], base - 50, base + 90, 200 * p["tiles"], p["other"], p["store"]]] * g,
+                           np.int64)
+        elif j.probe == "stream":
+            lat = 900 + 20 * p["stream_warps"] * p["active"] // 132
+            out = np.zeros((g, 6), np.int64)
+            for c in range(g):
+                by = p["iters"] * p["stream_warps"] * 2048 * (2 if p["op"] == 2 else 1) if c < p["active"] else 0
+                out[c] = (p["hops"], c0[c] + 1000, c0[c] + 1000 + lat * p["hops"], 0, by, 0)
+        elif j.probe == "clock":
+            out = np.array([[64 * 6, 64 * 30, 32, 48, p["spin"], int(p["spin"] / self.GHZ), 1]] * g, np.int64)
+        return C.Record(i, out, blk, 1.0, 1, blk.copy() if j.point.get("sustained") else None)
+
+
+@pytest.fixture
+def fake_suite(monkeypatch, tmp_path):
+    """main() with the GPU replaced at its edges: the device check, the builds, the worker processes."""
+    from pelib import device
+    from conftest import fake_info   # the shared stand-in H100 (tests/conftest.py)
+
+    monkeypatch.setattr(device, "require", lambda arch, info=None: fake_info(arch))
+    monkeypatch.setattr(C, "build_all", lambda jobs, workers=None, log=print: {})
+    monkeypatch.setattr(C, "sass_counts", lambda: {"instructions_per_tile": 455, "loop": [0, 1], "by_opcode": {}})
+    monkeypatch.setattr(C, "run_families", lambda jobs, sc, rec_dir, log=print, timeout_s=0:
+                        [FakeRunner(sc).run(i, j) for i, j in enumerate(jobs)])
+    monkeypatch.setattr(C.bench, "environment", lambda info=None: {"device": "H100 (test stand-in)",
+                                                                    "date": "2026-11-28T00:00:00+00:00", "git": "abc"})
+    assert C.main(["--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("calibration-*.json")
+    return K.load(path), tmp_path
+
+
+def test_suite_writes_a_checked_calibration(fake_suite):
+    cal, out = fake_suite
+    assert cal.evidence == "measured (H100 (test stand-in), 2026-11-28)"
+    assert set(K.names()) == set(cal.doc["constants"])                  # every constant, nothing else
+    assert (out / "calibrate.log").read_text().count("check: ok") == 1
+    for c in cal.doc["constants"].values():
+        assert c["regime"] == "compiled" or c["clock_ghz"] == pytest.approx(FakeRunner.GHZ, rel=1e-3)
+
+
+def test_suite_arithmetic(fake_suite):
+    cal, _ = fake_suite
+    v = cal.value
+    assert v("clock.burst_ghz") == pytest.approx(1.5, rel=1e-3)
+    assert v("clock.sustained_ghz") == pytest.approx(1.5, rel=1e-3)
+    assert v("wgmma.m64n256k32.sm_cycles_per_wgmma") == pytest.approx(128)
+    assert v("wgmma.m64n256k32.pipe_efficiency") == pytest.approx(1.0)
+    assert v("wgmma.m64n128k32.cycles_per_wgmma_2wg") == pytest.approx(128)
+    assert v("wgmma.m64n256k32.latency_cycles") == 520 and v("wgmma.m64n256k32.issue_cycles_per_slice") == 44
+    assert v("tma.load.latency_cycles.unloaded") == 1000 + 50 // 8
+    assert v("tma.load.latency_cycles.scattered") == 1000 + 50 // 8 + 400
+    assert v("tma.store.issue_cycles") == 30 and v("tma.store.drain_cycles") == 900
+    assert v("mbarrier.local_roundtrip_cycles") == 400 and v("mbarrier.remote_roundtrip_cycles") == 1500
+    assert v("mbarrier.try_wait_pass_cycles") == 12 and v("bar_sync.256_cycles") == 30
+    assert v("epilogue.tile_cycles.beside_wgmma") == 2100 and v("epilogue.cpi.alone") == pytest.approx(1400 / 455)
+    assert v("dram.latency_cycles.unloaded") == 900
+    assert v("clock.clock64_read_cycles") == 6 and v("clock.globaltimer_tick_ns") == 32
+    # TMA bandwidth: 132 CTAs x 384 x 8 KiB over 100 us of every CTA's window (+100 ns of start skew per CTA)
+    full = [p for p in cal.curve("tma_load.sequential") if p["active"] == 132 and p["depth"] == 8][0]
+    assert full["gbps"] == pytest.approx(132 * 384 * 8192 / (100_000 + 131 * 100), rel=1e-3)
+    assert v("tma.load.gbps.sequential_max") == pytest.approx(full["gbps"])
+    # the stream's bandwidth: bytes of the active CTAs over the streaming warps' span (200 us + skew)
+    rd = max(cal.curve("dram.read"), key=lambda p: p["gbps"])
+    assert rd["gbps"] == pytest.approx(132 * 256 * 15 * 2048 / (200_000 + 131 * 100), rel=1e-3)
+    assert v("dram.copy_gbps") == pytest.approx(2 * v("dram.read_gbps"))
+
+
+# ---- the data format's checks -----------------------------------------------------------------------
+
+def test_loader_names_every_problem(tmp_path, fake_suite):
+    cal, _ = fake_suite
+    doc = json.loads(json.dumps(cal.doc))
+    doc["schema"] = "something/0"
+    doc["constants"]["clock.burst_ghz"]["value"] = float("nan")
+    doc["constants"]["tma.store.issue_cycles"]["unit"] = "ms"
+    doc["constants"]["dram.read_gbps"]["clock_ghz"] = None
+    del doc["constants"]["mbarrier.local_roundtrip_cycles"]
+    doc["constants"]["made.up"] = dict(doc["constants"]["clock.burst_ghz"], value=1.0)
+    doc["curves"]["tma_store"]["points"] = []
+    bad = K.problems(doc)
+    text = "\n".join(bad)
+    for needle in ("schema", "clock.burst_ghz", "not a finite number", "unit 'ms'", "carries the clock",
+                   "mbarrier.local_roundtrip_cycles", "made.up", "tma_store"):
+        assert needle in text, needle
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(K.CalibrationError, match="not a usable calibration"):
+        K.load(p)
+    with pytest.raises(K.CalibrationError, match="no such file"):
+        K.load(tmp_path / "absent.json")
+    p.write_text("{")
+    with pytest.raises(K.CalibrationError, match="not JSON"):
+        K.load(p)
+    with pytest.raises(KeyError, match="no constant"):
+        cal.value("wgmma.m64n512k32.latency_cycles")
+
+
+def test_every_constant_has_a_unit_the_format_knows():
+    for name, (unit, what) in K.names().items():
+        assert unit in K.UNITS and what, name
+    assert set(K.REQUIRED) <= set(K.names())
+
+
+def test_build_all_compiles_in_spawned_processes():
+    """The probes are compiled in parallel processes (spawned: the parent may hold a CUDA context); a build
+    that fails is reported by name, the others are not held up."""
+    jobs = [C.Launch("sync", {}, {}, 1), C.Launch("clock", {}, {}, 1), C.Launch("wgmma", {"BLOCK_N": 100}, {}, 1)]
+    lines = []
+    res = C.build_all(jobs, workers=2, log=lines.append)
+    assert res[("sync", "{}")] is None and res[("clock", "{}")] is None
+    assert "BLOCK_N" in res[("wgmma", '{"BLOCK_N": 100}')]
+    assert any("FAILED" in ln and "calib_wgmma" in ln for ln in lines)
+
+
+@pytest.mark.gpu
+def test_calibrate_clock_and_sync_on_the_gpu(tmp_path):
+    """On a Hopper GPU: two probe families end to end (workers, records, analysis); the file carries their
+    constants with the clock of their launches (the rest of the suite is missing, which the check names)."""
+    import torch
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the calibration probes are sm_90a")
+    C.main(["--only", "clock,sync", "--out", str(tmp_path)])
+    (path,) = tmp_path.glob("calibration-*.json")
+    doc = json.loads(path.read_text())
+    c = doc["constants"]
+    assert 0.5 < c["clock.burst_ghz"]["value"] < 2.5
+    assert c["mbarrier.local_roundtrip_cycles"]["value"] > 0 and c["mbarrier.local_roundtrip_cycles"]["clock_ghz"]
+    assert any("the timing model needs" in p for p in K.problems(doc))
