@@ -49,12 +49,13 @@ bench: $(SETUP)
 
 # JupyterLab on the chapters: a double-click opens a chapter (MyST Markdown) as a notebook through
 # jupytext (book/lab/overrides.json, installed as a settings override of this Python's JupyterLab),
-# and opening one does not mark it modified (book/lab/jupyter_server_config.py).
+# and opening one does not mark it modified (book/lab/jupyter_server_config.py). As root (GPU nodes,
+# containers) JupyterLab refuses to start without --allow-root, so root gets it.
 lab: $(SETUP)
 	@settings="$$($(PY) -c 'import sys; print(sys.prefix)')/share/jupyter/lab/settings/overrides.d"; \
 	mkdir -p "$$settings" && cp book/lab/overrides.json "$$settings/pe-blackwell.json" && \
 	echo "lab: chapters open as notebooks ($$settings/pe-blackwell.json)"
-	$(PY) -m jupyterlab --config=book/lab/jupyter_server_config.py book/chapters
+	$(PY) -m jupyterlab --config=book/lab/jupyter_server_config.py $(if $(filter 0,$(shell id -u)),--allow-root) book/chapters
 
 clean:
 	rm -rf book/_build .pytest_cache

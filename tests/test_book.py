@@ -234,6 +234,7 @@ async () => {
   }
   for (const img of art.querySelectorAll('div.cell_output img')) {
     facts.images.push({src: img.currentSrc || img.src, alt: img.alt, width: img.getBoundingClientRect().width,
+                       naturalWidth: img.naturalWidth, shown: img.offsetParent !== null,
                        complete: img.complete && img.naturalWidth > 0});
   }
   for (const s of art.querySelectorAll('.pe-sweep')) {
@@ -257,6 +258,37 @@ async () => {
   for (const el of art.querySelectorAll('.jupyter-widgets, .widget-area, script[type*="jupyter-widget"]')) {
     facts.widgetDebris.push(el.className || el.type);
   }
+  // the reader's measures: words, height, where the first figure or diagram starts, diagrams, exercises
+  const visible = (el) => el.offsetParent !== null && el.getBoundingClientRect().height > 0;
+  const words = (t) => (t.match(/\S+/g) || []).length;
+  let listingWords = 0;
+  for (const l of art.querySelectorAll('.pe-listing')) { if (visible(l)) listingWords += words(l.innerText); }
+  const tops = [];
+  for (const el of art.querySelectorAll('div.cell_output img, figure.pe-diagram, article figure img')) {
+    const r = el.getBoundingClientRect();
+    if (visible(el) && r.width > 60 && r.height > 40) tops.push(r.top + window.scrollY);
+  }
+  facts.metrics = {words: words(art.innerText), wordsOutsideListings: words(art.innerText) - listingWords,
+                   height: document.documentElement.scrollHeight,
+                   firstFigure: tops.length ? Math.round(Math.min(...tops)) : null,
+                   figures: art.querySelectorAll('div.cell_output img').length,
+                   diagrams: art.querySelectorAll('figure.pe-diagram').length,
+                   exercises: art.querySelectorAll('.pe-exercise').length};
+  facts.diagrams = [];
+  for (const f of art.querySelectorAll('figure.pe-diagram')) {
+    const svg = f.querySelector('svg');
+    const r = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+    const vb = svg && svg.viewBox && svg.viewBox.baseVal ? svg.viewBox.baseVal.width : 0;
+    const sizes = svg ? Array.from(svg.querySelectorAll('text')).filter(t => t.textContent.trim())
+                          .map(t => parseFloat(t.getAttribute('font-size') || getComputedStyle(t).fontSize)) : [];
+    facts.diagrams.push({kind: f.dataset.kind, stage: f.dataset.stage, width: r.width, height: r.height,
+                         texts: sizes.length, minTextPx: sizes.length && vb ? Math.min(...sizes) * r.width / vb : 0,
+                         caption: (f.querySelector('figcaption') || {}).textContent || ''});
+  }
+  facts.stderr = Array.from(art.querySelectorAll('.output.stderr, .stderr')).map(e => e.innerText.slice(0, 300));
+  facts.outputs = Array.from(art.querySelectorAll('div.cell_output')).map(e => e.innerText).join('\n');
+  facts.sourceLinks = Array.from(art.querySelectorAll('a.pe-src')).map(a => a.getAttribute('href'));
+  facts.text = art.innerText;
   const text = art.innerText;
   // a widget shown only by its plain-text stand-in has no offline view: nothing to move in the book
   for (const w of ['VBox(children', 'Loading widget', 'HBox(children', 'IntSlider(', 'in a live Jupyter kernel']) {
@@ -402,12 +434,24 @@ def test_no_error_row_shown_as_a_result(visits, page):
 
 @pytest.mark.browser
 def test_search_finds_tcgen05(server, browser_context):
+    """The search page finds tcgen05, ranks pages by how much they use it (scores never rise down the
+    list; not the title order), and takes its snippets from prose, not diffs or code."""
     pg = browser_context.new_page()
     pg.goto(server + "search.html?q=tcgen05", wait_until="load")
     pg.wait_for_function("document.querySelectorAll('#search-results ul.search li').length > 0", timeout=30000)
-    hits = pg.eval_on_selector_all("#search-results ul.search li a", "els => els.map(e => e.textContent)")
+    pg.wait_for_function("Array.from(document.querySelectorAll('#search-results ul.search li'))"
+                         ".every(li => li.querySelector('p.context'))", timeout=30000)
+    hits = pg.eval_on_selector_all("#search-results ul.search li a",
+                                   "els => els.map(e => [e.textContent, parseFloat(e.dataset.score)])")
+    snippets = pg.eval_on_selector_all("#search-results ul.search li p.context", "els => els.map(e => e.textContent)")
     pg.close()
     assert len(hits) >= 3, hits
+    scores = [s for _, s in hits]
+    assert scores == sorted(scores, reverse=True), f"results not ordered by score: {hits}"
+    titles = [t for t, _ in hits]
+    assert titles != sorted(titles), f"results in title order: {titles}"
+    for sn in snippets:
+        assert not re.search(r"(^|\s)(@@|\+\+\+|---\s)|\n[+-]", sn), f"diff debris in a snippet: {sn[:160]!r}"
 
 
 @pytest.mark.browser
@@ -420,11 +464,175 @@ def test_pages_are_in_the_toc_order_and_link_the_repository(visits, server, brow
     assert any(h and h.endswith(".ipynb") for h in dl), dl
 
 
+# ---- the book as a book: measures, diagrams, exercises, legible figures, clean outputs ----------------
+
+# The targets (issue "The book as a book"): words per page (the prose, code and outputs a reader sees,
+# folded blocks and the one whole-kernel listing left out), and where the first figure or diagram starts.
+WORDS_MAX = 3000
+FIRST_FIGURE_MAX_PX = 1500
+MIN_TEXT_PX = 9.0
+# Pages held to other limits, each with the reason (the closing note of the issue repeats them).
+WORDS_EXEMPT = {}
+FIRST_FIGURE_EXEMPT = {}
+# Chapters that teach a Blackwell stage or idea: each draws at least one diagram and poses an exercise.
+BLACKWELL = [c for c in CHAPTERS if c.split("/")[-1].startswith(("nvfp4_", "fp8_", "seeing_", "gonogo_", "tma_store"))
+             or c.endswith("how_we_know")]
+HOPPER = [c for c in CHAPTERS if c.split("/")[-1].startswith("hopper_")]
+
+
+def metrics_table(visits) -> list[dict]:
+    rows = []
+    for page in PAGES:
+        m = dict(visits[page].facts["metrics"])
+        rows.append({"page": page.removeprefix("chapters/").removesuffix(".html"), **m})
+    return rows
+
+
+@pytest.mark.browser
+def test_page_metrics(visits):
+    """Per page: words, height, first figure, figures, diagrams, exercises; printed and written as JSON
+    (PE_BOOK_METRICS=<file> keeps it)."""
+    import json
+
+    rows = metrics_table(visits)
+    out = os.environ.get("PE_BOOK_METRICS")
+    if out:
+        Path(out).write_text(json.dumps(rows, indent=1) + "\n")
+    head = f"{'page':24} {'words':>6} {'no-list':>7} {'height':>7} {'1st fig':>7} {'figs':>4} {'diag':>4} {'ex':>3}"
+    lines = [head] + [f"{r['page']:24} {r['words']:6} {r['wordsOutsideListings']:7} {r['height']:7} "
+                      f"{str(r['firstFigure']):>7} {r['figures']:4} {r['diagrams']:4} {r['exercises']:3}" for r in rows]
+    sys.stderr.write("\n[book metrics]\n" + "\n".join(lines) + "\n")
+    assert rows and all(r["height"] > 0 for r in rows)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_page_within_targets(visits, page):
+    m = visits[page].facts["metrics"]
+    name = page.removesuffix(".html")
+    if name not in WORDS_EXEMPT:
+        assert m["wordsOutsideListings"] <= WORDS_MAX, f"{page}: {m['wordsOutsideListings']} words (> {WORDS_MAX})"
+    if name not in FIRST_FIGURE_EXEMPT:
+        assert m["firstFigure"] is not None and m["firstFigure"] <= FIRST_FIGURE_MAX_PX, \
+            f"{page}: first figure or diagram at {m['firstFigure']} px (> {FIRST_FIGURE_MAX_PX})"
+
+
+@pytest.mark.browser
+def test_every_chapter_draws_and_asks(visits):
+    """A drawn diagram on every Blackwell chapter and on each Hopper chapter, an exercise on every Blackwell
+    chapter, and at least three in the Hopper part."""
+    bad = []
+    for c in BLACKWELL + HOPPER:
+        m = visits[f"{c}.html"].facts["metrics"]
+        if m["diagrams"] < 1:
+            bad.append(f"{c}: no diagram")
+        if c in BLACKWELL and m["exercises"] < 1:
+            bad.append(f"{c}: no exercise")
+    assert HOPPER, "the Hopper part has no chapter"
+    n_hopper = sum(visits[f"{c}.html"].facts["metrics"]["exercises"] for c in HOPPER)
+    if n_hopper < 3:
+        bad.append(f"the Hopper part poses {n_hopper} exercises (< 3)")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_diagrams_render(visits, page):
+    """Every drawn diagram is visible, has text, and none of it renders below 9 CSS px; its caption names
+    its evidence."""
+    for d in visits[page].facts["diagrams"]:
+        assert d["width"] > 200 and d["height"] > 60, f"{page}: {d['kind']} of {d['stage']} not visible ({d})"
+        assert d["texts"] >= 3, f"{page}: {d['kind']} of {d['stage']} has no text"
+        assert d["minTextPx"] >= MIN_TEXT_PX, f"{page}: {d['kind']} text at {d['minTextPx']:.1f} px"
+        assert evidence.kinds_in(d["caption"]), f"{page}: {d['kind']} caption names no evidence: {d['caption']!r}"
+
+
+def _png_meta(data: bytes, key: str) -> str | None:
+    m = re.search(re.escape(key).encode() + rb"\x00([0-9.]+)", data)
+    return m.group(1).decode() if m else None
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_figure_text_legible(visits, page, server, built):
+    """No figure's text renders below 9 CSS px at the width the page shows it (pelib writes each figure's
+    smallest text size at 1x into its PNG; a figure shown narrower than drawn shrinks it)."""
+    bad = []
+    for im in visits[page].facts["images"]:
+        if not im["shown"] or not im["naturalWidth"]:
+            continue
+        data = _image_bytes(im["src"], server, built.html)
+        px = _png_meta(data, "pe:min-text-px")
+        if px is None:
+            bad.append(f"no text-size record: {im['alt'][:60]!r}")
+            continue
+        shown = float(px) * im["width"] / (im["naturalWidth"] / 2)
+        if shown < MIN_TEXT_PX:
+            bad.append(f"{shown:.1f} px: {im['alt'][:80]!r}")
+    assert not bad, f"{page}:\n  " + "\n  ".join(bad)
+
+
+_ABS_PATH = re.compile(r"(?<![\w.:/])/(?:home|work|tmp|root|usr|opt|var|private)/[\w.+-]+/")
+_RAW_CELL = re.compile(r"^(True|False|None|nan|\{'.*|\[\{.*)$")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_outputs_clean(visits, page):
+    """No warning, stderr or absolute path of the build machine in any output; no raw Python (True, False,
+    None, a dict) in a result table's cell, and no cell longer than a short paragraph."""
+    f = visits[page].facts
+    assert not f["stderr"], f"{page}: stderr output: {f['stderr'][:2]}"
+    for word in ("UserWarning", "DeprecationWarning", "RuntimeWarning", "Warning:"):
+        assert word not in f["outputs"], f"{page}: an output shows {word}"
+    m = _ABS_PATH.search(f["outputs"])
+    assert not m, f"{page}: an output shows a path of the build machine: {f['outputs'][max(0, m.start() - 60):m.end() + 40]!r}"
+    for t in f["tables"]:
+        for c in t["cells"]:
+            assert not _RAW_CELL.match(c.strip()), f"{page}: raw Python in a table cell: {c[:80]!r} ({t['caption'][:60]!r})"
+            assert len(c) <= 400, f"{page}: a table cell of {len(c)} characters: {c[:100]!r}"
+
+
+@pytest.mark.browser
+def test_stage_sources_open_as_pages(visits, server, browser_context):
+    """A stage header's link opens the source as a highlighted HTML page (not a download)."""
+    links = [(p, h) for p in PAGES for h in visits[p].facts["sourceLinks"]]
+    assert links, "no page links a stage source"
+    pg = browser_context.new_page()
+    for page, href in links[:3] + links[-2:]:
+        assert href.endswith(".html"), f"{page} links {href}, not its HTML page"
+        resp = pg.goto(server + "chapters/" + href, wait_until="load")
+        assert resp.ok and "text/html" in resp.headers.get("content-type", ""), (href, resp.headers)
+        assert pg.locator("pre").count() == 1 and "__global__" in pg.locator("pre").inner_text()
+        assert pg.locator("#L1").count() == 1
+    pg.close()
+
+
+@pytest.mark.browser
+def test_reported_defects_stay_fixed(visits):
+    """The preface places the problem where its own roofline and floors put it (computed by pelib.sol);
+    How we know calls the emulator's evidence emulated; no page plants a mistake through the old mistake
+    panel whose figure warned (the exercises do it now)."""
+    pre = visits[PAGES[0]].facts
+    assert "near the ridge" in pre["outputs"] and "far left" not in pre["outputs"]
+    how = next(v for p, v in visits.items() if "how_we_know" in p).facts
+    assert "All numbers above are emulated" in how["text"] and "All numbers above are modelled" not in how["text"]
+    for page, v in visits.items():
+        assert "A planted mistake in" not in v.facts["outputs"], f"{page} still shows an old mistake panel"
+
+
+@pytest.mark.browser
+def test_landing_pages_say_where_the_code_is(visits):
+    for page in (PAGES[0], next(p for p in PAGES if "first_hour" in p)):
+        text = visits[page].facts["outputs"]
+        assert "pe-blackwell-" in text or "git clone http" in text, f"{page} does not say where to get the code"
+
+
 # Screenshots of three pages as a reader sees them (PE_SCREENSHOTS=<folder> to write them; the committed
 # ones are book/_static/screenshots/). Each is scrolled to the thing it shows.
-SCREENSHOTS = [("chapters/preface.html", "section#the-problem", "preface.png"),
-               ("chapters/fp8_pipeline_stages.html", ".pe-sweep", "fp8_pipeline_stages_sweep.png"),
-               ("chapters/hopper_twin.html", ".pe-table:has(.pe-table-note)", "hopper_twin_table.png")]
+SCREENSHOTS = [("chapters/preface.html", "figure.pe-diagram", "preface.png"),
+               ("chapters/fp8_warp_specialized.html", ".pe-exercise", "fp8_warp_specialized_exercise.png"),
+               ("chapters/fp8_persistent.html", "figure.pe-diagram", "fp8_persistent_schedule.png")]
 
 
 @pytest.mark.browser

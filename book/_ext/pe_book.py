@@ -9,14 +9,24 @@
   chapters' links to them work.
 - The repository this book was built from is downloadable as a source archive of that commit
   (`_downloads/<name>-<rev>.tar.gz`), linked from every page's header.
+- Every kernel source under `src/kernels/` also becomes an HTML page beside its copy (`<file>.html`,
+  highlighted, with line anchors `#L12`), and the chapters' links to a stage open that page: served over
+  HTTP a `.cu` file would be downloaded (`application/cu-seeme`), not shown.
+- The search page ranks the pages by how often they use the query's words (the Sphinx index carries no
+  term frequencies; `_static/pe-search.js`, written at the end of the build, does) and builds its
+  snippets from prose, not from code, diffs or tables.
 - Kernels started by the build see PELIB_BOOK_BUILD=1, so widgets embed their precomputed offline views.
 """
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -26,26 +36,24 @@ BOOK = Path(__file__).resolve().parents[1]
 REPO = BOOK.parent
 VENDOR = BOOK / "_vendor"
 KERNELS = REPO / "src" / "kernels"
-ARCHIVE_NAME = "pe-blackwell"
+sys.path.insert(0, str(REPO / "src"))   # pelib.repository: the one reader of the repository's address
+from pelib import repository  # noqa: E402
+
+ARCHIVE_NAME = repository.ARCHIVE
 # Chapters link to stage sources relative to the chapter file (book/chapters/x.md -> ../../src/kernels/...),
-# which is right in JupyterLab; the built page sits one level higher (chapters/x.html -> ../src/kernels/...).
-SOURCE_LINK = re.compile(r'href="\.\./\.\./src/kernels/')
+# which is right in JupyterLab; the built page sits one level higher (chapters/x.html -> ../src/kernels/...)
+# and links the source's HTML page (x.cu -> x.cu.html).
+SOURCE_LINK = re.compile(r'href="\.\./\.\./src/kernels/([^"#]+?\.(?:cu|cuh|h|cpp))"')
+SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".cpp", ".c", ".hpp")
 _DROP_SCRIPT = ("sphinx-thebe", "THEBE_JS_URL", "require.min.js", "embed-amd.js", "thebe@")
 
 
 def _revision() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=7", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unversioned"
+    return repository.revision()
 
 
 def _archive_name(app: Sphinx) -> str:
-    return f"{ARCHIVE_NAME}-{app.config.pe_revision}.tar.gz"
+    return repository.archive_name(app.config.pe_revision)
 
 
 def builder_inited(app: Sphinx) -> None:
@@ -81,8 +89,12 @@ def page_context(app: Sphinx, pagename: str, templatename: str, context: dict, d
     if doctree is not None and pagename.startswith("chapters/"):
         context["ipynb_source"] = f"{pagename}.ipynb"
     if "body" in context:
-        context["body"] = SOURCE_LINK.sub('href="../src/kernels/', context["body"])
+        context["body"] = SOURCE_LINK.sub(r'href="../src/kernels/\1.html"', context["body"])
     context["pe_archive"] = f"_downloads/{_archive_name(app)}"
+    if pagename == "search" and context.get("script_files") is not None:
+        from sphinx.builders.html._assets import _JavaScript
+
+        context["script_files"].append(_JavaScript("_static/pe-search.js"))
 
 
 def header_buttons(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
@@ -90,7 +102,7 @@ def header_buttons(app: Sphinx, pagename: str, templatename: str, context: dict,
     buttons = context.get("header_buttons")
     if buttons is None:
         return
-    url = app.config.pe_repository_url or context["pathto"](context["pe_archive"], 1)
+    url = app.config.pe_repository_url or repository.url() or context["pathto"](context["pe_archive"], 1)
     buttons.insert(0, {"type": "link", "url": url, "tooltip": "The repository this book was built from",
                        "icon": "fas fa-code-branch", "label": "repository-button", "text": "",
                        "classes": "pst-navbar-icon"})
@@ -114,6 +126,8 @@ def build_finished(app: Sphinx, exception) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(KERNELS, dest, ignore=shutil.ignore_patterns("*.pyc", "__pycache__"))
+    _source_pages(dest, app.config.pe_revision)
+    _search_weights(app, out)
     archive = out / "_downloads" / _archive_name(app)
     archive.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -124,6 +138,63 @@ def build_finished(app: Sphinx, exception) -> None:
         shutil.make_archive(str(archive).removesuffix(".tar.gz"), "gztar", REPO.parent, REPO.name)
         if not archive.exists():
             raise ExtensionError(f"could not write the source archive: {e}") from e
+
+
+_PAGE_CSS = ("body{font-family:system-ui,sans-serif;margin:1.2em auto;max-width:60em;padding:0 1em;color:#1b1f23}"
+             "pre{font-size:13px;line-height:1.45;overflow-x:auto;background:#f6f8fa;padding:.6em .8em}"
+             "a.pe-lineno{color:#8b949e;text-decoration:none;display:inline-block;min-width:3.2em;"
+             "text-align:right;padding-right:.8em;user-select:none}"
+             ":target{background:#fff8c5}header{font-size:.92em;margin-bottom:.6em}")
+
+
+def _source_pages(root: Path, rev: str) -> None:
+    """Each kernel source as an HTML page beside its copy: highlighted, numbered, every line an anchor."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import CppLexer
+
+    fmt = HtmlFormatter(nowrap=True)
+    style = fmt.get_style_defs(".highlight")
+    for src in sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES and p.is_file()):
+        rel = src.relative_to(root.parent.parent).as_posix()        # src/kernels/fp8/00_ws_cta1.cu
+        body = highlight(src.read_text(), CppLexer(stripnl=False), fmt).split("\n")
+        lines = "\n".join(f'<span id="L{i}"><a class="pe-lineno" href="#L{i}">{i}</a>{ln}</span>'
+                           for i, ln in enumerate(body[:-1] if body and body[-1] == "" else body, 1))
+        depth = "../" * (len(src.relative_to(root.parent.parent).parts) - 1)
+        page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(rel)}</title>'
+                f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+                f'<style>{_PAGE_CSS}{style}</style></head><body><header><strong>{html.escape(rel)}</strong> '
+                f'at commit {html.escape(rev)} · <a href="{html.escape(src.name)}">plain text</a> · '
+                f'<a href="{depth}chapters/preface.html">the book</a></header>'
+                f'<div class="highlight"><pre>{lines}</pre></div></body></html>')
+        src.with_name(src.name + ".html").write_text(page)
+
+
+_ARTICLE = re.compile(r'<article class="bd-article"[^>]*>(.*?)</article>', re.S)
+_TAGS = re.compile(r"<[^>]+>")
+_SKIP = re.compile(r"<(script|style)\b.*?</\1>", re.S)
+_WORD = re.compile(r"[a-z][a-z0-9_]+|[0-9]+[a-z][a-z0-9_]*")
+
+
+def _search_weights(app: Sphinx, out: Path) -> None:
+    """_static/pe-search.js: for each page, how often it uses each word (the ranking the search page adds
+    to Sphinx's), the pages' book order (ties), and the snippet rule (prose only)."""
+    order = {d: i for i, d in enumerate(app.env.toctree_includes.get(app.config.root_doc, []))}
+    order.setdefault(app.config.root_doc, -1)
+    counts = {}
+    for docname in sorted(app.env.found_docs):
+        page = out / f"{docname}.html"
+        if not page.is_file():
+            continue
+        m = _ARTICLE.search(page.read_text())
+        text = html.unescape(_TAGS.sub(" ", _SKIP.sub(" ", m.group(1) if m else "")))
+        c = Counter(_WORD.findall(text.lower()))
+        counts[docname] = {w: n for w, n in c.items() if n >= 2 and len(w) >= 3}
+    data = {"counts": counts, "order": order}
+    (out / "_static" / "pe-search.js").write_text(
+        "// Written by book/_ext/pe_book.py: per-page word counts for ranking, and prose-only snippets.\n"
+        f"window.PE_SEARCH = {json.dumps(data, separators=(',', ':'), sort_keys=True)};\n"
+        + (BOOK / "_static" / "pe-search-rank.js").read_text())
 
 
 def setup(app: Sphinx) -> dict:

@@ -98,6 +98,10 @@ def _numeric(v) -> bool:
 
 
 def _fmt(v) -> str:
+    if v is None:            # a missing value reads as a dash, never as Python's None
+        return "—"
+    if isinstance(v, bool):  # a yes/no cell, never True/False
+        return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.1f}"
     if isinstance(v, int) and not isinstance(v, bool):

@@ -9,7 +9,9 @@ from .. import descriptors as D
 from .. import emulate as E
 from .. import launch, results, tma
 from ..build import build
+from ..facts import Table
 from ..paths import KERNELS
+from .diagrams import QUARTER
 
 EMULATED = "emulated (pelib.emulate, from the PTX ISA and CUTLASS)"
 
@@ -97,35 +99,89 @@ def descriptor_bits_figure(desc: int, what: str = "umma_smem"):
 
 def tmem_cta_pair_figure(n: int = 256, epi_ld_x: int = 32, acc_col: int = 0):
     """The cta_group::2 M=256 accumulator: which CTA, TMEM lane quarter (= epilogue warp) and ld chunk
-    holds each output element, and what CTA 0's TMEM looks like."""
+    holds each output element, and what CTA 0's TMEM looks like. Each lane quarter has one colour in both
+    panels (pelib.views.diagrams.QUARTER, the diagrams' colours); CTA 1's rows are drawn lighter."""
+    from matplotlib.colors import ListedColormap, to_rgb
+
     plt = _plt()
     amap = E.tmem_accumulator_map(256, n, 2, acc_col)
     cta, lane, col = amap[..., 0], amap[..., 1], amap[..., 2]
     warp_q = lane // 32
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    light = [tuple(0.55 + 0.45 * c for c in to_rgb(q)) for q in QUARTER]
+    cmap = ListedColormap([to_rgb(q) for q in QUARTER] + light)        # 0-3: CTA 0's quarters, 4-7: CTA 1's
+    fig, axes = plt.subplots(2, 1, figsize=(7.6, 8.4))
     code = cta * 4 + warp_q
-    axes[0].imshow(code, cmap="tab20c", aspect="auto", interpolation="nearest")
+    axes[0].imshow(code, cmap=cmap, vmin=-0.5, vmax=7.5, aspect="auto", interpolation="nearest")
     for v in range(2):
         for q in range(4):
-            axes[0].text(n / 2, 128 * v + 32 * q + 16, f"CTA {v}, lanes {32 * q}-{32 * q + 31}: warp%4 = {q}",
-                         ha="center", va="center", fontsize=8)
+            axes[0].text(n / 2, 128 * v + 32 * q + 16, f"CTA {v}, lanes {32 * q}-{32 * q + 31}: warp % 4 = {q}",
+                         ha="center", va="center", fontsize=9)
     for c in range(0, n, epi_ld_x):
         axes[0].axvline(c - 0.5, color="white", lw=0.6)
     axes[0].set_title(f"D[256 x {n}] of one MMA: owner CTA and lane quarter\n(white lines: one "
-                      f"tcgen05.ld.32x32b.x{epi_ld_x} each)", fontsize=9)
+                      f"tcgen05.ld.32x32b.x{epi_ld_x} each)", fontsize=10)
     axes[0].set_xlabel("output column n")
     axes[0].set_ylabel("output row m")
     tm = np.full((128, 512), -1.0)
     sel = cta == 0
     tm[lane[sel], col[sel]] = warp_q[sel]
-    axes[1].imshow(np.ma.masked_less(tm, 0), cmap="tab10", vmin=0, vmax=9, aspect="auto", interpolation="nearest")
-    axes[1].set_title(f"CTA 0's TMEM (128 lanes x 512 columns): accumulator at columns {acc_col}..{acc_col + n - 1}",
-                      fontsize=9)
+    axes[1].imshow(np.ma.masked_less(tm, 0), cmap=ListedColormap([to_rgb(q) for q in QUARTER]), vmin=-0.5,
+                   vmax=3.5, aspect="auto", interpolation="nearest")
+    axes[1].set_title(f"CTA 0's TMEM (128 lanes x 512 columns):\naccumulator at columns {acc_col}..{acc_col + n - 1}",
+                      fontsize=10)
     axes[1].set_xlabel("TMEM column (32-bit)")
     axes[1].set_ylabel("TMEM lane")
-    fig.suptitle(EMULATED, fontsize=8)
+    fig.suptitle(f"The CTA pair's accumulator — {EMULATED}", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def quarter_colours(fig) -> list[list[tuple]]:
+    """Per panel of tmem_cta_pair_figure, the colours its image uses for lane quarters 0-3 of CTA 0 (what the
+    tests compare across panels)."""
+    out = []
+    for ax in fig.axes[:2]:
+        im = ax.images[0]
+        out.append([tuple(round(c, 3) for c in im.cmap(im.norm(q))[:3]) for q in range(4)])
+    return out
+
+
+def checked(r: dict) -> "Checked":
+    """An emulate_check result that still reads as a dict (r["ok"], r["max_abs_err"]) and shows as a table."""
+    return Checked(r)
+
+
+def checks_table(checks: dict, caption: str = "") -> Table:
+    """Several emulate_check results as one table, a row per labelled variant (what was changed)."""
+    rows = [{"variant": label, **Checked(r).row()} for label, r in checks.items()]
+    ev = next((r.get("evidence") for r in checks.values() if r.get("evidence")), EMULATED)
+    return Table(rows, f"{caption or 'One tile per variant, replayed from the exports'} — {ev}")
+
+
+class Checked(dict):
+    """One emulated tile against the reference: a dict, shown as a one-row table whose cells say what the
+    numbers mean (an error that is not finite, the issues the emulator found)."""
+
+    def row(self) -> dict:
+        err = self.get("max_abs_err")
+        bad = self.get("bad", self.get("elements_off_by_more_than_1ulp"))
+        if err is None:
+            err_text = "—"
+        elif not np.isfinite(err):
+            err_text = "not finite: some outputs are NaN or inf (the operands read are not A's and B's)"
+        else:
+            err_text = f"{err:.3g}"
+        ok = self.get("within_1ulp", self.get("ok"))
+        tile = self.get("tile")
+        return {"stage": self.get("stage", ""), "problem": self.get("problem", ""),
+                "tile": str(tuple(tile)) if isinstance(tile, (tuple, list)) else str(tile or ""),
+                "within one BF16 ulp": "yes" if ok else "no",
+                "elements off": bad if bad is not None else "—", "max |error|": err_text,
+                "what the emulator found": "; ".join(self.get("issues") or []) or "—"}
+
+    def _repr_html_(self) -> str:
+        return Table([self.row()], f"One output tile replayed from the stage's exports — "
+                                   f"{self.get('evidence', EMULATED)}")._repr_html_()
 
 
 def error_maps(results: dict, reference: np.ndarray):

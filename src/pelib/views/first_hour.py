@@ -47,7 +47,13 @@ def captured(name: str, *, head: int = 0, tail: int = 0, command: str = "", fold
         lines = cut if head + tail < len(lines) else lines
     m = _run_meta(folder)
     label = evidence.measured(m["device"], m["date"], f"git {git or m['git']}")
-    return Rendered("\n".join(lines), "text", f"{command} — output {label}" if command else label)
+    text = _OUT_DIR.sub("$OUT", "\n".join(lines))
+    return Rendered(text, "text", f"{command} — output {label}" if command else label)
+
+
+# The GPU machine's own output folder in a committed log (e.g. /root/out/h100) is that machine's path, not
+# the reader's: shown as $OUT, the folder the run was given.
+_OUT_DIR = re.compile(r"/(?:root|home/[^/\s]+|tmp|work)/out\b")
 
 
 def run_lines(keys=("fp8/09_persistent_megakernel", "fp8/01_cta2", "nvfp4/02_tma_store_epilogue",

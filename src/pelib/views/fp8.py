@@ -16,6 +16,7 @@ from ..kinds.fp8 import epi_columns, epilogue_map  # noqa: F401  (the chapters d
 from ..stage import Stage, find, lineage
 from ..stages import Rendered
 from . import plots, sim, widgets
+from .emulate_plots import checked
 
 ARCH = "sm_100a"
 FINAL = "09_persistent_megakernel"
@@ -220,7 +221,7 @@ def launch_config(name: str, problem="siglip2", defines: dict | None = None, sm_
 
 def emulate_check(name: str, problem="small", tile=(1, 0), defines: dict | None = None, **kw) -> dict:
     """One cluster tile emulated from the stage's exports against the torch reference (within one BF16 ulp)."""
-    return stage(name, defines).emulate_check(problem, tile, **kw)
+    return checked(stage(name, defines).emulate_check(problem, tile, **kw))
 
 
 def staging_sample(name: str = "07_smem_staged_epilogue", defines: dict | None = None, picks=None) -> Table:
@@ -537,23 +538,25 @@ def sweep_point(which: str, v: int, default: int):
     pts = [(o, rec[o]["ms"]) for o in opts if isinstance(rec.get(o), dict) and rec[o].get("ms")]
     ax.plot([o for o, _ in pts], [m for _, m in pts], "o-", color="#2e86c1")
     for o, m in pts:
-        ax.text(o, m, f" {m:g}", fontsize=8, va="bottom")
+        ax.text(o, m, f" {m:g}", fontsize=9, va="bottom")
     ax.axvline(v, color="k", lw=1.5, alpha=0.6)
-    ax.text(v, 0.04, f" {define}={v}", transform=ax.get_xaxis_transform(), fontsize=8)
+    ax.text(v, 0.04, f" {define}={v}", transform=ax.get_xaxis_transform(), fontsize=9)
     ax.set_xticks(list(opts))
     ax.set_xlabel(define)
     ax.set_ylabel("ms on a B200")
-    ax.set_title(plots.evidence_label("recorded", src), fontsize=8)
+    if pts:   # from zero: a 3 % change must not look like a cliff
+        ax.set_ylim(0, max(m for _, m in pts) * 1.25)
+    ax.set_title(plots.evidence_label("recorded", src), fontsize=9)
     smem, limit = b.exports["smem_bytes"], b.exports["smem_limit"]
     bx.bar([0], [smem], width=0.5, color="#2e86c1" if smem <= limit else "#c0392b")
     bx.axhline(limit, color="red", ls="--", lw=1)
-    bx.text(0.55, limit, f"per-block limit\n{limit:,} B", fontsize=7, color="red", ha="center", va="bottom")
-    bx.text(0, smem / 2, f"{smem:,} B", rotation=90, ha="center", va="center", color="white", fontsize=8)
+    bx.text(0.55, limit, f"per-block limit\n{limit:,} B", fontsize=9, color="red", ha="center", va="bottom")
+    bx.text(0, smem / 2, f"{smem:,} B", rotation=90, ha="center", va="center", color="white", fontsize=9)
     bx.set_xlim(-0.5, 0.85)
     bx.set_ylim(0, limit * 1.25)
     bx.set_xticks([])
     bx.set_ylabel("dynamic shared memory (B)")
-    bx.set_title("shared memory: compiled", fontsize=8)
+    bx.set_title("shared memory: compiled", fontsize=9)
     fig.tight_layout()
     h, h0 = b.histogram, b0.histogram
     delta = [{"SASS opcode": op, f"{define}={default}": h0.get(op, 0), f"{define}={v}": h.get(op, 0),
@@ -563,8 +566,9 @@ def sweep_point(which: str, v: int, default: int):
     point = Table([sweep_row(which, v)], f"{define}={v} — registers/SMEM {label}; ms recorded ({src})")
     simulated = sim.sweep_panel(stage(name, {define: v}), problem=sweep_problem(name))   # run on the simulator
     if not delta:
-        return [fig, point, f"The SASS of {define}={v} has the same opcode counts as the default "
-                            f"{define}={default} ({label}).", *simulated]
+        same = ("This is the default build." if v == default else
+                f"The SASS of {define}={v} has the same opcode counts as the default {define}={default} ({label}).")
+        return [fig, point, same, *simulated]
     return [fig, point, Table(delta, f"SASS opcodes that change against {define}={default} — {label}"), *simulated]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import html
 
-from ..notebook import figure_png, figure_text
+from ..notebook import COLUMN_PX, MIN_POINTS, figure_png, figure_text, fit_to_column, min_text_px  # noqa: F401
 
 
 def figure_html(fig, alt: str = "") -> str:

@@ -10,6 +10,7 @@ from ..models.overlap import SHAPES, STAGE_COUNTS, modelled_sweep, recorded_swee
 from ..stage import Stage
 from ..stages import Rendered
 from . import plots, sim, widgets
+from .emulate_plots import checked
 
 RECORD_NOTE = "nvfp4-gemm-optimization-log.md"
 # The SASS opcode of tcgen05.mma.kind::mxf4nvf4.block_scale.block16, as nvdisasm (CUDA 13) prints it:
@@ -166,7 +167,7 @@ def emulate_check(name: str = "00_single_stage", stages: int | None = None, prob
     """One tile emulated from the stage's exports against pelib.reference (FP16 outputs, within one ulp);
     the problem defaults to 128 x 256 x 2048 (8 K tiles: every ring wraps); overrides change exports."""
     r = stage(name, stages, **(defines or {})).emulate_check(problem, tile, seed, overrides=overrides)
-    return {**r, "stage": _label(name, stages)}
+    return checked({**r, "stage": _label(name, stages)})
 
 
 # ---- recorded and modelled ------------------------------------------------------------------------

@@ -271,6 +271,33 @@ def roofline(gpu: str = "B200", precision: str = "fp8", points: Mapping | None =
     return fig
 
 
+class Position(str):
+    """Where a problem sits on a GPU's roofline, in one sentence computed from pelib.sol (modelled)."""
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f'<div class="pe-note">{html.escape(self)}</div>'
+
+
+def roofline_position(problem=None, gpu: str = "B200", near: float = 2.0) -> Position:
+    """The problem's intensity against the GPU's ridge (peak FLOPs over bandwidth) and its two floors: 'near
+    the ridge' when the intensity is within a factor `near` of the ridge, else left (memory-bound) or right
+    (compute-bound) of it. Every number is pelib.sol's (datasheet arithmetic: modelled)."""
+    p = problem or problems.patch_embed("siglip2")
+    f = sol.floor(p, sol.spec(gpu))
+    ridge = f.peak_tflops * 1e12 / (f.bw_tb_s * 1e12)
+    ratio = f.intensity / ridge
+    where = ("near the ridge" if 1 / near <= ratio <= near else
+             "left of the ridge (memory-bound)" if ratio < 1 else "right of the ridge (compute-bound)")
+    lead = "memory" if f.t_memory_s >= f.t_compute_s else "compute"
+    gap = abs(f.t_memory_s - f.t_compute_s) / min(f.t_memory_s, f.t_compute_s)
+    return Position(f"{p.name} on the {gpu}: {f.intensity:,.0f} FLOP per byte of minimum traffic against a ridge "
+                    f"of {ridge:,.0f} ({ratio:.2f} of it): {where}. Compute floor {f.t_compute_s * 1e6:,.0f} µs, "
+                    f"memory floor {f.t_memory_s * 1e6:,.0f} µs: the {lead} floor is the larger, by {gap:.0%} "
+                    f"({evidence_label('modelled')}, datasheet peak and bandwidth).")
+
+
 def stage_sweep():
     """NVFP4 time vs num_ab_stage for the three shapes, with the 6-stage and adaptive points."""
     sweep = records.nvfp4_stage_sweep()
