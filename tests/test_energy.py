@@ -30,6 +30,12 @@ def test_entries_name_what_they_run_and_refuse_what_does_not_fit():
     assert names[:4] == ["06", "10", "cuBLAS fast-accum GEMM", "cuBLAS GEMM"]
     assert all(x.probe and x.bursts_only for x in energy.PROBES)
     assert {x.stage for x in energy.STAGES if x.stage} >= set(energy.NEW_STAGES) | set(energy.PARENTS)
+    # the stages run: every sub-stage beside its declared parent, 06, 10, cuBLAS and the probes of 06
+    from pelib.stage import Stage
+    have = {x.stage for x in energy.STAGES if x.stage}
+    assert all(Stage(k).header.parent in have for k in energy.NEW_STAGES)
+    assert {"sm90/06a_multicast_a", "sm90/06b_one_prefetcher", "sm90/07b_multicast_a"} <= set(energy.NEW_STAGES)
+    assert [x for x in energy.STAGES if x.probe] == energy.PROBES and energy.CUBLAS[0] in energy.STAGES
     assert energy.rotate([1, 2, 3], 1) == [2, 3, 1] and energy.rotate([1, 2, 3], 4) == [2, 3, 1]
 
 
@@ -156,6 +162,7 @@ def test_measure_runs_every_regime_through_stand_ins(fake_run):
     assert r06["J/launch (random)"] > 0 and "burst ms (zeros)" in r06 and "sustained ms (ones)" in r06
     assert r06["x cuBLAS fast (burst)"] > 0 and r06["J / cuBLAS fast J"] > 0
     assert "06" in energy.format_summary(rows) and any("[sustained] 06 zeros" in x for x in logs)
+    assert set(res["launch"]) == {"06", energy.PROBES[2].name} and res["launch"]["06"]["block"] == [384, 1, 1]
 
 
 def test_measure_without_nvml_still_times(fake_run):
@@ -304,3 +311,22 @@ def test_main_composes_the_report(tmp_path, monkeypatch, capsys):
     assert r06["launch clock (GHz)"] == pytest.approx(1.45)
     out = capsys.readouterr().out
     assert "per 64 x 256 tile" in out and "wrote" in out
+
+
+def test_stages_mode_runs_its_cluster_sub_stages_through_stand_ins(fake_run):
+    """The stages mode's new entries up to the launch: the cluster sub-stages (06a, 07b) and 06b planned and
+    measured through the stand-in GPU like 06, each with its launch shape recorded (a cluster of three)."""
+    t = SMALL.make_inputs(seed=3)
+    fake_run["t"] = t
+    picked = [e for e in energy.STAGES if e.stage in ("sm90/06a_multicast_a", "sm90/07b_multicast_a",
+                                                      "sm90/06b_one_prefetcher")]
+    assert len(picked) == 3
+    res = energy.measure(picked, SMALL, t, {k: t[k].clone() for k in ("a", "b")}, dev=FakeDev(),
+                         info=fake_info("sm_90a"), iters=2, rounds={"random": 1}, inputs=("random",),
+                         log=lambda *a: None, sleep=lambda s: None)
+    assert {b["entry"] for b in res["burst"]} == {e.name for e in picked} and len(res["sustained"]) == 3
+    assert res["launch"]["06a"]["cluster"] == [3, 1, 1] and res["launch"]["06b"]["cluster"] == [1, 1, 1]
+    assert res["launch"]["07b"]["grid"][0] % 3 == 0
+    jobs = energy.plan_jobs(energy.STAGES, {"random": 3}, ("random",))
+    assert [j["entry"]["name"] for j in jobs if j["kind"] == "verify"] == [
+        e.name for e in energy.STAGES if e.stage and not e.probe]

@@ -8,6 +8,7 @@ from pelib import bench, build as B
 from pelib import descriptors, problems, stages, sweep
 from pelib.kinds import sm90
 from pelib.kinds.base import KindError
+from pelib.stage import Stage
 from pelib.models import protocol
 from pelib.views.hopper import sm90 as S
 
@@ -23,8 +24,8 @@ def stage_build(request):
 
 def test_all_stages_exist():
     assert [k for k in STAGE_KEYS if len(k) == 2] == ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"]
-    assert [k for k in STAGE_KEYS if len(k) == 3] == ["00a", "00b", "00c", "01a", "03a", "03b", "03c", "03d", "07a",
-                                                      "11a"]
+    assert [k for k in STAGE_KEYS if len(k) == 3] == ["00a", "00b", "00c", "01a", "03a", "03b", "03c", "03d", "06a",
+                                                      "06b", "07a", "07b", "11a"]
 
 
 def test_stage_compiles_without_spills(stage_build):
@@ -573,6 +574,53 @@ def test_window_order_simulated_through_both_phases():
     assert [t for t, _ in sched[0][:3]] == [0, 49, 98] and [t for t, _ in sched[3][:3]] == [1, 50, 99]
 
 
+def _body_diff(child: str, parent: str) -> tuple[list[str], list[str]]:
+    """The lines a stage removes from and adds to its parent's source below the header."""
+    import difflib
+
+    def body(k):
+        src = S(k).source
+        return src[src.index('#include "common/types.cuh"'):].splitlines()
+    d = list(difflib.unified_diff(body(parent), body(child), lineterm="", n=0))
+    return ([x[1:] for x in d if x.startswith("-") and not x.startswith("---")],
+            [x[1:] for x in d if x.startswith("+") and not x.startswith("+++")])
+
+
+def test_multicast_sub_stages_are_one_idea():
+    """06a and 07b take stage 05's A multicast onto 06 and 07a: the same removed and added lines below the
+    header against their parents (one idea twice), a (3, 1, 1) cluster of the three column blocks, A's L2
+    -> SM bytes a third of the parent's (modelled), and 07b keeps 07a's windowed comb order."""
+    assert _body_diff("06a", "06") == _body_diff("07b", "07a")
+    removed, added = _body_diff("06a", "06")
+    assert "  __syncthreads();" in removed and any("tma_load_2d_multicast" in x for x in added)
+    for k, par in (("06a", "06"), ("07b", "07a")):
+        cfg = S(k).launch_config(FULL, sm_count=132)
+        assert cfg.cluster == (3, 1, 1) and cfg.grid[0] % 3 == 0 and cfg.tiles == (FULL.m // 64) * 3
+        assert sm90.l2_traffic(S(k), FULL)["a"] * 3 == sm90.l2_traffic(S(par), FULL)["a"]
+    assert S("07b").exports["residue_windows"] == 1 and S("06a").exports.get("residue_order") is None
+    with pytest.raises(KindError, match="CLUSTER_N"):
+        S("06a", {"BLOCK_N": 192}).launch_config(FULL)      # 4 column blocks of 192: not a cluster of 3
+
+
+@pytest.mark.parametrize("key", ["06a", "07b"])
+def test_multicast_sub_stages_simulated_with_two_clusters(key):
+    """06a and 07b on the simulator with two clusters of three (two row groups; 07b through its windows and
+    their leftovers): every tile verified against torch."""
+    p = problems.PatchEmbed(name="windows", m=64 * 150, n=768, k=128, positions=196, tile={"m": 8, "n": 64, "k": 128})
+    r = S(key).run(p, "sim", seed=5, sim_seed=5, time=False, grid=6)
+    assert r["ok"] and r["sim"].ok, r["verify"]
+    assert tuple(r["launch"]["cluster"]) == (3, 1, 1)
+
+
+def test_one_prefetcher():
+    """06b: only the column-block-0 CTA of a row group issues A's L2 prefetches; nothing else differs from 06."""
+    removed, added = _body_diff("06b", "06")
+    assert [x for x in added if "n0 == 0" in x] == ["      if (n0 == 0)",
+                                                   "        if (n0 == 0 && i + PREFETCH_TILES < my_tiles)"]
+    assert len(removed) == 2 and len(added) == 4
+    assert S("06b").source.count("tma_prefetch_2d_l2") == S("06").source.count("tma_prefetch_2d_l2")
+
+
 def test_two_commit_groups_queued():
     """11a waits for wgmma groups down to two pending (11: one) and frees the stage two pieces back."""
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x2" in S("11a").build.sass
@@ -633,13 +681,16 @@ def test_sweep_memcheck_ignores_api_errors_and_ncu_keeps_named_metrics():
 def test_sweep_lists_the_new_stages_and_the_baseline_twice():
     todo = sweep.entries(["sm90"], variants=True)
     keys = {k.split("/")[1][:2] for k, _ in todo}
-    assert set(NEW_STAGES) <= keys and len(todo) + len(sweep.AGAIN) <= 50
+    # every stage file, then the variants: a bound on the list (make bench's budget cuts its tail, variants last)
+    assert set(NEW_STAGES) <= keys and len(todo) + len(sweep.AGAIN) <= 56
+    assert todo[:len(stages.family_stages("sm90"))] == [(Stage(p).key, {}) for p in stages.family_stages("sm90")]
     assert all(a in todo for a in sweep.AGAIN)      # the drift run repeats an entry of the sweep
 
 
 def test_the_declared_tree_in_reading_order():
     """views.hopper.tree_order draws the headers' Parent lines: every stage once, each after its parent,
-    the branches (05 from 04; 10 and 11 from 06; 09 from 07) one level deeper than their parent."""
+    the branches (05 from 04; 06a, 06b, 10 and 11 from 06; 08 and 09 from 07, whose line goes on through
+    07a and 07b, the larger subtree) one level deeper than their parent."""
     from pelib.stage import Stage
     from pelib.views import hopper as hv
     order = hv.tree_order([Stage(p) for p in stages.family_stages("sm90")])
@@ -650,8 +701,9 @@ def test_the_declared_tree_in_reading_order():
         if s.header.parent:
             par = s.header.parent.split("/")[-1].split("_")[0]
             assert names.index(par) < names.index(s.name.split("_")[0])
-    assert depth["04"] == depth["06"] == depth["07"] == depth["08"] == 0
-    assert depth["05"] == depth["10"] == depth["11"] == depth["09"] == depth["07a"] == depth["11a"] == 1
+    assert depth["04"] == depth["06"] == depth["07"] == depth["07a"] == depth["07b"] == 0
+    assert depth["05"] == depth["10"] == depth["11"] == depth["09"] == depth["08"] == depth["11a"] == 1
+    assert depth["06a"] == depth["06b"] == 1
 
 
 def test_tree_table_reads_the_committed_runs():

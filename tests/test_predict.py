@@ -162,7 +162,8 @@ def test_schedule_matches_the_simulated_loads():
     sched = a_schedule(ex, prob.m, prob.n, cfg.grid[0], s.kind.SIM_SM_COUNT)
     a_box = ex["tmap_a_box_rows"] * ex["tmap_a_box_cols"]
     for c in range(cfg.ctas):
-        loads = sum(1 for e in events if e["cta"] == c and e["kind"] == "tma_load" and e["tag"] == a_box)
+        loads = sum(1 for e in events if e["cta"] == c and e["kind"] == "tma_load"
+                    and e.get("bytes", e["tag"]) == a_box)   # the event's bytes (the first schema: its tag)
         assert loads == len(sched[c]) * (prob.k // ex.block_k)
 
 

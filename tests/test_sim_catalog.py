@@ -21,7 +21,7 @@ from pelib.stage import Stage
 
 def test_catalog_covers_the_families():
     fams = {f: C.of_family(f) for f in ("sm90", "fp8", "nvfp4")}
-    assert len(C.CATALOG) >= 20
+    assert len(C.CATALOG) >= 41
     assert len(fams["sm90"]) >= 8 and len(fams["fp8"]) >= 8 and len(fams["nvfp4"]) >= 3
     shown = [m for m in fams["sm90"] if m.gpu in ("deadlock", "wrong")]
     assert len(shown) >= 5 and {m.gpu for m in shown} == {"deadlock", "wrong"}
@@ -154,13 +154,18 @@ def test_agreement_rules():
 # ---- the committed H100 proof (results/2026-11-24-h100/sim_proof.json) --------------------------------------
 
 def test_committed_proof_is_whole_and_its_bytes_are_the_reference():
-    """The JSON covers every sm90 stage file and every sm90 mutation; each stored output hashes to its name;
-    the stages' GPU output is the CPU torch reference of the same exact inputs, bit for bit."""
+    """The JSON covers every sm90 stage file and every sm90 mutation (or pelib.sim_proof.AWAITING_GPU names it:
+    added after the proof was measured); each stored output hashes to its name; the stages' GPU output is the
+    CPU torch reference of the same exact inputs, bit for bit."""
     from pelib import sim_proof as P
     doc = P.load_proof()
     assert doc["name"].startswith("NVIDIA H100") and doc["driver"] and doc["date"] and doc["git"]
-    assert sorted(doc["stages"]) == sorted(s.key for s in P.sm90_stages())
-    assert sorted(doc["mutations"]) == sorted(m.id for m in P.sm90_mutations())
+    recorded = set(doc["stages"]) | set(doc["mutations"])
+    jobs = {s.key for s in P.sm90_stages()} | {m.id for m in P.sm90_mutations()}
+    assert recorded <= jobs, f"the proof records jobs that no longer exist: {sorted(recorded - jobs)}"
+    assert jobs - recorded == set(P.AWAITING_GPU), (
+        "every sm90 stage and mutation has an H100 record or is listed in pelib.sim_proof.AWAITING_GPU (emptied "
+        f"once `python -m pelib.sim_proof --device gpu --out <folder>` recorded it): {sorted(jobs - recorded)}")
     s = Stage("sm90/01_warp_specialized")
     prob = s.problem(P.PROBLEM)
     t = s.inputs(prob, P.SEED, "sim", exact=True)
@@ -177,7 +182,11 @@ def test_committed_proof_is_whole_and_its_bytes_are_the_reference():
         assert r["as_expected"] == C.gpu_expected(m, C.Outcome.from_dict(r["outcome"]))
         if m.gpu is not None:
             assert r["as_expected"], (mid, r["outcome"])
-            if m.gpu == "wrong":
+            if m.gpu == "wrong" and m.site == "out-of-bounds":
+                # the store past the output landed in an input tensor: the GPU's output matched the reference
+                # of the inputs as they were after the run, not as they were made
+                assert r["outcome"]["n_bad"] > 0
+            elif m.gpu == "wrong":
                 n_bad = P.compare(P.committed_bits(doc, r["outcome"]["sha256"]), s.kind.reference(prob, t))
                 assert n_bad == r["outcome"]["n_bad"] > 0
 
@@ -192,6 +201,29 @@ def test_committed_proof_ran_todays_mutations():
         m = C.mutation(mid)
         assert r["defines"] == {**m.defines, **C.GPU_DEFINES}, (mid, r["defines"])
         assert r.get("patch_sha256") == C.patch_hash(m), mid
+
+
+def test_gpu_proof_launches_every_sm90_job_at_the_simulators_grid(fake_gpu, monkeypatch):
+    """`python -m pelib.sim_proof --device gpu`, on a CPU up to the launch: every sm90 stage and mutation builds
+    (NVRTC, with the bounded waits that print their tag), binds its exact inputs and launches with the grid
+    the simulator runs (launch_config at the kind's SIM_SM_COUNT: a persistent stage's loops wrap on the GPU as
+    they do in the simulator), and its outcome is recorded (here the stand-in launch leaves the output
+    poisoned, so it reads as wrong)."""
+    from pelib import sim_proof as P
+    plans, _ = fake_gpu
+    monkeypatch.setattr(Stage, "inputs", lambda self, problem="small", seed=0, device="gpu", info=None, exact=False:
+                        self.kind.inputs(self.problem(problem), seed, "cpu", exact=exact))
+    jobs = P.jobs()
+    assert {j["id"] for j in jobs if j["job"] == "mutation"} == {m.id for m in C.of_family("sm90")}
+    for job in jobs:
+        rec = P.run_gpu(job, None)
+        base = Stage(job["stage"]) if job["job"] == "stage" else C.stage_of(job["id"])
+        want = P.grid_of(base, base.problem(P.PROBLEM))
+        assert rec["grid"] == want and tuple(plans[-1].grid)[0] == want, job
+        assert rec["outcome"]["kind"] == "wrong", job
+        if job["job"] == "mutation":   # a hang traps and prints its wait tag
+            assert rec["defines"] == {**base.defines, **C.GPU_DEFINES}, job
+            assert rec["patch_sha256"] == C.patch_hash(C.mutation(job["id"]))
 
 
 # ---- in the simulator -----------------------------------------------------------------------------------
@@ -211,7 +243,7 @@ def _compiler_missing() -> str | None:
 
 
 needs_cxx = pytest.mark.skipif(_compiler_missing() is not None, reason=f"pelib.sim: {_compiler_missing()}")
-SEEDS = (0, 1, 2)
+SEEDS = sim.STANDARD_SEEDS   # lazy, eager and a random schedule
 
 
 def _job(m):
@@ -253,6 +285,11 @@ def test_mutation_reported_by_the_simulator(runs, mid):
 def test_sm90_stage_simulated_equals_the_h100_bytes(runs, key):
     """On exact-arithmetic inputs the simulated output is the committed H100 output, bit for bit."""
     doc = P.load_proof()
+    if key in P.AWAITING_GPU:   # no H100 bytes yet: the simulated output is the reference, bit for bit
+        for seed in SEEDS:
+            out = runs[(key, seed)]
+            assert out.kind == "correct", (key, seed, out.detail[:500])
+        return
     gpu = doc["stages"][key]["outcome"]
     want = P.committed_bits(doc, gpu["sha256"])
     for seed in SEEDS:
@@ -270,9 +307,9 @@ def test_sm90_mutations_agree_with_the_h100(runs):
     doc = P.load_proof()
     agreed = []
     for m in P.sm90_mutations():
-        gpu = C.Outcome.from_dict(doc["mutations"][m.id]["outcome"])
-        if m.gpu is None:
+        if m.gpu is None or m.id not in doc["mutations"]:
             continue
+        gpu = C.Outcome.from_dict(doc["mutations"][m.id]["outcome"])
         for seed in SEEDS:
             ok, why = C.agrees(runs[(m.id, seed)], gpu)
             assert ok, f"{m.id} seed {seed}: {why}"

@@ -1,6 +1,7 @@
 """The simulator's engine (pelib.sim, src/kernels/sim/runtime) on a small kernel: warp collectives, barriers,
 one planted mistake per mode and what the report says about it; seeds, the event log, the host build and
 its cache, and that the device build never sees a simulated header."""
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +17,17 @@ T = 128          # threads per CTA
 SMEM = 4096      # dynamic shared memory of the launch
 
 
-def launch(mode: int, seed: int = 0, smem: int = SMEM, n: int | None = None, ctas: int = 2, defines=None):
-    out = torch.zeros(2 * T * ctas, dtype=torch.int32)
+def launch(mode: int, seed: int = 0, smem: int = SMEM, n: int | None = None, ctas: int = 2, defines=None,
+           view: bool = False):
+    out = torch.zeros(2 * T * ctas * (2 if view else 1), dtype=torch.int32)
+    out = out[:2 * T * ctas] if view else out   # a view into a larger buffer: the view is the tensor
     out2 = torch.zeros(16 * ctas, 64, dtype=torch.bfloat16)
     spec = tma.spec_from_tensor(out2, (16, 64), swizzle=0)
     arg_n = np.int32(n if n is not None else out.numel())
     args = (tma.TensorMap(spec, cumap=None, owner=out2), out, out2, arg_n)
     plan = sim.prepare(KERNEL, args, grid=(ctas, 1, 1), block=(T, 1, 1), cluster=(1, 1, 1), smem=smem,
-                       kernel="sim_engine", arch="host", defines={"MODE": mode, **(defines or {})}, seed=seed)
+                       kernel="sim_engine", arch="host", defines={"MODE": mode, **(defines or {})}, seed=seed,
+                       names=("tmap", "out", "out2", "n"))
     plan.out2 = out2
     return plan, out
 
@@ -61,8 +65,74 @@ def test_event_log_fields():
     assert all(k in sim.EVENT_KINDS for k in kinds)
     assert [e["seq"] for e in ev] == sorted(e["seq"] for e in ev)
     w = next(e for e in ev if e["kind"] == "wait_begin")
-    assert w["tag"] == 7 and w["parity"] == 0 and w["barrier"] is not None and w["role"].startswith("warp ")
+    assert w["tag"] == 7 and w["parity"] == 0 and w["barrier"] == "bar" and w["index"] == 0 and w["role"].startswith("warp ")
+    assert w["phase"] == 0 and w["addr"] == 0                      # it waits for phase 0 of the barrier at offset 0
+    end = next(e for e in ev if e["kind"] == "wait_end")
+    assert end["phase"] == 0 and end["barrier"] == "bar"
+    assert {e["phase"] for e in ev if e["kind"] == "arrive"} == {0}
     assert w["file"].endswith("sim_engine.cu") and w["line"] > 0
+
+
+def test_events_carry_their_meaning():
+    """FP8 09 at the simulator's problem: every event has the schema's keys; barriers are named as the stage's
+    mbarrier_init writes them; roles, tiles, ring slots and accumulators come from the stage's phase marks; an
+    issue and its completion share an op id and a barrier phase."""
+    from pelib import timing
+    r = Stage("fp8/09_persistent_megakernel").run("sim", "sim", sim_seed=0, time=False)
+    ev = r["report"].events
+    assert ev and all(tuple(e) == sim.EVENT_KEYS for e in ev)
+    assert [e["seq"] for e in ev] == list(range(len(ev)))
+    ex = Stage("fp8/09_persistent_megakernel").exports
+    stages, accs = ex["pipeline_stages"], ex["tmem_acc_buffers"]
+    roles = {(e["cta"], e["warp"]): e["role"] for e in ev if e["warp"] >= 0}
+    assert roles[(0, 0)] == "producer" and roles[(0, 1)] == "mma" and roles[(0, 2)] == "epilogue"
+    by_op: dict = {}
+    for e in ev:
+        if e["op"] is not None:
+            by_op.setdefault(e["op"], []).append(e)
+    loads = [e for e in ev if e["kind"] == "tma_load"]
+    assert loads and all(e["barrier"] == "full" and e["slot"] == e["index"] < stages and e["bytes"] > 0 for e in loads)
+    for e in loads:
+        tx = [x for x in by_op[e["op"]] if x["kind"] == "complete_tx"]
+        assert tx and all(x["barrier"] == "full" and x["slot"] == e["slot"] and x["phase"] == e["phase"] for x in tx)
+        assert any(x["kind"] == "tma_load_done" for x in by_op[e["op"]])
+        assert all(x["role"] == "producer" and x["tile"] == e["tile"] for x in by_op[e["op"]])
+    mmas = [e for e in ev if e["kind"] == "mma"]
+    assert mmas and all(0 <= e["slot"] < stages and 0 <= e["acc"] < accs for e in mmas)
+    for e in mmas:
+        done = [x for x in by_op[e["op"]] if x["kind"] == "mma_done"]
+        assert done and done[0]["slot"] == e["slot"] and done[0]["acc"] == e["acc"] and done[0]["warp"] == -1
+    commits = {e["barrier"] for e in ev if e["kind"] == "commit"}
+    assert commits == {"empty", "acc_full"}
+    assert all(e["acc"] is not None for e in ev if e["kind"] == "tmem_ld")
+    assert {e["acc"] for e in ev if e["kind"] == "tmem_ld"} == set(range(accs))   # both accumulators drained
+    for e in ev:
+        if e["kind"] == "wait_end" and e["phase"] is not None:
+            assert e["phase"] % 2 == e["parity"]            # a wait for parity p observes a phase of parity p
+        if e["barrier"] in ("acc_full", "acc_empty"):
+            assert e["acc"] == e["index"] and e["slot"] is None
+    open_: dict = {}
+    for e in ev:
+        if e["kind"] in ("phase_begin", "phase_end"):
+            assert e["what"] in timing.phases().values() and e["tile"] is not None
+            k = (e["cta"], e["warp"], e["lane"], e["what"], e["tile"])
+            open_[k] = open_.get(k, 0) + (1 if e["kind"] == "phase_begin" else -1)
+            assert open_[k] >= 0
+    assert open_ and not any(open_.values())
+    assert {e["what"] for e in ev if e["kind"] == "phase_begin"} >= {"producer_wait", "tma_wait", "kloop", "acc_wait"}
+    tiles = [e["tile"] for e in loads if e["cta"] == 0]
+    assert tiles == sorted(tiles) and tiles[-1] >= 1                 # the producer's tiles, in order
+
+
+def test_sm90_roles_and_barrier_names():
+    """sm90 06: the producer warp and the consumer warpgroups (wgmma and epilogue) as the stage marks them;
+    turn[0] and turn[1], initialized at two sites, are one array with indices 0 and 1."""
+    ev = Stage("sm90/06_permuted_b").run("sim", "sim", sim_seed=0, time=False)["report"].events
+    roles = {(e["cta"], e["warp"]): e["role"] for e in ev if e["warp"] >= 0}
+    assert roles[(0, 0)] == "producer" and roles[(0, 4)] == "mma+epilogue" and roles[(0, 11)] == "mma+epilogue"
+    assert {e["index"] for e in ev if e["barrier"] == "turn"} == {0, 1}
+    assert {e["barrier"] for e in ev if e["barrier"]} == {"full", "empty", "b_full", "turn"}
+    assert all(e["slot"] == e["index"] for e in ev if e["barrier"] in ("full", "empty"))
 
 
 def test_deadlock_names_the_wait():
@@ -122,19 +192,122 @@ def test_tma_store_from_staging(seed):
         assert (words[c].reshape(-1) == want).all()
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
 def test_staging_rewritten_before_the_store_read_it_is_a_hazard(seed):
     """Whether or not the simulated store has already copied the tile, a write to its source before
     cp.async.bulk.wait_group.read is reported (PTX ISA: the source may be read until then)."""
     plan, _ = launch(7, seed, defines={"STORE_RACE": 1})
-    with pytest.raises(sim.SimHazard, match="before cp.async.bulk.wait_group.read retired the store"):
+    with pytest.raises(sim.SimHazard, match="staging buffer reused before cp.async.bulk.wait_group.read"):
         plan.run()
 
 
-def test_store_without_proxy_fence_is_a_hazard():
-    plan, _ = launch(7, 0, defines={"NO_PROXY_FENCE": 1})
-    with pytest.raises(sim.SimHazard, match="never ordered with fence.proxy.async"):
+@pytest.mark.parametrize("raw", [False, True])
+def test_store_without_proxy_fence_is_a_hazard(raw):
+    """Every store form: st.shared and a plain pointer store alike reach the TMA store only through
+    fence.proxy.async; with the fence both are clean."""
+    defines = {"RAW_STORES": 1} if raw else {}
+    plan, _ = launch(7, 0, defines={"NO_PROXY_FENCE": 1, **defines})
+    with pytest.raises(sim.SimHazard, match="no fence.proxy.async after it"):
         plan.run()
+    launch(7, 0, defines=defines)[0].run()
+
+
+def test_raw_shared_store_outside_the_window_is_misuse_and_the_process_lives():
+    """A plain store at smem_raw[4096] with 4,096 B declared, and at smem_raw[600 KiB] (past the simulator's
+    whole window): a report naming the CTA's declared shared memory, never a segfault."""
+    for n in (SMEM, 600 * 1024):
+        with pytest.raises(sim.SimMisuse, match=r"plain store of 1 B at shared offset .* outside CTA \d's shared memory"):
+            launch(8, 0, n=n)[0].run()
+    launch(8, 0, n=SMEM - 1)[0].run()
+
+
+def test_raw_global_store_past_a_tensor_names_it():
+    """A plain pointer store one element past `out`: the report names the tensor, the element and the source
+    line (the library's line table), and the run stops before the store lands."""
+    plan, out = launch(9, 0, n=2 * T * 2, view=True)
+    with pytest.raises(sim.SimMisuse) as e:
+        plan.run()
+    assert out._base[2 * T * 2] == 0   # the store never landed in the buffer behind the view
+    msg = str(e.value)
+    assert "out-of-bounds global access" in msg and "`out`" in msg and "element [512]" in msg, msg
+    rec = e.value.report.misuse[0]
+    if shutil.which("addr2line"):
+        src = KERNEL.read_text().splitlines()
+        assert rec["file"].endswith("sim_engine.cu") and "out[n] = 1" in src[rec["line"] - 1], rec
+
+
+@pytest.mark.parametrize("seed", ["eager", 0])
+def test_a_spin_on_global_memory_is_a_hang(seed, monkeypatch):
+    """while (*flag == 0) {} that nobody sets has no scheduling point: reported as a hang with its line."""
+    monkeypatch.setenv("PELIB_SIM_MAX_SPIN", "100000")
+    with pytest.raises(sim.SimDeadlock, match="hang: the thread loaded memory") as e:
+        launch(10, seed)[0].run()
+    rec = e.value.report.deadlock[0]
+    assert rec["wait"] == "spin" and rec["file"].endswith("sim_engine.cu")
+
+
+def test_a_division_by_zero_is_a_report():
+    with pytest.raises(sim.SimMisuse, match="arithmetic trap"):
+        launch(14, 0, n=0)[0].run()
+    launch(14, 0, n=7)[0].run()
+
+
+def test_out_of_bounds_epilogue_is_a_report_and_the_process_lives():
+    """sm90/00 with its raw-pointer epilogue guard `row >= M` mutated to `row > M` (pelib.sim_catalog): the store
+    one row past the output is reported with the tensor, the element and the line, before it lands; the same
+    process then simulates the unmutated stage (before: a clean report, then "double free or corruption")."""
+    from pelib import sim_catalog as C
+    m = C.mutation("sm90-00-row-guard-off-by-one")
+    with C.patched(C.stage_of(m), m) as s:
+        with pytest.raises(sim.SimMisuse) as e:
+            s.run("sim", "sim", sim_seed="eager", time=False)
+    msg = str(e.value)
+    assert "out-of-bounds global access" in msg and "of `c`" in msg and "past its end" in msg, msg
+    if shutil.which("addr2line"):
+        rec = e.value.report.misuse[0]
+        assert rec["file"].endswith("00_tma_wgmma.cu"), rec
+        assert "f32x2_to_bf16x2" in s.path.read_text().splitlines()[rec["line"] - 1], rec
+    assert Stage("sm90/00_tma_wgmma").run("sim", "sim", time=False)["ok"]
+
+
+def test_capped_lists_say_so():
+    """Each race is one record per source line and kind; the report counts every instance."""
+    rep = launch(7, 0, defines={"STORE_RACE": 1})[0].run(check=False)
+    assert rep.stats["hazards_total"] > len(rep.hazards) == 1 and rep.stats["records_cap"] == 50
+    assert f"hazard ({rep.stats['hazards_total']}, the first 1 kept)" in rep.summary()
+
+
+def test_stack_overflow_is_a_report():
+    with pytest.raises(sim.SimMisuse, match="stack overflowed"):
+        launch(11, 0, n=10_000)[0].run()
+    launch(0, 0)[0].run()   # the engine runs on
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+def test_a_read_before_the_tma_load_is_waited_for_is_a_hazard_on_every_schedule(seed):
+    """Happens-before, not timing: the read is not ordered after the load's barrier phase, so it is a hazard
+    whether the load has landed (eager) or not (lazy); after the wait the same read is clean and sees the data."""
+    with pytest.raises(sim.SimHazard, match="before this thread knows it landed"):
+        launch(12, seed, defines={"EARLY_READ": 1})[0].run()
+    plan, out = launch(12, seed)
+    plan.out2.view(torch.int16).copy_(torch.arange(plan.out2.numel(), dtype=torch.int16).view(plan.out2.shape))
+    plan.run()
+    want = plan.out2.view(torch.int32).view(2, 512)[:, :256]
+    assert torch.equal(out.view(2, 256), want)
+
+
+def test_a_barrier_armed_and_never_waited_on_is_a_warning():
+    rep = launch(13, 0)[0].run()
+    assert rep.ok and rep.warnings and "tx-count of 128 B" in rep.warnings[0]["text"]
+    assert "warning" in rep.summary()
+
+
+def test_named_schedules():
+    assert sim.default_seed("lazy") == "lazy" and sim.default_seed(3) == 3
+    with pytest.raises(sim.SimError, match="'lazy', 'eager'|one of"):
+        sim.default_seed("slow")
+    rep = launch(0, "lazy")[0].run()
+    assert rep.seed == "lazy" and rep.stats["p_async"] == 0
 
 
 def test_host_build_is_cached(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """Time, SM clock and energy of launches on one GPU, in the regimes where its power limit sets the clock.
 
     PYTHONPATH=src python3 -m pelib.energy limiter --out DIR    # what limits the Hopper twin
-    PYTHONPATH=src python3 -m pelib.energy stages --out DIR     # the sub-stages beside 06, 10 and cuBLAS
+    PYTHONPATH=src python3 -m pelib.energy stages --out DIR     # the sub-stages beside 06, 10, cuBLAS, the probes
 
 Settings-free: nothing here sets a clock, a power limit or a mode; every test measures the card as it
 is. The entries (LIMITER, STAGES: stage builds, cuBLAS calls, the probes of 06) run in one worker
@@ -19,7 +19,9 @@ process (pelib.sweep.run_jobs), interleaved, so that each sees the thermal state
     NVML's SM clock and clock-event reasons, and the probe's clock right after the last launch;
  4. per entry, what one 64 x 256 output tile moves and executes: modelled L2 <-> SM bytes
     (pelib.kinds.sm90.l2_traffic), a consumer warp's compiled SASS (pelib.sass_account.sm90_tile),
-    and Nsight Compute's DRAM and L2 bytes and executed instructions (measured, one launch each).
+    and Nsight Compute's DRAM and L2 bytes and executed instructions (measured, one launch each, the
+    probes too: what each removes from L2 is the limiter's question);
+ 5. each stage entry's launch shape (grid, cluster, the clusters resident), which a cluster stage's time needs.
 The JSON (energy-<mode>.json) and the log go to --out; the table is printed last.
 """
 from __future__ import annotations
@@ -106,10 +108,13 @@ PROBES = [Entry("probe 06 " + ",".join(p), stage=PROBE, defines=tuple(sorted({**
                 probe=True, bursts_only=True)
           for p in ({"PROBE_NO_STORE": 1}, {"PROBE_NO_A": 1}, {"PROBE_NO_A": 1, "PROBE_NO_STORE": 1})]
 LIMITER = OURS + CUBLAS + PROBES
-# The sub-stages of issue "settle what limits the twin", measured beside their parents and cuBLAS.
-NEW_STAGES = ["sm90/07a_comb_windows", "sm90/11a_two_groups_queued"]
+# The sub-stages of issue "settle what limits the twin", measured beside their parents (06 is in OURS,
+# 07a is 07b's), cuBLAS and the probes of 06 (the limiter's L2 line, in the same run): the ones that cut
+# L2 traffic first (the limiter run's lever), then the ring experiment 11a.
+NEW_STAGES = ["sm90/07a_comb_windows", "sm90/06a_multicast_a", "sm90/07b_multicast_a", "sm90/06b_one_prefetcher",
+              "sm90/11a_two_groups_queued"]
 PARENTS = ["sm90/07_comb_resident", "sm90/11_a_half_slices"]
-STAGES = OURS + [stage_entry(k) for k in PARENTS + NEW_STAGES] + CUBLAS
+STAGES = OURS + [stage_entry(k) for k in NEW_STAGES + PARENTS] + CUBLAS + PROBES
 MODES = {"limiter": LIMITER, "stages": STAGES}
 # Each mode's input sets and rounds: the limiter asks whether data changes power and clock; the stages
 # are compared on the random inputs only.
@@ -371,7 +376,8 @@ def measure(entries: list[Entry], problem, t: dict, saved: dict, *, dev=None, in
     probe = ClockProbe(2 * iters, info, where=t["out"].device)
     flush = bench.L2Flush(info)
     runners = {e.name: Runner(e, problem, t, info, timing=bool(e.stage)) for e in entries}
-    res: dict = {"verify": {}, "burst": [], "sustained": []}
+    res: dict = {"verify": {}, "burst": [], "sustained": [],
+                 "launch": {n: r.plan.config.as_dict() for n, r in runners.items() if not r.e.baseline}}
     for kind in inputs:        # exact outputs of the constant input sets (random: verified before this job)
         if kind == "random":
             continue
@@ -741,11 +747,11 @@ def main(argv=None) -> int:
         m = next(r for r in res if r["kind"] == "measure")
         if bad:
             print(f"[verify] FAILED: {bad}: their rows are measured but not valid", flush=True)
-        report.update({k: m.get(k) for k in ("nvml", "verify", "burst", "sustained")})
+        report.update({k: m.get(k) for k in ("nvml", "verify", "burst", "sustained", "launch")})
         if not m.get("ok"):
             report["measure_error"] = m.get("error")
         if not a.no_ncu and time.time() - t_start < a.budget - 20:
-            report["ncu"] = run_ncu([e for e in entries if not e.probe], data_dir,
+            report["ncu"] = run_ncu(entries, data_dir,
                                     max(20.0, a.budget - (time.time() - t_start) - 10))
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)

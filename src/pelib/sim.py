@@ -22,13 +22,15 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
+import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import evidence, launch, sim_build, sim_tensormap, tma
+from . import evidence, launch, sim_build, sim_tensormap, timing, tma
 # the host side moved to pelib.sim_build; these names stay importable from pelib.sim
 from .sim_build import (Compiler, HostBuild, SimBuildError, SimToolchainError, compiler, engine_build,  # noqa: F401
                         stage_build)
@@ -36,15 +38,22 @@ from .sim_build import (Compiler, HostBuild, SimBuildError, SimToolchainError, c
 STACK_BYTES = 64 * 1024          # per simulated thread
 MAX_EVENTS = 2_000_000
 MAX_STEPS = 200_000_000           # scheduler steps before a run counts as not finishing (PELIB_SIM_MAX_STEPS)
+MAX_SPIN = 4_000_000              # loads by one thread between two scheduling points before it is a hang
+SCHEDULES = {"lazy": 1, "eager": 2}   # named seeds: asynchronous operations complete as late / as early as allowed
+# What every stage's test runs: the adversarial schedules and a random one.
+STANDARD_SEEDS = ("lazy", "eager", 0)
 SMEM_LIMIT = 227 * 1024          # common/limits.cuh PE_SMEM_LIMIT (the engine checks a launch against it)
 EVIDENCE = evidence.simulated("pelib.sim, the stage's own source on the CPU model")
 EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
                "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc", "tmem_ld",
-               "tmem_cp", "bar_sync", "cluster_sync", "exit")
-# struct PeSimEvent of runtime/engine.cpp
-EVENT_DTYPE = np.dtype([("seq", "<u8"), ("cta", "<i4"), ("cluster", "<i4"), ("rank", "<i4"), ("warp", "<i4"),
-                        ("lane", "<i4"), ("kind", "<i4"), ("barrier", "<i4"), ("parity", "<i4"), ("tag", "<i4"),
-                        ("line", "<i4"), ("file", "<i4"), ("pad", "<i4")])
+               "tmem_cp", "bar_sync", "cluster_sync", "exit", "phase_begin", "phase_end")
+# struct PeSimEvent of runtime/state.h (-1: none)
+EVENT_DTYPE = np.dtype([("seq", "<u8"), ("op", "<u8")] + [(k, "<i4") for k in (
+    "cta", "cluster", "rank", "warp", "lane", "kind", "role", "name", "index", "addr", "bcta", "phase", "parity", "tag",
+    "bytes", "slot", "acc", "tile", "what", "line", "file", "pad")])
+# the keys of every event dict (SimReport.events)
+EVENT_KEYS = ("seq", "cta", "cluster", "rank", "warp", "lane", "role", "kind", "barrier", "index", "addr", "bar_cta",
+              "phase", "parity", "tag", "bytes", "op", "slot", "acc", "tile", "what", "file", "line")
 
 
 class SimError(RuntimeError):
@@ -73,53 +82,98 @@ _LOCK = threading.Lock()
 def _engine() -> ctypes.CDLL:
     lib = sim_build.load_engine()
     if lib.pe_sim_event_size() != EVENT_DTYPE.itemsize:
-        raise SimBuildError("runtime/engine.cpp's PeSimEvent and pelib.sim.EVENT_DTYPE differ: keep them in step")
+        raise SimBuildError("runtime/state.h's PeSimEvent and pelib.sim.EVENT_DTYPE differ: keep them in step")
     return lib
 
 
 # ---- the launch ------------------------------------------------------------------------------------
 
-class _Launch(ctypes.Structure):
+class _Range(ctypes.Structure):   # struct PeSimRange of runtime/state.h
+    _fields_ = [("base", ctypes.c_uint64), ("bytes", ctypes.c_uint64), ("name", ctypes.c_char_p),
+                ("elem", ctypes.c_uint32), ("ndim", ctypes.c_uint32), ("shape", ctypes.c_uint64 * 4)]
+
+
+class _Launch(ctypes.Structure):   # struct PeSimLaunch of runtime/state.h
     _fields_ = [("grid", ctypes.c_uint32 * 3), ("block", ctypes.c_uint32 * 3), ("cluster", ctypes.c_uint32 * 3),
                 ("smem", ctypes.c_uint32), ("smem_limit", ctypes.c_uint32), ("seed", ctypes.c_uint64),
                 ("nslots", ctypes.c_int32), ("entries", ctypes.POINTER(ctypes.c_void_p)),
                 ("windows", ctypes.POINTER(ctypes.c_void_p)), ("args", ctypes.POINTER(ctypes.c_void_p)),
-                ("nranges", ctypes.c_int32), ("ranges", ctypes.POINTER(ctypes.c_uint64)),
-                ("max_events", ctypes.c_int64), ("stack_bytes", ctypes.c_uint64), ("max_steps", ctypes.c_uint64)]
+                ("nranges", ctypes.c_int32), ("ranges", ctypes.POINTER(_Range)),
+                ("max_events", ctypes.c_int64), ("stack_bytes", ctypes.c_uint64), ("max_steps", ctypes.c_uint64),
+                ("schedule", ctypes.c_int32), ("pad", ctypes.c_int32), ("max_spin", ctypes.c_uint64)]
 
 
 @dataclass
 class SimReport:
-    """What one simulated run found. deadlock / hazards / misuse are lists of dicts, each with its "text" and
+    """What one simulated run found. deadlock / hazards / misuse are lists of dicts (hazards and misuse keep the
+    first stats["records_cap"] records; stats["hazards_total"] / ["misuse_total"] count them all), each with its "text" and
     the thread it names (cta, cluster, rank, warp, lane or lanes, role, file, line); a deadlock entry also has
     its wait: "wait" (mbarrier, bar.sync, barrier.cluster, a warp collective, ...) and for an mbarrier its
     "tag", "barrier" (shared offset), "parity" waited for, the barrier's "phase", "pending" arrivals of
     "count" and "tx" bytes. `events` is the event log (pelib.sim.EVENT_KINDS), a list of dicts."""
 
     ok: bool
-    seed: int
+    seed: int | str
     deadlock: list = field(default_factory=list)
     hazards: list = field(default_factory=list)
     misuse: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     events_array: np.ndarray | None = field(default=None, repr=False)
     files: list = field(default_factory=list, repr=False)
+    names: list = field(default_factory=list, repr=False)
+    roles: list = field(default_factory=list, repr=False)
 
     @property
     def events(self) -> list[dict]:
-        """One dict per event in simulated order: seq (an order stamp, never a time), cta, cluster, rank, warp,
-        lane, role, kind, barrier (shared offset), parity, tag, line, file."""
+        """One dict per event in simulated order, every key of EVENT_KEYS (None where it does not apply):
+
+        seq      order stamp (never a time)
+        cta, cluster, rank, warp, lane   who: warp and lane -1 for the asynchronous unit (TMA, tensor core)
+                 completing an operation
+        role     the warp's role from the stage's own phase marks (common/timing.cuh: "producer", "mma",
+                 "epilogue", or joined by "+", e.g. sm90's consumers "mma+epilogue"); a completion carries its
+                 issue's; "warp N" where the stage marks no phase for that warp
+        kind     one of EVENT_KINDS; phase_begin / phase_end bracket a phase mark (`what` names it, `tile`)
+        barrier  the barrier's name as the stage's mbarrier_init writes it ("&full[s]" -> "full"), index its
+                 index in that array (from its address), addr its shared-memory offset, bar_cta the CTA it lives
+                 in (a remote arrive's is its peer)
+        phase    the barrier phase the event arrives on (arrive, expect_tx, complete_tx, tma_load: the phase its
+                 bytes count in), waits for (wait_begin), or observes completed (wait_end); None: a fresh
+                 barrier's parity-1 wait
+        parity, tag   a wait's parity and its tag (bar_sync: the named barrier's id)
+        bytes    TMA / expect_tx / complete_tx / store bytes, TMEM bytes (alloc, dealloc, ld), tcgen05.cp bytes
+        op       the asynchronous operation an issue (tma_load, tma_store, mma, commit, tmem_cp) and its
+                 completion (tma_load_done + complete_tx, tma_store_done, mma_done, the commit's arrive) share
+        slot     the ring slot (the index of a ring barrier: the ones the stage's PRODUCER_WAIT / TMA_WAIT
+                 phases wait on; an MMA's: the slot its thread last waited full for)
+        acc      the accumulator (the index of an EPI_WAIT / ACC_WAIT barrier; an MMA's: the one its thread last
+                 waited empty for; a TMEM load's: the one its warp last waited full for)
+        tile     the tile slot of the innermost phase mark open on the warp (an issue's, for a completion)
+        what     phase_begin / phase_end: the phase's name (pelib.timing.phases())
+        file, line   the stage source line of the call"""
         if self.events_array is None:
             return []
-        a = self.events_array
+        phases = timing.phases()
+        none = -1
         out = []
-        for r in a.tolist():
-            seq, cta, cl, rank, warp, lane, kind, bar, par, tag, line, fi, _ = r
-            out.append({"seq": seq, "cta": cta, "cluster": cl, "rank": rank, "warp": warp, "lane": lane,
-                        "role": f"warp {warp}" if warp >= 0 else "async unit", "kind": EVENT_KINDS[kind],
-                        "barrier": None if bar < 0 else bar, "slot": None, "acc": None,
-                        "parity": None if par < 0 else par, "tag": None if tag < 0 else tag, "line": line,
-                        "file": self.files[fi] if 0 <= fi < len(self.files) else None})
+        for r in self.events_array.tolist():
+            (seq, op, cta, cl, rank, warp, lane, kind, role, name, index, addr, bcta, phase, par, tag, nbytes, slot,
+             acc, tile, what, line, fi, _) = r
+            out.append({
+                "seq": seq, "cta": cta, "cluster": cl, "rank": rank,
+                "warp": warp, "lane": lane,
+                "role": (self.roles[role] if 0 <= role < len(self.roles)
+                         else f"warp {warp}" if warp >= 0 else "async unit"),
+                "kind": EVENT_KINDS[kind],
+                "barrier": self.names[name] if 0 <= name < len(self.names) else None,
+                "index": None if index == none else index, "addr": None if addr == none else addr,
+                "bar_cta": None if bcta == none else bcta,
+                "phase": None if phase == none else phase, "parity": None if par == none else par,
+                "tag": None if tag == none else tag, "bytes": None if nbytes == none else nbytes,
+                "op": op or None, "slot": None if slot == none else slot, "acc": None if acc == none else acc,
+                "tile": None if tile == none else tile, "what": phases.get(what) if what >= 0 else None,
+                "file": self.files[fi] if 0 <= fi < len(self.files) else None, "line": line})
         return out
 
     @property
@@ -133,20 +187,33 @@ class SimReport:
         return tuple(sorted({d["tag"] for d in self.deadlock if d.get("tag") is not None}))
 
     def summary(self) -> str:
+        warned = ""
+        if self.warnings:
+            warned = f"\n  warning ({len(self.warnings)}): " + "\n  ".join(d["text"] for d in self.warnings[:4])
         if self.ok:
-            return f"simulated, seed {self.seed}: no deadlock, hazard or misuse ({self.stats.get('steps', 0):,} steps)"
+            return (f"simulated, seed {self.seed}: no deadlock, hazard or misuse ({self.stats.get('steps', 0):,} steps)"
+                    + warned)
         parts = []
         for name, items in (("hazard", self.hazards), ("misuse", self.misuse), ("deadlock", self.deadlock)):
             if items:
+                total = max(len(items), int(self.stats.get(f"{name if name == 'misuse' else name + 's'}_total") or 0))
                 shown = "\n  ".join(d["text"] for d in items[:12])
-                shown += f"\n  ... and {len(items) - 12} more" if len(items) > 12 else ""
-                parts.append(f"{name} ({len(items)}):\n  {shown}")
-        return f"simulated, seed {self.seed} (reproduce with PELIB_SIM_SEED={self.seed}):\n" + "\n".join(parts)
+                shown += f"\n  ... and {total - 12} more" if total > 12 else ""
+                kept = f", the first {len(items)} kept" if total > len(items) else ""
+                parts.append(f"{name} ({total}{kept}):\n  {shown}")
+        return f"simulated, seed {self.seed} (reproduce with PELIB_SIM_SEED={self.seed}):\n" + "\n".join(parts) + warned
 
 
-def default_seed(seed: int = 0) -> int:
-    env = os.environ.get("PELIB_SIM_SEED", "")
-    return int(env) if env.strip() else int(seed)
+def default_seed(seed: int | str = 0) -> int | str:
+    """The seed of a run: PELIB_SIM_SEED if set, else `seed`; an integer (a random schedule) or one of SCHEDULES
+    ('lazy': asynchronous operations complete as late as allowed; 'eager': as soon as issued)."""
+    env = os.environ.get("PELIB_SIM_SEED", "").strip()
+    s = env if env else seed
+    if isinstance(s, str) and not s.lstrip("-").isdigit():
+        if s not in SCHEDULES:
+            raise SimError(f"simulator seed {s!r}: an integer or one of {sorted(SCHEDULES)}")
+        return s
+    return int(s)
 
 
 def _ptr(x) -> int:
@@ -157,13 +224,13 @@ class SimPlan:
     """A prepared simulated launch: run() executes it (synchronously), wait() is a no-op, report holds the result."""
 
     def __init__(self, stage_lib: HostBuild, args: tuple, grid, block, cluster, smem: int, kernel: str, arch: str,
-                 defines: dict, seed: int, timing: bool = False, slots: int | None = None,
-                 max_events: int = MAX_EVENTS):
+                 defines: dict, seed: int | str, timing: bool = False, slots: int | None = None,
+                 max_events: int = MAX_EVENTS, names: tuple | None = None):
         self.lib = stage_lib
         self.kernel, self.arch, self.defines = kernel, arch, dict(defines or {})
         self.grid, self.block, self.cluster = tuple(grid), tuple(block), tuple(cluster)
         self.smem = int(smem)
-        self.seed = int(seed)
+        self.seed = default_seed(seed) if isinstance(seed, str) else int(seed)
         self.timing = timing
         self.max_events = int(max_events)
         self.report: SimReport | None = None
@@ -172,11 +239,29 @@ class SimPlan:
         ctas = int(np.prod(self.grid))
         self.slots = slots or min(ctas, max(cx, 2 * cx if cx > 1 else 4))
         self._keep = []
-        self._argv, self._ranges = self._bind(args)
+        names = tuple(names or ())
+        self._argv, self._ranges = self._bind(args, [names[i] if i < len(names) else f"argument {i}"
+                                                     for i in range(len(args))])
 
-    def _bind(self, args):
+    def _range(self, t, name: str) -> _Range:
+        """The extent of tensor `t` (its own view, not the storage under it) as the engine checks accesses."""
+        r = _Range()
+        r.base = int(t.data_ptr())
+        r.bytes = t.numel() * t.element_size()
+        b = name.encode()
+        self._keep.append(b)
+        r.name = b
+        r.elem = t.element_size()
+        shape = tuple(t.shape)[-4:] if t.dim() else (1,)
+        if t.dim() > 4:   # fold the leading dimensions into the first
+            shape = (int(np.prod(t.shape[:-3])),) + tuple(t.shape[-3:])
+        r.ndim = len(shape)
+        r.shape[:len(shape)] = [int(x) for x in shape]
+        return r
+
+    def _bind(self, args, names):
         vals, ranges = [], []
-        for a in args:
+        for a, name in zip(args, names):
             if isinstance(a, tma.TensorMap):
                 raw = sim_tensormap.encode(a.spec)
                 buf = np.zeros(128 + 64, np.uint8)
@@ -186,7 +271,7 @@ class SimPlan:
                 self._keep.append(buf)
                 vals.append(view.ctypes.data)
                 if a.owner is not None and hasattr(a.owner, "data_ptr"):
-                    ranges.append((int(a.owner.data_ptr()), a.owner.numel() * a.owner.element_size()))
+                    ranges.append(self._range(a.owner, f"{name}'s tensor"))
             elif a is None:
                 b = np.zeros(1, np.uint64)
                 self._keep.append(b)
@@ -199,7 +284,7 @@ class SimPlan:
                 b = np.array([a.data_ptr()], np.uint64)
                 self._keep.append((b, a))
                 vals.append(b.ctypes.data)
-                ranges.append((int(a.data_ptr()), a.numel() * a.element_size()))
+                ranges.append(self._range(a, name))
             elif isinstance(a, np.generic):
                 b = np.array([a], a.dtype)
                 self._keep.append(b)
@@ -207,32 +292,42 @@ class SimPlan:
             else:
                 raise SimError(f"device='sim': no binding for a kernel argument of type {type(a).__name__}")
         argv = (ctypes.c_void_p * max(1, len(vals)))(*vals)
-        flat = np.array([x for r in ranges for x in r] or [0], np.uint64)
-        self._keep.append(flat)
-        return argv, (flat, len(ranges))
+        # one range per tensor, named by its pointer parameter where it has one (a tensor map's owner is often
+        # the same tensor, e.g. tmap_c and c)
+        own = {}
+        for r in ranges:
+            k = (r.base, r.bytes)
+            if k not in own or own[k].name.endswith(b"'s tensor"):
+                own[k] = r
+        ranges = list(own.values())
+        arr = (_Range * max(1, len(ranges)))(*ranges)
+        self._keep.append(arr)
+        return argv, (arr, len(ranges))
 
     def run(self, check: bool = True) -> SimReport:
         eng = _engine()
         copies = sim_build.load_copies(self.lib.path, self.slots)
         entries = (ctypes.c_void_p * self.slots)(*[ctypes.cast(c.pe_sim_kernel_entry, ctypes.c_void_p).value for c in copies])
         windows = (ctypes.c_void_p * self.slots)(*[ctypes.cast(c.pe_sim_window, ctypes.c_void_p).value for c in copies])
-        flat, nr = self._ranges
+        arr, nr = self._ranges
         L = _Launch()
         L.grid[:] = [int(x) for x in self.grid]
         L.block[:] = [int(x) for x in self.block]
         L.cluster[:] = [int(x) for x in self.cluster]
         L.smem = self.smem
         L.smem_limit = SMEM_LIMIT
-        L.seed = self.seed
+        L.seed = self.seed if isinstance(self.seed, int) else 0
+        L.schedule = SCHEDULES.get(self.seed, 0) if isinstance(self.seed, str) else 0
         L.nslots = self.slots
         L.entries = ctypes.cast(entries, ctypes.POINTER(ctypes.c_void_p))
         L.windows = ctypes.cast(windows, ctypes.POINTER(ctypes.c_void_p))
         L.args = ctypes.cast(self._argv, ctypes.POINTER(ctypes.c_void_p))
         L.nranges = nr
-        L.ranges = flat.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64))
+        L.ranges = ctypes.cast(arr, ctypes.POINTER(_Range))
         L.max_events = self.max_events
-        L.stack_bytes = STACK_BYTES
+        L.stack_bytes = int(os.environ.get("PELIB_SIM_STACK", STACK_BYTES))
         L.max_steps = int(os.environ.get("PELIB_SIM_MAX_STEPS", MAX_STEPS))
+        L.max_spin = int(os.environ.get("PELIB_SIM_MAX_SPIN", MAX_SPIN))
         with _LOCK:   # one engine per process
             eng.pe_sim_run(ctypes.byref(L))
             doc = json.loads(eng.pe_sim_report_json().decode())
@@ -240,10 +335,14 @@ class SimPlan:
             p = eng.pe_sim_events(ctypes.byref(n))
             ev = (np.frombuffer((ctypes.c_char * (n.value * EVENT_DTYPE.itemsize)).from_address(p), EVENT_DTYPE).copy()
                   if n.value else np.zeros(0, EVENT_DTYPE))
-        stats = {k: doc.get(k) for k in ("steps", "switches", "ops", "p_async", "p_yield", "events_truncated")}
+        stats = {k: doc.get(k) for k in ("steps", "switches", "ops", "p_async", "p_yield", "events_truncated",
+                                         "hazards_total", "misuse_total", "warnings_total", "records_cap")}
         stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster))
+        for k in ("deadlock", "hazards", "misuse", "warnings"):
+            resolve_lines(doc.get(k) or [], self.lib.path)
         self.report = SimReport(ok=bool(doc["ok"]), seed=self.seed, deadlock=doc["deadlock"], hazards=doc["hazards"],
-                                misuse=doc["misuse"], stats=stats, events_array=ev, files=doc["files"])
+                                misuse=doc["misuse"], warnings=doc.get("warnings", []), stats=stats, events_array=ev,
+                                files=doc["files"], names=doc.get("names", []), roles=doc.get("roles", []))
         if check:
             self.raise_for_report()
         return self.report
@@ -265,11 +364,13 @@ class SimPlan:
         return self.report.events if self.report else []
 
 
-def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=None, seed: int = 0,
-            timing: bool = False, slots: int | None = None, max_events: int = MAX_EVENTS) -> SimPlan:
+def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=None, seed: int | str = 0,
+            timing: bool = False, slots: int | None = None, max_events: int = MAX_EVENTS,
+            names: tuple | None = None) -> SimPlan:
     """A simulated launch of `build`'s source (a pelib.build.Build: its source file and kernel name) with the
     same arguments a GPU launch binds (tensor maps as pelib.tma.TensorMap, tensors on the CPU, scalars).
-    The seed picks the interleaving (PELIB_SIM_SEED overrides it)."""
+    `names` are the kernel's parameter names (a report about an out-of-bounds access names its tensor). The
+    seed picks the interleaving: an integer, or 'lazy' / 'eager' (SCHEDULES; PELIB_SIM_SEED overrides it)."""
     # the launch shapes every GPU refuses (block 0 or over 1,024 threads, grid 0, shared memory over the
     # limit) are refused here too, before anything is built, with pelib.launch's messages
     g, b, c, smem = launch.check_shape(grid, block, cluster, smem, name=kernel, smem_limit=SMEM_LIMIT,
@@ -277,4 +378,50 @@ def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=No
     src = getattr(build, "source", build)
     lib = stage_build(Path(src), kernel, defines)
     return SimPlan(lib, tuple(args), g, b, c, smem, kernel, arch, defines or {}, default_seed(seed), timing, slots,
-                   max_events)
+                   max_events, names)
+
+
+_LINES: dict = {}
+
+
+def resolve_lines(records: list, stage_lib: Path | None = None) -> None:
+    """Records about a plain pointer access carry the library and the instruction's offset ("lib", "pc"): their
+    source line from the library's line table (addr2line, binutils), written into "file" / "line" and the
+    text's @@pc@@; without addr2line the text keeps the last engine call before it. A loaded copy of the stage
+    library (removed once loaded: pelib.sim_build.load_copies) is read as `stage_lib`, the file it copies."""
+    todo = [r for r in records if isinstance(r, dict) and r.get("pc") is not None and r.get("lib")]
+    for r in todo:
+        lib = r["lib"]
+        if stage_lib is not None and sim_build.SCRATCH_PREFIX in Path(lib).parent.name:
+            lib = str(stage_lib)
+        key = (lib, int(r["pc"]))
+        if key not in _LINES:
+            _LINES[key] = _addr2line(*key)
+        where = _LINES[key]
+        if where:
+            r["file"], r["line"] = where
+            r["text"] = r["text"].replace("@@pc@@", f"{where[0]}:{where[1]}")
+        else:
+            r["text"] = r["text"].replace("@@pc@@", f"an instruction at {Path(r['lib']).name}+{int(r['pc']):#x}")
+    for r in records:
+        if isinstance(r, dict) and "@@pc@@" in r.get("text", ""):
+            r["text"] = r["text"].replace("@@pc@@", "an instruction")
+
+
+def _addr2line(lib: str, pc: int):
+    tool = shutil.which("addr2line")
+    if not tool:
+        return None
+    try:
+        # return addresses point after the call into the engine: the access is the instruction before
+        out = subprocess.run([tool, "-e", lib, "-i", f"{max(pc - 1, 0):#x}"], capture_output=True, text=True,
+                             timeout=30).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out:   # the innermost frame with a line (inlined building blocks first, then the stage)
+        f, _, n = line.strip().rpartition(":")
+        n = n.split(" ")[0]
+        if f and f != "??" and n.isdigit() and int(n) > 0:
+            k = f.find("src/kernels/")
+            return (f[k + len("src/kernels/"):] if k >= 0 else f), int(n)
+    return None

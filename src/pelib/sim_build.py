@@ -238,11 +238,24 @@ def _define_flags(defines: dict) -> list[str]:
     return out
 
 
+# Every load and store of a stage's own code calls the engine first (runtime/memory.cpp): the compiler's
+# kernel-address instrumentation in outline mode, which links no runtime library; no stack or global redzones;
+# large frames probe their pages (a stack overflow hits the guard page). -g1: line tables only, so a report
+# about a plain pointer access names its source line.
+INSTRUMENT = {"g++": ("-g1", "-fstack-clash-protection", "-fsanitize=kernel-address",
+                      "--param=asan-instrumentation-with-call-threshold=0", "--param=asan-globals=0",
+                      "--param=asan-stack=0"),
+              "clang++": ("-g1", "-fstack-clash-protection", "-fsanitize=kernel-address", "-mllvm",
+                          "-asan-instrumentation-with-call-threshold=0", "-mllvm", "-asan-globals=0", "-mllvm",
+                          "-asan-stack=0")}
+
+
 def stage_build(source: Path, kernel: str, defines: dict | None = None) -> HostBuild:
-    """The stage file, unchanged, plus the entry point (runtime/entry.h), as a host shared library."""
+    """The stage file, unchanged, plus the entry point (runtime/entry.h), as a host shared library whose every
+    memory access the engine checks."""
     source = Path(source).resolve()
     text = f'#include "{source}"\n#include "runtime/entry.h"\nPE_SIM_ENTRY({kernel})\n'
-    flags = [*CXXFLAGS, STAGE_OPT, *_includes(), *_define_flags(defines or {})]
+    flags = [*CXXFLAGS, STAGE_OPT, *INSTRUMENT[compiler().kind], *_includes(), *_define_flags(defines or {})]
     return _compile(f"{source.stem}-sim", text, [], flags, "stage.so")
 
 

@@ -13,11 +13,17 @@ cannot silently rot when a stage changes), plus a one-line description and the e
     misuse     a SimMisuse whose kind or message names `site` (e.g. a TMEM read outside the warp's lane
                quarter, an mbarrier tx-count underflow);
     wrong      the kernel finishes and its output differs from the reference (on exact-arithmetic inputs:
-               differs at all).
+               differs at all);
+    clean      a benign edit: the kernel finishes with no deadlock, hazard or misuse and its output is the
+               reference (the simulator must not cry wolf).
+
+A race is a hazard on every seed, including the lazy and eager schedules (pelib.sim.STANDARD_SEEDS): the
+simulator orders accesses by happens-before, not by when its asynchronous operations happen to complete.
 
 `gpu` says what an H100 shows for an sm90 mutation ("deadlock": a bounded wait traps; "wrong"; "illegal-address":
-the launch faults with CUDA_ERROR_ILLEGAL_ADDRESS), or None where the mistake is a race whose effect on
-hardware is a matter of timing (the simulator still reports it).
+the launch faults with CUDA_ERROR_ILLEGAL_ADDRESS; "correct"), or None where the mistake is a race whose effect
+on hardware is a matter of timing, or one no H100 run has shown yet (the simulator still reports it; the GPU
+proof records what the H100 did, at the simulator's grid).
 
     with patched(Stage("sm90/01_warp_specialized"), mutation("sm90-empty-first-wait-parity0")) as s:
         s.build          # NVRTC, the patched source
@@ -37,8 +43,8 @@ from . import build as _build
 from .paths import KERNELS
 from .stage import Stage
 
-KINDS = ("deadlock", "hazard", "misuse", "wrong")
-GPU_SHOWS = ("deadlock", "wrong", "illegal-address")
+KINDS = ("deadlock", "hazard", "misuse", "wrong", "clean")
+GPU_SHOWS = ("deadlock", "wrong", "illegal-address", "correct")
 # A hang of a mutated stage on a GPU traps in about a second and prints its wait tag (pelib.sweep's
 # debug build: the call-free waits of the sm90 stages become the printing ones).
 GPU_DEFINES = {"PE_WAIT_PRINTF": 1, "PE_WAIT_LIMIT": 1 << 20}
@@ -71,6 +77,8 @@ class Mutation:
     defines: dict = field(default_factory=dict)
     problem: str = "sim"
     why: str = ""                    # how the mistake becomes the expected report
+    also: tuple = ()                 # other reports a schedule may give first, each as real (with `why`):
+                                     # ("deadlock",) with `tags`, or another kind
 
     def __post_init__(self):
         if self.expect not in KINDS:
@@ -79,6 +87,8 @@ class Mutation:
             raise CatalogError(f"{self.id}: a deadlock names the wait tags where it shows")
         if self.expect in ("hazard", "misuse") and not self.site:
             raise CatalogError(f"{self.id}: a {self.expect} names the site (a word of the report)")
+        if any(k not in KINDS for k in self.also):
+            raise CatalogError(f"{self.id}: also={self.also!r}, each one of {KINDS}")
         if self.gpu is not None and self.gpu not in GPU_SHOWS:
             raise CatalogError(f"{self.id}: gpu={self.gpu!r}, one of {GPU_SHOWS} or None")
 
@@ -189,10 +199,11 @@ CATALOG: tuple[Mutation, ...] = (
              (P("mbarrier_arrive_expect_tx(b_full, (u32)(num_kb * B_SLICE_BYTES));",
                 "mbarrier_arrive_expect_tx(b_full, (u32)((num_kb - 1) * B_SLICE_BYTES));"),),
              "the resident-B barrier expects one K slice fewer than the loads deliver",
-             "misuse", site="tx",
-             why="the last slice's complete_tx drives the tx-count below zero (PTX ISA mbarrier: tx-count "
-                 "range), which the PTX ISA leaves undefined; on an H100 one run deadlocked at tags 1 and 4, "
-                 "the next finished correct (results/2026-11-24-h100/README.md)"),
+             "hazard", site="expect_tx", also=("misuse",),
+             why="the phase completes without the last slice's bytes: the consumers' wait does not order the read "
+                 "of that slice after its load (a hazard, whether the bytes come before or after); a tx-count "
+                 "driven below zero is undefined (PTX ISA mbarrier: tx-count range); on an H100 one run deadlocked "
+                 "at tags 1 and 4, the next finished correct (results/2026-11-24-h100/README.md)"),
     Mutation("sm90-05-no-producer-tail", "sm90/05_multicast_a",
              (P("        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1, 3);",
                 "        (void)0;  // planted: no producer tail"),),
@@ -207,8 +218,10 @@ CATALOG: tuple[Mutation, ...] = (
     Mutation("fp8-01-expect-tx-one-cta-short", "fp8/01_cta2",
              (P("if (leader) mbarrier_arrive_expect_tx(&full[s], CG * STAGE_BYTES);",
                 "if (leader) mbarrier_arrive_expect_tx(&full[s], STAGE_BYTES);"),),
-             "cta_group::2: the leader's expect_tx counts its own stage, not the pair's", "misuse", site="tx",
-             why="both CTAs' TMA bytes complete on the leader's full[s]: the tx-count goes below zero"),
+             "cta_group::2: the leader's expect_tx counts its own stage, not the pair's", "hazard", site="expect_tx",
+             also=("misuse",),
+             why="both CTAs' TMA bytes complete on the leader's full[s]: its phase completes with half of them, and "
+                 "the MMA's wait does not order the read of the other half (the tx-count may also go below zero)"),
     Mutation("fp8-01-commit-without-multicast", "fp8/01_cta2",
              (P("tcgen05_commit_multicast<CG>(smem_u32(&empty[s]), 0b11);  // slot s free, in both CTAs",
                 "tcgen05_commit_multicast<CG>(smem_u32(&empty[s]), 0b01);"),),
@@ -290,19 +303,107 @@ CATALOG: tuple[Mutation, ...] = (
     Mutation("nvfp4-01-refill-wait-parity-flipped", "nvfp4/01_pipelined",
              (P("mbarrier_wait_parity(&empty[s], phase, /*tag=*/2);", "mbarrier_wait_parity(&empty[s], phase ^ 1, /*tag=*/2);"),),
              "the refill waits on empty[s] with the wrong parity and passes before the MMAs read the slot",
-             "hazard", site="read",
-             why="TMA rewrites a slot that an in-flight MMA (or tcgen05.cp) still reads"),
+             "hazard", site="read", also=("deadlock",), tags=(2,),
+             why="TMA rewrites a slot that an in-flight MMA (or tcgen05.cp) still reads; when the MMAs' commit has "
+                 "already landed (the eager schedule), the flipped parity waits for the next release instead, which "
+                 "never comes: a deadlock at tag 2 (hardware shows either, by timing)"),
     Mutation("nvfp4-01-expect-tx-sf-short", "nvfp4/01_pipelined",
              (P("  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES);", "  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES - SFB_BYTES);"),),
-             "expect_tx leaves out the SFB box", "misuse", site="tx"),
+             "expect_tx leaves out the SFB box", "hazard", site="expect_tx", also=("misuse",),
+             why="the phase completes without the SFB bytes: the MMA thread's wait does not order its read of them; "
+                 "when the SFB box lands before the others, the tx-count falls below zero first (a misuse)"),
     Mutation("nvfp4-02-exit-before-store-read", "nvfp4/02_tma_store_epilogue",
              (P("  cp_async_bulk_wait_group_read<0>();   // the staging tile has been read: the CTA may exit (SMEM freed)",
                 "  // planted: the CTA exits without waiting for its TMA stores to read the staging tile"),),
              "the CTA exits while its TMA stores still read the staging tile", "misuse", site="exit"),
+    # ---- races that only the order of observations shows (hazards on every seed, eager or lazy) ----
+    Mutation("fp8-09-epilogue-skips-acc-full-wait", "fp8/09_persistent_megakernel",
+             (P("      mbarrier_wait_parity(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own",
+                "      (void)0;  // planted: the epilogue does not wait for the accumulator"),),
+             "the epilogue reads TMEM without waiting on the accumulator-full barrier", "hazard", site="tmem",
+             why="its tcgen05.ld is not ordered after the MMAs' commit: on hardware it reads a half-written "
+                 "accumulator whenever the MMAs are slower than the epilogue (eager completion hides it)"),
+    Mutation("fp8-09-mma-skips-acc-empty-wait", "fp8/09_persistent_megakernel",
+             (P("        mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, 5);  // both CTAs drained it",
+                "        (void)0;  // planted: the MMA warp does not wait for the epilogue to drain the buffer"),),
+             "the MMA warp reuses an accumulator buffer without waiting for the epilogue to drain it", "hazard",
+             site="tmem",
+             why="its tcgen05.mma writes TMEM columns whose tcgen05.ld by the epilogue it does not know complete"),
+    Mutation("sm90-01-wgmma-slot-freed-one-group-early", "sm90/01_warp_specialized",
+             (P("      wgmma_wait_group<1>();  // the previous slice's wgmmas are done: free its stage",
+                "      wgmma_wait_group<2>();  // planted: one group too few retired before the release"),),
+             "the consumers free a ring slot one wgmma.wait_group too early", "hazard", site="reads",
+             defines={"NUM_STAGES": 2},
+             why="2 slots, 3 K slices: slot 0 is released while the wgmmas of slice 0 may still read it, and the "
+                 "producer's TMA load refills it (the wait that would order them is wait_group 1)"),
+    Mutation("sm90-03-no-proxy-fence-before-tma-store", "sm90/03_staged_epilogue",
+             (P("      fence_proxy_async_shared_cta();  // our st.shared before the async proxy's reads",
+                "      // planted: no fence.proxy.async before the TMA store"),),
+             "the epilogue's plain stores to the staging tile reach the TMA store without fence.proxy.async",
+             "hazard", site="fence.proxy.async",
+             why="generic-proxy writes (here plain pointer stores) are not visible to the async proxy's reads "
+                 "without it (PTX ISA 9.7.12.4)"),
+    Mutation("nvfp4-01-sf-columns-shared", "nvfp4/01_pipelined",
+             (P("mma_ktile(stage, tmem, s * TMEM_STAGE_COLS, kt == 0);", "mma_ktile(stage, tmem, 0, kt == 0);"),),
+             "every ring stage copies its scale factors into the same TMEM columns", "hazard", site="pipelined",
+             why="the next K tile's tcgen05.cp rewrites the columns an earlier tcgen05.mma may still read: "
+                 "tcgen05.mma -> tcgen05.cp is not a pipelined pair (PTX ISA 9.7.16.6.2)"),
+    # ---- accesses outside the memory the kernel owns --------------------------------------------------
+    Mutation("sm90-00-row-guard-off-by-one", "sm90/00_tma_wgmma",
+             (P("      if (row >= M) continue;", "      if (row > M) continue;"),),
+             "the raw-pointer epilogue's row guard lets row M through", "misuse", site="out-of-bounds", gpu="wrong",
+             why="the partial last row tile stores one row past the output tensor (on a GPU it silently writes "
+                 "whatever lies after it)"),
+    Mutation("sm90-03-staging-out-of-window", "sm90/03_staged_epilogue",
+             (P("      u8* stg = smem + SMEM_C_OFF + wg * C_STAGE_BYTES;",
+                "      u8* stg = smem + SMEM_C_OFF + (wg + 1) * C_STAGE_BYTES;"),),
+             "each consumer warpgroup's staging tile is one tile too far", "misuse", site="outside",
+             gpu="illegal-address",
+             why="the second warpgroup's plain stores run past the CTA's dynamic shared memory"),
+    # ---- benign edits: the simulator must stay quiet ----------------------------------------------------
+    Mutation("sm90-01-loads-b-before-a", "sm90/01_warp_specialized",
+             (P("        tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, m0);\n"
+                "        tma_load_2d(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, n0);",
+                "        tma_load_2d(smem + SMEM_B_OFF + s * B_STAGE_BYTES, &tmap_b, &full[s], kb * BK, n0);\n"
+                "        tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, m0);"),),
+             "the producer issues B's load before A's", "clean", gpu="correct"),
+    Mutation("sm90-01-wait-group-0", "sm90/01_warp_specialized",
+             (P("      wgmma_wait_group<1>();  // the previous slice's wgmmas are done: free its stage",
+                "      wgmma_wait_group<0>();  // benign: every group retired before the release"),),
+             "the consumers retire every wgmma group before releasing a slot (slower, still right)", "clean",
+             gpu="correct"),
+    Mutation("sm90-03-store-wait-full", "sm90/03_staged_epilogue",
+             (P("      if (tid == 0) cp_async_bulk_wait_group_read<0>();  // the previous tile's stores have read stg",
+                "      if (tid == 0) cp_async_bulk_wait_group<0>();  // benign: the stores finished, not just read"),),
+             "the epilogue waits for the previous TMA stores to finish, not only to read the staging tile", "clean",
+             gpu="correct"),
+    Mutation("sm90-00-extra-syncthreads", "sm90/00_tma_wgmma",
+             (P("        *reinterpret_cast<u32*>(orow + 8 * j) = f32x2_to_bf16x2(lo, hi);\n      }\n    }\n  }\n}",
+                "        *reinterpret_cast<u32*>(orow + 8 * j) = f32x2_to_bf16x2(lo, hi);\n      }\n    }\n  }\n"
+                "  __syncthreads();  // benign\n}"),),
+             "a __syncthreads at the end of the kernel", "clean", gpu="correct"),
+    Mutation("fp8-09-wait-acc-full-twice", "fp8/09_persistent_megakernel",
+             (P("      mbarrier_wait_parity(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own",
+                "      mbarrier_wait_parity(&acc_full[buf], sched.acc_phase(), 3);  // each epilogue warp polls on its own\n"
+                "      mbarrier_wait_parity(&acc_full[buf], sched.acc_phase(), 3);  // benign: the same phase again"),),
+             "the epilogue waits on the accumulator-full phase twice", "clean"),
+    Mutation("fp8-09-extra-syncwarp-before-release", "fp8/09_persistent_megakernel",
+             (P("  tcgen05_fence_before_thread_sync();\n  __syncwarp();  // every lane's loads done",
+                "  __syncwarp();  // benign\n  tcgen05_fence_before_thread_sync();\n  __syncwarp();  // every lane's loads done"),),
+             "an extra __syncwarp before the epilogue releases the accumulator", "clean"),
+    Mutation("nvfp4-01-fence-twice", "nvfp4/01_pipelined",
+             (P("      mbarrier_wait_parity(&full[s], phase, /*tag=*/1);        // consumer: acquire the stage\n"
+                "      tcgen05_fence_after_thread_sync();",
+                "      mbarrier_wait_parity(&full[s], phase, /*tag=*/1);        // consumer: acquire the stage\n"
+                "      tcgen05_fence_after_thread_sync();\n      tcgen05_fence_after_thread_sync();  // benign"),),
+             "the MMA thread issues tcgen05.fence::after_thread_sync twice", "clean"),
     Mutation("nvfp4-00-full-wait-parity-fixed", "nvfp4/00_single_stage",
              (P("mbarrier_wait_parity(full, kt & 1, /*tag=*/1);", "mbarrier_wait_parity(full, 0, /*tag=*/1);"),),
-             "the single-stage loop waits for parity 0 on every K tile", "hazard", site="read",
-             why="from the second K tile on the wait passes at once: the MMA reads a tile TMA is still writing"),
+             "the single-stage loop waits for parity 0 on every K tile", "hazard", site="read", also=("deadlock",),
+             tags=(1,),
+             why="from the second K tile on the wait passes at once: the MMA reads a tile TMA is still writing; "
+                 "when the loads land at once (the eager schedule) the barrier is two phases on and the parity-0 "
+                 "wait waits for a phase that never comes: a deadlock at tag 1 (hardware shows either, by timing)"),
 )
 
 BY_ID = {m.id: m for m in CATALOG}
@@ -440,12 +541,13 @@ def matches(mut: Mutation, out: Outcome) -> tuple[bool, str]:
     """Whether a simulator outcome is the report the catalog expects: the earliest problem is of the expected
     kind AND names the site (a blocked wait at one of the tags; a hazard or misuse line containing the site
     word, alternatives separated by '|'), and why not."""
-    if out.kind != mut.expect:
-        return False, f"expected {mut.expect}, got {out.kind}: {out.detail[:400]}"
-    if mut.expect == "deadlock":
+    kinds = {"correct" if k == "clean" else k for k in (mut.expect, *mut.also)}
+    if out.kind not in kinds:
+        return False, f"expected {' or '.join(sorted(kinds))}, got {out.kind}: {out.detail[:400]}"
+    if out.kind == "deadlock":
         if not set(out.tags) & set(mut.tags):
             return False, f"deadlock at tags {sorted(out.tags)}, expected one of {list(mut.tags)}"
-    elif mut.expect in ("hazard", "misuse"):
+    elif out.kind in ("hazard", "misuse"):
         lines = out.found.get(mut.expect) or [out.detail]
         words = [w.lower() for w in mut.site.split("|")]
         if not any(w in x.lower() for x in lines for w in words):
@@ -470,6 +572,10 @@ def agrees(sim: Outcome, gpu: Outcome) -> tuple[bool, str]:
         return True, "both correct"
     if gpu.kind == "fault" and "ILLEGAL_ADDRESS" in gpu.detail and sim.kind == "misuse" and "outside" in sim.detail:
         return True, "both stop at an access outside the CTA's shared memory (GPU: CUDA_ERROR_ILLEGAL_ADDRESS)"
+    if gpu.kind == "wrong" and sim.kind == "misuse" and "out-of-bounds global" in sim.detail:
+        # a store past a tensor is not stopped by a GPU: it lands in whatever memory follows (another tensor)
+        return True, (f"the simulator stops at the out-of-bounds global store; the GPU wrote past the tensor "
+                      f"and the run came out wrong ({gpu.n_bad} elements)")
     return False, f"simulator: {sim.kind}, GPU: {gpu.kind}"
 
 

@@ -434,7 +434,8 @@ class Stage:
             plan = sim.prepare(self.build if timing is None else self.timing_build(),
                                self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
                                cluster=cfg.cluster, smem=cfg.smem, kernel=self.build.kernel, arch=self.arch,
-                               defines=defines, seed=sim_seed, timing=timing is not None)
+                               defines=defines, seed=sim_seed, timing=timing is not None,
+                               names=tuple(name for _, name in self.signature))
             plan.config = cfg
             return plan
         cfg = self.launch_config(prob, info=info, grid=grid)

@@ -306,7 +306,8 @@ SIM_KINDS = {"wait_begin": "wait", "wait_end": "wait", "arrive": "completion", "
              "complete_tx": "completion", "tma_load": "issue", "tma_load_done": "completion",
              "tma_store": "issue", "tma_store_done": "completion", "mma": "issue", "mma_done": "completion",
              "commit": "issue", "tmem_alloc": "issue", "tmem_dealloc": "completion", "tmem_ld": "issue",
-             "tmem_cp": "issue", "bar_sync": "wait", "cluster_sync": "wait", "exit": "completion"}
+             "tmem_cp": "issue", "bar_sync": "wait", "cluster_sync": "wait", "exit": "completion",
+             "phase_begin": "phase", "phase_end": "phase"}
 SIM_REQUIRED = ("seq", "cta", "warp", "kind")
 RING_TID, ACC_TID = 1000, 2000          # lanes of the ring's slots and the accumulators, after the warps
 # What each clock64 phase is in the picture; the *_wait phases the stages record as a sum over the

@@ -11,7 +11,16 @@
 //   MODE 7  correct: thread 0 stages 16 x 64 BF16 in shared memory and TMA-stores them to out2 (rows
 //           16 * blockIdx.x ..) through tmap; with STORE_RACE the staging tile is rewritten before
 //           cp.async.bulk.wait_group.read (a hazard whatever the interleaving); with NO_PROXY_FENCE the
-//           st.shared writes reach the TMA store without fence.proxy.async (a hazard)
+//           st.shared writes reach the TMA store without fence.proxy.async (a hazard); with RAW_STORES the
+//           staging tile is written through a plain pointer instead of st.shared
+//   MODE 8  misuse: thread 0 stores through a plain pointer at smem_raw[n] (past the launch's window)
+//   MODE 9  misuse: thread 0 stores through a plain pointer at out[n] (past the tensor)
+//   MODE 10 hang: every thread spins on a global flag nobody sets (no scheduling point in the loop)
+//   MODE 11 misuse: thread 0 recurses until its stack overflows
+//   MODE 12 thread 0 TMA-loads 16 x 64 BF16 from out2 into shared memory and copies 8 rows into out; with
+//           EARLY_READ it reads before waiting on the load's barrier (a hazard on every schedule, landed or not)
+//   MODE 13 warning: thread 0 arms a second barrier (expect_tx) that nobody waits on and exits; the run is ok
+//   MODE 14 misuse: thread 0 divides by n (0: an arithmetic trap)
 #include "common/types.cuh"
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
@@ -21,6 +30,15 @@
 
 #ifndef MODE
 #define MODE 0
+#endif
+
+#if MODE == 11
+// A frame of 4 KiB per call: the 64 KiB stack of a simulated thread overflows after a few.
+__noinline__ u32 recurse(int depth) {
+  volatile u8 frame[4096];
+  frame[depth % 4096] = (u8)depth;
+  return depth > 0 ? recurse(depth - 1) + frame[0] : 0;
+}
 #endif
 
 extern "C" __global__ void sim_engine(const __grid_constant__ TensorMap tmap, u32* out, u16* out2, int n) {
@@ -62,7 +80,12 @@ extern "C" __global__ void sim_engine(const __grid_constant__ TensorMap tmap, u3
   if (t == 0) {
     for (int i = 0; i < 16 * 128 / 16; ++i) {
       const u32 v = (u32)(blockIdx.x * 1000 + i);
+#ifdef RAW_STORES
+      u32* p = reinterpret_cast<u32*>(smem_raw + 1024 + 16 * i);
+      p[0] = v, p[1] = v, p[2] = v, p[3] = v;
+#else
       st_shared_v4(stg + 16 * i, v, v, v, v);
+#endif
     }
 #ifndef NO_PROXY_FENCE
     fence_proxy_async_shared_cta();
@@ -74,6 +97,38 @@ extern "C" __global__ void sim_engine(const __grid_constant__ TensorMap tmap, u3
 #endif
     cp_async_bulk_wait_group_read<0>();
     cp_async_bulk_wait_group<0>();
+  }
+#elif MODE == 8
+  if (t == 0) smem_raw[n] = 1;
+#elif MODE == 9
+  if (t == 0) out[n] = 1;
+#elif MODE == 10
+  while (*reinterpret_cast<volatile u32*>(out + 2 * T * gridDim.x - 1) == 0) {
+  }
+#elif MODE == 11
+  if (t == 0) out[0] = recurse(n);
+#elif MODE == 12
+  u64* lbar = bar + 1;
+  if (t == 0) {
+    mbarrier_init(lbar, 1);
+    fence_barrier_init();
+    mbarrier_arrive_expect_tx(lbar, 16 * 128);
+    tma_load_2d(smem_raw + 2048, &tmap, lbar, 0, 16 * (int)blockIdx.x);
+#ifndef EARLY_READ
+    mbarrier_wait_parity(lbar, 0, 8);
+#endif
+    const u32* src = reinterpret_cast<const u32*>(smem_raw + 2048);
+    for (int i = 0; i < 256; ++i) out[blockIdx.x * 256 + i] = src[i];   // the first 8 rows
+#ifdef EARLY_READ
+    mbarrier_wait_parity(lbar, 0, 8);
+#endif
+  }
+#elif MODE == 14
+  if (t == 0) out[0] = 7u / (u32)n;
+#elif MODE == 13
+  if (t == 0) {
+    mbarrier_init(bar + 1, 1);
+    mbarrier_arrive_expect_tx(bar + 1, 128);   // armed for bytes that never come; nobody waits on it
   }
 #endif
   (void)n, (void)out2, (void)tmap;

@@ -8,8 +8,12 @@
 #include "common/cluster.cuh"
 #include "common/wait_kind.cuh"
 
-// PTX ISA 9.7.13.15.9 mbarrier.init
-PE_DEVICE void mbarrier_init(u64* bar, u32 count, PE_SIM_SITE) { pe_sim::mbar_init(smem_u32(bar, site), count, site); }
+// PTX ISA 9.7.13.15.9 mbarrier.init. The macro hands the engine the stage's own argument text ("&full[s]"),
+// which names the barrier in the event log (its index comes from its address).
+PE_DEVICE void pe_sim_mbarrier_init(u64* bar, u32 count, const char* expr, PE_SIM_SITE) {
+  pe_sim::mbar_init(smem_u32(bar, site), count, expr, site);
+}
+#define mbarrier_init(bar, count) pe_sim_mbarrier_init((bar), (count), #bar)
 
 // PTX ISA 9.7.13.15.10 mbarrier.inval
 PE_DEVICE void mbarrier_inval(u64* bar, PE_SIM_SITE) { pe_sim::mbar_inval(smem_u32(bar, site), site); }

@@ -70,7 +70,8 @@ void aligned_op(const char* what, Site site);   // a .sync.aligned instruction w
 void yield(Site site);                          // a plain scheduling point (fences, prefetches)
 
 // ---- mbarrier (PTX ISA 9.7.13.15) ----
-void mbar_init(unsigned addr, unsigned count, Site site);
+// `expr` is the stage's own argument text ("&full[s]"): the barrier's name in the event log
+void mbar_init(unsigned addr, unsigned count, const char* expr, Site site);
 void mbar_inval(unsigned addr, Site site);
 void mbar_arrive(unsigned addr, Site site);                   // addr: shared::cta or shared::cluster
 void mbar_expect_tx(unsigned addr, unsigned bytes, bool arrive, Site site);
@@ -119,6 +120,15 @@ uint64_t clock64(Site site);
 uint64_t globaltimer(Site site);
 
 [[noreturn]] void trap(const char* what, Site site);
+
+// ---- the stage's phase marks (common/timing.cuh's twin, every simulated build) ----
+// What a phase mark says: the role of the warp that records it, and what its waits wait for.
+enum PhaseRole : int { ROLE_NONE = 0, ROLE_PRODUCER = 1, ROLE_MMA = 2, ROLE_EPILOGUE = 4 };
+enum PhaseWaits : int { WAITS_NONE, WAITS_RING_EMPTY, WAITS_RING_FULL, WAITS_ACC_EMPTY, WAITS_ACC_FULL };
+uint64_t phase_mark(Site site);   // timing_now(): the order stamp of the next event
+// timing_record(): this warp spent [t0, t1) of its tile slot `tile` in `phase` (t1 may be t0 + a sum of
+// bracketed waits, as the stages record their wait phases)
+void phase_record(unsigned tile, unsigned phase, int role, int waits, uint64_t t0, uint64_t t1, Site site);
 
 }  // namespace pe_sim
 

@@ -1,0 +1,276 @@
+// Plain memory (twin: common/memory.cuh, common/clock.cuh; PTX ISA 9.7.9.8-10 ld / st), and every memory
+// access the stage's own code makes between two engine calls. pelib.sim builds a stage with the compiler's
+// kernel-address instrumentation in outline mode (a call before every load and store, no runtime library):
+// the __asan_* functions below receive them. So every access, a wrapper's or a raw pointer's, is checked:
+// global ones against the extents of the tensors bound to the kernel's parameters (the report names the
+// tensor and the element), shared ones against the CTA's declared window and the asynchronous operations that
+// touch it (runtime/order.cpp), and a thread that keeps loading memory without ever reaching a scheduling
+// point is a hang. What still faults (an access the instrumentation does not see, a fiber's stack overflowing
+// into its guard page) is caught by a SIGSEGV / SIGBUS handler on its own stack, which turns it into a report
+// and abandons the simulated thread: no kernel can take the host process down.
+#include <dlfcn.h>
+#include <link.h>
+#include <signal.h>
+#include <ucontext.h>
+
+#include "runtime/state.h"
+
+namespace pe_sim {
+namespace {
+
+// ---- where an address is -------------------------------------------------------------------------------
+bool in_tensor(uintptr_t a, size_t n) {
+  for (const PeSimRange& t : E->tensors)
+    if (a >= t.base && a + n <= t.base + t.bytes) return true;
+  return false;
+}
+
+// "element [4097, 12] of `c` (4096 x 128, 2 B elements): 8 B past its end" for an access outside every tensor.
+std::string oob_where(uintptr_t a, size_t n) {
+  const PeSimRange* best = nullptr;
+  uint64_t dist = ~0ull;
+  for (const PeSimRange& t : E->tensors) {
+    const uint64_t d = a < t.base ? t.base - a : a + n > t.base + t.bytes ? a + n - (t.base + t.bytes) : 0;
+    if (d < dist) dist = d, best = &t;
+  }
+  if (!best) return "the kernel was given no tensors";
+  const PeSimRange& t = *best;
+  const int64_t el = (int64_t(a) - int64_t(t.base)) / int64_t(t.elem ? t.elem : 1);
+  std::string idx, shape;
+  if (t.ndim >= 1) {
+    int64_t rest = el, inner = 1;
+    for (uint32_t i = 1; i < t.ndim; ++i) inner *= int64_t(t.shape[i]);
+    std::vector<int64_t> ix;
+    for (uint32_t i = 0; i < t.ndim; ++i) {
+      const int64_t q = i + 1 < t.ndim ? (rest >= 0 ? rest / inner : -((-rest + inner - 1) / inner)) : rest;
+      ix.push_back(q);
+      rest -= q * inner;
+      if (i + 1 < t.ndim) inner /= int64_t(t.shape[i + 1]);
+    }
+    for (size_t i = 0; i < ix.size(); ++i) idx += (i ? ", " : "") + std::to_string(ix[i]);
+    for (uint32_t i = 0; i < t.ndim; ++i) shape += (i ? " x " : "") + std::to_string(t.shape[i]);
+  }
+  const bool before = a < t.base;
+  return fmt("element [%s] of `%s` (%s, %u B elements): %llu B %s", idx.c_str(), t.name ? t.name : "?",
+             shape.c_str(), t.elem, (unsigned long long)dist, before ? "before its start" : "past its end");
+}
+
+bool in_segments(uintptr_t a) {
+  for (auto& [lo, hi] : E->code)
+    if (a >= lo && a < hi) return true;
+  return false;
+}
+
+int add_segment(struct dl_phdr_info* info, size_t, void* data) {
+  auto* v = static_cast<std::vector<std::pair<uintptr_t, uintptr_t>>*>(data);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD) v->push_back({info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz});
+  }
+  return 0;
+}
+
+// The loaded objects' segments (the stage libraries' constants and globals, the engine's g_pub): memory
+// the stage's code may read that is no tensor.
+std::vector<std::pair<uintptr_t, uintptr_t>> loaded_segments() {
+  std::vector<std::pair<uintptr_t, uintptr_t>> v;
+  dl_iterate_phdr(add_segment, &v);
+  return v;
+}
+
+// ---- reports of the stage's own accesses ------------------------------------------------------------------
+// A report about the instruction at `pc` (resolved to its source line by pelib.sim through the stage
+// library's line table; the text names it "@@pc@@").
+struct AtPc {
+  AtPc(void* pc) { E->raw_pc = uintptr_t(pc); }
+  ~AtPc() { E->raw_pc = 0; }
+};
+
+[[noreturn]] void raw_fatal(const std::string& what, Fiber* f, void* pc) {
+  {
+    AtPc at(pc);
+    misuse(what, f->site, f);
+  }
+  abort_fiber();
+}
+
+[[noreturn]] void spin_hang(Fiber* f, void* pc) {
+  {
+    AtPc at(pc);
+    E->rep.deadlock.push_back(record(
+        fmt("hang: the thread loaded memory %llu times since its last scheduling point (%s:%d) without reaching "
+            "another — a spin on memory nothing in the kernel can change (a flag nobody sets?) — ",
+            (unsigned long long)f->spin, short_file(f->site.file), f->site.line) + where(f, f->site),
+        f, f->site, Json().put("wait", "spin")));
+  }
+  E->aborted = true;
+  abort_fiber();
+}
+
+void raw_slow(Fiber* f, uintptr_t a, size_t n, bool write, void* pc) {
+  if (a - uintptr_t(&f->pub) < sizeof(ThreadPub)) return;   // threadIdx, blockIdx, ...
+  Cta* c = f->cta;
+  const uintptr_t w = uintptr_t(c->win);
+  if (a - w < c->win_size) {   // this CTA's shared memory
+    const u32 off = u32(a - w);
+    if (!in_window(c, off, u32(n)))
+      raw_fatal(fmt("a plain %s of %zu B at shared offset 0x%x is outside CTA %d's shared memory (%u B of dynamic "
+                    "shared memory declared at offset 0x%x): a wrong index or too little dynamic shared memory",
+                    write ? "store" : "load", n, off - c->dyn_off, c->id, c->dyn_size, c->dyn_off), f, pc);
+    if (!write && ++f->spin > E->L.max_spin) spin_hang(f, pc);
+    AtPc at(pc);
+    generic_access(c, off, u32(n), write, f, f->site);
+    return;
+  }
+  if (in_tensor(a, n)) {
+    if (!write && ++f->spin > E->L.max_spin) spin_hang(f, pc);
+    return;
+  }
+  if (in_segments(a) && !write) return;
+  // past the shared window, unless a tensor's end is nearer: smem_raw[600 KiB], a pointer with a bad offset
+  uint64_t to_tensor = ~0ull;
+  for (const PeSimRange& tr : E->tensors)
+    to_tensor = std::min<uint64_t>(to_tensor, a < tr.base ? tr.base - a : a >= tr.base + tr.bytes ? a - (tr.base + tr.bytes) : 0);
+  if (a >= w && a - w < c->win_size + (16u << 20) && a - w - c->win_size < to_tensor)
+    raw_fatal(fmt("a plain %s of %zu B at shared offset 0x%llx (smem_raw + %llu) is outside CTA %d's shared memory "
+                  "(%u B of dynamic shared memory declared; the simulator's window ends at %u B)",
+                  write ? "store" : "load", n, (unsigned long long)(a - w - c->dyn_off),
+                  (unsigned long long)(a - w - c->dyn_off), c->id, c->dyn_size, PE_SIM_SMEM_CAPACITY), f, pc);
+  if (in_segments(a)) return;
+  raw_fatal(fmt("a plain global %s of %zu B at %p is outside every tensor the kernel was given (out-of-bounds "
+                "global access): %s", write ? "store" : "load", n, reinterpret_cast<void*>(a), oob_where(a, n).c_str()),
+            f, pc);
+}
+
+inline void raw_access(uintptr_t a, size_t n, bool write, void* pc) {
+  Engine* e = E;
+  if (!e) return;
+  Fiber* f = e->cur;
+  if (!f || a - uintptr_t(f->stack) < f->stack_size) return;   // outside a simulated thread, or its stack
+  raw_slow(f, a, n, write, pc);
+}
+
+// ---- faults: a report, and the simulated thread abandoned ---------------------------------------------------
+// What a fault in a simulated thread is: a bad access, an arithmetic trap (integer division by zero), an
+// illegal instruction (__builtin_trap).
+constexpr int FAULTS[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+struct sigaction old_action[4];
+stack_t old_alt;
+alignas(16) uint8_t alt_stack[1 << 16];
+
+void on_fault(int sig, siginfo_t* si, void* uctx) {
+  Fiber* f = E ? E->cur : nullptr;
+  if (!f || !E->in_run) {   // not in a simulated thread: the previous handler takes it when it faults again
+    for (int i = 0; i < 4; ++i) sigaction(FAULTS[i], &old_action[i], nullptr);
+    return;
+  }
+  void* pc = nullptr;
+#if defined(__x86_64__)
+  pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(uctx)->uc_mcontext.pc);
+#endif
+  const uintptr_t a = uintptr_t(si->si_addr), st = uintptr_t(f->stack);
+  std::string what;
+  if (a < st && a + 4096 >= st)
+    what = fmt("the simulated thread's stack overflowed its %zu B (PELIB_SIM_STACK raises it; deep recursion or "
+               "large local arrays in the stage?)", f->stack_size);
+  else if (sig == SIGFPE)
+    what = "an arithmetic trap (integer division by zero?) in the simulated thread (stopped; the host process goes on)";
+  else if (sig == SIGILL)
+    what = "an illegal instruction (a trap) in the simulated thread (stopped; the host process goes on)";
+  else
+    what = fmt("%s at %p in the simulated thread: an access the simulator's checks did not see (the thread is "
+               "stopped; the host process goes on)", sig == SIGBUS ? "a bus error" : "a memory fault", si->si_addr);
+  {
+    AtPc at(pc);
+    misuse(what, f->site, f);
+  }
+  unready(f);
+  f->state = FS::Done;
+  E->cur = nullptr;
+  fiber_switch(&f->ctx, &E->sched);   // never resumed
+}
+
+void faults_on() {
+  stack_t ss{};
+  ss.ss_sp = alt_stack;
+  ss.ss_size = sizeof alt_stack;
+  sigaltstack(&ss, &old_alt);
+  struct sigaction sa{};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 4; ++i) sigaction(FAULTS[i], &sa, &old_action[i]);
+  E->in_run = true;
+}
+
+void faults_off() {
+  E->in_run = false;
+  for (int i = 0; i < 4; ++i) sigaction(FAULTS[i], &old_action[i], nullptr);
+  sigaltstack(&old_alt, nullptr);
+}
+
+}  // namespace
+
+// ---- the twins of common/memory.cuh ----------------------------------------------------------------------
+namespace {
+void check_gmem(const void* p, size_t n, bool write, Site s) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (in_tensor(a, n)) return;
+  misuse_fatal(fmt("%s of %zu B at %p is outside every tensor the kernel was given (out-of-bounds global access, "
+                   "undefined: PTX ISA, State Spaces, global): %s",
+                   write ? "global store" : "global load", n, p, oob_where(a, n).c_str()), s);
+}
+}  // namespace
+
+void gmem_load(const void* p, void* dst, size_t n, Site s) {
+  check_gmem(p, n, false, s);
+  if (++E->cur->spin > E->L.max_spin) spin_hang(E->cur, nullptr);
+  std::memcpy(dst, p, n);
+}
+
+void gmem_store(void* p, const void* src, size_t n, Site s) {
+  check_gmem(p, n, true, s);
+  std::memcpy(p, src, n);
+}
+
+void smem_load(unsigned addr, void* dst, size_t n, Site s) {
+  SAddr a = resolve(addr, u32(n), s, "ld.shared");
+  if (a.off % std::min<size_t>(n, 16))
+    misuse_fatal(fmt("ld.shared of %zu B at unaligned 0x%x (PTX ISA 9.7.9.8: naturally aligned)", n, addr), s);
+  if (++E->cur->spin > E->L.max_spin) spin_hang(E->cur, nullptr);
+  generic_access(a.cta, a.off, u32(n), false, E->cur, s);
+  std::memcpy(dst, a.cta->win + a.off, n);
+}
+
+void smem_store(unsigned addr, const void* src, size_t n, Site s) {
+  SAddr a = resolve(addr, u32(n), s, "st.shared");
+  if (a.off % std::min<size_t>(n, 16))
+    misuse_fatal(fmt("st.shared of %zu B at unaligned 0x%x (PTX ISA 9.7.9.10: naturally aligned)", n, addr), s);
+  generic_access(a.cta, a.off, u32(n), true, E->cur, s);
+  std::memcpy(a.cta->win + a.off, src, n);
+}
+
+uint64_t clock64(Site) { return ++E->cur->cta->clock; }
+uint64_t globaltimer(Site) { return ++E->cur->cta->clock; }
+
+void trap(const char* what, Site s) { misuse_fatal(fmt("the kernel trapped (%s)", what), s); }
+
+}  // namespace pe_sim
+
+// ---- the instrumentation's entry points (GCC / Clang -fsanitize=kernel-address, outline calls) -------------
+extern "C" {
+#define PE_SIM_ACCESS_HOOKS(N)                                                                                   \
+  void __asan_load##N##_noabort(uintptr_t a) { pe_sim::raw_access(a, N, false, __builtin_return_address(0)); } \
+  void __asan_store##N##_noabort(uintptr_t a) { pe_sim::raw_access(a, N, true, __builtin_return_address(0)); }
+PE_SIM_ACCESS_HOOKS(1)
+PE_SIM_ACCESS_HOOKS(2)
+PE_SIM_ACCESS_HOOKS(4)
+PE_SIM_ACCESS_HOOKS(8)
+PE_SIM_ACCESS_HOOKS(16)
+#undef PE_SIM_ACCESS_HOOKS
+void __asan_loadN_noabort(uintptr_t a, size_t n) { pe_sim::raw_access(a, n, false, __builtin_return_address(0)); }
+void __asan_storeN_noabort(uintptr_t a, size_t n) { pe_sim::raw_access(a, n, true, __builtin_return_address(0)); }
+void __asan_handle_no_return() {}
+}

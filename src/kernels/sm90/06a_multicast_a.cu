@@ -1,0 +1,377 @@
+// Stage 06a — A multicast across the three column blocks: the CTAs that read the same rows of A form one cluster, as in 05.
+// Parent: sm90/06_permuted_b
+//
+// What changes: stage 05's idea, applied to 06. The CLUSTER_N = N / BLOCK_N CTAs of a row group (one
+// per column block) form one (CLUSTER_N, 1, 1) cluster; ring position it is loaded once, by the CTA of
+// rank it % CLUSTER_N, with cp.async.bulk.tensor .multicast::cluster into all of their rings (PTX ISA,
+// cp.async.bulk.tensor; CUTLASS PipelineTmaAsync with a multicast producer). Each producer still
+// posts arrive.expect_tx on its own full[s]; a slot is rewritten only when every CTA's consumer has
+// read it, so a consumer frees it with one remote arrive on empty[s] of every CTA (empty counts
+// CLUSTER_N arrivals); barriers are initialised before a cluster_sync, and a producer leaves only
+// after the last NUM_STAGES positions were released by every CTA. Only rank 0 prefetches A into L2.
+// Row group g is the cluster's id and the schedule is 06's (row tiles g, g + groups, ...).
+// Everything else is stage 06: the permuted resident B, ping-pong warpgroups, comb before the
+// mainloop, 16-B streaming stores.
+// Why: the limiter run (results/2026-11-27-h100/energy-limiter.json, -h200/) found that removing A's
+// traffic or the stores gives the same time (0.739 / 0.737 ms on the H100, both 0.729 on the H200),
+// and the two remove the same L2 traffic per 64 x 256 tile while their DRAM bytes differ twofold:
+// A 3 x 16 KiB of L2 -> SM reads plus a 16-KiB DRAM fill, the stores 32 KiB of SM -> L2 writes plus a
+// 32-KiB write-back (64 KiB each); and on the H100 the time did not move when zeros raised the
+// launch clock from 1.60 to 1.80 GHz. Multicast removes 32 KiB of A's three reads per tile.
+// The cost, measured on 05: a cluster of three 225-KiB CTAs must fit in one GPC, and only 39 such
+// clusters were resident on the H100 (117 of 132 SMs; results/2026-11-24-h100/sm90-stages.json).
+// Estimate, written before any run of this stage (no timing model on main yet; back of the
+// envelope from the limiter run): the burst time falls linearly with L2 traffic between 06 and the
+// one-stream probes (0.205 ms per 64 KiB a tile on the H100, 0.076 on the H200): -32 KiB gives
+// 0.84 ms (H100) and 0.77 ms (H200) on 132 SMs; but 117 SMs raise the floor of the no-memory probe
+// (0.683 / 0.697 ms, 1.15 M cycles at 1.68 / 1.64 GHz) to 0.77 / 0.79 ms at the same clock. So:
+// H100 0.84 to 0.88 ms (L2-bound, the SM count matters little); H200 0.78 to 0.84 ms (the clock and
+// the SM count bind there, as the zeros run says), the cluster coupling adding up to 3 %.
+// Measured: none yet (written before its first GPU run: `python -m pelib.energy stages`).
+// Run: python -m pelib.stage sm90/06a_multicast_a
+#include "common/types.cuh"
+#include "common/export.cuh"
+#include "common/cutensormap.cuh"
+#include "common/cluster.cuh"
+#include "common/mbarrier.cuh"
+#include "common/tma.cuh"
+#include "common/descriptors.cuh"
+#include "common/wgmma.cuh"
+#include "common/epilogue.cuh"
+
+#ifndef BLOCK_N
+#define BLOCK_N 256        // output columns per CTA (its resident B rows) = the wgmma N
+#endif
+#ifndef K_MAX
+#define K_MAX 768          // resident B holds K_MAX columns of K; the host refuses a larger K
+#endif
+#ifndef NUM_STAGES
+#define NUM_STAGES 4       // A ring: 8 KiB a stage; 4 fit beside a 192 KiB B
+#endif
+#ifndef EPI_STREAM
+#define EPI_STREAM 1       // 1: st.global.cs (evict-first) output stores; 0: st.global
+#endif
+#ifndef PREFETCH_TILES
+#define PREFETCH_TILES 2   // L2 prefetch of A this many tiles ahead of the ring (0: none), by rank 0
+#endif
+#ifndef CLUSTER_N
+#define CLUSTER_N 3        // CTAs of a cluster = column blocks N / BLOCK_N (the host checks)
+#endif
+#ifndef B_PERM_TMA
+#define B_PERM_TMA 1       // 1: a 5-D tensor map loads B already permuted; 0: plain load + permute in SMEM
+#endif
+#ifndef TURN_EARLY
+#define TURN_EARLY 0       // 1: pass the turn after the last commit, before its wait_group<1>
+#endif
+#define NUM_CONSUMERS 2
+#if defined(TIMING) && !defined(PE_TIMING_WARPS)
+#define PE_TIMING_WARPS 12
+#endif
+#include "common/timing.cuh"
+
+constexpr int BN = BLOCK_N;
+constexpr int BM = 64;                         // rows per warpgroup tile (one m64 wgmma)
+constexpr int BK = 128;                        // one 128-byte swizzle atom of FP8 along K
+constexpr int KB_MAX = K_MAX / BK;             // resident B slices
+constexpr int NUM_THREADS = 128 * (NUM_CONSUMERS + 1);
+constexpr int A_STAGE_BYTES = BM * BK;         // 8 KiB
+constexpr int B_SLICE_BYTES = BN * BK;         // one K slice of the resident B
+constexpr int SMEM_ALIGN = 1024;
+constexpr int SMEM_B_OFF = 0;
+constexpr int SMEM_A_OFF = KB_MAX * B_SLICE_BYTES;
+constexpr int SMEM_BAR_OFF = SMEM_A_OFF + NUM_STAGES * A_STAGE_BYTES;
+constexpr int NUM_BARS = 2 * NUM_STAGES + 3;   // full[], empty[], b_full, turn[2]
+constexpr u16 CLUSTER_MASK = (u16)((1u << CLUSTER_N) - 1);
+constexpr int SMEM_USED = SMEM_BAR_OFF + 8 * NUM_BARS;
+constexpr int SMEM_BYTES = SMEM_ALIGN + SMEM_USED;
+constexpr u32 DESC_LBO = 16, DESC_SBO = 1024, SWIZZLE = 128;
+constexpr int CPR = BN / 8;                    // accumulator column groups of 8 (j) per row
+constexpr int GROUPS32 = BN / 32;              // 32-column groups: one 16-B store per (row, group)
+#if !B_PERM_TMA
+constexpr u32 PERM_BARRIER = 1;                // named barrier of the in-SMEM permutation
+#endif
+// setmaxnreg: 40 for the producer, the rest to the two consumers (CUTLASS ping-pong: 40 / 232).
+constexpr u32 ENTRY_REGS = (65536u / NUM_THREADS) & ~7u;
+constexpr u32 PRODUCER_REGS = 40;
+constexpr u32 CONSUMER_REGS = ((ENTRY_REGS * NUM_THREADS - PRODUCER_REGS * 128) / (NUM_CONSUMERS * 128)) & ~7u;
+
+static_assert(BN == 128 || BN == 192 || BN == 256, "BLOCK_N: 128, 192 or 256 (a wgmma N, divides 768)");
+static_assert(BN % 32 == 0, "the row permutation works on 32-row groups");
+static_assert(K_MAX % BK == 0 && KB_MAX >= 1, "K_MAX: a multiple of 128");
+static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 16, "NUM_STAGES: 2 to 16");
+static_assert(CLUSTER_N >= 2 && CLUSTER_N <= 8, "CLUSTER_N: 2 to 8 CTAs (portable cluster sizes)");
+static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * NUM_THREADS,
+              "setmaxnreg: the consumers would take more registers than the producer gives back");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KiB per-block limit: "
+              "fewer NUM_STAGES, a smaller BLOCK_N or K_MAX");
+
+PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, CLUSTER_N);
+PELIB_EXPORT(cluster_in_kernel, 0);   // no __cluster_dims__: the launch gives the cluster shape
+PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is a multiple of N / tile_n
+PELIB_EXPORT(tile_m, BM);
+PELIB_EXPORT(tile_n, BN);
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
+PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
+PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
+PELIB_EXPORT_TMAP(c, 32, 64, SWIZZLE, 2);        // C [M, N] BF16 (the map every stage receives)
+PELIB_EXPORT(num_threads, NUM_THREADS);
+PELIB_EXPORT(block_k, BK);
+PELIB_EXPORT(wg_m, 1);
+PELIB_EXPORT(cluster_n, CLUSTER_N);    // cluster (CLUSTER_N, 1, 1) = the column blocks of one row group
+PELIB_EXPORT(max_k, K_MAX);
+PELIB_EXPORT(pingpong, 1);
+PELIB_EXPORT(epi_vec, 1);
+PELIB_EXPORT(b_perm, 1);               // B rows permuted: 32g + 8u + 2q + c <- 32g + 8q + 2u + c
+PELIB_EXPORT(b_perm_tma, B_PERM_TMA);  // 1: the host builds B's map as the 5-D permuting view
+PELIB_EXPORT(desc_lbo, DESC_LBO);
+PELIB_EXPORT(desc_sbo, DESC_SBO);
+PELIB_EXPORT(k_advance_bytes, 32);
+PELIB_EXPORT(desc_a_base0, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(producer_regs, PRODUCER_REGS);
+PELIB_EXPORT(consumer_regs, CONSUMER_REGS);
+// pelib.emulate TileParams (EXPORT_NAMES). The emulator drives A and B with one stage index: for the
+// first tile of a CTA, K slice kb sits in ring slot kb and B slice kb, so a replay with at most
+// NUM_STAGES K slices (K <= 512 at 4 stages) follows the kernel's addresses exactly.
+PELIB_EXPORT(mma_arch, 90);
+PELIB_EXPORT(mma_kind, 2);
+PELIB_EXPORT(mma_m, 64);
+PELIB_EXPORT(mma_n, BN);
+PELIB_EXPORT(a_box_k, BK);
+PELIB_EXPORT(a_box_m, BM);
+PELIB_EXPORT(b_box_k, BK);
+PELIB_EXPORT(b_box_n, BN);
+PELIB_EXPORT(a_smem_offset, SMEM_A_OFF);
+PELIB_EXPORT(b_smem_offset, SMEM_B_OFF);
+PELIB_EXPORT(a_desc, gmma_smem_desc(SMEM_A_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(b_desc, gmma_smem_desc(SMEM_B_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(a_stage_stride, A_STAGE_BYTES);
+PELIB_EXPORT(b_stage_stride, B_SLICE_BYTES);
+PELIB_EXPORT(a_wg_stride, 64 * BK);
+
+// One 16-B output store (EPI_STREAM picks the cache policy).
+PE_DEVICE void store16(u16* p, const u32 (&v)[4]) {
+#if EPI_STREAM
+  st_global_cs_v4(p, v[0], v[1], v[2], v[3]);
+#else
+  st_global_v4(p, v[0], v[1], v[2], v[3]);
+#endif
+}
+
+// B_PERM_TMA=0: permute one 32-row x 128-B block of the plainly loaded (SW128) B in place, by one warp.
+// Row r = 8q + 2u + c of the block moves to row 8u + 2q + c; chunk k of row r is stored at chunk
+// k ^ (r % 8) (the 128-B swizzle; the block starts 1024-B aligned). Reads all 256 chunks first.
+PE_DEVICE void permute_b_block(u8* blk, int lane) {
+  uint4 v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int e = lane + 32 * i, r = e >> 3, k = e & 7;
+    v[i] = *reinterpret_cast<const uint4*>(blk + r * 128 + ((k ^ (r & 7)) << 4));
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int e = lane + 32 * i, r = e >> 3, k = e & 7;
+    const int rho = 8 * ((r >> 1) & 3) + 2 * (r >> 3) + (r & 1);
+    *reinterpret_cast<uint4*>(blk + rho * 128 + ((k ^ (rho & 7)) << 4)) = v[i];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, box {128, 64}, SW128 (multicast)
+                 const __grid_constant__ CUtensorMap tmap_b,  // B: 5-D permuting view (B_PERM_TMA) or [N, K]
+                 const __grid_constant__ CUtensorMap tmap_c,  // unused (register epilogue)
+                 const u16* __restrict__ comb,                // [196, N] bf16, bias + pos_embed
+                 u16* __restrict__ c,                         // [M, N] bf16
+                 int M, int N, int K, u64* timing) {
+  PE_TIMING_CTA(timing);   // TIMING builds: each warp's clock64 and globaltimer at start and exit
+  (void)tmap_c;
+  extern __shared__ u8 smem_raw[];
+  u8* smem = smem_raw + ((SMEM_ALIGN - (smem_u32(smem_raw) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
+  u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);  // ring slot s holds A (TMA bytes landed)
+  u64* empty = full + NUM_STAGES;                            // the warpgroup that read slot s is done
+  u64* b_full = empty + NUM_STAGES;                          // the resident B landed
+  u64* turn = b_full + 1;                                    // turn[w]: the other warpgroup issued a tile
+
+  // One cluster = one row group; its CTA of rank r owns column block r (N / BLOCK_N == CLUSTER_N).
+  const u32 rank = cluster_ctarank();
+  const int g = (int)cluster_id_x();
+  const int groups = (int)cluster_nclusterid_x();
+  const int n0 = (int)rank * BN;
+  const int m_tiles = (M + BM - 1) / BM;
+  const int my_tiles = g < m_tiles ? (m_tiles - 1 - g) / groups + 1 : 0;  // local tile i: row tile g + i * groups
+  const int num_kb = K / BK;                  // <= KB_MAX (the host checks)
+  const int warp = threadIdx.x / 32;
+
+  if (threadIdx.x == 0) {
+    prefetch_tensormap(&tmap_a);
+    prefetch_tensormap(&tmap_b);
+    for (int s = 0; s < NUM_STAGES; ++s) {
+      mbarrier_init(&full[s], 1);   // the producer's arrive.expect_tx
+      mbarrier_init(&empty[s], CLUSTER_N);  // one arrive from the consuming warpgroup of each CTA
+    }
+    mbarrier_init(b_full, 1);
+    mbarrier_init(&turn[0], 1);
+    mbarrier_init(&turn[1], 1);
+    fence_barrier_init();
+  }
+  cluster_sync();  // the peers' barriers exist before anyone multicasts into them or arrives remotely
+
+  if (warp < 4) {
+    // ---- producer warpgroup: one thread loads B once, then streams A through the ring ----
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (warp == 0 && elect_one_sync()) {
+      mbarrier_arrive_expect_tx(b_full, (u32)(num_kb * B_SLICE_BYTES));
+      for (int kb = 0; kb < num_kb; ++kb) {
+#if B_PERM_TMA
+        // box {128 B of k, 2 c, 4 q, 4 u, BN/32 g} at (kb * 128, 0, 0, 0, n0 / 32)
+        tma_load_5d(smem + SMEM_B_OFF + kb * B_SLICE_BYTES, &tmap_b, b_full, kb * BK, 0, 0, 0, n0 / 32);
+#else
+        tma_load_2d(smem + SMEM_B_OFF + kb * B_SLICE_BYTES, &tmap_b, b_full, kb * BK, n0);
+#endif
+      }
+#if PREFETCH_TILES > 0
+      if (rank == 0)
+      for (int i = 0; i < PREFETCH_TILES && i < my_tiles; ++i)
+        for (int kb = 0; kb < num_kb; ++kb) tma_prefetch_2d_l2(&tmap_a, kb * BK, (g + i * groups) * BM);
+#endif
+      int it = 0;
+      for (int i = 0; i < my_tiles; ++i) {
+        const int m0 = (g + i * groups) * BM;
+        const u64 t0 = timing_now();
+        u64 waited = 0;
+#if PREFETCH_TILES > 0
+        if (rank == 0 && i + PREFETCH_TILES < my_tiles)
+          for (int kb = 0; kb < num_kb; ++kb)
+            tma_prefetch_2d_l2(&tmap_a, kb * BK, (g + (i + PREFETCH_TILES) * groups) * BM);
+#endif
+        for (int kb = 0; kb < num_kb; ++kb, ++it) {
+          const int s = it % NUM_STAGES;
+          const u32 phase = (it / NUM_STAGES) & 1;
+          const u64 tw = timing_now();
+          // every CTA of the cluster released slot s (a fresh barrier passes parity 1 at once)
+          mbarrier_wait_parity_cluster_nocall(&empty[s], phase ^ 1, 1);
+          waited += timing_now() - tw;
+          mbarrier_arrive_expect_tx(&full[s], A_STAGE_BYTES);  // the bytes come from the issuer
+          if (it % CLUSTER_N == (int)rank)
+            tma_load_2d_multicast(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], CLUSTER_MASK,
+                                  kb * BK, m0);
+        }
+        if (i < PE_TIMING_TILES) {
+          timing_record(timing, i, PE_PHASE_PRODUCER_WAIT, t0, t0 + waited);
+          PE_TIMING_END(timing, i, PE_PHASE_TMA_ISSUE, t0);
+        }
+      }
+      // Tail: the last NUM_STAGES positions released by every CTA, so no peer still arrives on us.
+      for (int j = 0; j < NUM_STAGES; ++j, ++it)
+        mbarrier_wait_parity_cluster_nocall(&empty[it % NUM_STAGES], ((it / NUM_STAGES) & 1) ^ 1, 3);
+    }
+  } else {
+    // ---- consumer warpgroups: alternate tiles; mainloops in turn, epilogues overlapped ----
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int wg = warp / 4 - 1;               // 0 or 1
+    const int tid = threadIdx.x % 128;
+    const int wq = tid / 32, lane = tid % 32;
+    const u32 q = lane % 4;
+    const u64 desc_a0 = gmma_smem_desc(gmma_desc_addr(smem + SMEM_A_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    const u64 desc_b0 = gmma_smem_desc(gmma_desc_addr(smem + SMEM_B_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    mbarrier_wait_parity_nocall(b_full, 0, 4);
+#if !B_PERM_TMA
+    // 8 consumer warps permute the (num_kb x BN/32) 4-KiB blocks of B, then hand them to the async proxy.
+    for (int blk = warp - 4; blk < num_kb * GROUPS32; blk += 8)
+      permute_b_block(smem + SMEM_B_OFF + (blk / GROUPS32) * B_SLICE_BYTES + (blk % GROUPS32) * 4096, lane);
+    fence_proxy_async_shared_cta();
+    named_barrier_sync(PERM_BARRIER, 256);
+#endif
+    float d[BN / 2];
+    u32 cb[BN / 4];                            // comb pairs of this thread's two rows: [h][g][u]
+    int n = 0;                                 // this warpgroup's tile count
+    for (int i = wg; i < my_tiles; i += 2, ++n) {
+      const int m0 = (g + i * groups) * BM;
+      const u64 t_tile = timing_now();
+      // Rows 16 wq + 8h + lane/4 of the tile (common/wgmma.cuh NOTES).
+      const int row0 = m0 + 16 * wq + lane / 4;
+      // comb before the mainloop: 16 B at columns 32g + 8q of each row = the pairs u = 0..3 of group g
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const u16* crow = comb + (size_t)comb_row(row0 + 8 * h) * N + n0 + 8 * q;
+#pragma unroll
+        for (int gg = 0; gg < GROUPS32; ++gg) {
+          u32 v[4];
+          ld_global_nc_v4(crow + 32 * gg, v);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) cb[h * CPR + 4 * gg + u] = v[u];
+        }
+      }
+      // Wait for the turn: the other warpgroup has issued its previous tile (WG 0's first tile goes).
+      const u64 t_turn = timing_now();
+      mbarrier_wait_parity_nocall(&turn[wg], wg == 0 ? ((n + 1) & 1) : (n & 1), 5);
+      const u64 t_k = timing_now();
+      u64 waited = 0;
+      const int it0 = i * num_kb;
+      for (int kb = 0; kb < num_kb; ++kb) {
+        const int it = it0 + kb;
+        const int s = it % NUM_STAGES;
+        const u32 phase = (it / NUM_STAGES) & 1;
+        const u64 tw = timing_now();
+        mbarrier_wait_parity_nocall(&full[s], phase, 2);
+        waited += timing_now() - tw;
+        wgmma_fence_operand(d);
+        warpgroup_arrive();
+#pragma unroll
+        for (int ks = 0; ks < BK / 32; ++ks) {
+          const u32 a_off = s * A_STAGE_BYTES + ks * 32;  // K step: +32 B inside the swizzle atom
+          const u32 b_off = kb * B_SLICE_BYTES + ks * 32;
+          wgmma_m64nNk32_f32_e4m3_e4m3<BN>(d, desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4),
+                                           (kb > 0 || ks > 0) ? 1u : 0u);
+        }
+        wgmma_commit_group();
+#if TURN_EARLY
+        if (kb == num_kb - 1 && tid == 0) mbarrier_arrive(&turn[wg ^ 1]);  // every wgmma of the tile issued
+#endif
+        wgmma_wait_group<1>();               // the previous slice's wgmmas are done: free its slot
+        wgmma_fence_operand(d);
+        // free the previous slot in every CTA: the issuer of its next position writes all of them
+        if (kb > 0 && tid < CLUSTER_N) mbarrier_arrive_remote_cta(&empty[(it - 1) % NUM_STAGES], tid);
+      }
+#if !TURN_EARLY
+      if (tid == 0) mbarrier_arrive(&turn[wg ^ 1]);  // every wgmma of this tile is issued: the other's turn
+#endif
+      wgmma_wait_group<0>();
+      wgmma_fence_operand(d);
+      if (tid < CLUSTER_N) mbarrier_arrive_remote_cta(&empty[(it0 + num_kb - 1) % NUM_STAGES], tid);
+      const u64 t_epi = timing_now();
+
+      // ---- epilogue from registers: + comb, one BF16 rounding, 16-B stores, no shuffles ----
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        u16* orow = c + (size_t)row * N + n0 + 8 * q;
+        const bool ok = row < M;
+#pragma unroll
+        for (int gg = 0; gg < GROUPS32; ++gg) {
+          u32 v[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int j = 4 * gg + u;        // accumulator pair j: output columns 32gg + 8q + 2u, +1
+            const u32 cv = cb[h * CPR + j];
+            v[u] = f32x2_to_bf16x2(d[4 * j + 2 * h] + bf16lo_to_f32(cv), d[4 * j + 2 * h + 1] + bf16hi_to_f32(cv));
+          }
+          if (ok) store16(orow + 32 * gg, v);
+        }
+      }
+      if (lane == 0 && n < PE_TIMING_TILES) {
+        timing_record(timing, n, PE_PHASE_EPI_WAIT, t_turn, t_k);
+        timing_record(timing, n, PE_PHASE_TMA_WAIT, t_k, t_k + waited);
+        timing_record(timing, n, PE_PHASE_KLOOP, t_k, t_epi);
+        PE_TIMING_END(timing, n, PE_PHASE_EPI_PHASE1, t_epi);
+        PE_TIMING_END(timing, n, PE_PHASE_TILE, t_tile);
+      }
+    }
+  }
+}
