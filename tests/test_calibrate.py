@@ -50,13 +50,14 @@ def test_every_probe_is_in_the_plan_and_the_needs():
 
 
 def test_full_plan_fits_an_h100():
-    """The GPU's plan: every sweep point within the SMs it has; one CTA per SM (the probes ask for more
-    than half of the shared memory); clusters whole."""
+    """The GPU's plan: every sweep point within the SMs it has (the launch probe's waves excepted: whole
+    multiples of them); one CTA per SM (the probes ask for more than half of the shared memory); clusters
+    whole."""
     sc = C.Scale.full(132)
     jobs = C.plan(sc)
     assert 100 < len(jobs) < 200
     for j in jobs:
-        assert j.grid <= 132 and j.grid % j.cluster == 0
+        assert (j.grid <= 132 if j.probe != "launch" else j.grid % 132 == 0) and j.grid % j.cluster == 0
         assert j.params.get("active", 0) <= j.grid
         if j.cluster == 2:
             assert j.params.get("active", 2) % 2 == 0
@@ -185,6 +186,33 @@ def test_clock_probe_sees_its_timer_step(runner):
     assert (f["tick_ns"] > 0).all() and (f["spin_cycles"] >= SC.spin).all()
 
 
+def test_tma_burst_probe_waits_for_each_burst(runner):
+    """CALIB_BURST: `depth` boxes on one barrier per burst, every burst waited for and timed."""
+    j = job("tma", CALIB_BURST=1, pattern=2, active=1, depth=2)
+    r = runner.run(0, j)
+    f = rec_of(r, "tma")
+    s0 = C.fields("tma")["sample0"]
+    n = j.params["iters"] // 2
+    assert f["loads"][0] == n and f["bytes"][0] == n * 2 * 8192 and (f["loads"][1:] == 0).all()
+    assert (r.out[0, s0:s0 + n] > 0).all() and f["last"][0] >= f["first"][0]
+
+
+def test_epilogue_probe_times_the_chain_beside_it(runner):
+    r = C.Runner(SC, "sim", names=["cout", "comb"])
+    j = job("epilogue", case="beside_wgmma_no_store")
+    f = rec_of(r.run(0, j), "epilogue")
+    assert (f["chain_wgmmas"] == 4 * j.params["chain"]).all() and (f["chain_cycles"] > 0).all()
+    assert job("epilogue", case="alone_3sms").grid == 3
+
+
+def test_launch_probe_records_every_cta_with_its_sm(runner):
+    j = job("launch", waves=2)
+    r = runner.run(0, j)
+    assert (rec_of(r, "launch")["spin_cycles"] >= SC.launch_spin).all()
+    cc = r.cta_clock[:, 0]
+    assert cc.shape[0] == j.grid == 2 * SC.sms and (cc[:, 4] > 0).all() and (cc[:, 3] >= cc[:, 1]).all()
+
+
 # ---- the suite through a fake runner: analysis, JSON, loader --------------------------------------
 
 class FakeRunner:
@@ -213,6 +241,22 @@ class FakeRunner:
             per = 64 * n * 32 * 2 / 8192 * wg          # the ideal pipe shared by wg warpgroups
             rows = [[500, 8 * 520, 40, 8 * 44, 700, 8 * 720, 8, per * 4 * p["chain"], 4 * p["chain"], 0]] * (g * wg)
             out = np.array(rows, np.int64)
+        elif j.probe == "tma" and j.defines.get("CALIB_BURST"):
+            lat = 500 + 100 * p["depth"]                 # a burst: one box's latency + 100 cycles per further box
+            n = p["iters"] // p["depth"]
+            out = np.zeros((g, 7 + 512), np.int64)
+            for c in range(min(p["active"], g)):
+                out[c, :7] = (n, lat * n, lat, lat, n * p["depth"] * 8192, c0[c] + 10, c0[c] + 10 + 1.5 * 100_000)
+                out[c, 7:7 + n] = lat
+        elif j.probe == "launch":
+            ns, gap, S = 30_000, 500, 132                # CTA c runs wave c // 132 on SM c % 132, 500 ns after the last
+            blk = np.zeros((g, 1, timing.CLOCK_WORDS), np.int64)
+            for c in range(g):
+                g0 = 10_000_000 + 100 * (c % S) + (c // S) * (ns + gap)
+                blk[c, 0] = (7_000_000 + int(self.GHZ * g0), g0, 7_000_000 + int(self.GHZ * (g0 + ns)), g0 + ns, c % S + 1)
+            span = (g // S - 1) * (ns + gap) + ns + 100 * (S - 1)
+            out = np.array([[p["spin"], 1]] * g, np.int64)
+            return C.Record(i, out, blk, (span + 5_000) / 1e6, 1, None)
         elif j.probe == "tma":
             lat = 1000 + 50 * p["active"] * p["depth"] // 8 + (400 if p["pattern"] == 1 else 0) - (600 if p["pattern"] == 2 else 0)
             out = np.zeros((g, 7 + 512), np.int64)
@@ -232,8 +276,9 @@ class FakeRunner:
             out = np.array([row] * g, np.int64)
         elif j.probe == "epilogue":
             base = {0: 1400, 1: 1800, 2: 2100}[p["other"]] - (300 if not p["store"] else 0)
-            out = np.array([[p["tiles"], base * p["tiles"], base - 50, base + 90, 200 * p["tiles"], p["other"], p["store"]]] * g,
-                           np.int64)
+            chain = [140 * 4 * p["chain"], 4 * p["chain"]] if p["other"] == 2 else [0, 0]
+            out = np.array([[p["tiles"], base * p["tiles"], base - 50, base + 90, 200 * p["tiles"], p["other"], p["store"]]
+                            + chain] * g, np.int64)
         elif j.probe == "stream":
             lat = 900 + 20 * p["stream_warps"] * p["active"] // 132
             out = np.zeros((g, 6), np.int64)
@@ -297,6 +342,12 @@ def test_suite_arithmetic(fake_suite):
     rd = max(cal.curve("dram.read"), key=lambda p: p["gbps"])
     assert rd["gbps"] == pytest.approx(132 * 256 * 15 * 2048 / (200_000 + 131 * 100), rel=1e-3)
     assert v("dram.copy_gbps") == pytest.approx(2 * v("dram.read_gbps"))
+    # bursts on one barrier: 100 cycles per further box -> 8 KiB / 100 B/clk; the chain beside the epilogue
+    assert v("tma.load.box_cycles_sm") == pytest.approx(100) and v("tma.load.bytes_per_clk_sm") == pytest.approx(81.92)
+    assert v("wgmma.m64n256k32.cycles_beside_epilogue") == 140
+    assert v("epilogue.tile_cycles.alone_3sms") == 1400 and v("epilogue.tile_cycles.beside_wgmma_no_store") == 1800
+    # the launch probe: 500 ns between a CTA's exit and the next one's start on its SM, at 1.5 GHz; 5 us of overhead
+    assert v("cta.relaunch_cycles") == pytest.approx(750) and v("launch.overhead_us") == pytest.approx(5.0)
 
 
 # ---- the data format's checks -----------------------------------------------------------------------

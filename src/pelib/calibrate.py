@@ -14,6 +14,8 @@ worker; a worker past its time limit is killed and the rest goes on):
             K loop; with the probe's SASS instruction count, the CPI;
   stream    DRAM and L2 bandwidth-latency curves (read, write, copy): a pointer chase timed while other
             warps stream at controlled intensity;
+  launch    one and several waves of one-per-SM CTAs: the launch's own overhead (event time less the CTAs'
+            span) and the gap before a CTA starts on an SM its predecessor left (the non-persistent grids);
   sustained the 256-wide wgmma probe back to back for about 2 s: the clock the power cap leaves.
 Every launch records its own SM clock (the launch-clock block of common/timing.cuh, per CTA): each
 constant carries the clock of the launch that measured it, and its regime ("short burst": one launch
@@ -43,7 +45,7 @@ from .build import build as _build
 from .paths import KERNELS
 from .stage import parse_signature, _SCALARS
 
-PROBES = ("clock", "wgmma", "tma", "store", "sync", "epilogue", "stream")
+PROBES = ("clock", "wgmma", "tma", "store", "sync", "epilogue", "stream", "launch")
 ARCH = "sm_90a"
 FAMILY_TIMEOUT_S = 90.0    # a family takes seconds; a bounded wait traps; a hang is cut here
 SUSTAIN_S = 2.0
@@ -94,12 +96,15 @@ class Scale:
     hops: int = 128
     tma_active: tuple = (1, 8, 33, 66, 132)
     tma_depths: tuple = (1, 2, 4, 8)
+    burst_depths: tuple = (1, 2, 4, 8)
     mc_active: tuple = (2, 66, 132)
     store_active: tuple = (1, 33, 132)
     store_groups: tuple = (1, 4, 8)
     stream_loads: tuple = ((0, 0), (132, 1), (132, 2), (132, 4), (132, 8), (132, 15), (33, 15), (66, 15))
     sustain_s: float = SUSTAIN_S
     sustain_chain: int = 2048
+    launch_spin: int = 50_000         # cycles each CTA of the launch probe spins (~25 us: past the clock's floor)
+    launch_waves: tuple = (1, 4)
 
     @classmethod
     def full(cls, sms: int) -> "Scale":
@@ -117,7 +122,8 @@ class Scale:
         """The simulator's: 4 SMs, a few tiles of everything (indexing, not time)."""
         return cls(sms=4, m=512, chain_dram_lines=64, chain_l2_lines=16, stream_words=1 << 10, stream_l2_words=1 << 8,
                    l2_tiles=2, spin=200, chain=3, tma_iters=8, store_iters=14, sync_iters=4, epi_tiles=2,
-                   stream_iters=2, hops=6, tma_active=(1, 4), tma_depths=(1, 3), mc_active=(2, 4),
+                   stream_iters=2, hops=6, tma_active=(1, 4), tma_depths=(1, 3), burst_depths=(1, 2), mc_active=(2, 4),
+                   launch_spin=100, launch_waves=(1, 2),
                    store_active=(1, 4), store_groups=(1, 3), stream_loads=((0, 0), (4, 2)), sustain_s=1e-3,
                    sustain_chain=3)
 
@@ -159,6 +165,16 @@ def plan(sc: Scale) -> list[Launch]:
                                   S, label=f"tma {name}, {active} SMs x {depth} in flight", tensors={"tmap_a": "a"},
                                   prepare="warm" if pattern == 2 else "flush",
                                   point={"curve": f"tma_load.{name}", "active": active, "depth": depth}))
+    # bursts of `depth` boxes on one barrier (CALIB_BURST): the SM's TMA unit's rate, from L2 and from DRAM
+    for pattern, name in ((2, "l2"), (0, "sequential")):
+        for active in sorted({1, S}):
+            for depth in (sc.burst_depths if active == 1 and pattern == 2 else (sc.burst_depths[0], sc.burst_depths[-1])):
+                out.append(Launch("tma", {"CALIB_BURST": 1}, {"pattern": pattern, "depth": depth, "iters": sc.tma_iters,
+                                                             "active": active, "m_tiles": m_tiles, "k_slices": sc.k // 128,
+                                                             "footprint": sc.l2_tiles},
+                                  S, label=f"tma burst {name}, {active} SMs x {depth} boxes on one barrier",
+                                  tensors={"tmap_a": "a"}, prepare="warm" if pattern == 2 else "flush",
+                                  point={"curve": f"tma_burst.{name}", "active": active, "depth": depth}))
     for active in sc.mc_active:
         for depth in (1, 4, 8) if S > 4 else (1, 2):
             out.append(Launch("tma", {"CALIB_CLUSTER": 2}, {"pattern": 0, "depth": depth, "iters": sc.tma_iters,
@@ -175,9 +191,16 @@ def plan(sc: Scale) -> list[Launch]:
     out.append(Launch("sync", {}, {"mode": 0, "iters": sc.sync_iters}, S, label="sync, local", point={"mode": 0}))
     out.append(Launch("sync", {}, {"mode": 1, "iters": sc.sync_iters}, even, cluster=2, label="sync, remote (cluster pairs)",
                       point={"mode": 1}))
-    for other, store, name in ((0, 1, "alone"), (0, 0, "no_store"), (1, 1, "beside_epilogue"), (2, 1, "beside_wgmma")):
+    # (other, store, case, chain slices, grid): beside_wgmma_no_store's chain is shorter than the epilogues
+    # around it, so all of it runs beside them (its rate is the tensor pipe's beside an epilogue); alone_3sms
+    # is one row group's three SMs: the stores meet no other SM's traffic (one SM's store path)
+    chains = sc.epi_tiles * (sc.k // 128)
+    for other, store, name, chain, grid in ((0, 1, "alone", chains, by3), (0, 0, "no_store", chains, by3),
+                                            (1, 1, "beside_epilogue", chains, by3), (2, 1, "beside_wgmma", chains, by3),
+                                            (2, 0, "beside_wgmma_no_store", sc.epi_tiles, by3),
+                                            (0, 1, "alone_3sms", chains, min(3, by3))):
         out.append(Launch("epilogue", {}, {"M": sc.m, "N": sc.n, "tiles": sc.epi_tiles, "other": other,
-                                           "chain": sc.epi_tiles * (sc.k // 128), "store": store, "seed": 5}, by3,
+                                           "chain": chain, "store": store, "seed": 5}, grid,
                           label=f"epilogue, {name.replace('_', ' ')}", tensors={"c": "cout"}, point={"case": name}))
     for foot in ("dram", "l2"):
         for op, opname in ((0, "read"), (1, "write"), (2, "copy")):
@@ -191,6 +214,9 @@ def plan(sc: Scale) -> list[Launch]:
                                   tensors={"chain": f"chain_{foot}"}, prepare="warm" if foot == "l2" else "flush",
                                   point={"curve": f"{foot}.{opname}", "foot": foot, "op": opname, "active": active,
                                          "warps": warps}))
+    for waves in sc.launch_waves:
+        out.append(Launch("launch", {}, {"spin": sc.launch_spin}, waves * S, label=f"launch, {waves} wave(s) of {S} CTAs",
+                          prepare="none", point={"waves": waves}))
     out.append(Launch("wgmma", {"BLOCK_N": 256, "NUM_WG": 2}, {"chain": sc.sustain_chain, "seed": 1}, S,
                       label=f"sustained: wgmma m64n256k32 x 2 back to back for {sc.sustain_s:g} s", prepare="none",
                       repeat_s=sc.sustain_s, point={"sustained": True}))
@@ -270,7 +296,7 @@ BUFFERS = {"a": "A [m, 768] u8, random bytes (the TMA loads' tensor)",
            "chain_dram": "the DRAM pointer chase", "chain_l2": "the L2 pointer chase",
            "src": "stream source, random", "dst": "stream destination"}
 NEEDS = {"clock": (), "wgmma": (), "tma": ("a",), "store": ("cout",), "sync": (), "epilogue": ("comb", "cout"),
-         "stream": ("chain_dram", "chain_l2", "src", "dst")}
+         "stream": ("chain_dram", "chain_l2", "src", "dst"), "launch": ()}
 
 
 def make_buffers(sc: Scale, names, device: str) -> dict:
@@ -678,6 +704,12 @@ def _a_epilogue(j, r, acc, ghz):
     out = {"tile": _med(f["tile_sum"][ok] / t), "tile_min": _med(f["tile_min"][ok]), "tile_max": _med(f["tile_max"][ok]),
            "comb": _med(f["comb_sum"][ok] / t), "ctas": int(ok.sum())}
     acc.const(f"epilogue.tile_cycles.{j.point['case']}", out["tile"], "epilogue", r.index, int(t.sum()))
+    if int(j.params["other"]) == 2:
+        ch = (f["chain_wgmmas"] > 0) & (f["chain_cycles"] > 0)
+        out["chain_cycles_per_wgmma"] = _med(f["chain_cycles"][ch] / f["chain_wgmmas"][ch])
+        name = ("wgmma.m64n256k32.cycles_beside_epilogue" if int(j.params["store"]) == 0
+                else "wgmma.m64n256k32.cycles_beside_store_epilogue")
+        acc.const(name, out["chain_cycles_per_wgmma"], "epilogue", r.index, int(ch.sum()))
     return out
 
 
@@ -711,6 +743,30 @@ def _a_stream(j, r, acc, ghz):
     return out
 
 
+def _a_launch(j, r, acc, ghz):
+    """The relaunch gap (per SM, a CTA's start after the previous CTA's exit, %globaltimer) and the launch's
+    overhead (event time less the CTAs' span)."""
+    cc = r.cta_clock[:, 0]                       # per CTA: clock64 begin, globaltimer begin, clock64 end, globaltimer end, smid + 1
+    ok = (cc[:, 4] > 0) & (cc[:, 3] > cc[:, 1])
+    g0, g1, sm = cc[ok, 1].astype(np.float64), cc[ok, 3].astype(np.float64), cc[ok, 4]
+    gaps = []
+    for s_ in np.unique(sm):
+        o = np.argsort(g0[sm == s_])
+        a, b = g0[sm == s_][o], g1[sm == s_][o]
+        gaps.extend((a[1:] - b[:-1]).tolist())
+    gaps = np.array(gaps, np.float64)
+    gaps = gaps[gaps >= 0]
+    span = float(g1.max() - g0.min()) if ok.any() else None
+    out = {"ctas": int(ok.sum()), "waves": j.point["waves"], "span_ns": span,
+           "gap_ns": _med(gaps) if gaps.size else None, "gap_p90_ns": float(np.percentile(gaps, 90)) if gaps.size else None,
+           "overhead_us": (r.ms * 1e6 - span) / 1e3 if r.ms and span else None}
+    if out["gap_ns"] is not None and ghz:
+        acc.const("cta.relaunch_cycles", out["gap_ns"] * ghz, "launch", r.index, int(gaps.size))
+    if j.point["waves"] == 1:
+        acc.const("launch.overhead_us", out["overhead_us"], "launch", r.index, int(ok.sum()))
+    return out
+
+
 def _a_sustained(j, r, acc, ghz):
     c = acc.clocks.get(r.index, {})
     first = _clock(Record(r.index, r.out, r.first_clock), 0.0) if r.first_clock is not None else {}
@@ -721,7 +777,7 @@ def _a_sustained(j, r, acc, ghz):
 
 
 _ANALYZE = {"clock": _a_clock, "wgmma": _a_wgmma, "tma": _a_tma, "store": _a_store, "sync": _a_sync,
-            "epilogue": _a_epilogue, "stream": _a_stream, "sustained": _a_sustained}
+            "epilogue": _a_epilogue, "stream": _a_stream, "launch": _a_launch, "sustained": _a_sustained}
 
 
 def _derived(acc: _Acc, sass: dict) -> None:
@@ -749,6 +805,16 @@ def _derived(acc: _Acc, sass: dict) -> None:
     p = best("dram.read")
     if p:
         acc.const("dram.latency_cycles.loaded", p["latency_cycles"], "stream", launch_of(p), p.get("ctas", 1))
+    one = sorted((q for q in acc.curves.get("tma_burst.l2", {}).get("points", []) if q["active"] == 1 and q.get("lat_p50")),
+                 key=lambda q: q["depth"])
+    if len(one) >= 2 and one[-1]["depth"] > one[0]["depth"]:
+        # least squares of a burst's cycles on its boxes: the slope is one more box's time in the SM's TMA unit
+        d = np.array([q["depth"] for q in one], np.float64)
+        y = np.array([q["lat_p50"] for q in one], np.float64)
+        slope = float(np.polyfit(d, y, 1)[0])
+        if slope > 0:
+            acc.const("tma.load.box_cycles_sm", slope, "tma", launch_of(one[-1]), len(one))
+            acc.const("tma.load.bytes_per_clk_sm", 8192.0 / slope, "tma", launch_of(one[-1]), len(one))
     n = sass.get("epilogue", {}).get("instructions_per_tile")
     if n:
         acc.const("epilogue.instructions_per_tile", n, "epilogue", None, 1, regime="compiled")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCHEMA = "pelib.calibration/1"
-UNITS = ("cycles", "ns", "GHz", "GB/s", "instructions", "cycles/instruction", "ratio")
+UNITS = ("cycles", "ns", "GHz", "GB/s", "instructions", "cycles/instruction", "ratio", "B/clk", "us")
 # short burst: one launch after an idle gap (the regime of a median-of-20 timing with L2 flushes);
 # sustained: the last of back-to-back launches filling about two seconds (the power cap's regime).
 REGIMES = ("short burst", "sustained", "compiled")
@@ -55,6 +55,8 @@ CONSTANTS = {
     "tma.load.latency_cycles.full_load": ("cycles", "median latency with every SM keeping 8 boxes in flight, sequential"),
     "tma.load.gbps.sequential_max": ("GB/s", "the most TMA load bandwidth of the sweep, sequential window"),
     "tma.load.gbps.scattered_max": ("GB/s", "the most TMA load bandwidth of the sweep, scattered"),
+    "tma.load.box_cycles_sm": ("cycles", "one more 8-KiB box in a burst on one barrier, one SM, L2-resident: the slope of a burst's cycles on its boxes"),
+    "tma.load.bytes_per_clk_sm": ("B/clk", "one SM's TMA load rate: 8 KiB over tma.load.box_cycles_sm"),
     "tma.load.multicast.latency_cycles.unloaded": ("cycles", "a cluster pair, each half the box multicast to both: issue to full"),
     "tma.store.issue_cycles": ("cycles", "one 4-KiB C box store + commit_group: the storing thread's cost"),
     "tma.store.read_cycles": ("cycles", "wait_group.read 0 after one store: until its staging may be reused"),
@@ -71,9 +73,15 @@ CONSTANTS = {
     "epilogue.tile_cycles.no_store": ("cycles", "the same with the stores predicated off"),
     "epilogue.tile_cycles.beside_epilogue": ("cycles", "the same while the other warpgroup runs epilogues too"),
     "epilogue.tile_cycles.beside_wgmma": ("cycles", "the same while the other warpgroup runs a wgmma K loop (06's overlap)"),
+    "epilogue.tile_cycles.beside_wgmma_no_store": ("cycles", "the epilogue without its stores while the other warpgroup runs a wgmma K loop: its instructions beside the tensor pipe"),
+    "epilogue.tile_cycles.alone_3sms": ("cycles", "the epilogue alone on the 3 SMs of one row group: its stores meet no other SM's traffic"),
+    "wgmma.m64n256k32.cycles_beside_epilogue": ("cycles", "cycles per wgmma of a K loop (4 wgmma, commit, wait_group 1) beside the epilogue without stores, all of it overlapped"),
+    "wgmma.m64n256k32.cycles_beside_store_epilogue": ("cycles", "the same beside the epilogue with its stores (the chain outlasts the epilogues: partly overlapped)"),
     "epilogue.instructions_per_tile": ("instructions", "SASS instructions of one pass of the probe's tile loop (compiled)"),
     "epilogue.cpi.alone": ("cycles/instruction", "tile cycles / SASS instructions per tile, alone"),
     "epilogue.cpi.beside_wgmma": ("cycles/instruction", "the same beside a wgmma K loop"),
+    "cta.relaunch_cycles": ("cycles", "a CTA's start after the previous CTA on its SM exited (one CTA per SM, 384 threads, 160 KiB): the block scheduler's hand-over"),
+    "launch.overhead_us": ("us", "a launch's event time less the span from its first CTA's start to its last CTA's exit"),
     "dram.latency_cycles.unloaded": ("cycles", "dependent-load chase over a DRAM-sized footprint, nothing else running"),
     "dram.latency_cycles.loaded": ("cycles", "the same chase at the read sweep's highest bandwidth"),
     "dram.read_gbps": ("GB/s", "the most read bandwidth of the sweep (16-B loads)"),
@@ -90,6 +98,8 @@ CURVES = {
     "tma_load.scattered": "TMA A-box loads at scattered addresses",
     "tma_load.l2": "TMA A-box loads of an L2-resident footprint",
     "tma_load.multicast": "TMA loads by cluster pairs, each half the box multicast to both",
+    "tma_burst.l2": "bursts of boxes on one barrier, L2-resident: a burst's cycles against its boxes (SMs x boxes)",
+    "tma_burst.sequential": "the same from DRAM, sequential window",
     "tma_store": "TMA C-box stores: issue, read and drain waits against bandwidth (SMs x group)",
     "dram.read": "loaded latency (pointer chase) against read bandwidth, DRAM footprint",
     "dram.write": "loaded latency against write bandwidth, DRAM footprint",

@@ -8,7 +8,10 @@
 //   0 idle (it returns at once);  1 the same epilogue on the next row tiles;
 //   2 a wgmma m64n256k32 chain of `chain` K slices from shared memory (the other warpgroup's K loop).
 // `store` = 0 predicates the stores off (the compiler cannot prove it): the same instructions without
-// the output traffic. Unit = CTA, warpgroup 0's thread 0.
+// the output traffic. Unit = CTA, warpgroup 0's thread 0; with `other` = 2, warpgroup 1's thread 0 also
+// times its chain (CHAIN_CYCLES over CHAIN_WGMMAS): the tensor pipe's rate beside an epilogue, whose
+// loads, stores and arithmetic share the SM sub-partitions and the L1 data path with the wgmma operands.
+// Launched on 3 SMs (one row group) the stores meet no other SM's traffic: one SM's own store path.
 #define PE_TIMING_WARPS 8
 #include "probes/calib.cuh"
 #include "common/tma.cuh"
@@ -32,7 +35,9 @@ enum calib_epilogue_field : u32 {
   CALIB_EPILOGUE_COMB_SUM = 4,  // cycles from the tile's start to its comb loads issued, summed
   CALIB_EPILOGUE_OTHER = 5,     // what warpgroup 1 ran (the `other` argument)
   CALIB_EPILOGUE_STORE = 6,     // the `store` argument
-  CALIB_EPILOGUE_FIELDS = 7
+  CALIB_EPILOGUE_CHAIN_CYCLES = 7,  // other 2: warpgroup 1's chain, first fence to its last wait_group 0
+  CALIB_EPILOGUE_CHAIN_WGMMAS = 8,  // other 2: the wgmma of that chain
+  CALIB_EPILOGUE_FIELDS = 9
 };
 
 PELIB_EXPORT(smem_bytes, SMEM_BYTES);
@@ -100,6 +105,7 @@ calib_epilogue(const u16* __restrict__ comb, u16* __restrict__ c, u64* out, u64*
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    const u64 c0 = clock64_read();
     for (u32 kb = 0; kb < chain; ++kb) {
       wgmma_fence_operand(acc);
       warpgroup_arrive();
@@ -112,6 +118,12 @@ calib_epilogue(const u16* __restrict__ comb, u16* __restrict__ c, u64* out, u64*
     }
     wgmma_wait_group<0>();
     wgmma_fence_operand(acc);
+    const u64 c1 = clock64_read();
+    if (tid == 0) {
+      u64* rec = calib_rec(out, blockIdx.x, CALIB_EPILOGUE_FIELDS);
+      rec[CALIB_EPILOGUE_CHAIN_CYCLES] = c1 - c0;
+      rec[CALIB_EPILOGUE_CHAIN_WGMMAS] = 4ull * chain;
+    }
     return;
   }
   float d[BN / 2];

@@ -17,6 +17,11 @@
 // protocol). The latency is then issue-to-full at each CTA: its own half and the peer's.
 // Loads are waited for in issue order: one that lands before an older one is seen when the older one
 // is (in-order completion is what the stages' rings wait for too).
+// CALIB_BURST=1: the thread issues `depth` boxes back to back, all completing on one mbarrier armed with
+// their bytes, and waits for that one barrier; a sample is one burst's time (first issue to the wait
+// passing). A burst of d boxes takes the first box's latency plus what the SM's TMA unit needs to move the
+// other d - 1: the slope over d is the unit's rate, free of the one-barrier-per-box waits above (whose
+// latency at depth d reads d times one box's even from L2).
 // Unit = CTA: the summary fields below, then SAMPLES per-load latencies (cycles, in issue order).
 // Method: the loaded-latency curve of Intel Memory Latency Checker (latency measured while other
 // agents inject traffic at controlled rates), here with the stages' own access unit; Luo et al.
@@ -26,6 +31,9 @@
 #endif
 #ifndef RING
 #define RING 8             // most loads in flight per CTA (shared-memory slots of 8 KiB)
+#endif
+#ifndef CALIB_BURST
+#define CALIB_BURST 0      // 1: bursts of `depth` boxes on one barrier (the TMA unit's rate), see above
 #endif
 #ifndef SAMPLES
 #define SAMPLES 512        // per-load latencies recorded per CTA (loads beyond are summarized only)
@@ -100,6 +108,40 @@ calib_tma(const __grid_constant__ CUtensorMap tmap_a, u64* out, u64* timing, u32
     fence_barrier_init();
   }
   if (CALIB_CLUSTER > 1) cluster_sync(); else __syncthreads();   // barriers initialized before any peer uses them
+#if CALIB_BURST
+  static_assert(CALIB_CLUSTER == 1, "CALIB_BURST: plain loads only");
+  if (on && threadIdx.x == 0) {
+    const u32 d = depth < 1 ? 1 : (depth > RING ? RING : depth);
+    u64 lat_sum = 0, lat_min = ~0ull, lat_max = 0, first = 0, last = 0;
+    u64* rec = calib_rec(out, blockIdx.x, CALIB_TMA_FIELDS);
+    const u32 bursts = iters / d;
+    for (u32 b = 0; b < bursts; ++b) {
+      const u64 t = clock64_read();
+      if (b == 0) first = t;
+      mbarrier_arrive_expect_tx(&full[0], d * SLOT_BYTES);
+      for (u32 s = 0; s < d; ++s) {
+        u32 tile, kb;
+        calib_tile(pattern, walker, walkers, b * d + s, m_tiles, k_slices, footprint, tile, kb);
+        tma_load_2d(smem + s * SLOT_BYTES, &tmap_a, &full[0], (i32)(kb * 128), (i32)(tile * 64));
+      }
+      mbarrier_wait_parity_nocall(&full[0], b & 1, 2);
+      const u64 t1 = clock64_read();
+      const u64 lat = t1 - t;
+      last = t1;
+      lat_sum += lat;
+      lat_min = lat < lat_min ? lat : lat_min;
+      lat_max = lat > lat_max ? lat : lat_max;
+      if (b < SAMPLES) rec[CALIB_TMA_SAMPLE0 + b] = lat;
+    }
+    rec[CALIB_TMA_LOADS] = bursts;
+    rec[CALIB_TMA_LAT_SUM] = lat_sum;
+    rec[CALIB_TMA_LAT_MIN] = lat_min;
+    rec[CALIB_TMA_LAT_MAX] = lat_max;
+    rec[CALIB_TMA_BYTES] = (u64)bursts * d * SLOT_BYTES;
+    rec[CALIB_TMA_FIRST] = first;
+    rec[CALIB_TMA_LAST] = last;
+  }
+#else
   if (on && threadIdx.x == 0) {
     const u32 d = depth < 1 ? 1 : (depth > RING ? RING : depth);
     u64 issued_at[RING];
@@ -147,5 +189,6 @@ calib_tma(const __grid_constant__ CUtensorMap tmap_a, u64* out, u64* timing, u32
     rec[CALIB_TMA_FIRST] = first;
     rec[CALIB_TMA_LAST] = last;
   }
+#endif
   if (CALIB_CLUSTER > 1) cluster_sync();   // neither CTA leaves while the peer may still arrive on its barriers
 }

@@ -74,10 +74,9 @@ def targets_of(p, cal) -> dict:
     consumer warps' phase averages."""
     body = p.cycles - cal["launch.overhead_us"] * 1e3 * p.clock_ghz - cal["store.drain_cycles"]
     out = {"period": body / max(1, p.tiles)}
-    summ = p.timing.summary() if p.timing is not None else {}
     for ph in PHASES:
-        if ph in summ:
-            out[ph] = summ[ph]["avg"]
+        if ph in p.phases:
+            out[ph] = p.phases[ph]["avg"]
     return out
 
 

@@ -104,6 +104,27 @@ def curves(doc: dict) -> dict:
     return out
 
 
+# The stream probe's loaded-latency curves (a dependent chase's latency while the other warps move read, write
+# or copy traffic at a controlled rate, pelib.calibrate's stream family): what a load waits in the memory
+# system at a given traffic, the traffic's mix of reads and writes included. Points whose streaming warps
+# covered less than MIN_COVERAGE of the chase's window are left out (their latency is diluted by idle time).
+STREAM_CURVES = ("dram.read", "dram.write", "dram.copy", "l2.read", "l2.write", "l2.copy")
+MIN_COVERAGE = 0.9
+
+
+def stream_curves(doc: dict) -> dict:
+    """{name: [{"gbps", "cycles", "clock_ghz"}]} of the stream probe's curves (STREAM_CURVES)."""
+    out = {}
+    for name in STREAM_CURVES:
+        pts = ((doc.get("curves") or {}).get(name) or {}).get("points") or []
+        got = [{"gbps": float(p.get("gbps") or 0.0), "cycles": float(p["latency_cycles"]), "clock_ghz": float(p["clock_ghz"])}
+               for p in pts if p.get("latency_cycles") and p.get("clock_ghz")
+               and (p.get("coverage") is None or p["coverage"] >= MIN_COVERAGE)]
+        if got:
+            out[name] = sorted(got, key=lambda p: p["gbps"])
+    return out
+
+
 def missing(doc: dict) -> list[str]:
     """The model's constants a measured calibration leaves to the provisional or fitted ones."""
     return sorted(set(_cal.REQUIRED) - set(_derive(doc)))
@@ -122,7 +143,7 @@ def from_measured(doc: dict, path: str, base: _cal.Calibration) -> _cal.Calibrat
         unit = _cal.REQUIRED.get(name, consts.get(name, {}).get("unit", ""))
         consts[name] = {"value": value, "unit": unit, "kind": "measured",
                         "source": f"{path}: {src} (measured on {env.get('device')}, {env.get('date')})"}
-    cv = curves(doc)
+    cv = {**curves(doc), **stream_curves(doc)}
     if cv:                 # the measured curves replace the DRAM formula: its constants go
         for name in _cal.FORMULA:
             consts.pop(name, None)

@@ -83,6 +83,50 @@ class MemoryState:
             return seq if scat is None else (1 - self.locality) * seq + self.locality * scat
         return self.dram_ns(cal) * self.clock_ghz
 
+    def gbps(self, cal) -> float:
+        """The kernel's DRAM traffic (reads and writes, GB/s): the utilisation times the copy bandwidth."""
+        return min(max(self.util, 0.0), 0.97) * cal["dram.bandwidth_gbps"]
+
+    def loaded_chase_ns(self, cal) -> float | None:
+        """A dependent DRAM load's latency (ns) at the kernel's traffic and read/write mix: the stream probe's
+        read, copy (half writes) and write curves, interpolated in the write share (0, 0.5, 1). None without
+        the curves."""
+        pts = {k: _monotone(cal.curve(k)) for k in ("dram.read", "dram.copy", "dram.write")}
+        if not all(pts.values()):
+            return None
+        g, ws = self.gbps(cal), min(max(self.write_share, 0.0), 1.0)
+        ns = {k: interp(v, g, 1.0) for k, v in pts.items()}
+        if ws <= 0.5:
+            return ns["dram.read"] + (ns["dram.copy"] - ns["dram.read"]) * ws / 0.5
+        return ns["dram.copy"] + (ns["dram.write"] - ns["dram.copy"]) * (ws - 0.5) / 0.5
+
+    def tma_parts(self, cal, streamed: bool = True):
+        """(hit, miss base, miss queueing, miss share) of an A box's latency in cycles, or None without the
+        stream curves: a hit is the TMA sweep's L2-resident box; a demand miss is the sweep's unloaded DRAM
+        box plus the queueing the stream probe's chase meets at the kernel's traffic and mix (its loaded
+        latency less its unloaded one); l2.demand_miss of the streamed loads miss."""
+        chase = self.loaded_chase_ns(cal)
+        l2 = self._curve_cycles(cal, "tma_load.l2")
+        seq = cal.curve("tma_load.sequential")
+        if chase is None or l2 is None or not seq:
+            return None
+        base = _ns(seq[0]) * self.clock_ghz
+        excess = max(0.0, chase - _ns(_monotone(cal.curve("dram.read"))[0])) * self.clock_ghz
+        return l2, base, excess, (cal["l2.demand_miss"] if streamed else 0.0)
+
+    def tma_draw(self, cal, nbytes: int, streamed: bool, rng) -> float:
+        """One load's latency drawn at random (rng: the replay's seeded random.Random): a hit, or a miss whose
+        queueing is exponential with the loaded mean (an M/M/1 queue's waiting time, Kleinrock, Queueing
+        Systems vol. 1, section 3.2), so that the ring's slots absorb the spread of arrivals as they can.
+        Without the stream curves: the mean (tma_cycles)."""
+        parts = self.tma_parts(cal, streamed)
+        if parts is None:
+            return self.tma_cycles(cal, nbytes, streamed)
+        l2, base, excess, m = parts
+        if m <= 0 or rng.random() >= m:
+            return l2
+        return base + (rng.expovariate(1.0 / excess) if excess > 0 else 0.0)
+
     def tma_cycles(self, cal, nbytes: int, streamed: bool = True) -> float:
         """One TMA load of `nbytes` into shared memory: L2 latency, the SM's TMA bandwidth, and for a
         streamed operand the demand-miss share of the loaded DRAM latency. With measured curves
@@ -90,6 +134,10 @@ class MemoryState:
         latency, plus the demand-miss share of (the DRAM curve mixed by locality - the L2 latency), at the
         kernel's load (util x the sequential curve's highest bandwidth). The box's transfer through the
         SM's TMA unit is the replay's (a server at tma.bytes_per_clk_sm)."""
+        parts = self.tma_parts(cal, streamed)
+        if parts is not None:
+            l2, base, excess, m = parts
+            return l2 + m * max(0.0, base + excess - l2)
         l2 = self._curve_cycles(cal, "tma_load.l2")
         seq = self._curve_cycles(cal, "tma_load.sequential")
         if l2 is not None and seq is not None:
@@ -97,6 +145,23 @@ class MemoryState:
             return l2 + (cal["l2.demand_miss"] * max(0.0, dram - l2) if streamed else 0.0)
         base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
         return base + (cal["l2.demand_miss"] * self.dram_cycles(cal) if streamed else 0.0)
+
+
+def _ns(p: dict) -> float:
+    return p["cycles"] / p["clock_ghz"]
+
+
+def _monotone(points):
+    """A latency curve made non-decreasing in bandwidth (a point measured past saturation can read lower
+    than one before it: the queue's latency does not fall as the traffic grows)."""
+    if not points:
+        return points
+    out, top = [], 0.0
+    for p in sorted(points, key=lambda q: q["gbps"]):
+        ns = max(_ns(p), top)
+        top = ns
+        out.append({"gbps": p["gbps"], "cycles": ns, "clock_ghz": 1.0})
+    return out
 
 
 def a_schedule(exports, m: int, n: int, grid: int, sm_count: int) -> list[list[int]]:

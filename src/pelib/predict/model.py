@@ -35,6 +35,7 @@ from .replay import Replay
 from .sass_paths import SassPaths
 
 TILES = 8                      # tiles each simulated CTA (or cluster) computes
+SEEDS = 3                      # replays per fixed-point step, each with its own draws of the loads' latencies
 MAX_ITER = 12
 PROTOCOL = ("Blind protocol: the model's constants come from microbenchmarks (pelib.calibrate) and public "
             "sources; the only stage measurement it is fitted on is sm90/06's (time and clock64 phases; the "
@@ -288,8 +289,10 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     util, cycles, it, res, per_tile = 0.5, 0.0, 0, None, 0.0
     for it in range(1, MAX_ITER + 1):
         mem = MemoryState(util, loc, clock_ghz, share, su.sms)
-        res = Replay(g, cal, mem, ctas=ctas, streamed_bytes={su.a_box}, umma_cycles=umma_cycles(su, cal)).run()
-        per_tile, end, more_k = _period(res, ctas, su.n_sim, su.k_ratio)
+        runs = [Replay(g, cal, mem, ctas=ctas, streamed_bytes={su.a_box}, umma_cycles=umma_cycles(su, cal),
+                       seed=sd).run() for sd in range(SEEDS)]
+        res = runs[0]
+        per_tile, end, more_k = (float(np.mean(v)) for v in zip(*(_period(r, ctas, su.n_sim, su.k_ratio) for r in runs)))
         body = (end + more_k + (su.n_full - su.n_sim) * per_tile if persistent
                 else su.waves * (end + more_k + cal["cta.launch_cycles"]))
         new = body + cal["store.drain_cycles"] + cal["launch.overhead_us"] * 1e3 * clock_ghz
@@ -306,6 +309,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
         util = 0.5 * util + 0.5 * u_new
     mem = MemoryState(util, loc, clock_ghz, share, su.sms)
     tm = replay_timing(res, g, ctas, su.stage)
+    phases = _mean_phases([steady_timing(replay_timing(r, g, ctas, su.stage)) for r in runs])
     if tm is not None:
         tm.meta.update(order=_timing.PREDICTED_ORDER, device=cal.device, gpu=gpu or cal.chip,
                        label=evidence.predicted(cal.device, cal.date, provisional=cal.provisional))
@@ -324,7 +328,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     ]
     return Prediction(su.stage.key, su.stage.label, gpu or cal.chip, cycles, clock_ghz, clock_name, per_tile,
                       su.n_full, util, loc, mem.dram_cycles(cal), mem.tma_cycles(cal, su.a_box), sentence, shares,
-                      tm.summary() if tm is not None else {}, tm, cal.label(), cal.provisional, assumptions,
+                      phases, tm, cal.label(), cal.provisional, assumptions,
                       0.0, it, cal.device, cal.date, g, res, tuple(sorted(ctas)))
 
 
@@ -441,6 +445,31 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
     tm = _timing.Timing(_timing.Layout(1, nw, ntiles, len(names)), start, end,
                         {"stage": stage.key, "clock": "predicted cycles", "cta": c})
     return tm
+
+
+def _mean_phases(timings) -> dict:
+    """The steady per-role averages ({phase: {"avg"}}) over the replays of several seeds."""
+    summ = [t.summary() for t in timings if t is not None]
+    if not summ:
+        return {}
+    names = [k for k in summ[0] if all(k in s for s in summ)]
+    return {k: {"avg": float(np.mean([s[k]["avg"] for s in summ])),
+                "spread": float(np.mean([s[k]["spread"] for s in summ]))} for k in names}
+
+
+def steady_timing(tm):
+    """The replayed CTA's tiles without each warp's first and last (the ring's fill and the final drain): the
+    per-role averages a measured run's 330 tiles per CTA give, where the ends weigh nothing."""
+    if tm is None:
+        return None
+    start, end = tm.start.copy(), tm.end.copy()
+    for w in range(start.shape[1]):
+        rec = [i for i in range(start.shape[2]) if end[0, w, i].any()]
+        if len(rec) > 2:
+            for i in (rec[0], rec[-1]):
+                start[0, w, i] = 0
+                end[0, w, i] = 0
+    return _timing.Timing(tm.layout, start, end, dict(tm.meta))
 
 
 def _roles(g, cta) -> dict:

@@ -6,8 +6,9 @@ them, on the resources of its SM and the memory state every SM shares.
 
 Per SM (a CTA is one SM: every stage here holds one CTA per SM at a time):
   - four issue schedulers, warp w on scheduler w % 4 (NVIDIA Hopper architecture whitepaper: four
-    SM sub-partitions, each with its own warp scheduler); a run of n instructions takes n x issue.cpi
-    cycles alone and shares the scheduler's issue.slots_per_clk with the other warps on it;
+    SM sub-partitions, each with its own warp scheduler); a run of instructions takes the sum of their
+    stall counts alone (the compiler's fixed delays, sass_paths.stall) and shares the scheduler's
+    issue.slots_per_clk with the other warps on it;
   - one tensor pipe, first come first served: a warpgroup MMA m x n x k occupies it 2mnk /
     tensor.flop_per_clk_sm cycles once the last of its warps issued it (PTX ISA 9.7.15.5: wgmma is a
     warpgroup instruction), and completes wgmma.tail_cycles after its service; wgmma.wait_group N
@@ -26,6 +27,7 @@ requests in the order they arrive.
 from __future__ import annotations
 
 import heapq
+import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -76,13 +78,12 @@ class ReplayResult:
 
 
 class Replay:
-    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None, umma_cycles: float = 0.0):
+    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None, umma_cycles: float = 0.0, seed: int = 0):
         self.g, self.cal, self.mem = graph, cal, mem
         self.ctas = set(ctas) if ctas is not None else set(graph.ctas)
         self.streamed = streamed_bytes          # TMA loads of these sizes are the streamed operand (A)
         self.umma_cycles = umma_cycles          # one tcgen05.mma's service on its SM's tensor pipe
         self.commit_src = defaultdict(list)     # commit node -> its arrives (one per destination CTA)
-        self.cpi = cal["issue.cpi"]
         self.store_bpc = mem.store_bytes_per_clk(cal)
         self.slots = cal["issue.slots_per_clk"] * BUCKET
         self.used = defaultdict(dict)           # (cta, sub-partition) -> {bucket: slots used}
@@ -122,15 +123,18 @@ class Replay:
         self.pipe_busy = defaultdict(float)
         self.heap: list = []
         self.tick = 0
+        self.rng = random.Random(seed)          # the loads' latencies (MemoryState.tma_draw): seeded, reproducible
 
     # ---- resources -----------------------------------------------------------------------------------
-    def issue(self, key: tuple, t: float, n: float) -> float:
-        """n instructions of warp `key` from time t on its scheduler: at 1 / issue.cpi per cycle alone,
-        within the scheduler's free slots."""
+    def issue(self, key: tuple, t: float, n: float, cycles: float | None = None) -> float:
+        """n instructions of warp `key` from time t on its scheduler: alone they take `cycles` (the sum of
+        their stall counts, sass_paths.stall; one cycle each where not given), within the scheduler's free
+        issue slots (issue.slots_per_clk) shared with the other warps on it."""
+        cycles = float(n) if cycles is None else float(cycles)
         if n <= 0:
-            return t
+            return t + max(0.0, cycles)
         used = self.used[(key[0], key[1] % 4)]
-        rate = 1.0 / self.cpi
+        rate = n / max(cycles, float(n))
         left, time = float(n), t
         while left > 1e-9:
             b = int(time // BUCKET)
@@ -205,7 +209,7 @@ class Replay:
         kind = it[0]
         t0 = w.t
         if kind == "alu":
-            w.t = self.issue(w.key, w.t, it[1])
+            w.t = self.issue(w.key, w.t, it[1], it[2] if len(it) > 2 else None)
             self._log(w, t0, w.t, "issue")
         elif kind == "ldg":
             w.t = self.issue(w.key, w.t, 1)
@@ -302,7 +306,7 @@ class Replay:
                 if self.phase_left[key] > 0:
                     self.waiters[("phase", key)].append(w.key)
                     return False
-                done = self.phase_done[key] + self.cal["mbarrier.wake_cycles"]
+                done = self.phase_done[key] + self._wake(key)
                 w.t = max(t0 + self.cal["mbarrier.wait_pass_cycles"], done)
                 self._log(w, t0, w.t, "wait", ("phase", key))
             self.node_times[node.idx] = (t0, w.t)
@@ -319,7 +323,7 @@ class Replay:
             self.node_times[node.idx] = (t0, w.t)
             nbytes = node.tag or 0
             streamed = self.streamed is None or nbytes in self.streamed
-            lat = self.mem.tma_cycles(self.cal, nbytes, streamed)
+            lat = self.mem.tma_draw(self.cal, nbytes, streamed, self.rng)
             self.load_bytes[node.cta] += nbytes
             # the SM's TMA unit moves the box's bytes at tma.bytes_per_clk_sm, one box after another: a box
             # issued while the unit is busy starts when it is free (its latency runs from there)
@@ -371,6 +375,16 @@ class Replay:
         self._log(w, t0, w.t, "issue")
         self.node_times[node.idx] = (t0, w.t)
         return True
+
+    def _wake(self, key) -> float:
+        """Phase completion to the waiter's next instruction. A phase completed by a TMA load's bytes: none
+        beyond the load's latency, which the calibration measures from the issue to the first try_wait
+        that passes (pelib.calibrate's tma probe), the waiter's wake included; an arrive's phase:
+        mbarrier.wake_cycles (the ping-pong probe's hand-over less the arrive)."""
+        last = self.phase_last.get(key)
+        if last is not None and self.g.nodes[last].kind == "complete_tx":
+            return 0.0
+        return self.cal["mbarrier.wake_cycles"]
 
     def _signal(self, idx: int, t: float) -> None:
         n = self.g.nodes[idx]

@@ -90,6 +90,7 @@ class LInstr:
     conditional: bool
     out_of_line: bool
     text: str = ""
+    stall: int = 1          # cycles before the warp's next instruction may issue (the control bits, stall())
 
     @property
     def is_branch(self) -> bool:
@@ -318,8 +319,13 @@ def parse(text: str, stage_file: str) -> list[LInstr]:
         if lm:
             pending.append(lm.group(1))
             continue
+        if ln.strip().startswith("/* 0x"):
+            hm = _HEX.search(ln)
+            if hm and raw and raw[-1][4] is None:          # the instruction's upper 64 bits: its control bits
+                raw[-1] = raw[-1][:4] + (stall(int(hm.group(1), 16)),)
+            continue
         om = re.search(r"/\*([0-9a-f]{4,})\*/", ln)
-        if not om or ln.strip().startswith("/* 0x"):
+        if not om:
             continue
         mi = _sass._INSTR.search(ln)
         if not mi:
@@ -328,15 +334,29 @@ def parse(text: str, stage_file: str) -> list[LInstr]:
             labels[lab] = len(raw)
         pending = []
         body = ln.split("*/", 1)[1].split(";")[0].strip()
-        raw.append((int(om.group(1), 16), mi.group(1), body, line))
+        raw.append((int(om.group(1), 16), mi.group(1), body, line, None))
     last_exit = max((k for k, r in enumerate(raw) if r[1].split(".")[0] == "EXIT"), default=len(raw) - 1)
     out = []
-    for k, (off, op, body, ln_) in enumerate(raw):
+    for k, (off, op, body, ln_, st) in enumerate(raw):
         t = _TARGET.search(body)
         tgt = labels.get(t.group(1)) if t else None
         probe = Instr(off, op, body, None, body.startswith("@"))
-        out.append(LInstr(k, off, op, ln_, tgt, probe.conditional, k > last_exit, body))
+        out.append(LInstr(k, off, op, ln_, tgt, probe.conditional, k > last_exit, body, 1 if st is None else st))
     return out
+
+
+_HEX = re.compile(r"/\* (0x[0-9a-f]{16}) \*/")
+
+
+def stall(hi: int) -> int:
+    """An instruction's stall count from the upper 64 bits of its 128-bit encoding: the compiler's fixed delay
+    before the same warp's next instruction may issue, at least 1. The control field is the encoding's
+    top 23 bits (bits 105-127: stall 4 bits, yield 1, write and read scoreboard 3 each, wait mask 6, reuse
+    4), the layout since Volta (Jia et al., "Dissecting the NVIDIA Volta GPU Architecture via
+    Microbenchmarking", arXiv 1804.06826, the control information; cloudcores/CuAssembler
+    CuAsm/CuSMVersion.py splitControlCodes_7x_8x: code2 >> 41, stall in the low 4 bits; sm_90 keeps the
+    128-bit form); ncu reports the cycles it costs as the "wait" stall reason."""
+    return max(1, (hi >> 41) & 0xF)
 
 
 _MMA_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
@@ -344,7 +364,9 @@ _DEPBAR = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*(0x[0-9a-f]+|\d+)")
 
 
 def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
-    """A segment as the replay executes it: runs of plain instructions as ("alu", n); each warpgroup MMA
+    """A segment as the replay executes it: runs of plain instructions as ("alu", n, cycles), cycles the sum of
+    their stall counts (stall(): what they take alone, the special items' stall beyond their own issue
+    cycle added to the run after them); each warpgroup MMA
     as ("mma", m, n, k, closes_group) (nvdisasm marks the last MMA of a commit group `gsb0`; PTX ISA
     9.7.15.6.2 wgmma.commit_group); each wait_group as ("depbar", N) (WARPGROUP.DEPBAR.LE gsb0, N: PTX
     ISA 9.7.15.6.3 wgmma.wait_group N); each global store as ("stg", bytes per lane); each global
@@ -352,16 +374,19 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
     is taken."""
     out: list = []
     alu = 0
+    cyc = 0
 
     def flush():
-        nonlocal alu
-        if alu:
-            out.append(("alu", alu))
-            alu = 0
+        nonlocal alu, cyc
+        if alu or cyc:
+            out.append(("alu", alu, cyc))
+            alu = cyc = 0
     seq = list(path) + [end]
     for pos, k in enumerate(path):
         i = instrs[k]
         nxt = seq[pos + 1]
+        special = i.op.startswith(("QGMMA", "HGMMA", "UTCQMMA", "UTCOMMA", "UTCHMMA", "UTCMMA", "UTCBMMA", "LDTM",
+                                   "WARPGROUP.DEPBAR", "STG", "LDG"))
         if i.op.startswith(("QGMMA", "HGMMA")):
             flush()
             m = _MMA_SHAPE.search(i.op)
@@ -385,6 +410,9 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
             out.append(("ldg", 1))
         else:
             alu += 1
+            cyc += i.stall
+        if special and i.stall > 1:
+            cyc += i.stall - 1          # the item issues in one cycle; its stall count delays what follows
         if i.is_branch and nxt <= k:
             flush()
             out.append(("back", (nxt, k)))
