@@ -94,7 +94,7 @@ def emulate(t: dict, prob, comb_init: bool, device: str = "gpu") -> torch.Tensor
         sim.prepare(b, args, grid=grid, block=(b.exports["num_threads"],), cluster=(1,), smem=0, kernel=KERNEL,
                     arch=ARCH, defines=b.defines).run()
     else:
-        launch.launch(b, args, grid=grid, block=(b.exports["num_threads"], 1, 1), timeout_s=STAGE_TIMEOUT_S)
+        launch.launch(b, args, grid=grid, block=(b.exports["num_threads"], 1, 1), kernel=KERNEL, timeout_s=STAGE_TIMEOUT_S)
     return out
 
 
