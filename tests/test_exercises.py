@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pelib import exercises as X, sim_catalog as cat
-from pelib.views import sim
+from pelib import sim_runs as sim
 
 pytestmark = pytest.mark.skipif(not sim.available()[0], reason="the exercises need pelib.sim: "
                                                                  f"{sim.available()[1]}")

@@ -219,7 +219,7 @@ class Grade:
     passed: bool
     verdict: str
     compiled: str = ""                 # "" if it compiled, else the compiler's first error line
-    runs: list = field(default_factory=list)   # pelib.views.sim.SimRun per seed run
+    runs: list = field(default_factory=list)   # pelib.sim_runs.SimRun per seed run
     exports: dict = field(default_factory=dict)
     predicted: str = ""
     evidence: str = ""
@@ -268,7 +268,8 @@ def _price(stage: Stage) -> str:
 
 def grade(ex: Exercise, text: str, seeds=SEEDS) -> Grade:
     """Grade one whole edited stage file for exercise `ex` (see Exercise.check)."""
-    from .views import sim  # the simulator's runs, cached by content (pelib.views.sim.simulate)
+    from . import sim_runs  # the simulator's runs, cached by content
+    from .views import sim  # a view's wording of a run
 
     original = ex._original()
     mut = ex.mutation
@@ -291,7 +292,7 @@ def grade(ex: Exercise, text: str, seeds=SEEDS) -> Grade:
         label = "" if cm is None else f"exercise:{ex.id}@{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         runs = []
         for k in seeds:
-            r = sim.simulate(stage, seed=k, problem=mut.problem or None, mutation=label)
+            r = sim_runs.simulate(stage, seed=k, problem=mut.problem or None, mutation=label)
             runs.append(r)
             if r.outcome != "ok":
                 break
@@ -302,7 +303,7 @@ def grade(ex: Exercise, text: str, seeds=SEEDS) -> Grade:
             if bad is None:
                 g.verdict = f"the edited stage still verifies on seeds {', '.join(map(str, seeds))}: make the change"
             else:
-                ok, why = cat.matches(mut, sim.outcome(bad))
+                ok, why = cat.matches(mut, sim_runs.outcome(bad))
                 g.passed = ok
                 g.verdict = (f"the simulator names it: {_said(bad)}" if ok else
                              f"a different report than the one the exercise is about: {why[:300]}")
@@ -343,7 +344,10 @@ OWN = (
       (P("mbarrier_wait_parity(&full[s], phase, 2);  // bytes from both CTAs",
          "mbarrier_wait_parity(&full[s], phase ^ 1, 2);  // bytes from both CTAs"),),
       "the MMA thread waits on full[s] with the producer's parity: a fresh barrier passes at once",
-      "deadlock", tags=(2,)),
+      "hazard", tags=(2,), site="tcgen05.mma reads", also=("deadlock",),
+      why="the first wait passes before the slot's bytes land, so the MMA reads a slot that a TMA load is still "
+          "writing (a hazard, found by happens-before); a schedule that lands the bytes first shows the ring's "
+          "phases falling out of step instead (a blocked wait at tag 2)"),
     M("ex-fp8-07-staging-column", "fp8/07_smem_staged_epilogue",
       (P("stage_put<S>(stage_buf, lane, c - C0 + 8 * v, o);", "stage_put<S>(stage_buf, lane, c + 8 * v, o);"),),
       "Phase 1 writes a split warp's columns at their tile column, not at their place in its buffer", "wrong"),
@@ -403,8 +407,8 @@ EXERCISES: tuple[Exercise, ...] = (
              hint="The exported column map says which columns warp 6 drains."),
     Exercise("fp8-stages-full-parity", "fp8_pipeline_stages", "the MMA's wait",
              "The MMA thread waits on full[s] before it reads slot s. In this copy it waits for the parity the "
-             "producer's empty wait uses: its first waits pass before any byte has landed, the ring's phases "
-             "fall out of step, and the pipeline stops. Find the wait.",
+             "producer's empty wait uses: its first waits pass before any byte has landed, so the MMA reads a slot "
+             "the TMA is still writing, and later the ring's phases fall out of step. Find the wait.",
              _own("ex-fp8-06-full-wait-parity"), ("// ---- MMA issuer", "mbarrier_wait_parity(&full[s]"),
              hint="The consumer waits for phase `lap & 1` to complete; the producer's wait is the one that starts at 1."),
     Exercise("fp8-staged-column", "fp8_staged_epilogue", "where a half-row goes in the buffer",

@@ -461,7 +461,7 @@ class Stage:
 
     def run(self, problem="small", device: str = "gpu", *, seed: int = 0, verify: bool = True, time: bool = True,
             iters: int = 20, warmup: int = 3, inputs: dict | None = None, ref=None, spec_hook=None,
-            hook=None, grid: int | None = None, sim_seed: int = 0, gpu: str = "h100", calibration=None,
+            hook=None, grid: int | None = None, sim_seed: int = 0, gpu: str | None = None, calibration=None,
             clock="timed") -> dict:
         """llm.c's order: poison the output, launch, verify against the torch reference, and only then time.
 
@@ -474,6 +474,7 @@ class Stage:
         if device not in DEVICES:
             raise StageError(f"device={device!r}: one of {DEVICES}")
         if device == "predict":   # pelib.predict: the simulated graph replayed with `gpu`'s calibrated costs
+            gpu = gpu or ("h100" if self.arch.startswith("sm_90") else "b200")   # the stage's own GPU by default
             p = _predict.predict(self, gpu, calibration, clock, seed=sim_seed, problem=problem)
             return {"stage": self.key, "label": self.label, "defines": dict(self.defines), "problem": problem,
                     "ok": None, "device": f"pelib.predict ({p.gpu_device})", "prediction": p, "ms": p.ms,
@@ -666,7 +667,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default=None, choices=DEVICES,
                     help="gpu (measured), sim (simulated), predict (predicted time) or compile (facts only); "
                          "default: gpu where it runs")
-    ap.add_argument("--gpu", default="h100", help="--device predict: the GPU whose calibration prices the "
+    ap.add_argument("--gpu", default=None, help="--device predict (default: h100 for sm90, b200 for the rest): the GPU whose calibration prices the "
                     "stage (h100, h200, b200)")
     ap.add_argument("--calibration", default=None, help="--device predict: a calibration JSON file "
                     "(default: the GPU's committed one)")

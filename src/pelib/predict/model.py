@@ -220,11 +220,22 @@ class Setup:
     k_ratio: float = 1.0                # the full problem's K over the simulated one's
 
 
+def _without_timing(stage):
+    """`stage` without its TIMING define (a patched stage keeps its patched file)."""
+    if "TIMING" not in stage.defines:
+        return stage
+    d = {k: v for k, v in stage.defines.items() if k != "TIMING"}
+    base = getattr(stage, "base", None)
+    if base is not None:   # pelib.sim_catalog.PatchedStage(base, path, mutation)
+        return type(stage)(type(base)(base.path, d), stage.path, stage.mutation)
+    return type(stage)(stage.path, d)
+
+
 def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bool = False,
             problem="full") -> Setup:
     """Simulate the representative problem and build its graph (the TIMING build's SASS where asked: the
     clock64 reads and record stores of a measured TIMING run are replayed too)."""
-    plain = type(stage)(stage.path, {k: v for k, v in stage.defines.items() if k != "TIMING"})
+    plain = _without_timing(stage)
     events, sprob, scfg = simulate(plain, tiles, seed, timing=timing_build, problem=problem)
     sass = SassPaths.of(plain.with_defines(TIMING=1) if timing_build else plain)
     ex = plain.exports
