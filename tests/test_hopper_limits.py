@@ -89,7 +89,7 @@ def test_cycles_probes_and_the_l2_line(tree):
 def test_estimates_are_priced_on_the_line_and_floored(tree):
     t = hl.estimate_table(root=tree)
     by = {(r["chip"], r["stage"]): r for r in t.rows}
-    h200 = "NVIDIA H200"
+    h200 = "H200"
     line = hl.l2_line(hl.run("h200", root=tree))
     r07a = by[(h200, "07a")]
     want = max(line["t06"] - line["ms_per_kib"] * r07a["L2 KiB/tile removed"], line["floor_ms"])
@@ -137,3 +137,9 @@ def test_estimates_show_the_stages_run_beside_them(tree):
     rows = {r["stage"]: r for r in hl.estimate_table(("h200",), root=tree).rows}
     assert (rows["07a"]["measured ms"], rows["07a"]["launch GHz"], rows["07a"]["x cuBLAS fast"]) == (0.78, 1.55, 1.15)
     assert rows["06a"]["measured ms"] == "—"
+
+
+def test_chip_column_names_the_model():
+    from pelib.views.hopper import chip_label
+    assert chip_label("NVIDIA H100 80GB HBM3") == "H100" and chip_label("NVIDIA H200") == "H200"
+    assert chip_label("Some GPU") == "Some GPU"

@@ -7,7 +7,7 @@ from .. import problems, results, sol
 from ..facts import Table
 from ..kinds.sm90 import l2_traffic
 from ..stage import Stage
-from .hopper import energy_run
+from .hopper import chip_label, energy_run
 
 CHIPS = ("h100", "h200")
 OURS, FAST, PLAIN = "06", "cuBLAS fast-accum GEMM", "cuBLAS GEMM"
@@ -95,7 +95,7 @@ def regime_table(chips=CHIPS, root=None) -> Table:
             for inputs in ("random", "zeros"):
                 ms = s.get(f"burst ms ({inputs})")
                 ghz, how = clock_of(rep, e, inputs)
-                rows.append({"chip": rep["env"]["device"], "entry": e, "inputs": inputs,
+                rows.append({"chip": chip_label(rep["env"]["device"]), "entry": e, "inputs": inputs,
                              "burst ms": round(ms, 3) if ms else "—",
                              "clock GHz": round(ghz, 3) if ghz else "—", "clock from": how or "—",
                              "M cycles": round(ms * ghz, 3) if ms and ghz else "—",
@@ -129,7 +129,7 @@ def clock_sources_table(chips=CHIPS, root=None) -> Table:
                  ncu_row(rep, OURS).get("sm_clock_ghz")),
                 ("sustained", "NVML's SM clock sampled every 5 ms, mean", (s.get("NVML SM MHz") or 0) / 1e3 or None),
                 ("sustained", "clock probe right after the window", statistics.median(sus) if sus else None)):
-            rows.append({"chip": rep["env"]["device"], "regime": regime, "source": how, "GHz": _r(ghz, 3)})
+            rows.append({"chip": chip_label(rep["env"]["device"]), "regime": regime, "source": how, "GHz": _r(ghz, 3)})
     return Table(rows, "Stage 06's SM clock, five ways — measured by pelib.energy limiter (" +
                  ", ".join(run(c, root=root)["evidence"] for c in chips) + "), random inputs; the launch clock is "
                  "the one the other tables use")
@@ -145,7 +145,7 @@ def power_table(chips=CHIPS, root=None) -> Table:
         sus = [x for x in rep.get("sustained", []) if x["entry"] == OURS and x["inputs"] == "random"]
         reasons = sorted({k for x in sus for k, names in (x.get("nvml") or {}).get("reasons", {}).items()
                           for _ in [0] if names})
-        rows.append({"chip": rep["env"]["device"],
+        rows.append({"chip": chip_label(rep["env"]["device"]),
                      "ms random / zeros": f"{v['ms']['random']:.3f} / {v['ms']['zeros']:.3f}",
                      "launch GHz random / zeros": f"{v['ghz']['random']:.3f} / {v['ghz']['zeros']:.3f}",
                      "time zeros/random": round(v["ms"]["zeros"] / v["ms"]["random"], 3),
@@ -186,7 +186,7 @@ def energy_table(chips=CHIPS, root=None) -> Table:
         ref = _row(rep, FAST)
         for e in (OURS, "10", FAST, PLAIN):
             s = _row(rep, e)
-            rows.append({"chip": rep["env"]["device"], "entry": e, "J / GEMM": _r(s.get("J/launch (random)"), 3),
+            rows.append({"chip": chip_label(rep["env"]["device"]), "entry": e, "J / GEMM": _r(s.get("J/launch (random)"), 3),
                          "of cuBLAS fast J": _r(s["J/launch (random)"] / ref["J/launch (random)"], 3),
                          "sustained ms": _r(s.get("sustained ms (random)"), 3), "W": _r(s.get("power W"), 0),
                          "NVML SM MHz": _r(s.get("NVML SM MHz"), 0)})
@@ -230,7 +230,7 @@ def probe_table(chips=CHIPS, root=None) -> Table:
         for e in (OURS, PROBE_A, PROBE_C, PROBE_NONE):
             ms, ghz = _burst(rep, e, "random"), launch_clock(rep, e)
             cyc = ms * ghz * 1e6
-            rows.append({"chip": rep["env"]["device"], "entry": e.replace("probe 06 ", "06 without ").replace(
+            rows.append({"chip": chip_label(rep["env"]["device"]), "entry": e.replace("probe 06 ", "06 without ").replace(
                 "PROBE_NO_A,PROBE_NO_STORE", "A and stores").replace("PROBE_NO_A", "A").replace("PROBE_NO_STORE", "stores"),
                 "burst ms": round(ms, 3), "launch GHz": round(ghz, 3), "M cycles": round(cyc / 1e6, 3),
                 "cycles / tile": round(cyc / tpc), "tensor busy": f"{100 * tc / (cyc / tpc):.0f}%",
@@ -291,7 +291,7 @@ def estimate_table(chips=CHIPS, root=None) -> Table:
             floor = line["floor_ms"] * sms / ctas if ctas else None
             est = max(line["t06"] - line["ms_per_kib"] * removed / 1024, floor or 0)
             m = next((r for r in (st or {}).get("summary", []) if r["entry"] == name), {})
-            rows.append({"chip": rep["env"]["device"], "stage": name, "L2 KiB/tile removed": round(removed / 1024, 1),
+            rows.append({"chip": chip_label(rep["env"]["device"]), "stage": name, "L2 KiB/tile removed": round(removed / 1024, 1),
                          "SMs": ctas or "?", "estimate ms": round(est, 3),
                          "bound by": "the no-memory probe on its SMs" if floor and est == floor else "the L2 line",
                          "target ms": TARGET_MS[chip], "measured ms": _r(m.get("burst ms (random)"), 3),
@@ -320,7 +320,7 @@ def gap_table(chips=CHIPS, root=None) -> Table:
     rows = []
     for chip in chips:
         rep = run(chip, root=root)
-        dev = rep["env"]["device"]
+        dev = chip_label(rep["env"]["device"])
         tpc, tc = tiles_per_cta(rep, prob), tensor_cycles_per_tile(chip, prob)
         t06, f06 = _burst(rep, OURS, "random"), launch_clock(rep, OURS)
         cyc06 = t06 * f06 * 1e6
