@@ -117,7 +117,10 @@ def predict_all(builds, gpus, calibrations, clock=None, log=print, jobs: int = 1
                 "regime": "what pelib.blind measures: each entry's median of 20 launches (L2 flushed before each, "
                           "after a warm-up), in cycles at the launch's own SM clock; ms here = cycles at clock_ghz",
                 "git": bench.git_revision(), "model_version": model_version(),
-                "files_read": files_read(cal), "entries": "pelib.blind.entries()",
+                "files_read": files_read(cal),
+                "files_read_note": "of a run file holding several stages (hopper-perf.json, energy-limiter.json) the "
+                                   "model read sm90/06's entries only (clocks[key=06], summary[entry=06]: pelib.predict.fit)",
+                "entries": "pelib.blind.entries()",
                 "seconds": round(time.perf_counter() - t0, 1), "constants": cal.table()}
         docs.append({"schema": "pelib.predict.predictions/1", "meta": meta, "predictions": out})
     return docs
