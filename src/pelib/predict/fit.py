@@ -208,7 +208,15 @@ def fit_grid(cal: _cal.Calibration, chip: str, free: dict | None = None, grid: d
               "residuals": {k: round(v, 4) for k, v in res.items()},
               "fitted": {n: round(out[n], 4) for n in names}, "loss": round(loss, 6), "grid": tried}
     out.notes.append({"fit": {k: v for k, v in report.items() if k != "grid"}})
-    return out, report
+    return settle(out), report
+
+
+def settle(cal: _cal.Calibration) -> _cal.Calibration:
+    """After a fit: the calibration is provisional only while a constant still is, and its protocol says which."""
+    left = sorted(n for n, c in cal.constants.items() if c.get("kind") == "provisional")
+    cal.provisional = bool(left)
+    cal.protocol = cal.protocol.split("; still provisional:")[0] + (f"; still provisional: {', '.join(left)}" if left else "")
+    return cal
 
 
 def fit(cal: _cal.Calibration, chip: str, stage=None, free: dict | None = None, iters: int = 60,
