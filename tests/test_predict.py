@@ -319,7 +319,8 @@ def test_compare_reads_a_blind_run(tmp_path, capsys):
         {"stage": S06, "defines": {}, "label": "06", "ok": True, "median_ms": 1.0, "cycles": 1.6e6,
          "clock_source": "timing_run"},
         {"stage": S06, "defines": {"PE_WAIT_KIND": 2}, "label": "06 w2", "ok": True, "median_ms": 0.9, "cycles": 1.44e6,
-         "clock_source": "timing_run", "phases": {"every_tile": {"kloop": {"avg": 4400.0}, "epi_wait": {"avg": 2500.0}}}},
+         "clock_source": "timing_run",
+         "phases": {"every_tile": {"phases": {"kloop": {"avg": 4400.0}, "epi_wait": {"avg": 2500.0}}, "cta": {}}}},
         {"stage": f"sm90/{names[0]}", "defines": {}, "ok": True, "median_ms": 2.0, "cycles": 3.2e6},
         {"stage": f"sm90/{names[1]}", "defines": {}, "ok": False, "median_ms": None}]}
     (tmp_path / "p.json").write_text(json.dumps(pred))
