@@ -215,7 +215,10 @@ def test_stage_command_line_predicts(monkeypatch, capsys):
     monkeypatch.setattr("pelib.predict.report", lambda p: "REPORT")
     assert stage_mod.main([S06, "--device", "predict", "--gpu", "h200"]) == 0
     assert "REPORT" in capsys.readouterr().out
-    assert stage_mod.parser().parse_args([S06, "--device", "predict"]).gpu == "h100"
+    assert stage_mod.parser().parse_args([S06, "--device", "predict"]).gpu is None      # the stage's own GPU
+    got = {}
+    monkeypatch.setattr("pelib.predict.predict", lambda st, gpu, *a, **k: got.setdefault("gpu", gpu) and fake)
+    assert stage_mod.main([S06, "--device", "predict"]) == 0 and got["gpu"] == "h100"
 
 
 def test_stage_run_predict(monkeypatch):
