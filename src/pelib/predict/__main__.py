@@ -139,7 +139,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--all-sm90", action="store_true", help="every sm90 stage in each wait build")
     ap.add_argument("--fit", action="store_true", help="fit the free constants on sm90/06's committed record")
     ap.add_argument("--compare", metavar="PRED.json", help="compare a predictions file with --measured")
-    ap.add_argument("--measured", metavar="MEAS.json", help="a measurement (sweep or hopper_perf JSON)")
+    ap.add_argument("--measured", metavar="MEAS.json", help="a measurement (blind, sweep or hopper_perf JSON); "
+                    "several, comma-separated: a later file's entry counts where the earlier ones have none verified")
     ap.add_argument("--trace", metavar="OUT.json", help="the predicted run's Chrome trace (one stage)")
     ap.add_argument("--b200-calibration", action="store_true", help="build the B200 calibration from --calibration "
                     "(a Hopper one): public constants, the clock fitted on one recorded point, the rest transferred")
@@ -165,7 +166,8 @@ def main(argv=None) -> int:
         if a.compare:
             if not a.measured:
                 ap.error("--compare needs --measured MEAS.json")
-            doc = _compare.compare(_compare.load_json(a.compare), _compare.load_json(a.measured))
+            doc = _compare.compare(_compare.load_json(a.compare),
+                                   _compare.merged([_compare.load_json(m) for m in a.measured.split(",")]))
             if a.out:
                 _compare.write(doc, a.out)
             print(json.dumps(doc["summary"], indent=1))
