@@ -477,7 +477,7 @@ def _random_outcome(s, prob, t: dict, out_dir: Path | None, failed: bool = False
 
 
 def simulate_random(job: dict) -> tuple[dict, np.ndarray | None]:
-    """(record, output bits) of one random job in pelib.sim at seed SEED, through a content-addressed cache
+    """(record, output bits, flat) of one random job in pelib.sim at seed SEED, through a content-addressed cache
     (pelib.sim_runs.content_key: every kernel file, pelib's host code, the job, torch's version for the
     inputs), so tests/test_sim_random_proof.py and the book run each job once between them. A run that did
     not finish is returned, not cached; its bits are None."""
@@ -489,7 +489,7 @@ def simulate_random(job: dict) -> tuple[dict, np.ndarray | None]:
                 np.frombuffer(gzip.decompress(e.read("bits.u16.gz")), np.uint16))
     keep: dict = {}
     rec = run_random(job, "sim", None, keep=keep)
-    bits = keep.get("bits") if rec["outcome"]["kind"] == "finished" else None
+    bits = keep["bits"].reshape(-1) if rec["outcome"]["kind"] == "finished" else None   # flat, as a cached one
     if bits is not None:
         store.put("simrandom", key, {"record.json": json.dumps(rec).encode(),
                                      "bits.u16.gz": gzip.compress(np.ascontiguousarray(bits).tobytes())},
