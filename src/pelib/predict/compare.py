@@ -151,6 +151,7 @@ def phases_06(pred: dict, meas: dict) -> dict | None:
         for e in meas.get("entries", []) if isinstance(meas.get("entries"), list) else []:
             if stage_of(e) == "sm90/06_permuted_b" and _defkey(e.get("defines")) == "PE_WAIT_KIND=2" and e.get("phases"):
                 rec = e["phases"].get("every_tile", e["phases"])
+                rec = rec.get("phases", rec)        # pelib.hopper_perf.clock_stats: {"phases": {name: {"avg", ..}}, ..}
     p = next((x for x in pred.get("predictions", []) if x["stage"] == "sm90/06_permuted_b" and x.get("timing_phases")),
              None)
     if not rec or p is None:
