@@ -153,7 +153,7 @@ def test_a_second_gpus_run_joins_the_tables_as_it_is_committed(tmp_path):
     (h100 / N.SUMMARY).write_text(json.dumps(doc))
     sims = _as_simulated(src)
     runs = V.random_proof_table(root, sims=sims)
-    assert [r["file"] for r in runs.rows] == [f"results/{h200.name}/numerics.json", "results/2026-11-28-h100/numerics.json"]
+    assert [r["file"] for r in runs.rows] == [f"results/{d.name}/{N.SUMMARY}" for d in (h200, h100)]
     assert [r["simulated ≠ measured"] for r in runs.rows] == [0, 1]
     assert "measured (NVIDIA H100 80GB HBM3, 2026-11-28)" in runs.caption and "simulated" in runs.caption
     stages = V.stage_proof_table(root, sims=sims)
@@ -164,4 +164,4 @@ def test_a_second_gpus_run_joins_the_tables_as_it_is_committed(tmp_path):
     from pelib import readme   # the README's generated line per run (`make readme` after the commit)
     lines = [ln for ln in readme.numerics_lines(root) if "random inputs" in ln]
     assert len(lines) == 2 and "NVIDIA H100 80GB HBM3 (2026-11-28" in lines[1]
-    assert lines[1].endswith("`results/2026-11-28-h100/numerics.json`")
+    assert lines[1].endswith(f"`results/{h100.name}/{N.SUMMARY}`")

@@ -11,7 +11,7 @@ import argparse
 import re
 from pathlib import Path
 
-from . import results
+from . import blockfma, results
 from .paths import RESULTS
 from .stage import table
 
@@ -123,7 +123,6 @@ def _git(doc: dict) -> str:
 def numerics_lines(root: Path | None = None) -> list[str]:
     """The tensor core's arithmetic on the committed runs: each probe (tcprobe.json) against the rule the
     simulator computes, each random-input proof (numerics.json) with its full outputs compared on the device."""
-    from . import blockfma
     rule = blockfma.MMA_MODELS["tensor_core"]["wgmma_f8"].name
     base = (root or RESULTS).parent
     lines = []
