@@ -362,12 +362,16 @@ def test_a_cached_entry_without_facts_is_dropped_and_rebuilt(cache, kfile):
 
 
 def test_nvrtc_gets_no_cache_from_12_9_and_the_cubin_is_unchanged(cache, kfile, monkeypatch):
-    """--no-cache goes to NVRTC 12.9 and later only (older ones reject the option), and changes no cubin byte
+    """--no-cache goes to NVRTC 12.9 and later only (older ones reject the option) where cuda.core can pass it
+    (the installed one can), and changes no cubin byte
     (the 40 stage cubins stay as they are): the option only decides whether ptxas runs again."""
     from cuda.core import ProgramOptions
+    assert B._can_say_no_cache()
     for version, want in (((12, 8), {}), ((12, 9), {"no_cache": True}), ((13, 2), {"no_cache": True})):
         monkeypatch.setattr(B, "_nvrtc_version", lambda v=version: v)
         assert B.nvrtc_cache_options() == want
+    monkeypatch.setattr(B, "_can_say_no_cache", lambda: False)   # an older cuda-core: the facts check remains
+    assert B.nvrtc_cache_options() == {}
     assert b"--no-cache" in ProgramOptions(arch="sm_90a", no_cache=True).as_bytes("nvrtc")
     monkeypatch.undo()
     monkeypatch.setattr(B, "CACHE_DIR", cache)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import io
 import os
 import re
@@ -356,15 +358,29 @@ def build(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None,
         raise MissingFacts(
             f"NVRTC ({version}) compiled {path.name} for {arch} with defines {_format_defines(defines)}, but its log "
             f"has no ptxas facts for the entry function(s) {missing} (was the cubin served from a compile cache "
-            f"that skips ptxas?); nothing was cached. Log:\n{log.strip() or '(empty)'}")
+            f"that skips ptxas?); nothing was cached. Set CUDA_CACHE_DISABLE=1, or install a cuda-core whose "
+            f"ProgramOptions has no_cache. Log:\n{log.strip() or '(empty)'}")
     entry = store.put(name, key, {CUBIN_FILE: cubin, LOG_FILE: log.encode()},
                       {"source": str(path), "arch": arch, "defines": _format_defines(defines)}) if store else None
     return _make_build(path, arch, defines, cubin, log, False, entry)
 
 
 def nvrtc_cache_options() -> dict:
-    """ProgramOptions that keep NVRTC's own compile cache out of a build: ptxas runs and reports every time."""
-    return {"no_cache": True} if _nvrtc_version() >= NVRTC_CACHE_FROM else {}
+    """ProgramOptions that keep NVRTC's own compile cache out of a build: ptxas runs and reports every time
+    (none where NVRTC has no cache, or where cuda.core's ProgramOptions cannot say no_cache)."""
+    return {"no_cache": True} if _nvrtc_version() >= NVRTC_CACHE_FROM and _can_say_no_cache() else {}
+
+
+@functools.lru_cache(maxsize=None)
+def _can_say_no_cache() -> bool:
+    try:
+        from cuda.core import ProgramOptions
+    except ImportError:
+        try:
+            from cuda.core.experimental import ProgramOptions
+        except ImportError:
+            return False
+    return "no_cache" in inspect.signature(ProgramOptions).parameters
 
 
 def facts_missing(cubin: bytes, log: str) -> list[str]:
