@@ -356,3 +356,46 @@ def test_host_build_picks_the_twins():
         assert (KERNELS / "common" / name).resolve() not in deps, name
     assert (KERNELS / "common" / "epilogue.cuh").resolve() in deps   # building blocks are the real ones
     del store
+
+
+# ---- TMEM: tcgen05.st, .mma and .ld on the same columns (tests/kernels/sim_tmem.cu) ---------------------------
+TMEM_KERNEL = Path(__file__).parent / "kernels" / "sim_tmem.cu"
+
+
+def tmem_launch(seed, **defines):
+    out = torch.zeros(2 * 128 * 32, dtype=torch.int32)
+    plan = sim.prepare(TMEM_KERNEL, (out,), grid=(1, 1, 1), block=(128, 1, 1), cluster=(1, 1, 1), smem=1024 + 20544,
+                       kernel="sim_tmem", arch="host", defines=defines, seed=seed, names=("out",))
+    return plan, out
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+def test_tcgen05_st_then_wait_then_ld_and_mma_are_clean(seed):
+    """tcgen05.st -> wait::st -> fence -> tcgen05.ld reads what was stored; after wait::st and a CTA barrier
+    an MMA of zero operands accumulates into the stored D: D + 0 comes back (PTX ISA 9.7.16.6.4)."""
+    plan, out = tmem_launch(seed)
+    rep = plan.run()
+    assert rep.ok and not rep.hazards
+    got = out.view(torch.float32).view(2, 128, 32)
+    want = torch.arange(128, dtype=torch.float32)[:, None] + 256 * torch.arange(32, dtype=torch.float32)
+    assert torch.equal(got[0], want) and torch.equal(got[1], want)
+    assert any(e["kind"] == "tmem_st" and e["bytes"] == 32 * 32 * 4 for e in rep.events)
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+@pytest.mark.parametrize("define,says", [
+    ("ST_NO_WAIT_LD", r"tcgen05.ld reads TMEM columns 0..31 of CTA 0, which tcgen05.st issued at \S*sim_tmem.cu:\d+ "
+                      r"by CTA 0 warp \d lane \d+ writes, .*needs tcgen05.wait::st of its warp"),
+    ("ST_NO_WAIT_MMA", r"tcgen05.mma writes TMEM columns 0..31 of CTA 0 while tcgen05.st issued at \S*sim_tmem.cu:\d+ .*"
+                       r"needs tcgen05.wait::st of its warp"),
+    ("ST_DURING_MMA", r"tcgen05.st writes TMEM columns 0..31 of CTA 0 while tcgen05.mma issued at \S*sim_tmem.cu:\d+ .*"
+                      r"not known complete \(needs a wait on the mbarrier phase a later tcgen05.commit"),
+    ("LD_THEN_ST", r"tcgen05.st writes TMEM columns 0..31 of CTA 0 while tcgen05.ld issued at \S*sim_tmem.cu:\d+ .*"
+                   r"may still read them \(needs tcgen05.wait::ld of its warp"),
+])
+def test_tcgen05_st_racing_the_columns_is_a_hazard_on_every_schedule(define, says, seed):
+    """tcgen05.st is asynchronous, complete only at tcgen05.wait::st of its warp (PTX ISA 9.7.16.8.4-5): a read,
+    or an MMA's write, of its columns before that wait races it, and so does a store into columns an MMA not
+    yet known complete writes or a tcgen05.ld not yet waited for reads; on every schedule."""
+    with pytest.raises(sim.SimHazard, match=says):
+        tmem_launch(seed, **{define: 1})[0].run()

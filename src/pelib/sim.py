@@ -53,7 +53,7 @@ SMEM_LIMIT = limits.SMEM_LIMIT   # common/limits.cuh PE_SMEM_LIMIT (the engine c
 EVIDENCE = evidence.simulated("pelib.sim, the stage's own source on the CPU model")
 EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
                "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc", "tmem_ld",
-               "tmem_cp", "bar_sync", "cluster_sync", "exit", "phase_begin", "phase_end")
+               "tmem_cp", "bar_sync", "cluster_sync", "exit", "phase_begin", "phase_end", "tmem_st")
 # struct PeSimEvent of runtime/state.h (-1: none)
 EVENT_DTYPE = np.dtype([("seq", "<u8"), ("op", "<u8")] + [(k, "<i4") for k in (
     "cta", "cluster", "rank", "warp", "lane", "kind", "role", "name", "index", "addr", "bcta", "phase", "parity", "tag",
@@ -181,7 +181,7 @@ class SimReport:
                  bytes count in), waits for (wait_begin), or observes completed (wait_end); None: a fresh
                  barrier's parity-1 wait
         parity, tag   a wait's parity and its tag (bar_sync: the named barrier's id)
-        bytes    TMA / expect_tx / complete_tx / store bytes, TMEM bytes (alloc, dealloc, ld), tcgen05.cp bytes
+        bytes    TMA / expect_tx / complete_tx / store bytes, TMEM bytes (alloc, dealloc, ld, st), tcgen05.cp bytes
         op       the asynchronous operation an issue (tma_load, tma_store, mma, commit, tmem_cp) and its
                  completion (tma_load_done + complete_tx, tma_store_done, mma_done, the commit's arrive) share
         slot     the ring slot (the index of a ring barrier: the ones the stage's PRODUCER_WAIT / TMA_WAIT

@@ -7,7 +7,7 @@
 //                            are complete (9.7.16.11.1), observed by a wait on that phase
 //   wgmma.mma_async          wgmma.wait_group N: all but the newest N groups of the thread (9.7.15.6.3)
 //   TMA store (source read)  cp.async.bulk.wait_group(.read) N (9.7.9.26)
-//   tcgen05.ld               tcgen05.wait::ld (9.7.16.8.5)
+//   tcgen05.ld / st          tcgen05.wait::ld / wait::st of the issuing warp (9.7.16.8.5; 9.7.16.6.2.1.2)
 // and between threads through mbarrier arrive -> wait, bar.sync / bar.arrive, barrier.cluster, __syncwarp.
 // Shared memory and TMEM keep, per 16 B chunk / per (lane quarter, column), the last asynchronous write and
 // the asynchronous reads since; every access checks that what it conflicts with is known complete to the
@@ -43,6 +43,10 @@ u32 op_info(const char* what, Site s, Fiber* f, u64 id) {
   return u32(id);
 }
 
+// An operation the engine completes at its issue but PTX does not (tcgen05.ld / st: their data moves at the
+// gather, their completion is observed only at tcgen05.wait): an id for its reports, no queue entry.
+u32 sync_op(const char* what, Site s, Fiber* f) { return op_info(what, s, f, ++E->op_seq); }
+
 std::string op_text(const Access& a) {
   const Engine::OpInfo& o = E->ops[a.op < E->ops.size() ? a.op : 0];
   std::string who;
@@ -70,6 +74,7 @@ const char* how_known(const Access& a) {
     case AK_MMA:
     case AK_CP: return "a wait on the mbarrier phase a later tcgen05.commit of its thread arrives on";
     case AK_LD: return "tcgen05.wait::ld of its warp";
+    case AK_ST: return "tcgen05.wait::st of its warp";
     default: return "its completion";
   }
 }
@@ -172,14 +177,16 @@ void for_cells(Cta* c, u32 quarters, u32 lo, u32 hi, Fn&& fn) {
 }
 
 // tcgen05 ops of one thread that execute in issue order (PTX ISA 9.7.16.6.2, the tcgen05 pipelined pairs:
-// mma -> mma on the same accumulator, cp -> mma).
+// mma -> mma on the same accumulator, cp -> mma). tcgen05.st pairs with nothing but tcgen05.wait::st: an MMA
+// into columns a tcgen05.st wrote must come after that wait (9.7.16.8.5, example 2).
 bool pipelined(const Access& first, const Access& then) {
   return first.comp == then.comp && (then.kind == AK_MMA && (first.kind == AK_MMA || first.kind == AK_CP));
 }
 
-// A tcgen05.mma (D) or tcgen05.cp write of TMEM by `by`.
-void tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s) {
-  bool said = false;
+// A tcgen05.mma (D), tcgen05.cp or tcgen05.st write of TMEM by `by`: checked against the columns' last writer
+// and readers that `by` does not know complete (check), then the columns' last writer (record). Clean: true.
+bool tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s, bool check, bool record) {
+  bool said = !check;
   for_cells(c, quarters, lo, hi, [&](TCell& t) {
     if (!said && !knows(by->vc, t.w) && !pipelined(t.w, a) && t.w.op != a.op) {
       said = true;
@@ -196,9 +203,11 @@ void tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by
                                  ? "; tcgen05.mma -> tcgen05.cp is not a pipelined pair, PTX ISA 9.7.16.6.2"
                                  : ""), s, by);
       }
+    if (!record) return;
     t.w = a;
     for (Access& r : t.r) r = Access{};
   });
+  return check ? !said : true;
 }
 
 // A read of TMEM (tcgen05.ld by a warp, an MMA's scale factors) with the clock `vc` of the reading thread.
@@ -209,7 +218,7 @@ bool tmem_read(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, const Cloc
       said = true;
       if (report)
         race("tmem-raw", fmt("%s reads TMEM columns %u..%u of CTA %d, which %s writes, before this thread knows it "
-                             "completed (needs %s)", a.kind == AK_LD ? "tcgen05.ld" : E->ops[a.op].what, lo, hi - 1,
+                             "completed (needs %s)", a.kind == AK_LD || !a.op ? "tcgen05.ld" : E->ops[a.op].what, lo, hi - 1,
                              c->id, op_text(t.w).c_str(), how_known(t.w)), s, by);
     }
     add_read(t.r, 2, a);

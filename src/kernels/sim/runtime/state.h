@@ -34,7 +34,7 @@ namespace {
 enum EvKind : int32_t {
   EV_WAIT_BEGIN, EV_WAIT_END, EV_ARRIVE, EV_EXPECT_TX, EV_COMPLETE_TX, EV_TMA_LOAD, EV_TMA_LOAD_DONE,
   EV_TMA_STORE, EV_TMA_STORE_DONE, EV_MMA, EV_MMA_DONE, EV_COMMIT, EV_TMEM_ALLOC, EV_TMEM_DEALLOC, EV_TMEM_LD,
-  EV_TMEM_CP, EV_BAR_SYNC, EV_CLUSTER_SYNC, EV_EXIT, EV_PHASE_BEGIN, EV_PHASE_END
+  EV_TMEM_CP, EV_BAR_SYNC, EV_CLUSTER_SYNC, EV_EXIT, EV_PHASE_BEGIN, EV_PHASE_END, EV_TMEM_ST
 };
 
 }  // namespace
@@ -100,11 +100,11 @@ struct Op;
 
 // ---- happens-before (runtime/order.cpp) ----------------------------------------------------------------
 // A thread's vector clock over its cluster's components: one per mbarrier (phases completed), per thread's
-// tcgen05 stream and bulk-store groups, per warpgroup's wgmma stream, per warp's tcgen05.ld stream, and per
-// thread that writes shared memory (its fence.proxy.async count). An asynchronous access is known complete
-// to a thread whose clock has its component at or past its epoch.
+// tcgen05 stream and bulk-store groups, per warpgroup's wgmma stream, per warp's tcgen05.ld and .st streams,
+// and per thread that writes shared memory (its fence.proxy.async count). An asynchronous access is known
+// complete to a thread whose clock has its component at or past its epoch.
 using Clock = std::vector<uint32_t>;
-enum AccessKind : uint8_t { AK_NONE, AK_TMA_LOAD, AK_TMA_STORE, AK_WGMMA, AK_MMA, AK_CP, AK_LD };
+enum AccessKind : uint8_t { AK_NONE, AK_TMA_LOAD, AK_TMA_STORE, AK_WGMMA, AK_MMA, AK_CP, AK_LD, AK_ST };
 struct Access {
   uint32_t comp = 0, epoch = 0;   // epoch 0: none
   uint32_t op = 0;                // the operation (Engine::ops), for the report
@@ -228,7 +228,9 @@ struct WarpColl {
   std::vector<u32> words;   // tcgen05.ld: the warp's rows, filled by the last lane to arrive
   Clock acc;                // __syncwarp: the lanes' clocks
   uint32_t ld_comp = 0, ld_issued = 0;   // the warp's tcgen05.ld stream
-  bool ld_hazard = false;   // one report per tcgen05.ld
+  uint32_t st_comp = 0, st_issued = 0;   // the warp's tcgen05.st stream
+  uint32_t op = 0;          // the tcgen05.ld / st being gathered (Engine::ops, for reports)
+  bool tm_hazard = false;   // one report per tcgen05.ld / st
 };
 
 struct WgOp {
@@ -462,10 +464,12 @@ u32 at(const Clock& c, u32 k);
 void set_max(Clock& c, u32 k, u32 v);
 void join(Clock& a, const Clock& b);
 u32 op_info(const char* what, Site s, Fiber* f, u64 id);
+u32 sync_op(const char* what, Site s, Fiber* f);
 void async_write(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
 void async_read(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
 void generic_access(Cta* c, u32 off, u32 n, bool write, Fiber* f, Site s);
-void tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
+bool tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s, bool check = true,
+                bool record = true);
 bool tmem_read(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, const Clock& vc, Fiber* by, Site s, bool report);
 std::string tmem_busy(Cta* c, u32 lo, u32 hi, const Clock& vc);
 
