@@ -1,6 +1,7 @@
 """The simulator's engine (pelib.sim, src/kernels/sim/runtime) on a small kernel: warp collectives, barriers,
 one planted mistake per mode and what the report says about it; seeds, the event log, the host build and
 its cache, and that the device build never sees a simulated header."""
+import re
 import shutil
 from pathlib import Path
 
@@ -399,3 +400,43 @@ def test_tcgen05_st_racing_the_columns_is_a_hazard_on_every_schedule(define, say
     yet known complete writes or a tcgen05.ld not yet waited for reads; on every schedule."""
     with pytest.raises(sim.SimHazard, match=says):
         tmem_launch(seed, **{define: 1})[0].run()
+
+
+# ---- plain accesses: a data race is a hazard (PTX ISA 8.7.1) --------------------------------------------------
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+@pytest.mark.parametrize("plain,race", [(0, None), (1, "load|store"), (2, None), (3, "load|store"), (4, None),
+                                        (5, "load|store"), (6, "store"), (7, "load|store")])
+def test_plain_accesses_of_shared_memory_race_unless_ordered(plain, race, seed):
+    """Two threads' plain accesses of one shared word, one a store: clean when a bar.sync, a __syncwarp or an
+    mbarrier arrive -> wait orders them, a data race on every schedule when nothing does (a store after the
+    arrive is not ordered by it). The report names both accesses' lines."""
+    plan, out = launch(15, seed, defines={"PLAIN": plain})
+    if race is None:
+        rep = plan.run()
+        assert rep.ok and not rep.hazards
+        assert out[:2].tolist() == [5, 6]   # thread 32 (or lane 1) of each CTA read thread 0's store
+        return
+    with pytest.raises(sim.SimHazard, match=rf"a plain (load of|store to) \[0x100, 0x104\) of CTA \d races warp \d "
+                                            rf"lane \d+'s plain ({race}) at \S*sim_engine.cu:\d+ .*: a data race "
+                                            rf"\(PTX ISA 8.7.1") as e:
+        plan.run()
+    rec = e.value.report.hazards[0]
+    if shutil.which("addr2line"):
+        src = KERNEL.read_text().splitlines()
+        assert rec["file"].endswith("sim_engine.cu") and "*word" in src[rec["line"] - 1], rec
+        other = int(rec["text"].split("sim_engine.cu:")[1].split()[0])
+        assert "*word" in src[other - 1] and other != rec["line"], rec["text"]
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+def test_a_tma_load_over_bytes_still_read_plainly_is_a_hazard(seed):
+    """A TMA load into bytes another thread loads plainly with nothing ordering the two: a hazard whichever comes
+    first (the load issued over bytes still read, or the read of bytes not known landed); with a bar.sync
+    between them the same run is clean."""
+    over = r"TMA load into \[0x800, 0x1000\) of CTA \d races warp 1 lane 0's plain load at \S*sim_engine.cu:\d+ .*of the same"
+    early = r"a load of \[0x840, 0x844\) of CTA \d, which TMA load issued at \S*sim_engine.cu:\d+ .* writes, before this"
+    with pytest.raises(sim.SimHazard, match=f"{over}|{early}") as e:
+        launch(12, seed, defines={"READ_BEFORE_LOAD": 1})[0].run()
+    if seed == "eager":   # this schedule runs the read first
+        assert re.search(over, str(e.value)), str(e.value)
+    assert launch(12, seed, defines={"READ_BEFORE_LOAD": 2})[0].run().ok

@@ -156,6 +156,7 @@ void tc_commit(int cg, unsigned bar, unsigned mask, bool multicast, Site s) {
   // PTX ISA 9.7.16.11.1: the arrive comes once every earlier tcgen05 op of this thread is complete, so whoever
   // observes that phase knows them complete (and what this thread knew when it committed)
   Clock rel = f->vc;
+  tick(f);
   if (f->tc_comp) set_max(rel, f->tc_comp, f->tc_issued);
   submit(op, [targets, s, id = op->id, rel]() {
     for (auto& t : targets) {
