@@ -81,3 +81,156 @@ def price(stage, gpu: str = "b200", seeds=(0, 1, 2), calibration=None) -> dict:
     else:
         out["predicted"] = "not predicted: the simulator found a problem on some seed (fix it first)"
     return out
+
+
+# ---- the B200 predictions document (pelib.predict.history), read from the committed JSON -------------------
+
+B200_DOC = "predictions-b200.json"
+
+
+def b200_doc(path=None) -> dict:
+    """The committed B200 predictions document (the newest results/<date>-b200/predictions-b200.json)."""
+    from ..paths import ROOT
+    if path is None:
+        found = sorted((ROOT / "results").glob(f"*-b200/{B200_DOC}"))
+        if not found:
+            raise FileNotFoundError(f"no results/<date>-b200/{B200_DOC}: run `python -m pelib.predict.history` "
+                                    "(about 10 minutes on one core) and commit its output")
+        path = found[-1]
+    return _doc(path)
+
+
+def _label(doc) -> str:
+    return doc["meta"]["evidence"]
+
+
+def _short(key: str) -> str:
+    return key.split("/")[-1]
+
+
+def b200_history_table(doc=None) -> Table:
+    """The lab's FP8 history on a B200, every point: predicted against recorded, the error and each step's
+    sign; the fitted point marked and left out of every error."""
+    doc = doc or b200_doc()
+    out = []
+    for r in doc["fp8"]:
+        step = ("—" if r.get("recorded_step") is None else
+                f"{r['recorded_step']:+.1%} / {r['predicted_step']:+.1%}")
+        sign = {True: "right", False: "WRONG", None: "(< 9 %)"}[r.get("sign_right")] if "recorded_step" in r else "—"
+        out.append({"stage": _short(r["stage"]), "grid": "persistent" if "persistent" in r["grid"] else "one tile a cluster",
+                    "predicted ms": f"{r['predicted_ms']:.3f}",
+                    "recorded ms": "—" if r["recorded_ms"] is None else f"{r['recorded_ms']:.3f}",
+                    "error": ("fitted" if r.get("fitted") else "—" if r["error"] is None else f"{r['error']:+.1%}"),
+                    "step rec. / pred.": step, "step sign": sign})
+    s = doc["summary"]
+    notes = [f"{s['within_10pct']} of {s['validation_points']} validation points within ±10 % (mean absolute error "
+             f"{s['mae']:.1%}, worst {s['worst']:.1%} at {s['worst_point']}); signs right on "
+             f"{s['steps_sign_right']} of {s['steps_9pct']} recorded steps of 9 % or more",
+             *[f"{_short(k)}: {v['what']}: predicted step {v['predicted_step']:+.1%} "
+               f"({'under' if v['under_2pct'] else 'NOT under'} 2 %)" for k, v in s["neutral_checks"].items()],
+             *[f"fitted: {f['name']} = {f['value']} {f['unit']} ({f['source']})" for f in doc["meta"]["fitted"]]]
+    return Table(out, f"FP8 on a B200, stage by stage — {_label(doc)}; against the lab's records (recorded, "
+                      "fp8-megakernel-experiment-log.md, fp8-megakernel-w1-stall-isolation.md and "
+                      "fp8-megakernel-future-proposals-F21-F28.md)", notes=notes)
+
+
+def b200_row(stage: str, doc=None) -> dict:
+    """One stage's entry of the document (by key or short name)."""
+    doc = doc or b200_doc()
+    for r in doc["fp8"]:
+        if stage in (r["stage"], _short(r["stage"])):
+            return r
+    raise KeyError(f"{stage!r} is not in the B200 history: one of {[_short(r['stage']) for r in doc['fp8']]}")
+
+
+# The lab's clock64 records a stage's predicted phases are set beside (pelib.records): the 5-warp baseline's
+# reconciliation (stage 08a's idea) and the F18/F19a kernel's F28 section (stage 09's).
+RECORDED_PHASES = {"08a_persistent_tiles": "Reconciliation with clock64",
+                   "09_persistent_megakernel": "F28: K-loop restructuring — tighter MMA dispatch"}
+# recorded phase (warp) -> the predicted phase of the TIMING schema that times the same span
+PHASE_OF = {("W1", "tma0_wait"): "tma_wait", ("W1", "kloop"): "kloop", ("W1", "epi_wait"): "epi_wait",
+            ("W1", "tile"): "tile", ("W3", "phase1"): "epi_phase1", ("W3", "phase2b"): "epi_phase2",
+            ("W3", "ml_wait"): "acc_wait"}
+
+
+def b200_breakdown(stage: str, doc=None) -> Table:
+    """The stage's predicted per-role phases (cycles a tile, steady state), beside the lab's clock64 record of
+    the same phase where one exists (recorded; the evidence kind in each column's name)."""
+    from .. import records
+    doc = doc or b200_doc()
+    r = b200_row(stage, doc)
+    sec = RECORDED_PHASES.get(_short(r["stage"]))
+    rec = {}
+    if sec:
+        for p in records.phases():
+            if p.source.section.startswith(sec):
+                rec[PHASE_OF.get((p.warp, p.phase), p.phase)] = (p.warp, p.phase, p.cycles)
+    rows = []
+    for ph, cyc in r["phases"].items():
+        w = rec.pop(ph, None)
+        rows.append({"phase": ph, "predicted cycles": f"{cyc:,}",
+                     "recorded cycles (clock64)": "—" if w is None else f"{w[2]:,} ({w[0]} {w[1]})",
+                     "error": "—" if w is None else f"{cyc / w[2] - 1:+.0%}"})
+    for ph, w in rec.items():
+        rows.append({"phase": ph, "predicted cycles": "—", "recorded cycles (clock64)": f"{w[2]:,} ({w[0]} {w[1]})",
+                     "error": "—"})
+    src = (f"recorded: the lab's clock64 ({'fp8-megakernel-w1-stall-isolation.md' if '08a' in r['stage'] else 'fp8-megakernel-future-proposals-F21-F28.md'}, {sec})"
+           if sec else "no clock64 record of this stage's kernel")
+    return Table(rows, f"{_short(r['stage'])}: per-role phases, cycles a tile — {_label(doc)}; {src}",
+                 notes=[f"critical path: {r['critical_path']}",
+                        f"{r['per_tile_cycles']:,} predicted cycles a tile in the steady state, {r['tiles']} tiles "
+                        f"a cluster; the grid: {r['grid']}"])
+
+
+def b200_summary(stage: str, doc=None) -> str:
+    """One line: the stage's predicted time against its record, and its critical path in one sentence."""
+    doc = doc or b200_doc()
+    r = b200_row(stage, doc)
+    how = "the fitted point" if r["fitted"] else "" if r["error"] is None else f"{r['error']:+.1%}"
+    rec = "" if r["recorded_ms"] is None else f" against {r['recorded_ms']:.3f} ms recorded ({how})"
+    return (f"{_short(r['stage'])} on a B200: {r['predicted_ms']:.3f} ms predicted{rec}; it is "
+            f"{r['critical_path']}. [{_label(doc)}]")
+
+
+def b200_ring_figure(doc=None):
+    """The NVFP4 ring sweep: the predicted curve with the lab's recorded points on it."""
+    import matplotlib.pyplot as plt
+    doc = doc or b200_doc()
+    ring = doc["nvfp4_ring"]
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    d = [r["stages"] for r in ring]
+    ax.plot(d, [r["predicted_us"] for r in ring], "-o", color="#3b6ea8", label="predicted (" + _label(doc) + ")")
+    ax.plot(d, [r["recorded_us"] for r in ring], "s", color="#c0392b", ms=8, mfc="none",
+            label="recorded (nvfp4 lab log, pelib.records)")
+    ax.set_xlabel("ring depth (NUM_STAGES; 1 = nvfp4/00)")
+    ax.set_ylabel("µs (M=128, N=7168, K=16384)")
+    ax.set_xticks(d)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title("NVFP4 on a B200: the ring sweep", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def b200_ring_table(doc=None) -> Table:
+    doc = doc or b200_doc()
+    rows = [{"ring depth": r["stages"], "predicted µs": f"{r['predicted_us']:.1f}",
+             "recorded µs": "—" if r["recorded_us"] is None else f"{r['recorded_us']:.1f}",
+             "error": "—" if r["error"] is None else f"{r['error']:+.1%}", "critical path": r["critical_path"]}
+            for r in doc["nvfp4_ring"]]
+    return Table(rows, f"NVFP4 ring sweep on a B200 — {_label(doc)}; recorded: the NVFP4 lab log via pelib.records")
+
+
+def b200_cards_table(doc=None) -> Table:
+    """The go/no-go cards F21-F28, each with its predicted outcome beside PENDING B200."""
+    doc = doc or b200_doc()
+    rows = []
+    for c in doc["cards"]:
+        if c["outcome"] == "not predicted":
+            rows.append({"card": c["card"], "predicted outcome": "not predicted", "why / gain": c["why"],
+                         "B200": "PENDING B200"})
+            continue
+        rows.append({"card": c["card"], "predicted outcome": c["outcome"],
+                     "why / gain": f"{c['base_ms']:.4f} -> {c['predicted_ms']:.4f} ms ({c['gain']:+.1%}); "
+                                   f"rule: {c['rule']}; {c['error_bar'] if isinstance(c['error_bar'], str) else 'error bar ±{:.0%}'.format(c['error_bar'])}",
+                     "B200": c["status"]})
+    return Table(rows, f"The go/no-go cards predicted — {_label(doc)}; our registered claims, beside PENDING B200")
