@@ -57,19 +57,30 @@ def test_every_card_is_listed_with_its_outcome_or_why():
     for c in ("F21", "F25", "F26", "F27"):
         assert out[c]["outcome"] == "not predicted" and out[c]["why"]
     f22 = out["F22"]
-    assert f22["gain"] == pytest.approx(0.5 / 0.49 - 1, abs=1e-4) and f22["outcome"] == "GO"
+    assert f22["gain"] == pytest.approx(FAKE["fp8/09_persistent_megakernel"] / 0.49 - 1, abs=1e-4) and f22["outcome"] == "GO"
     assert f22["error_bar"] == history.ERROR_BAR_PENDING and f22["status"] == "PENDING B200"
     assert ">= 1%" in f22["rule"]           # F22's own wall-clock rule (fp8_proposals.yaml)
     with pytest.raises(ValueError, match="mean absolute error"):
         history.cards(None, error_bar=5, predict_fn=fake_predict)
     within = {c["card"]: c for c in history.cards(None, error_bar=0.05, predict_fn=fake_predict)}
-    assert within["F22"]["outcome"] == "within the error bar"
+    assert within["F22"]["outcome"] == "GO"              # +14 % is outside a 5 % bar
+
+
+def test_sweeps_take_the_default_from_the_history(rows):
+    out = history.fp8_sweeps(None, rows, predict_fn=fake_predict)
+    six = [r for r in out if r["stage"] == "fp8/06_stages"]
+    assert [r["value"] for r in six] == [4, 5, 6]
+    assert six[0]["predicted_ms"] == FAKE["fp8/06_stages"] and six[0]["recorded_ms"] == 0.7
+    assert six[1]["recorded_ms"] == 0.715 and six[2]["recorded_ms"] == 0.722       # F6
+    assert [r["recorded_ms"] for r in out if r["define"] == "NUM_EPI_WARPS"] == [0.722, 0.747]      # F3
+    s = history.summary(rows, (), out)
+    assert s["validation_points"] == len(rows) - 1 + 3       # 5 and 6 stages, 6 warps
 
 
 def test_a_bad_part_is_refused(capsys):
     with pytest.raises(SystemExit):
         history.main(["--only", "fp9"])
-    assert "choose from fp8, nvfp4, cards" in capsys.readouterr().err
+    assert "choose from fp8, sweeps, nvfp4, cards" in capsys.readouterr().err
 
 
 def test_the_b200_calibration_transfers_from_the_measured_h100():
@@ -102,7 +113,7 @@ def test_the_committed_document_names_its_calibration_and_revision():
     assert [r["stage"] for r in doc["fp8"]] == list(blackwell.HISTORY)
     assert [r["stages"] for r in doc["nvfp4_ring"]] == [1, 2, 3, 4, 5]
     assert sorted(c["card"] for c in doc["cards"]) == [f"F{n}" for n in range(21, 29)]
-    assert doc["summary"] == history.summary(doc["fp8"], doc["nvfp4_ring"])     # the summary is the rows'
+    assert doc["summary"] == history.summary(doc["fp8"], doc["nvfp4_ring"], doc["fp8_sweeps"])   # the rows'
 
 
 def test_the_views_read_the_committed_document():

@@ -88,9 +88,47 @@ def fp8_history(cal, stages=_bw.HISTORY, predict_fn=predict, log=None) -> list[d
     return rows
 
 
-def summary(fp8: list[dict], ring: list[dict] = ()) -> dict:
-    """Issue 31's targets, counted over the validation points (the fitted one excluded)."""
+def _experiment_ms(id_: str) -> dict:
+    e = records.experiment(id_)
+    return e, {"F6": {5: (e.extra or {}).get("also", {}).get("ms"), 6: e.baseline_ms},
+               "F3": {6: e.result_ms}}[id_]
+
+
+# The FP8 sweeps a chapter draws: (stage, define, values, the experiment that recorded the other values)
+SWEEPS = (("fp8/06_stages", "NUM_STAGES", "pipeline_stages", (4, 5, 6), "F6"),
+          ("fp8/05_epi_warps", "NUM_EPI_WARPS", "epi_warps", (5, 6), "F3"))
+
+
+def fp8_sweeps(cal, fp8_rows, predict_fn=predict, log=None) -> list[dict]:
+    """The NUM_STAGES and NUM_EPI_WARPS sweeps: the stage at each value predicted, the lab's recorded point
+    beside it (the stage's own default is its history row; the others the experiment's, pelib.records)."""
+    out = []
+    hist = {r["stage"]: r for r in fp8_rows}
+    for key, define, export, values, exp in SWEEPS:
+        e, rec = _experiment_ms(exp)
+        default = Stage(key).exports[export]          # the stage's default build (its history row)
+        for v in values:
+            h = hist.get(key)
+            if h is not None and v == default:
+                ms, rms, what = h["predicted_ms"], h["recorded_ms"], h["recorded_what"]
+            else:
+                p = predict_fn(Stage(key, {define: v}), "b200", cal)
+                ms, rms = round(p.ms, 4), rec.get(v)
+                what = f"{e.id}: {e.title} ({e.source.note}, {e.source.section})" if rms else None
+            out.append({"stage": key, "define": define, "value": v, "history_row": h is not None and v == default,
+                        "predicted_ms": ms, "recorded_ms": rms,
+                        "recorded_what": what, "error": None if not rms else round(ms / rms - 1, 4)})
+            if log:
+                log(f"{key} {define}={v}: predicted {ms:.4f} ms, recorded {rms}")
+    return out
+
+
+def summary(fp8: list[dict], ring: list[dict] = (), sweeps: list[dict] = ()) -> dict:
+    """The targets (each point within TOLERANCE, step signs, the neutral steps), counted over the validation
+    points: the history, the sweeps' other recorded points and the ring (the fitted point excluded)."""
     val = [r for r in fp8 if r["error"] is not None and not r.get("fitted")]
+    val += [{"stage": f"{r['stage']} {r['define']}={r['value']}", "error": r["error"]} for r in sweeps
+            if r.get("error") is not None and not r["history_row"]]
     val += [{"stage": f"nvfp4 ring {r['stages']}", "error": r["error"]} for r in ring if r.get("error") is not None]
     errs = [abs(r["error"]) for r in val]
     steps = [r for r in fp8 if r.get("sign_right") is not None]
@@ -109,7 +147,7 @@ def summary(fp8: list[dict], ring: list[dict] = ()) -> dict:
 
 def _wall_clock_rule(card: str):
     """(op, threshold %) of a card's wall-clock success rule in book/data/fp8_proposals.yaml, or None."""
-    for c in records.load("fp8_proposals").get("cards", []):
+    for c in records.load("proposals").get("cards", []):
         if c.get("id") == card:
             for rule in c.get("success") or []:
                 if "wall_clock" in str(rule.get("metric", "")):
@@ -157,7 +195,7 @@ def cards(cal, error_bar: float | None = None, predict_fn=predict, log=None) -> 
     return rows
 
 
-def build(hopper: str = HOPPER, parts=("fp8", "nvfp4", "cards"), log=print) -> dict:
+def build(hopper: str = HOPPER, parts=("fp8", "sweeps", "nvfp4", "cards"), log=print) -> dict:
     """The whole document (see the module doc)."""
     cal = calibration(hopper)
     doc = {"schema": SCHEMA, "kind": "predicted",
@@ -167,6 +205,8 @@ def build(hopper: str = HOPPER, parts=("fp8", "nvfp4", "cards"), log=print) -> d
                     "fitted": _fitted(cal), "tolerance": TOLERANCE}}
     if "fp8" in parts:
         doc["fp8"] = fp8_history(cal, log=log)
+    if "sweeps" in parts:
+        doc["fp8_sweeps"] = fp8_sweeps(cal, doc.get("fp8", []), log=log)
     if "nvfp4" in parts:
         doc["nvfp4_ring"] = _bw.nvfp4_ring(cal)
         if log:
@@ -174,7 +214,7 @@ def build(hopper: str = HOPPER, parts=("fp8", "nvfp4", "cards"), log=print) -> d
                 log(f"nvfp4 ring {r['stages']}: predicted {r['predicted_us']} us, recorded {r['recorded_us']} us")
     if "cards" in parts:
         doc["cards"] = cards(cal, log=log)
-    doc["summary"] = summary(doc.get("fp8", []), doc.get("nvfp4_ring", []))
+    doc["summary"] = summary(doc.get("fp8", []), doc.get("nvfp4_ring", []), doc.get("fp8_sweeps", []))
     return doc, cal
 
 
@@ -195,14 +235,14 @@ def default_out() -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pelib.predict.history", description=__doc__.split("\n")[0])
     ap.add_argument("--calibration", default=HOPPER, help="the measured Hopper calibration the B200 one transfers from")
-    ap.add_argument("--only", default="fp8,nvfp4,cards", help="comma list of fp8, nvfp4, cards")
+    ap.add_argument("--only", default="fp8,sweeps,nvfp4,cards", help="comma list of fp8, sweeps, nvfp4, cards")
     ap.add_argument("--out", help="the document's path (default results/<today>-b200/predictions-b200.json); "
                     "the calibration is written beside it as calibration-b200-transferred.json")
     a = ap.parse_args(argv)
     parts = tuple(x.strip() for x in a.only.split(",") if x.strip())
-    bad = set(parts) - {"fp8", "nvfp4", "cards"}
+    bad = set(parts) - {"fp8", "sweeps", "nvfp4", "cards"}
     if bad:
-        ap.error(f"--only {','.join(sorted(bad))}: choose from fp8, nvfp4, cards")
+        ap.error(f"--only {','.join(sorted(bad))}: choose from fp8, sweeps, nvfp4, cards")
     try:
         doc, cal = build(a.calibration, parts)
     except (PredictError, _cal.CalibrationError) as e:
