@@ -129,3 +129,32 @@ def test_the_views_read_the_committed_document():
     assert len(vp.b200_ring_table(doc).rows) == 5
     with pytest.raises(KeyError, match="not in the B200 history"):
         vp.b200_row("10_nope", doc)
+
+
+# ---- the first hour on a B200: everything up to the launch --------------------------------------------------
+
+def test_first_hour_runs_up_to_the_launch(monkeypatch, tmp_path, capsys):
+    from pelib import bench, device, jobs
+    from pelib.predict import first_hour
+    info = SimpleNamespace(name="NVIDIA B200", sm_count=148, arch="sm_100a")
+    monkeypatch.setattr(device, "require", lambda arch, info_=None: info if arch == "sm_100a" else None)
+    monkeypatch.setattr(bench, "environment", lambda i: {"device": i.name, "date": "2027-01-01T00:00:00"})
+    monkeypatch.setattr(jobs, "save_full", lambda s, d: None)
+    seen = {}
+
+    def fake_jobs(batch, data_dir, iters, budget, **kw):
+        seen["batch"], seen["module"] = batch, kw["module"]
+        assert (tmp_path / "predictions-b200.json").is_file()        # the predictions exist before any launch
+        return [{**j, "ok": True, "median_ms": 0.6} for j in batch]
+    assert first_hour.main(["--out", str(tmp_path)], run_jobs=fake_jobs) == 0
+    stages_run = [j["stage"] for j in seen["batch"]]
+    assert stages_run[:len(blackwell.HISTORY)] == list(blackwell.HISTORY) and seen["module"] == "pelib.predict.first_hour"
+    assert "fp8/variants/09_f22_bf16x2_epilogue" in stages_run
+    assert {"NUM_STAGES": 5} in [j["defines"] for j in seen["batch"]]
+    cmp = json.loads((tmp_path / "prediction-vs-measured.json").read_text())
+    assert cmp["summary"]["stages"] == len(seen["batch"])
+    out = capsys.readouterr().out
+    assert "mean absolute error" in out and "09_persistent_megakernel" in out
+    info.sm_count = 132
+    with pytest.raises(SystemExit, match="132 SMs"):
+        first_hour.main(["--out", str(tmp_path)], run_jobs=fake_jobs)

@@ -234,3 +234,52 @@ def b200_cards_table(doc=None) -> Table:
                                    f"rule: {c['rule']}; {c['error_bar'] if isinstance(c['error_bar'], str) else 'error bar ±{:.0%}'.format(c['error_bar'])}",
                      "B200": c["status"]})
     return Table(rows, f"The go/no-go cards predicted — {_label(doc)}; our registered claims, beside PENDING B200")
+
+
+def b200_breakdown_figure(stage: str, doc=None):
+    """The breakdown table as one chart: per phase, the predicted bar (solid) and the lab's clock64 bar
+    (hatched) where one exists; each legend entry names its evidence kind."""
+    import matplotlib.pyplot as plt
+    doc = doc or b200_doc()
+    t = b200_breakdown(stage, doc)
+    num = lambda s: float(s.split(" ")[0].replace(",", "")) if s and s != "—" else 0.0     # noqa: E731
+    names = [r["phase"] for r in t.rows]
+    pred = [num(r["predicted cycles"]) for r in t.rows]
+    rec = [num(r["recorded cycles (clock64)"]) for r in t.rows]
+    fig, ax = plt.subplots(figsize=(6.8, 0.42 * len(names) + 1.2))
+    y = range(len(names))
+    ax.barh([i - 0.2 for i in y], pred, 0.4, color="#3b6ea8", label=_label(doc))
+    if any(rec):
+        ax.barh([i + 0.2 for i in y], rec, 0.4, color="white", edgecolor="#c0392b", hatch="///",
+                label="recorded (the lab's clock64, pelib.records)")
+    ax.set_yticks(list(y), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("cycles a tile (steady state)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"{_short(b200_row(stage, doc)['stage'])} on a B200: per-role phases", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def b200_sweep_figure(stage: str, doc=None):
+    """A FP8 sweep (NUM_STAGES of 06, NUM_EPI_WARPS of 05): the predicted curve, the recorded points on it."""
+    import matplotlib.pyplot as plt
+    doc = doc or b200_doc()
+    rows = [r for r in doc["fp8_sweeps"] if stage in (r["stage"], _short(r["stage"]))]
+    if not rows:
+        raise KeyError(f"{stage!r} has no sweep in the B200 document: one of "
+                       f"{sorted({_short(r['stage']) for r in doc['fp8_sweeps']})}")
+    fig, ax = plt.subplots(figsize=(5.6, 3.2))
+    x = [r["value"] for r in rows]
+    ax.plot(x, [r["predicted_ms"] for r in rows], "-o", color="#3b6ea8", label=_label(doc))
+    rx = [r["value"] for r in rows if r["recorded_ms"]]
+    ax.plot(rx, [r["recorded_ms"] for r in rows if r["recorded_ms"]], "s", ms=8, mfc="none", color="#c0392b",
+            label="recorded (fp8-megakernel-experiment-log.md)")
+    ax.set_xticks(x)
+    ax.set_xlabel(rows[0]["define"])
+    ax.set_ylabel("ms (full problem)")
+    ax.set_ylim(0, max(max(r["predicted_ms"] for r in rows), max(r["recorded_ms"] or 0 for r in rows)) * 1.15)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"{_short(rows[0]['stage'])} on a B200: the {rows[0]['define']} sweep", fontsize=10)
+    fig.tight_layout()
+    return fig
