@@ -9,8 +9,9 @@ The calibration (pelib.predict.blackwell.b200_calibration): public B200 constant
 transferred from HOPPER (the H100's measured calibration, kind "transferred"), and ONE fitted parameter,
 the SM clock under the lab's kernel, fitted on ONE recorded point, the 5-warp baseline (stage 08a's idea:
 persistent clusters, five epilogue warps, one staging buffer each; 0.579 ms). That point is listed with
-`fitted: true` and counts in no error, step or summary. The calibration is written beside the document
-and the document names it with the git revision that made it.
+`fitted: true` and counts in no error, step or summary. The calibration is written to CALIBRATION (the
+committed B200 calibration every other B200 prediction uses) and the document names it with the git
+revision that made it.
 
 What each recorded point measured: the lab's kernel was persistent throughout its experiment log (148 SMs,
 cta_group::2, two TMEM accumulators since TN 256), while this project's stages 00-08 re-create each idea
@@ -34,6 +35,9 @@ from .model import PredictError, predict
 
 SCHEMA = "pelib.predict.b200/1"
 HOPPER = "results/2026-11-27-h100/calibration-nvidia-h100-80gb-hbm3.json"   # the measured H100 calibration
+# The committed B200 calibration (what Stage.run(device="predict") and the exercises price with): the one the
+# document was predicted with, provisional while any constant is (the TMEM load, the launch costs).
+CALIBRATION = _cal.HERE / "provisional-b200.json"
 FITTED_STAGE = "fp8/08a_persistent_tiles"      # the stage file of the fitted point (the 5-warp baseline)
 TOLERANCE = 0.10            # issue 31's bar: each recorded point within +-10 %
 STEP = 0.09                 # ... the sign right on every recorded step of 9 % or more
@@ -195,7 +199,20 @@ def cards(cal, error_bar: float | None = None, predict_fn=predict, log=None) -> 
     return rows
 
 
-def build(hopper: str = HOPPER, parts=("fp8", "sweeps", "nvfp4", "cards"), log=print) -> dict:
+PRICE_EXAMPLE = "F22"     # the edit the book prices: a card's variant of stage 09, as a reader would write it
+
+
+def price_example(cal) -> dict:
+    """pelib.predict.price on PRICE_EXAMPLE's variant file: the book's precomputed "price your own edit"
+    (its CPU seconds left out: they belong to the machine, not to the claim)."""
+    from .price import price
+    out = price(Stage(VARIANTS[PRICE_EXAMPLE].file), "b200", calibration=cal)
+    out.pop("seconds", None)
+    out["variant"] = VARIANTS[PRICE_EXAMPLE].path
+    return out
+
+
+def build(hopper: str = HOPPER, parts=("fp8", "sweeps", "nvfp4", "cards", "price"), log=print) -> dict:
     """The whole document (see the module doc)."""
     cal = calibration(hopper)
     doc = {"schema": SCHEMA, "kind": "predicted",
@@ -214,6 +231,8 @@ def build(hopper: str = HOPPER, parts=("fp8", "sweeps", "nvfp4", "cards"), log=p
                 log(f"nvfp4 ring {r['stages']}: predicted {r['predicted_us']} us, recorded {r['recorded_us']} us")
     if "cards" in parts:
         doc["cards"] = cards(cal, log=log)
+    if "price" in parts:
+        doc["price_example"] = price_example(cal)
     doc["summary"] = summary(doc.get("fp8", []), doc.get("nvfp4_ring", []), doc.get("fp8_sweeps", []))
     return doc, cal
 
@@ -235,14 +254,14 @@ def default_out() -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pelib.predict.history", description=__doc__.split("\n")[0])
     ap.add_argument("--calibration", default=HOPPER, help="the measured Hopper calibration the B200 one transfers from")
-    ap.add_argument("--only", default="fp8,sweeps,nvfp4,cards", help="comma list of fp8, sweeps, nvfp4, cards")
+    ap.add_argument("--only", default="fp8,sweeps,nvfp4,cards,price", help="comma list of fp8, sweeps, nvfp4, cards, price")
     ap.add_argument("--out", help="the document's path (default results/<today>-b200/predictions-b200.json); "
-                    "the calibration is written beside it as calibration-b200-transferred.json")
+                    "the calibration it used becomes the committed B200 calibration (CALIBRATION)")
     a = ap.parse_args(argv)
     parts = tuple(x.strip() for x in a.only.split(",") if x.strip())
-    bad = set(parts) - {"fp8", "sweeps", "nvfp4", "cards"}
+    bad = set(parts) - {"fp8", "sweeps", "nvfp4", "cards", "price"}
     if bad:
-        ap.error(f"--only {','.join(sorted(bad))}: choose from fp8, sweeps, nvfp4, cards")
+        ap.error(f"--only {','.join(sorted(bad))}: choose from fp8, sweeps, nvfp4, cards, price")
     try:
         doc, cal = build(a.calibration, parts)
     except (PredictError, _cal.CalibrationError) as e:
@@ -250,7 +269,7 @@ def main(argv=None) -> int:
         return 2
     out = Path(a.out) if a.out else default_out()
     out.parent.mkdir(parents=True, exist_ok=True)
-    cpath = out.parent / "calibration-b200-transferred.json"
+    cpath = CALIBRATION
     cpath.write_text(json.dumps(cal.to_json(), indent=1) + "\n")
     doc["meta"]["calibration"] = _cal.rel(cpath)
     out.write_text(json.dumps(doc, indent=1) + "\n")

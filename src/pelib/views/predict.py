@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import evidence
 from ..facts import Table
-from ..predict import compare, predict, report
+from ..predict import compare
 
 
 def _doc(source) -> dict:
@@ -62,25 +62,10 @@ def history_table(rows: list[dict], cal_label: str = "") -> Table:
                       "fp8-megakernel-future-proposals-F21-F28.md)")
 
 
-def price(stage, gpu: str = "b200", seeds=(0, 1, 2), calibration=None) -> dict:
-    """A reader's edit priced in one call: what the compiler made of it (compiled), the simulator's verdict
-    on `seeds` (simulated: protocol, indexing, data path against torch) and its predicted time and
-    breakdown on `gpu` (predicted). `stage` is a pelib.stage.Stage (an edited file or a variant)."""
-    out = {"stage": stage.label, "compiled": stage.facts_row()}
-    verdicts = []
-    for sd in seeds:
-        try:
-            r = stage.run("sim", "sim", sim_seed=sd, time=False)
-            verdicts.append({"seed": sd, "ok": bool(r.get("ok")), "summary": str(r.get("report").summary())})
-        except Exception as e:      # a deadlock, hazard or misuse: the simulator's report is the verdict
-            verdicts.append({"seed": sd, "ok": False, "summary": f"{type(e).__name__}: {str(e).splitlines()[0]}"})
-    out["simulated"] = verdicts
-    if all(v["ok"] for v in verdicts):
-        p = predict(stage, gpu, calibration)
-        out.update(predicted=report(p), ms=p.ms, cycles=p.cycles, evidence=p.evidence, seconds=p.seconds)
-    else:
-        out["predicted"] = "not predicted: the simulator found a problem on some seed (fix it first)"
-    return out
+def price(stage, gpu: str | None = None, seeds=(0, 1, 2), calibration=None) -> dict:
+    """A reader's edit priced in one call (pelib.predict.price)."""
+    from ..predict.price import price as _price
+    return _price(stage, gpu, seeds, calibration)
 
 
 # ---- the B200 predictions document (pelib.predict.history), read from the committed JSON -------------------
@@ -283,3 +268,23 @@ def b200_sweep_figure(stage: str, doc=None):
     ax.set_title(f"{_short(rows[0]['stage'])} on a B200: the {rows[0]['define']} sweep", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def price_table(out: dict | None = None, doc=None) -> Table:
+    """A priced edit (pelib.predict.price's answer; default: the committed example) as one table: compiled,
+    simulated on each seed, predicted."""
+    if out is None:
+        doc = doc or b200_doc()
+        out = doc["price_example"]
+    c = out["compiled"]
+    rows = [{"step": "compiled", "result": f"{c.get('registers')} registers, {c.get('spills (B)')} B spilled, "
+                                            f"{c.get('smem (B)'):,} B shared memory"}]
+    rows += [{"step": f"simulated, seed {v['seed']}", "result": ("verified; " if v["ok"] else "FAILED; ") + v["summary"]}
+             for v in out["simulated"]]
+    if out.get("ms"):
+        rows.append({"step": f"predicted on {out['gpu'].upper()}", "result": f"{out['ms']:.4f} ms; {out['critical_path']}"})
+        rows.append({"step": "per-role phases (cycles a tile)",
+                     "result": ", ".join(f"{k} {v:,}" for k, v in out["phases"].items())})
+    else:
+        rows.append({"step": "predicted", "result": out["predicted"]})
+    return Table(rows, f"{out['stage']} priced in one call — compiled, simulated, {out.get('evidence', 'predicted')}")
