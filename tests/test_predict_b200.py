@@ -158,3 +158,14 @@ def test_first_hour_runs_up_to_the_launch(monkeypatch, tmp_path, capsys):
     info.sm_count = 132
     with pytest.raises(SystemExit, match="132 SMs"):
         first_hour.main(["--out", str(tmp_path)], run_jobs=fake_jobs)
+
+
+def test_the_committed_price_example():
+    from pelib.views import predict as vp
+    _, doc = _committed()
+    ex = doc["price_example"]
+    assert [v["seed"] for v in ex["simulated"]] == [0, 1, 2] and all(v["ok"] for v in ex["simulated"])
+    assert ex["ms"] > 0 and ex["gpu"] == "b200" and "seconds" not in ex
+    t = vp.price_table(doc=doc)
+    assert evidence.kinds_in(t.caption) == ["compiled", "simulated", "predicted"]
+    assert [r["step"] for r in t.rows][:4] == ["compiled", "simulated, seed 0", "simulated, seed 1", "simulated, seed 2"]
