@@ -19,7 +19,7 @@ TOKEN = re.compile(rf"(?<![\w/.\-])((?:\.?[\w\-]+/)*[\w\-.]*\w\.{EXT})(?![\w/])"
 
 # A public source's file is cited with its project on the same line or within two lines of it.
 PROJECTS = re.compile(r"CUTLASS|cutlass|DeepGEMM|deep_gemm|learn-cuda|gau-nernst|fast\.cu|hopperian|"
-                      r"ThunderKittens|MATLAB-tensor-core|CCCL|PTX ISA")
+                      r"ThunderKittens|MATLAB-tensor-core|CCCL|PTX ISA|CuAssembler")
 
 # Names of files pelib writes or a command's argument (not citations): each with what it is.
 WRITTEN = {
