@@ -31,7 +31,8 @@ FLOORS = {
     "stage": ("pelib.stage",),
     "runs": ("pelib.sim_runs", "pelib.sim_catalog", "pelib.sim_proof", "pelib.sweep", "pelib.hopper_perf",
              "pelib.blind", "pelib.calibrate", "pelib.energy", "pelib.variants", "pelib.readme", "pelib.l2policy",
-             "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell"),
+             "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell",
+             "pelib.predict.history", "pelib.predict.first_hour"),
     "views": ("pelib.views",),
 }
 

@@ -101,7 +101,7 @@ def _committed():
 
 
 def test_the_committed_document_names_its_calibration_and_revision():
-    path, doc = _committed()
+    _, doc = _committed()
     assert doc["schema"] == history.SCHEMA and doc["kind"] == "predicted"
     m = doc["meta"]
     assert (ROOT / m["calibration"]).is_file() and (ROOT / m["hopper_calibration"]).is_file()

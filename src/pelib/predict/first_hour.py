@@ -27,7 +27,9 @@ from pathlib import Path
 
 from .. import bench, clock, device, jobs, sweep
 from ..stage import Stage
-from . import blackwell as _bw, compare as _compare
+from . import blackwell as _bw
+from . import compare as _compare
+from . import history as _history
 
 KINDS = {"variant": sweep.variant}      # the worker's job kind (pelib.jobs' protocol)
 ITERS = 20
@@ -95,8 +97,7 @@ def main(argv=None, run_jobs=None) -> int:
     env = bench.environment(info)
     out = Path(a.out or os.environ.get("PE_GPU_RESULTS") or ".")
     out.mkdir(parents=True, exist_ok=True)
-    from ..views import predict as _vp
-    doc = _vp.b200_doc(a.predictions)
+    doc = _history.committed(a.predictions)
     pred = predictions(doc, int(info.sm_count))
     (out / "predictions-b200.json").write_text(json.dumps(pred, indent=1) + "\n")   # before any launch
     print(f"[predict] {len(pred['predictions'])} entries, {doc['meta']['evidence']}", flush=True)

@@ -26,12 +26,15 @@ import json
 import sys
 from pathlib import Path
 
-from .. import bench, clock, records
+from .. import bench, clock, evidence, records
 from ..paths import ROOT
 from ..stage import Stage
 from ..variants import HOST_ONLY, SKIPPED_BY_RULE, VARIANTS
-from . import blackwell as _bw, calibration as _cal, measured as _measured
+from . import blackwell as _bw
+from . import calibration as _cal
+from . import measured as _measured
 from .model import PredictError, predict
+from .price import price
 
 SCHEMA = "pelib.predict.b200/1"
 HOPPER = "results/2026-11-27-h100/calibration-nvidia-h100-80gb-hbm3.json"   # the measured H100 calibration
@@ -205,7 +208,6 @@ PRICE_EXAMPLE = "F22"     # the edit the book prices: a card's variant of stage 
 def price_example(cal) -> dict:
     """pelib.predict.price on PRICE_EXAMPLE's variant file: the book's precomputed "price your own edit"
     (its CPU seconds left out: they belong to the machine, not to the claim)."""
-    from .price import price
     out = price(Stage(VARIANTS[PRICE_EXAMPLE].file), "b200", calibration=cal)
     out.pop("seconds", None)
     out["variant"] = VARIANTS[PRICE_EXAMPLE].path
@@ -243,8 +245,18 @@ def _fitted(cal) -> list[dict]:
 
 
 def _evidence(cal) -> str:
-    from .. import evidence
     return evidence.predicted(cal.device, cal.date, provisional=cal.provisional)
+
+
+def committed(path=None) -> dict:
+    """The committed document (the newest results/<date>-b200/predictions-b200.json), or the one at `path`."""
+    if path is None:
+        found = sorted((ROOT / "results").glob("*-b200/predictions-b200.json"))
+        if not found:
+            raise FileNotFoundError("no results/<date>-b200/predictions-b200.json: run `python -m pelib.predict.history` "
+                                    "(about 10 minutes on one core) and commit its output")
+        path = found[-1]
+    return json.loads(Path(path).read_text())
 
 
 def default_out() -> Path:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import evidence
+from .. import evidence, records
 from ..facts import Table
 from ..predict import compare
+from ..predict.price import price as _price
 
 
 def _doc(source) -> dict:
@@ -64,25 +65,15 @@ def history_table(rows: list[dict], cal_label: str = "") -> Table:
 
 def price(stage, gpu: str | None = None, seeds=(0, 1, 2), calibration=None) -> dict:
     """A reader's edit priced in one call (pelib.predict.price)."""
-    from ..predict.price import price as _price
     return _price(stage, gpu, seeds, calibration)
 
 
 # ---- the B200 predictions document (pelib.predict.history), read from the committed JSON -------------------
 
-B200_DOC = "predictions-b200.json"
-
-
 def b200_doc(path=None) -> dict:
-    """The committed B200 predictions document (the newest results/<date>-b200/predictions-b200.json)."""
-    from ..paths import ROOT
-    if path is None:
-        found = sorted((ROOT / "results").glob(f"*-b200/{B200_DOC}"))
-        if not found:
-            raise FileNotFoundError(f"no results/<date>-b200/{B200_DOC}: run `python -m pelib.predict.history` "
-                                    "(about 10 minutes on one core) and commit its output")
-        path = found[-1]
-    return _doc(path)
+    """The committed B200 predictions document (pelib.predict.history.committed)."""
+    from ..predict import history   # the runs floor's document reader, loaded when a chapter asks
+    return history.committed(path)
 
 
 def _label(doc) -> str:
@@ -141,7 +132,6 @@ PHASE_OF = {("W1", "tma0_wait"): "tma_wait", ("W1", "kloop"): "kloop", ("W1", "e
 def b200_breakdown(stage: str, doc=None) -> Table:
     """The stage's predicted per-role phases (cycles a tile, steady state), beside the lab's clock64 record of
     the same phase where one exists (recorded; the evidence kind in each column's name)."""
-    from .. import records
     doc = doc or b200_doc()
     r = b200_row(stage, doc)
     sec = RECORDED_PHASES.get(_short(r["stage"]))
