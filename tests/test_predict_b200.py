@@ -95,7 +95,7 @@ def test_the_b200_calibration_transfers_from_the_measured_h100():
 # ---- the committed document -------------------------------------------------------------------------------
 
 def _committed():
-    found = sorted((ROOT / "results").glob("*-b200/predictions-b200.json"))
+    found = sorted((ROOT / "results").glob(f"*-b200/{history.DOC_NAME}"))
     assert found, "the B200 predictions document is committed (python -m pelib.predict.history)"
     return found[-1], json.loads(found[-1].read_text())
 

@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python3 -m pelib.predict.first_hour --out DIR          (a B200: about 5-8 minutes)
 
-  1. predictions: the committed B200 document (pelib.predict.history, results/<date>-b200/predictions-b200.json)
+  1. predictions: the committed B200 document (pelib.predict.history's, under results/<date>-b200/)
      when this node has its SM count, else every entry predicted again at this node's SM count (about 10
      minutes on one core): DIR/predictions-b200.json in the schema pelib.predict.compare reads. They are
      written before any launch, so nothing measured can reach them.

@@ -2,7 +2,7 @@
 predicted from its stage's own simulated event graph with the B200 calibration transferred from a measured
 Hopper one.
 
-    python -m pelib.predict.history --out results/<date>-b200/predictions-b200.json   # ~10 min on one core
+    python -m pelib.predict.history          # ~10 min on one core; writes DOC_NAME under results/<date>-b200/
     doc = build(); summary(doc["fp8"])
 
 The calibration (pelib.predict.blackwell.b200_calibration): public B200 constants, everything else
@@ -37,6 +37,7 @@ from .model import PredictError, predict
 from .price import price
 
 SCHEMA = "pelib.predict.b200/1"
+DOC_NAME = "predictions-b200.json"
 HOPPER = "results/2026-11-27-h100/calibration-nvidia-h100-80gb-hbm3.json"   # the measured H100 calibration
 # The committed B200 calibration (what Stage.run(device="predict") and the exercises price with): the one the
 # document was predicted with, provisional while any constant is (the TMEM load, the launch costs).
@@ -249,25 +250,25 @@ def _evidence(cal) -> str:
 
 
 def committed(path=None) -> dict:
-    """The committed document (the newest results/<date>-b200/predictions-b200.json), or the one at `path`."""
+    """The committed document (the newest DOC_NAME under results/<date>-b200/), or the one at `path`."""
     if path is None:
-        found = sorted((ROOT / "results").glob("*-b200/predictions-b200.json"))
+        found = sorted((ROOT / "results").glob(f"*-b200/{DOC_NAME}"))
         if not found:
-            raise FileNotFoundError("no results/<date>-b200/predictions-b200.json: run `python -m pelib.predict.history` "
+            raise FileNotFoundError(f"no {DOC_NAME} under results/<date>-b200/: run `python -m pelib.predict.history` "
                                     "(about 10 minutes on one core) and commit its output")
         path = found[-1]
     return json.loads(Path(path).read_text())
 
 
 def default_out() -> Path:
-    return ROOT / "results" / f"{clock.today().isoformat()}-b200" / "predictions-b200.json"
+    return ROOT / "results" / f"{clock.today().isoformat()}-b200" / DOC_NAME
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pelib.predict.history", description=__doc__.split("\n")[0])
     ap.add_argument("--calibration", default=HOPPER, help="the measured Hopper calibration the B200 one transfers from")
     ap.add_argument("--only", default="fp8,sweeps,nvfp4,cards,price", help="comma list of fp8, sweeps, nvfp4, cards, price")
-    ap.add_argument("--out", help="the document's path (default results/<today>-b200/predictions-b200.json); "
+    ap.add_argument("--out", help=f"the document's path (default: {DOC_NAME} under results/<today>-b200/); "
                     "the calibration it used becomes the committed B200 calibration (CALIBRATION)")
     a = ap.parse_args(argv)
     parts = tuple(x.strip() for x in a.only.split(",") if x.strip())
