@@ -57,13 +57,17 @@ def test_every_card_is_listed_with_its_outcome_or_why():
     for c in ("F21", "F25", "F26", "F27"):
         assert out[c]["outcome"] == "not predicted" and out[c]["why"]
     f22 = out["F22"]
-    assert f22["gain"] == pytest.approx(FAKE["fp8/09_persistent_megakernel"] / 0.49 - 1, abs=1e-4) and f22["outcome"] == "GO"
+    assert f22["gain"] == pytest.approx(FAKE["fp8/09_persistent_megakernel"] / 0.49 - 1, abs=1e-4)
     assert f22["error_bar"] == history.ERROR_BAR_PENDING and f22["status"] == "PENDING B200"
-    assert ">= 1%" in f22["rule"]           # F22's own wall-clock rule (fp8_proposals.yaml)
+    rules = {r["metric"]: r for r in f22["rules"]}      # F22's own rules (fp8_proposals.yaml), both evaluated
+    assert rules["f22.wall_clock_improvement_pct"]["met"] and rules["f22.wall_clock_improvement_pct"]["threshold"] == 1.0
+    assert not rules["f22.phase1_delta_cycles"]["met"]   # the stand-in's Phase 1 is unchanged: not -200 cycles
+    assert f22["outcome"] == "NO-GO"
+    assert [r["metric"] for r in out["F24"]["rules"]] == ["f24.kloop_improvement_pct", "f24.epilogue_delta_cycles"]
     with pytest.raises(ValueError, match="mean absolute error"):
         history.cards(None, error_bar=5, predict_fn=fake_predict)
-    within = {c["card"]: c for c in history.cards(None, error_bar=0.05, predict_fn=fake_predict)}
-    assert within["F22"]["outcome"] == "GO"              # +14 % is outside a 5 % bar
+    within = {c["card"]: c for c in history.cards(None, error_bar=0.2, predict_fn=fake_predict)}
+    assert within["F22"]["outcome"] == "within the error bar"      # +14 % inside a 20 % bar
 
 
 def test_sweeps_take_the_default_from_the_history(rows):

@@ -205,8 +205,11 @@ def b200_cards_table(doc=None) -> Table:
                          "B200": "PENDING B200"})
             continue
         rows.append({"card": c["card"], "predicted outcome": c["outcome"],
-                     "why / gain": f"{c['base_ms']:.4f} -> {c['predicted_ms']:.4f} ms ({c['gain']:+.1%}); "
-                                   f"rule: {c['rule']}; {c['error_bar'] if isinstance(c['error_bar'], str) else 'error bar ±{:.0%}'.format(c['error_bar'])}",
+                     "why / gain": f"{c['base_ms']:.4f} -> {c['predicted_ms']:.4f} ms ({c['gain']:+.1%}); " +
+                                   "; ".join(f"{r['metric'].split('.', 1)[-1]} {r['predicted']:+,} "
+                                             f"({'met' if r['met'] else 'not met'}: {r['op']} {r['threshold']:g})"
+                                             for r in c["rules"]) + "; " +
+                                   (c["error_bar"] if isinstance(c["error_bar"], str) else f"error bar ±{c['error_bar']:.0%}"),
                      "B200": c["status"]})
     return Table(rows, f"The go/no-go cards predicted — {_label(doc)}; our registered claims, beside PENDING B200")
 
