@@ -261,9 +261,9 @@ def _price(stage: Stage) -> str:
 
     if "predict" not in getattr(_stage, "DEVICES", ()):
         return "not in this tree yet (pelib.predict: Stage.run(device='predict') will price the edit here)"
-    res = stage.run(stage.problem("sim") if hasattr(stage.kind, "problem") else "small", "predict")
-    ms = res.get("predicted_ms") or res.get("ms")
-    return f"{ms:.4f} ms ({res.get('evidence', 'predicted')})" if ms else str(res.get("evidence", "predicted"))
+    from .predict import model, price  # the timing model, loaded only for an edit that passed
+    p = model.predict(stage, "h100" if stage.arch.startswith("sm_90") else "b200", tiles=price.TILES)
+    return f"{p.ms:.4f} ms on the full problem; {p.sentence} ({p.evidence})"
 
 
 def grade(ex: Exercise, text: str, seeds=SEEDS) -> Grade:
