@@ -153,8 +153,9 @@ def b200_breakdown(stage: str, doc=None) -> Table:
            if sec else "no clock64 record of this stage's kernel")
     return Table(rows, f"{_short(r['stage'])}: per-role phases, cycles a tile — {_label(doc)}; {src}",
                  notes=[f"critical path: {r['critical_path']}",
-                        f"{r['per_tile_cycles']:,} predicted cycles a tile in the steady state, {r['tiles']} tiles "
-                        f"a cluster; the grid: {r['grid']}"])
+                        (f"{r['per_tile_cycles']:,} predicted cycles a tile in the steady state, {r['tiles']} tiles "
+                         f"a cluster" if r["tiles"] > 1 else "one tile a cluster, the clusters in waves; each warp's "
+                         "phases span its whole run") + f"; the grid: {r['grid']}"])
 
 
 def b200_summary(stage: str, doc=None) -> str:
