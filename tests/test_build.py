@@ -167,3 +167,17 @@ def test_missing_nvrtc_names_the_package(kernel_file, cache, monkeypatch):
 def test_exports_reader_rejects_non_elf():
     with pytest.raises(ValueError, match="not an ELF64"):
         elf.read_exports(b"not a cubin")
+
+
+def test_a_build_whose_log_has_no_ptxas_facts_still_names_its_kernel():
+    """A compile log without ptxas info (seen on a GPU machine's NVRTC) leaves Build.ptxas empty; the kernel's
+    name then comes from the cubin's .text/.nv.info sections, and launch.prepare checks nothing it lacks."""
+    import dataclasses
+
+    from pelib import build as B, elf
+
+    b = B.build("sm90/00_tma_wgmma.cu", "sm_90a")
+    bare = dataclasses.replace(b, log="", ptxas={})
+    assert elf.entry_functions(b.cubin) == [b.kernel] == [bare.kernel]
+    with pytest.raises(ValueError, match="not an ELF64 cubin"):
+        elf.entry_functions(b"\0" * 64)

@@ -46,3 +46,20 @@ def _locations(cubin: bytes) -> dict[str, tuple]:
                 raise ValueError(f"symbol {name} lies past the end of the file")
             out[name[len(PREFIX):]] = (at, st_size)
     return out
+
+
+def entry_functions(cubin: bytes) -> list[str]:
+    """The kernels a cubin holds: the names of its `.text.<name>` sections (one per function; a kernel's
+    `.nv.info.<name>` marks it an entry), read from the section header string table."""
+    if len(cubin) < 0x40 or cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        raise ValueError(f"not an ELF64 cubin ({len(cubin)} B starting {bytes(cubin[:4])!r})")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    secs = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    base = secs[shstrndx][4]
+
+    def name(sec) -> str:
+        return cubin[base + sec[0]:cubin.index(b"\0", base + sec[0])].decode()
+    names = [name(s) for s in secs]
+    info = {n[len(".nv.info."):] for n in names if n.startswith(".nv.info.")}
+    return [n[len(".text."):] for n in names if n.startswith(".text.") and n[len(".text."):] in info]

@@ -115,6 +115,13 @@ class Replay:
             if any(it[0] == "mma" for i in w.ids for it in (graph.nodes[i].seg.program if graph.nodes[i].seg else ())):
                 self.mma_warps[(k[0], k[1] // 4)].add(k)
         self.ops = defaultdict(list)            # (cta, wg) -> [issue, start, done, last]
+        # a warpgroup's epilogue: from its wait_group 0 to its next wait (or MMA). The tensor pipe serves another
+        # warpgroup's wgmma tensor.beside_epilogue times slower meanwhile: the epilogue's loads, stores and
+        # arithmetic share the SM sub-partitions' register files and the L1 data path with the wgmma operands
+        # (pelib.calibrate's epilogue probe times a wgmma chain beside it)
+        self.epi_since = {wg: None for wg in self.mma_warps}
+        self.epi_until = {wg: None for wg in self.mma_warps}
+        self.beside = float(cal.get("tensor.beside_epilogue", 1.0) or 1.0)
         self.op_arrived = defaultdict(lambda: defaultdict(set))
         self.op_reach = defaultdict(lambda: defaultdict(float))
         self.group_end = defaultdict(dict)      # (cta, wg) -> {group: last op index}
@@ -273,6 +280,8 @@ class Replay:
             t1 = self.issue(w.key, w.t, 1)
             self._log(w, w.t, t1, "issue")
             w.t = t1
+            if it[1] == 0 and wg in self.epi_since:        # wait_group 0: the warpgroup leaves its K loop
+                self.epi_since[wg], self.epi_until[wg] = t1, None
         elif kind == "back":
             w.marks.append((w.t, it[1]))
         return True
@@ -284,6 +293,11 @@ class Replay:
         t_issue = self.op_reach[wg][j]
         start = max(t_issue, self.pipe_free[cta])
         service = 2.0 * m * n * k / self.cal["tensor.flop_per_clk_sm"]
+        self.epi_since[wg], self.epi_until[wg] = None, None
+        if self.beside > 1.0 and any(o != wg and o[0] == cta and self.epi_since.get(o) is not None and
+                                     self.epi_since[o] <= start and (self.epi_until.get(o) is None or
+                                                                     self.epi_until[o] > start) for o in self.epi_since):
+            service *= self.beside
         self.pipe_free[cta] = start + service
         self.pipe_busy[cta] += service
         done = start + service + self.cal["wgmma.tail_cycles"]
@@ -296,6 +310,9 @@ class Replay:
         t0 = w.t
         if kind in ("wait_begin", "exit", "phase_begin", "phase_end"):    # marks cost nothing
             self.node_times[node.idx] = (t0, t0)
+            wg = (w.key[0], w.key[1] // 4)
+            if kind == "wait_begin" and self.epi_since.get(wg) is not None and self.epi_until.get(wg) is None:
+                self.epi_until[wg] = t0                     # its epilogue is over: it waits (for its turn)
             return True
         if kind == "wait_end":
             key = node.phase
