@@ -196,23 +196,50 @@ def b200_ring_table(doc=None) -> Table:
     return Table(rows, f"NVFP4 ring sweep on a B200 — {_label(doc)}; recorded: the NVFP4 lab log via pelib.records")
 
 
-def b200_cards_table(doc=None) -> Table:
-    """The go/no-go cards F21-F28, each with its predicted outcome beside PENDING B200."""
+HOPPER_COMPARISON = "results/2026-11-27-h100/prediction-vs-measured.json"   # the chip the B200 calibration came from
+
+
+def hopper_error_bar(path=HOPPER_COMPARISON) -> dict | None:
+    """The blind Hopper comparison's mean absolute error (cycles) as the cards' error bar: {"mae", "worst",
+    "stages", "device", "date", "path"}; None where the comparison is not committed."""
+    from ..paths import ROOT
+    p = ROOT / path
+    if not p.is_file():
+        return None
+    d = json.loads(p.read_text())
+    m = d.get("measurement") or {}
+    return {**{k: d["summary"][k] for k in ("mae", "worst", "stages")}, "device": m.get("device"),
+            "date": str(m.get("date") or "")[:10], "path": path}
+
+
+def b200_cards_table(doc=None, bar: dict | None = None) -> Table:
+    """The go/no-go cards F21-F28, each with its predicted outcome beside PENDING B200, and the model's error
+    bar: the blind Hopper comparison's mean absolute error (measured), where it is committed; a predicted
+    gain inside it reads "within the error bar" whatever the card's rules say."""
     doc = doc or b200_doc()
+    bar = bar if bar is not None else hopper_error_bar()
     rows = []
     for c in doc["cards"]:
         if c["outcome"] == "not predicted":
             rows.append({"card": c["card"], "predicted outcome": "not predicted", "why / gain": c["why"],
                          "B200": "PENDING B200"})
             continue
-        rows.append({"card": c["card"], "predicted outcome": c["outcome"],
+        outcome = c["outcome"]
+        if bar and abs(c["gain"]) <= bar["mae"]:
+            outcome = f"within the error bar (rules: {outcome})"
+        rows.append({"card": c["card"], "predicted outcome": outcome,
                      "why / gain": f"{c['base_ms']:.4f} -> {c['predicted_ms']:.4f} ms ({c['gain']:+.1%}); " +
                                    "; ".join(f"{r['metric'].split('.', 1)[-1]} {r['predicted']:+,} "
                                              f"({'met' if r['met'] else 'not met'}: {r['op']} {r['threshold']:g})"
                                              for r in c["rules"]) + "; " +
-                                   (c["error_bar"] if isinstance(c["error_bar"], str) else f"error bar ±{c['error_bar']:.0%}"),
+                                   (f"error bar ±{bar['mae']:.1%}" if bar else c["error_bar"] if isinstance(c["error_bar"], str)
+                                    else f"error bar ±{c['error_bar']:.0%}"),
                      "B200": c["status"]})
-    return Table(rows, f"The go/no-go cards predicted — {_label(doc)}; our registered claims, beside PENDING B200")
+    notes = ([f"error bar: the timing model's blind mean absolute error in cycles on the {bar['device']} "
+               f"({bar['stages']} sm90 builds, worst {bar['worst']:.0%}; measured ({bar['device']}, {bar['date']}), "
+               f"{bar['path']})"] if bar else ["error bar: pending the Hopper blind comparison"])
+    return Table(rows, f"The go/no-go cards predicted — {_label(doc)}; our registered claims, beside PENDING B200",
+                 notes=notes)
 
 
 def b200_breakdown_figure(stage: str, doc=None):
