@@ -6,7 +6,7 @@ Hopper one.
     doc = build(); summary(doc["fp8"])
 
 The calibration (pelib.predict.blackwell.b200_calibration): public B200 constants, everything else
-transferred from HOPPER (the H100 calibration the blind Hopper comparison scored: measured constants, sm90/06's fitted ones; kind "transferred"), and ONE fitted parameter,
+transferred from HOPPER (the H100's measured calibration, kind "transferred"), and ONE fitted parameter,
 the SM clock under the lab's kernel, fitted on ONE recorded point, the 5-warp baseline (stage 08a's idea:
 persistent clusters, five epilogue warps, one staging buffer each; 0.579 ms). That point is listed with
 `fitted: true` and counts in no error, step or summary. The calibration is written to CALIBRATION (the
@@ -38,9 +38,9 @@ from .price import price
 
 SCHEMA = "pelib.predict.b200/1"
 DOC_NAME = "predictions-b200.json"
-HOPPER = "results/2026-11-27-h100/predict-calibration-h100.json"   # the H100 calibration the blind comparison scored
+HOPPER = "results/2026-11-27-h100/calibration-nvidia-h100-80gb-hbm3.json"   # the measured H100 calibration
 # The committed B200 calibration (what Stage.run(device="predict") and the exercises price with): the one the
-# document was predicted with, provisional while any constant is (the TMEM load).
+# document was predicted with, provisional while any constant is (the TMEM load, the launch costs).
 CALIBRATION = _cal.HERE / "provisional-b200.json"
 FITTED_STAGE = "fp8/08a_persistent_tiles"      # the stage file of the fitted point (the 5-warp baseline)
 TOLERANCE = 0.10            # issue 31's bar: each recorded point within +-10 %
