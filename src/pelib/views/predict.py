@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from .. import evidence, records
+from ..paths import ROOT
 from ..facts import Table
 from ..predict import compare
 from ..predict.price import price as _price
@@ -202,7 +203,6 @@ HOPPER_COMPARISON = "results/2026-11-27-h100/prediction-vs-measured.json"   # th
 def hopper_error_bar(path=HOPPER_COMPARISON) -> dict | None:
     """The blind Hopper comparison's mean absolute error (cycles) as the cards' error bar: {"mae", "worst",
     "stages", "device", "date", "path"}; None where the comparison is not committed."""
-    from ..paths import ROOT
     p = ROOT / path
     if not p.is_file():
         return None
