@@ -82,14 +82,18 @@ def error_lines(cmp: dict, pred: dict) -> list[str]:
     return lines
 
 
-def main(argv=None, run_jobs=None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pelib.predict.first_hour", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=None, help="directory for the three JSON files and the log")
     ap.add_argument("--predictions", default=None, help="a B200 predictions document (default: the committed one)")
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for the measurement")
     ap.add_argument("--iters", type=int, default=ITERS)
     jobs.worker_args(ap)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None, run_jobs=None) -> int:
+    a = parser().parse_args(argv)
     if a.worker:
         jobs.worker(KINDS, a.worker, a.data, a.start, a.iters)
         return 0
