@@ -32,7 +32,7 @@ FLOORS = {
     "runs": ("pelib.sim_runs", "pelib.sim_catalog", "pelib.sim_proof", "pelib.numerics_proof", "pelib.sweep",
              "pelib.hopper_perf", "pelib.blind", "pelib.calibrate", "pelib.energy", "pelib.variants", "pelib.readme",
              "pelib.l2policy", "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell",
-             "pelib.predict.fit"),
+             "pelib.predict.fit", "pelib.predict.history", "pelib.predict.first_hour"),
     "views": ("pelib.views", "pelib.exercises"),   # exercises: the chapters' graded edits, drawn by views.sim
 }
 

@@ -400,8 +400,11 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
     """The replayed CTA's per-role phases as a pelib.timing.Timing (one CTA; cycles of the replay): the
     producer's producer_wait (summed waits for a free slot) and tma_issue (its tile); a consumer's
     epi_wait (its wait for the other warpgroup's turn), tma_wait (summed waits for TMA data), kloop (turn
-    to its last wgmma.wait_group), epi_phase1 (then to the end of its tile) and tile; tiles are cut at
-    each warp's outermost loop back edge, as a TIMING build's records are taken once per loop pass."""
+    to its last wgmma.wait_group), epi_phase1 (then to the end of its tile) and tile; on sm_100 the MMA
+    warp's tma_wait (its tile's first TMA wait), epi_wait (its accumulator waits) and kloop (the rest), an
+    epilogue warp's acc_wait, epi_phase1 (to its last TMEM load) and epi_phase2; tiles are cut at each
+    warp's outermost loop back edge, as a TIMING build's records are taken once per loop pass (a grid of
+    one tile per CTA: each warp's whole run)."""
     names = _timing.phases()
     pid = {v: k for k, v in names.items()}
     c = min(ctas)
@@ -409,9 +412,13 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
     if not warps:
         return None
     roles = _roles(g, c)
+    one_tile = not int(stage.exports.get("grid_kind", 1) or 0)     # a grid of one tile per CTA (cluster)
     cuts = {}
     for w in warps:
         marks = res.warps[(c, w)].marks
+        if roles.get(w) in ("mma", "epilogue") and one_tile and res.warps[(c, w)].log:
+            cuts[w] = [res.warps[(c, w)].log[-1].t1]      # its one tile: the warp's whole run
+            continue
         if not marks:
             continue
         outer = max({m[1] for m in marks}, key=lambda lp: lp[1] - lp[0])
@@ -441,6 +448,25 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
             if role == "producer":
                 put("producer_wait", t0, t0 + sum(b - a for a, b, _ in mine))
                 put("tma_issue", t0, t1)
+            elif role == "mma":
+                # the tcgen05 MMA warp, in the lab's clock64 terms (W1): the wait for the tile's first TMA
+                # data (tma0_wait), the waits for a free accumulator (epi_wait), the K loop the rest
+                data = [x for x in mine if x[2] == "tma"]
+                acc = sum(b - a for a, b, k in mine if k != "tma")
+                tma0 = (data[0][1] - data[0][0]) if data else 0.0
+                put("tma_wait", t0, t0 + tma0)
+                put("epi_wait", t0, t0 + acc)
+                put("kloop", t0, t1 - tma0 - acc)
+            elif role == "epilogue":
+                # an epilogue warp (the lab's W3): its wait for the accumulator (acc_wait, the lab's ml_wait),
+                # then to its last tcgen05.ld's completion (epi_phase1: TMEM loads, math, staging), the rest
+                # (epi_phase2: the copy out)
+                a0 = mine[0][1] if mine else t0
+                lds = [x.t1 for x in ww.log if x.cat == "tmem" and t0 <= x.t1 <= t1]
+                k1 = max(lds) if lds else a0
+                put("acc_wait", t0, t0 + (mine[0][1] - mine[0][0] if mine else 0.0))
+                put("epi_phase1", a0, k1)
+                put("epi_phase2", k1, t1)
             else:
                 turn = [x for x in mine if x[2] == "turn"]
                 data = [x for x in mine if x[2] == "tma"]
@@ -489,9 +515,13 @@ def _roles(g, cta) -> dict:
         if c != cta:
             continue
         kinds = {g.nodes[i].kind for i in ids}
-        mma = any(it[0] == "mma" for i in ids for it in (g.nodes[i].seg.program if g.nodes[i].seg else ()))
-        if mma:
+        prog = {it[0] for i in ids for it in (g.nodes[i].seg.program if g.nodes[i].seg else ())}
+        if "mma" in prog:
             out[w] = "consumer"
+        elif "umma" in prog:           # sm_100: the warp that issues tcgen05.mma
+            out[w] = "mma"
+        elif "tmem_ld" in prog:        # sm_100: a warp that drains the accumulator from TMEM
+            out[w] = "epilogue"
         elif "tma_load" in kinds:
             out[w] = "producer"
     return out
