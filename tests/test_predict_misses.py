@@ -20,7 +20,7 @@ def test_resident_ctas_takes_the_tightest_limit():
 def test_misses_read_the_committed_blind_runs():
     folder, blind = pv.RUNS["h100"]
     rows = misses.misses(pv.blind_comparison("h100"), pv._run_doc("h100", "predictions-sm90.json"),
-                         [f"{pv._root()}/{folder}/{b}" for b in blind])
+                         [pv.ROOT / b for b in blind])
     comp = pv.blind_comparison("h100")
     assert len(rows) == sum(abs(r["error_cycles"]) > misses.BOUND for r in comp["rows"])
     first = rows[0]
@@ -32,9 +32,9 @@ def test_misses_read_the_committed_blind_runs():
 
 def test_not_blind_label_is_first_and_names_the_measurement():
     doc = {"meta": {"protocol": "Blind protocol: ..."}, "predictions": []}
-    out = not_blind(doc, ["results/x/blind.json"])
+    out = not_blind(doc, ["results/2026-11-27-h200/blind-nvidia-h200.json"])
     assert out["meta"]["blind"] is False and out["meta"]["protocol"].startswith("NOT BLIND")
-    assert NOT_BLIND in out["meta"]["protocol"] and "results/x/blind.json" in out["meta"]["protocol"]
+    assert NOT_BLIND in out["meta"]["protocol"] and "results/2026-11-27-h200/blind-nvidia-h200.json" in out["meta"]["protocol"]
     assert doc["meta"]["protocol"] == "Blind protocol: ..."      # the blind document is not touched
 
 

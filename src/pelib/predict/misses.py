@@ -3,7 +3,7 @@ model's critical path said beside the measured quantities that disagree (per-CTA
 SM, the launch clock, the TIMING build's overhead, the bandwidth against the model's DRAM floor).
 
     rows = misses("results/<date>-<device>/prediction-vs-measured.json", "predictions-sm90.json",
-                  ["blind-<device>.json", "blind-rerun/blind-<device>.json"])
+                  [<the blind run's JSON>, <a rerun's JSON>])
 
 Every number is read from the committed comparison, predictions and blind measurement files.
 """

@@ -13,7 +13,8 @@ from pathlib import Path
 from .. import evidence
 from ..facts import Table
 from ..paths import ROOT
-from ..predict import compare, predict, report
+from ..predict import compare, misses as _misses, predict, report
+from ..stage import Stage
 
 
 def _doc(source) -> dict:
@@ -87,8 +88,9 @@ def price(stage, gpu: str = "b200", seeds=(0, 1, 2), calibration=None) -> dict:
 # ---- the blind comparison on both Hopper chips (the chapter "Predicted, then measured") -------------------
 
 RUNS = {   # chip -> its results folder and the blind measurement files the comparison merged (first run first)
-    "h100": ("results/2026-11-27-h100", ["blind-nvidia-h100-80gb-hbm3.json", "blind-rerun/blind-nvidia-h100-80gb-hbm3.json"]),
-    "h200": ("results/2026-11-27-h200", ["blind-nvidia-h200.json"]),
+    "h100": ("results/2026-11-27-h100", ["results/2026-11-27-h100/blind-nvidia-h100-80gb-hbm3.json",
+                                         "results/2026-11-27-h100/blind-rerun/blind-nvidia-h100-80gb-hbm3.json"]),
+    "h200": ("results/2026-11-27-h200", ["results/2026-11-27-h200/blind-nvidia-h200.json"]),
 }
 V2 = ("predictions-sm90-v2.json", "prediction-vs-measured-v2.json")     # made after the measurement: not blind
 
@@ -179,10 +181,9 @@ def phases_table(chips=("h100", "h200")) -> Table:
 
 def misses_table(chip: str) -> Table:
     """Every build that missed by more than 10 %: what the critical path said, what was measured instead."""
-    from ..predict import misses as _misses
     folder, blind = RUNS[chip]
     rows = _misses.misses(blind_comparison(chip), _run_doc(chip, "predictions-sm90.json"),
-                          [f"{_root()}/{folder}/{b}" for b in blind])
+                          [ROOT / b for b in blind])
     out = [{"stage": r["stage"], "error": f"{r['error']:+.0%}",
             "launch clock / 06's": "—" if r["clock_over_06"] is None else f"{r['clock_over_06']:.2f}",
             "TIMING / normal": "—" if r["timing_over_normal"] is None else f"{r['timing_over_normal']:.2f}",
@@ -217,10 +218,6 @@ def v2_table(chips=("h100", "h200")) -> Table | None:
                  notes=notes)
 
 
-def _root() -> str:
-    return str(ROOT)
-
-
 TARGETS = {"mae": 0.05, "worst": 0.10, "phases_06": 0.10}     # issue 30's targets for the blind predictions
 
 
@@ -251,6 +248,5 @@ def targets_table(chips=("h100", "h200")) -> Table:
 
 def predict_06(chip: str = "h100"):
     """sm90/06 predicted on `chip`'s committed calibration (the blind predictions' own), at 06's launch clock."""
-    from ..stage import Stage
     cal = ROOT / RUNS[chip][0] / f"predict-calibration-{chip}.json"
     return predict(Stage("sm90/06_permuted_b"), chip, str(cal), clock="launch06")
