@@ -44,6 +44,10 @@ def test_numbers_come_from_the_exports():
     assert roles.count("warp 6") == 2          # five epilogue warps, two CTAs
     tmem = " ".join(t for t, _ in _texts(_svg(D.tmem_map("nvfp4/01_pipelined"))))
     assert "scale factors: 4 slots" in tmem
+    hopper = " ".join(t for t, _ in _texts(_svg(D.data_path("sm90/06_permuted_b"))))
+    assert "8 KB each (A only)" in hopper and "B resident: 6 × 32 KB" in hopper, hopper
+    streamed = " ".join(t for t, _ in _texts(_svg(D.data_path("sm90/01_warp_specialized"))))
+    assert "(A + B)" in streamed and "resident" not in streamed
 
 
 def test_diagrams_refuse_what_a_stage_lacks():

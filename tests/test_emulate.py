@@ -497,6 +497,7 @@ def test_plot_helpers_run_and_say_what_they_show():
     rec = {"device": "H100", "date": "2025-01-01", "passed": 1, "failed": 0,
            "cases": [{"kind": "tma_load", "case": "x", "passed": True}]}
     assert P.hopper_proof_table(rec).startswith("measured on H100, 2025-01-01")
+    assert P.hopper_proof_table(rec, cases=False) == P.hopper_proof_table(rec).splitlines()[0]
 
 
 def test_narrow_rows_take_the_whole_swizzle_span():

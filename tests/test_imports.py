@@ -29,11 +29,11 @@ FLOORS = {
                "pelib.descriptors", "pelib.reference", "pelib.limits", "pelib.notebook", "pelib.device"),
     "library": (),
     "stage": ("pelib.stage",),
-    "runs": ("pelib.sim_runs", "pelib.sim_catalog", "pelib.sim_proof", "pelib.sweep", "pelib.hopper_perf",
-             "pelib.blind", "pelib.calibrate", "pelib.energy", "pelib.variants", "pelib.readme", "pelib.l2policy",
-             "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell",
+    "runs": ("pelib.sim_runs", "pelib.sim_catalog", "pelib.sim_proof", "pelib.numerics_proof", "pelib.sweep",
+             "pelib.hopper_perf", "pelib.blind", "pelib.calibrate", "pelib.energy", "pelib.variants", "pelib.readme",
+             "pelib.l2policy", "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell",
              "pelib.predict.fit"),
-    "views": ("pelib.views",),
+    "views": ("pelib.views", "pelib.exercises"),   # exercises: the chapters' graded edits, drawn by views.sim
 }
 
 

@@ -25,6 +25,7 @@ PROJECTS = re.compile(r"CUTLASS|cutlass|DeepGEMM|deep_gemm|learn-cuda|gau-nernst
 WRITTEN = {
     "meta.json": "the compile cache's entry metadata (pelib.cache)",
     "run.json": "a cached simulated run (pelib.sim_runs)",
+    "record.json": "a cached simulated random-input job (pelib.sim_proof.simulate_random)",
     "jobs.json": "sim_proof's job list, written for its workers",
     "out.json": "the --trace / -o argument of a command",
     "OUT.json": "the --trace argument's metavar",

@@ -164,9 +164,12 @@ def _nodes(s: Stage) -> list[tuple[str, str, list[str]]]:
         (ex.get("b_stage_bytes") or ex.get("b_stage_stride", 0))
     if not stage_bytes:
         stage_bytes = ex["a_box_m"] * ex["a_box_k"] + ex["b_box_n"] * ex["b_box_k"]
+    ring = [f"{_kb(stage_bytes)} each (A + B{' + SF' if 'sfa_smem_offset' in ex else ''})"]
+    slices = _resident_b_slices(ex)
+    if slices:   # B loaded once, every K slice below the ring: the slots carry A only
+        ring = [f"{_kb(ex['a_stage_stride'])} each (A only)", f"B resident: {slices} × {_kb(ex['b_stage_stride'])}"]
     nodes.append(("ring", f"shared memory: {ns} slot{'s' if ns > 1 else ''}",
-                  [f"{_kb(stage_bytes)} each (A + B{' + SF' if 'sfa_smem_offset' in ex else ''})",
-                   "full[s] / empty[s]" if ns > 1 else "one mbarrier"]))
+                  ring + ["full[s] / empty[s]" if ns > 1 else "one mbarrier"]))
     if blackwell:
         kind = {6: "mxf4nvf4"}.get(ex.get("mma_kind"), "f8f6f4")
         m, n, k = ex.get("mma_m", ex.tile_m), ex.get("mma_n", ex.tile_n), ex.get("mma_k", 32 if kind != "mxf4nvf4" else 64)
@@ -214,6 +217,15 @@ def _nodes(s: Stage) -> list[tuple[str, str, list[str]]]:
     else:
         nodes.append(("store", "global C (BF16)", ["st.global, one row", "per thread (lane)"]))
     return nodes
+
+
+def _resident_b_slices(ex) -> int:
+    """K slices of a B that stays in shared memory (the sm90 stages from 03b): the exports place every slice
+    of max_k below A's ring; 0 when B travels through the ring."""
+    if not ex.get("max_k") or not ex.get("b_stage_stride") or ex.get("b_box_k") is None:
+        return 0
+    n = ex["max_k"] // ex["b_box_k"]
+    return n if ex["a_smem_offset"] - ex["b_smem_offset"] == n * ex["b_stage_stride"] else 0
 
 
 def _labels(s: Stage, n: int) -> list[str]:

@@ -235,13 +235,16 @@ def hopper_proof_record(path=None) -> dict | None:
         return None
 
 
-def hopper_proof_table(record: dict | None) -> str:
-    """One line per proven case, labelled measured (device, date); or what to run when there is none."""
+def hopper_proof_table(record: dict | None, cases: bool = True) -> str:
+    """One line per proven case, labelled measured (device, date); or what to run when there is none.
+    cases=False gives the verdict line alone (the chapter folds the list)."""
     if not record:
         return ("PENDING: no Hopper proof committed yet (results/<date>-<device>/gpu_emulate.json). On an H100/H200\n"
                 "  run PE_GPU_RESULTS=results/<date>-<device> python -m pytest tests/test_gpu_emulate.py -m gpu")
     head = (f"measured on {record['device']}, {record['date']}: {record['passed']} cases agree byte for byte, "
             f"{record['failed']} disagree")
+    if not cases:
+        return head
     lines = [head] + [f"  [{'ok ' if c['passed'] else 'BAD'}] {c['kind']:<9} {c['case']}" for c in record["cases"]]
     return "\n".join(lines)
 
