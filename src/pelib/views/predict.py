@@ -92,7 +92,8 @@ RUNS = {   # chip -> its results folder and the blind measurement files the comp
                                          "results/2026-11-27-h100/blind-rerun/blind-nvidia-h100-80gb-hbm3.json"]),
     "h200": ("results/2026-11-27-h200", ["results/2026-11-27-h200/blind-nvidia-h200.json"]),
 }
-V2 = ("predictions-sm90-v2.json", "prediction-vs-measured-v2.json")     # made after the measurement: not blind
+V2 = "-v2"      # the not-blind predictions and comparison, made after the measurement: predictions-sm90<V2>.json,
+V2_FILES = (f"predictions-sm90{V2}.json", f"prediction-vs-measured{V2}.json")   # prediction-vs-measured<V2>.json
 
 
 def _run_doc(chip: str, name: str) -> dict | None:
@@ -134,7 +135,7 @@ def scatter(chips=("h100", "h200"), v2: bool = False):
             if abs(r["error_cycles"]) > 0.3:
                 ax.annotate(r["stage"].split("/")[-1][:3], (r["measured_cycles"], r["predicted_cycles"]),
                             fontsize=8, xytext=(4, -3), textcoords="offset points", color=col)
-        d2 = _run_doc(c, V2[1]) if v2 else None
+        d2 = _run_doc(c, V2_FILES[1]) if v2 else None
         if d2:
             ax.scatter([r["measured_cycles"] for r in d2["rows"]], [r["predicted_cycles"] for r in d2["rows"]],
                        marker=m, facecolors="none", edgecolors=col, s=44, label=f"{c.upper()} v2 (not blind)", zorder=2)
@@ -197,7 +198,7 @@ def misses_table(chip: str) -> Table:
 
 def v2_table(chips=("h100", "h200")) -> Table | None:
     """Per build, the blind (v1) error beside the error of the v2 model (made after the measurement: not blind)."""
-    docs = {c: (blind_comparison(c), _run_doc(c, V2[1])) for c in chips}
+    docs = {c: (blind_comparison(c), _run_doc(c, V2_FILES[1])) for c in chips}
     if not all(d2 for _, d2 in docs.values()):
         return None
     rows = {}
