@@ -126,6 +126,19 @@ def predict_all(builds, gpus, calibrations, clock=None, log=print, jobs: int = 1
     return docs
 
 
+NOT_BLIND = "made after the blind measurement of the same stages: not blind"
+
+
+def not_blind(doc: dict, measured: list[str]) -> dict:
+    """A predictions document made after its stages were measured (a model changed in the light of the blind
+    comparison): its protocol says so first, and it names the measurements it follows."""
+    meta = dict(doc["meta"])
+    meta.update(blind=False, made_after=list(measured), label=NOT_BLIND,
+                protocol=(f"NOT BLIND: {NOT_BLIND} ({', '.join(measured)}); the model was changed after reading "
+                          "that comparison. What the blind protocol said of the earlier predictions: " + meta["protocol"]))
+    return {**doc, "meta": meta}
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pelib.predict", description=__doc__.split("\n")[0])
     ap.add_argument("stages", nargs="*", help="family/name of the stages to predict")
@@ -146,6 +159,8 @@ def parser() -> argparse.ArgumentParser:
                     "(a Hopper one): public constants, the clock fitted on one recorded point, the rest transferred")
     ap.add_argument("--history", action="store_true", help="the FP8 history and the NVFP4 ring sweep on a B200, "
                     "predicted against the lab's records")
+    ap.add_argument("--after", metavar="MEAS.json", help="--all-sm90: the measurement(s) of the same stages these "
+                    "predictions are made after (comma-separated): the file says it is not blind and names them")
     ap.add_argument("--out", help="where to write the JSON")
     ap.add_argument("--jobs", type=int, default=1, help="--all-sm90: worker processes (the results do not depend on it)")
     return ap
@@ -185,6 +200,8 @@ def main(argv=None) -> int:
                 ap.error(f"--all-sm90 with {len(gpus)} GPUs needs as many --calibration and --out entries "
                          f"(comma-separated), got {len(cals)} and {len(outs)}")
             docs = predict_all(sm90_builds(), gpus, [c or None for c in cals], _clock(a.clock), jobs=a.jobs)
+            if a.after:
+                docs = [not_blind(d, a.after.split(",")) for d in docs]
             for doc, out in zip(docs, outs):
                 if out:
                     Path(out).parent.mkdir(parents=True, exist_ok=True)

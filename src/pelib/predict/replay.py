@@ -4,7 +4,8 @@ them, on the resources of its SM and the memory state every SM shares.
     r = Replay(graph, cal, MemoryState(...), ctas={0}).run()
     r.end, r.node_times[idx], r.op_done[(cta, wg)], r.critical_path()
 
-Per SM (a CTA is one SM: every stage here holds one CTA per SM at a time):
+Per SM (a CTA is one SM unless `sm_of` puts several co-resident CTAs of a non-persistent grid on one SM:
+they then share its schedulers, tensor pipe, store path and TMA unit):
   - four issue schedulers, warp w on scheduler w % 4 (NVIDIA Hopper architecture whitepaper: four
     SM sub-partitions, each with its own warp scheduler); a run of instructions takes the sum of their
     stall counts alone (the compiler's fixed delays, sass_paths.stall) and shares the scheduler's
@@ -78,8 +79,10 @@ class ReplayResult:
 
 
 class Replay:
-    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None, umma_cycles: float = 0.0, seed: int = 0):
+    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None, umma_cycles: float = 0.0, seed: int = 0,
+                 sm_of: dict | None = None):
         self.g, self.cal, self.mem = graph, cal, mem
+        self.sm_of = dict(sm_of or {})         # cta -> the SM it shares with other replayed CTAs (default: its own)
         self.ctas = set(ctas) if ctas is not None else set(graph.ctas)
         self.streamed = streamed_bytes          # TMA loads of these sizes are the streamed operand (A)
         self.umma_cycles = umma_cycles          # one tcgen05.mma's service on its SM's tensor pipe
@@ -133,6 +136,10 @@ class Replay:
         self.rng = random.Random(seed)          # the loads' latencies (MemoryState.tma_draw): seeded, reproducible
 
     # ---- resources -----------------------------------------------------------------------------------
+    def _sm(self, cta: int) -> int:
+        """The SM whose resources CTA `cta` uses (co-resident CTAs share one; sm_of names them)."""
+        return self.sm_of.get(cta, cta)
+
     def issue(self, key: tuple, t: float, n: float, cycles: float | None = None) -> float:
         """n instructions of warp `key` from time t on its scheduler: alone they take `cycles` (the sum of
         their stall counts, sass_paths.stall; one cycle each where not given), within the scheduler's free
@@ -140,7 +147,7 @@ class Replay:
         cycles = float(n) if cycles is None else float(cycles)
         if n <= 0:
             return t + max(0.0, cycles)
-        used = self.used[(key[0], key[1] % 4)]
+        used = self.used[(self._sm(key[0]), key[1] % 4)]
         rate = n / max(cycles, float(n))
         left, time = float(n), t
         while left > 1e-9:
@@ -225,8 +232,8 @@ class Replay:
             w.t = self.issue(w.key, w.t, 1)
             nbytes = it[1] * LANES
             cta = w.key[0]
-            start = max(w.t, self.store_free[cta])
-            self.store_free[cta] = start + nbytes / self.store_bpc
+            start = max(w.t, self.store_free[self._sm(cta)])
+            self.store_free[self._sm(cta)] = start + nbytes / self.store_bpc
             self.store_bytes[cta] += nbytes
             stall = start - w.t - self.cal["store.drain_cycles"]
             self._log(w, t0, w.t, "issue")
@@ -254,8 +261,8 @@ class Replay:
             self._log(w, t0, w.t, "issue")
             wg = (w.key[0], w.key[1] // 4)
             cta = wg[0]
-            start = max(w.t, self.pipe_free[cta])
-            self.pipe_free[cta] = start + self.umma_cycles
+            start = max(w.t, self.pipe_free[self._sm(cta)])
+            self.pipe_free[self._sm(cta)] = start + self.umma_cycles
             self.pipe_busy[cta] += self.umma_cycles
             self.ops[wg].append([w.t, start, start + self.umma_cycles + self.cal.get("umma.tail_cycles", 0.0),
                                  w.key])
@@ -291,14 +298,14 @@ class Replay:
         cta = wg[0]
         ops = self.ops[wg]            # ops issue in order per warpgroup (PTX ISA 9.7.15.5): op j - 1 is out
         t_issue = self.op_reach[wg][j]
-        start = max(t_issue, self.pipe_free[cta])
+        start = max(t_issue, self.pipe_free[self._sm(cta)])
         service = 2.0 * m * n * k / self.cal["tensor.flop_per_clk_sm"]
         self.epi_since[wg], self.epi_until[wg] = None, None
-        if self.beside > 1.0 and any(o != wg and o[0] == cta and self.epi_since.get(o) is not None and
+        if self.beside > 1.0 and any(o != wg and self._sm(o[0]) == self._sm(cta) and self.epi_since.get(o) is not None and
                                      self.epi_since[o] <= start and (self.epi_until.get(o) is None or
                                                                      self.epi_until[o] > start) for o in self.epi_since):
             service *= self.beside
-        self.pipe_free[cta] = start + service
+        self.pipe_free[self._sm(cta)] = start + service
         self.pipe_busy[cta] += service
         done = start + service + self.cal["wgmma.tail_cycles"]
         ops.append([t_issue, start, done, last])
@@ -344,8 +351,8 @@ class Replay:
             self.load_bytes[node.cta] += nbytes
             # the SM's TMA unit moves the box's bytes at tma.bytes_per_clk_sm, one box after another: a box
             # issued while the unit is busy starts when it is free (its latency runs from there)
-            start = max(w.t, self.tma_free[node.cta])
-            self.tma_free[node.cta] = start + nbytes / self.cal["tma.bytes_per_clk_sm"]
+            start = max(w.t, self.tma_free[self._sm(node.cta)])
+            self.tma_free[self._sm(node.cta)] = start + nbytes / self.cal["tma.bytes_per_clk_sm"]
             for land in self.landings.get(node.idx, []):
                 self._push(start + lat, ("land", land))
             return True
