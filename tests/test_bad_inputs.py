@@ -395,6 +395,7 @@ LAUNCH = [
     ("L05-bool", lambda t: _prep(block=(True,)), L.LaunchError, "block.x=True is a bool, not an integer"),
     ("L08", lambda t: _prep(smem=-5), L.LaunchError, "smem=-5: dynamic shared memory is a whole number of bytes >= 0"),
     ("L08-float", lambda t: _prep(smem=1024.5), L.LaunchError, "smem=1024.5"),
+    ("L09-kernel", lambda t: _prep(kernel="kk"), L.LaunchError, "k.cu has no kernel 'kk'; it has ['k']"),
     ("after-fault", lambda t: _run_after(fault=("rt_fault [sm_90a] grid=(1, 1, 1) CTAs", "CUDA_ERROR_ILLEGAL_ADDRESS")),
      L.KernelFault, "the CUDA context has been unusable since rt_fault [sm_90a] grid=(1, 1, 1) CTAs failed with "
                     "CUDA_ERROR_ILLEGAL_ADDRESS. Restart the Python process"),

@@ -167,3 +167,34 @@ def test_missing_nvrtc_names_the_package(kernel_file, cache, monkeypatch):
 def test_exports_reader_rejects_non_elf():
     with pytest.raises(ValueError, match="not an ELF64"):
         elf.read_exports(b"not a cubin")
+
+
+def test_a_build_whose_log_has_no_ptxas_facts_still_names_its_kernel():
+    """A compile log without ptxas info (seen on a GPU machine's NVRTC) leaves Build.ptxas empty; the kernel's
+    name then comes from the cubin's .text/.nv.info sections, and launch.prepare checks nothing it lacks."""
+    import dataclasses
+
+    from pelib import build as B, elf
+
+    b = B.build("sm90/00_tma_wgmma.cu", "sm_90a")
+    bare = dataclasses.replace(b, log="", ptxas={})
+    assert elf.entry_functions(b.cubin) == [b.kernel] == [bare.kernel]
+    with pytest.raises(ValueError, match="not an ELF64 cubin"):
+        elf.entry_functions(b"\0" * 64)
+
+
+def test_entry_functions_are_the_kernels_only(tmp_path, cache):
+    """pelib.elf.entry_functions: the __global__ functions (C and C++ names), not a __noinline__ device function,
+    and every one of them has its ptxas facts (pelib.build.facts_missing is empty)."""
+    p = tmp_path / "three.cu"
+    p.write_text(textwrap.dedent("""
+        __device__ __noinline__ int helper(int x) { return x * 3 + 1; }
+        extern "C" __global__ void plain(int* p) { p[threadIdx.x] = helper(p[threadIdx.x]); }
+        template <int N> __global__ void scaled(int* p) { p[threadIdx.x] *= N; }
+        template __global__ void scaled<4>(int*);
+    """))
+    b = B.build(p, "sm_90a")
+    assert elf.entry_functions(b.cubin) == sorted(b.ptxas) == ["_Z6scaledILi4EEvPi", "plain"]
+    assert B.facts_missing(b.cubin, b.log) == [] and B.facts_missing(b.cubin, "") == ["_Z6scaledILi4EEvPi", "plain"]
+    with pytest.raises(ValueError, match="not an ELF64 cubin"):
+        elf.entry_functions(b"not a cubin")

@@ -297,3 +297,87 @@ def test_key_covers_files_options_and_tool(tmp_path):
     assert k == C.key(files=[("f.cuh", b"a")], options={"O": 3}, tool="t1")
     assert len({k, C.key(files=[("f.cuh", b"b")], options={"O": 3}, tool="t1"),
                 C.key(files=[f], options={"O": 2}, tool="t1"), C.key(files=[f], options={"O": 3}, tool="t2")}) == 4
+
+
+# --- a build always carries its ptxas facts (NVRTC's own compile cache skips ptxas) -------------
+def _nvrtc_with_a_cache(monkeypatch):
+    """NVRTC as 12.9 and later behave (NVRTC guide, "Caching (CUDA 12.9+)"): a program whose code it compiled
+    before, in any process, comes back from its own cache without a ptxas run, so `-v` reports nothing, unless
+    the options carry no_cache. Keyed here by the cubin: two builds that compile to the same code share it, as
+    `{}` and `{"SCALE": 2}` do (the numerics proof's emulation kernel built with and without COMB_INIT=0)."""
+    real, seen, calls = B._compile, set(), []
+
+    def compile_(path, srcs, opts, name_expressions):
+        cubin, log = real(path, srcs, opts, name_expressions)
+        hit = not opts.get("no_cache") and cubin in seen
+        seen.add(cubin)
+        calls.append((dict(opts), hit))
+        return cubin, ("" if hit else log)
+
+    monkeypatch.setattr(B, "_compile", compile_)
+    monkeypatch.setattr(B, "_nvrtc_version", lambda: (13, 0))
+    return calls
+
+
+def test_a_build_served_by_nvrtcs_own_cache_still_carries_its_facts(cache, kfile, monkeypatch):
+    """The GPU failure ("defines no __global__ kernel", Build.ptxas empty): the second of two builds compiling to
+    the same code got NVRTC's cached cubin and an empty log, and pelib.cache kept that log for every later run.
+    Now NVRTC gets --no-cache, so ptxas runs and reports for every build, and both builds have their facts."""
+    calls = _nvrtc_with_a_cache(monkeypatch)
+    first = B.build(kfile, "sm_90a")
+    second = B.build(kfile, "sm_90a", {"SCALE": 2})
+    assert second.cubin == first.cubin and not second.cached
+    assert first.kernel == second.kernel == "k" and second.facts == first.facts
+    assert [o.get("no_cache") for o, _ in calls] == [True, True] and not any(hit for _, hit in calls)
+    assert B.build(kfile, "sm_90a", {"SCALE": 2}).facts == first.facts     # and so does the cached entry
+
+
+def test_a_log_without_facts_is_refused_and_never_cached(cache, kfile, monkeypatch):
+    """Where NVRTC still returns a log without the facts of an entry function the cubin holds (its cache not
+    turned off), build() says so, naming the entry, and stores nothing: the old code stored the empty log."""
+    _nvrtc_with_a_cache(monkeypatch)
+    monkeypatch.setattr(B, "nvrtc_cache_options", lambda: {})
+    B.build(kfile, "sm_90a")
+    with pytest.raises(B.MissingFacts, match=r"no ptxas facts for the entry function\(s\) \['k'\]"):
+        B.build(kfile, "sm_90a", {"SCALE": 2})
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 1
+
+
+def test_a_cached_entry_without_facts_is_dropped_and_rebuilt(cache, kfile):
+    """An entry an older pelib stored with an empty log (its checksums valid) is dropped with one warning naming
+    it and the entry function, and rebuilt with the facts."""
+    good = B.build(kfile, "sm_90a")
+    entry = _entry(cache)
+    (entry / B.LOG_FILE).write_text("")
+    meta = json.loads((entry / "meta.json").read_text())
+    meta["artifacts"][B.LOG_FILE] = {"sha256": C.sha256(b""), "size": 0}
+    (entry / "meta.json").write_text(json.dumps(meta))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        again = B.build(kfile, "sm_90a")
+    msg = _bad_entry_warning(rec, entry)
+    assert "no facts for the entry function(s) ['k']" in msg
+    assert not again.cached and again.facts == good.facts
+    assert B.build(kfile, "sm_90a").cached
+
+
+def test_nvrtc_gets_no_cache_from_12_9_and_the_cubin_is_unchanged(cache, kfile, monkeypatch):
+    """--no-cache goes to NVRTC 12.9 and later only (older ones reject the option) where cuda.core can pass it
+    (the installed one can), and changes no cubin byte
+    (the 40 stage cubins stay as they are): the option only decides whether ptxas runs again."""
+    from cuda.core import ProgramOptions
+    assert B._can_say_no_cache()
+    for version, want in (((12, 8), {}), ((12, 9), {"no_cache": True}), ((13, 2), {"no_cache": True})):
+        monkeypatch.setattr(B, "_nvrtc_version", lambda v=version: v)
+        assert B.nvrtc_cache_options() == want
+    monkeypatch.setattr(B, "_can_say_no_cache", lambda: False)   # an older cuda-core: the facts check remains
+    assert B.nvrtc_cache_options() == {}
+    assert b"--no-cache" in ProgramOptions(arch="sm_90a", no_cache=True).as_bytes("nvrtc")
+    monkeypatch.undo()
+    monkeypatch.setattr(B, "CACHE_DIR", cache)
+    with_opt = B.build(kfile, "sm_90a", cache=False)
+    monkeypatch.setattr(B, "nvrtc_cache_options", lambda: {})
+    without = B.build(kfile, "sm_90a", cache=False)
+    assert with_opt.cubin == without.cubin and with_opt.facts == without.facts
+    with pytest.raises(ValueError, match="no_cache"):
+        B.build(kfile, "sm_90a", extra_options={"no_cache": False})

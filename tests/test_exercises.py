@@ -27,9 +27,16 @@ def test_catalog_is_well_formed():
 @pytest.mark.parametrize("eid", [e.id for e in X.EXERCISES])
 def test_solution_passes(eid):
     ex = X.get(eid)
-    g = ex.check(ex.solution)
+    g = ex.check(ex.solution, price=False)      # the price (a full-problem prediction) is tested once below
     assert g.passed, f"{eid}: the solution does not pass: {g.verdict}"
     assert not g.compiled
+
+
+def test_a_passed_edit_is_priced_on_the_full_problem():
+    ex = X.get("fp8-ws-producer-parity")
+    g = ex.check(ex.solution, seeds=(0,))
+    assert g.passed and "ms on the full problem" in g.predicted and "bound by" in g.predicted
+    assert "predicted" in g.predicted and "price=False" not in g.predicted
 
 
 @pytest.mark.parametrize("eid", [e.id for e in X.EXERCISES])

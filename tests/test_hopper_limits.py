@@ -7,6 +7,7 @@ import pytest
 
 from pelib import problems
 from pelib.views import hopper_limits as hl
+from pelib.views.hopper import chip_label
 
 FULL = problems.patch_embed("siglip2")
 
@@ -93,10 +94,13 @@ def test_estimates_are_priced_on_the_line_and_floored(tree):
     line = hl.l2_line(hl.run("h200", root=tree))
     r07a = by[(h200, "07a")]
     want = max(line["t06"] - line["ms_per_kib"] * r07a["L2 KiB/tile removed"], line["floor_ms"])
-    assert r07a["estimate ms"] == pytest.approx(want, abs=2e-3) and r07a["SMs"] == 132
-    assert by[(h200, "06b")]["L2 KiB/tile removed"] == 0 and by[(h200, "06b")]["estimate ms"] == 0.80
+    assert r07a["L2 line ms"] == pytest.approx(want, abs=2e-3) and r07a["SMs"] == 132
+    assert by[(h200, "06b")]["L2 KiB/tile removed"] == 0 and by[(h200, "06b")]["L2 line ms"] == 0.80
     for stage in ("06a", "07b"):      # a cluster of three: the SMs of the committed launch of stage 05
-        assert by[(h200, stage)]["SMs"] == 117 and by[(h200, stage)]["estimate ms"] >= round(0.70 * 132 / 117, 3)
+        assert by[(h200, stage)]["SMs"] == 117 and by[(h200, stage)]["L2 line ms"] >= round(0.70 * 132 / 117, 3)
+    # no stages run yet: the header's phrase is shown, its range and the verdict wait for the run
+    assert by[(h200, "11a")]["L2 line ms"] == "—" and by[(h200, "11a")]["verdict"] == "not measured yet"
+    assert by[(h200, "07a")]["header says"] == hl.HEADER_ESTIMATES["07a"]["h200"][0]
     assert by[(h200, "07b")]["L2 KiB/tile removed"] > by[(h200, "06a")]["L2 KiB/tile removed"] > 30
     assert "modelled" in t.caption and any("no pelib.energy stages run" in n for n in t.notes)
     n, where = hl.resident_ctas(3, tree)
@@ -107,7 +111,7 @@ def test_estimates_are_priced_on_the_line_and_floored(tree):
 def test_tables_read_the_committed_runs():
     """On the committed limiter runs: every table builds, its numbers are the runs' own."""
     for f in (hl.clock_sources_table, hl.regime_table, hl.power_table, hl.energy_table, hl.probe_table,
-              hl.gap_table, hl.estimate_table):
+              hl.gap_table, hl.estimate_table, hl.substage_table, hl.targets_table):
         t = f()
         assert t.rows and ("measured" in t.caption or "modelled" in t.caption), f.__name__
     for chip in hl.CHIPS:
@@ -121,25 +125,103 @@ def test_tables_read_the_committed_runs():
         s = {r["entry"]: r for r in rep["summary"]}
         assert e["06"]["of cuBLAS fast J"] == round(s["06"]["J/launch (random)"] / s[hl.FAST]["J/launch (random)"], 3)
     f = hl.findings()
-    assert len(f) == 4 * len(hl.CHIPS) and all("measured (" in x for x in f)
+    assert len(f) == 6 * len(hl.CHIPS) and all("measured (" in x for x in f)
     assert f._repr_markdown_().startswith("**What the limiter runs say")
 
 
+def _stages_run(device, date, rows, spread=0.004):
+    """A pelib.energy stages run as the command writes it: entries, verification, bursts with p10/p90, summary."""
+    names = [r["entry"] for r in rows]
+    return {"env": {"device": device, "date": date, "sm_count": 132}, "evidence": f"measured ({device}, {date[:10]})",
+            "problem": "siglip2", "copy": {"gbps": 4200.0},
+            "entries": [{"name": n, "stage": None if n.startswith("cuBLAS") else "sm90/x", "probe": n.startswith("probe")}
+                        for n in names],
+            "verified": {n: {"ok": True} for n in names if not n.startswith("cuBLAS")},
+            "launch": {"06a": {"grid": [117, 1, 1]}},
+            "burst": [{"entry": r["entry"], "inputs": "random", "plain": {
+                "median_ms": r["burst ms (random)"], "p10_ms": r["burst ms (random)"] - spread,
+                "p90_ms": r["burst ms (random)"] + spread}} for r in rows],
+            "summary": rows}
+
+
 def test_estimates_show_the_stages_run_beside_them(tree):
-    """Once a pelib.energy stages run is committed, each priced sub-stage shows its measured burst time, launch
-    clock and ratio to cuBLAS fast accumulation of that run beside the estimate."""
+    """Once a pelib.energy stages run is committed, each sub-stage shows its header's range (a relative one
+    applied to 06 of that run), its measured burst time, launch clock, joules against cuBLAS fast accumulation
+    and the verdict."""
     d = tree / "2026-12-02-h200"
     d.mkdir()
-    (d / "energy-stages.json").write_text(json.dumps({
-        "env": {"device": "NVIDIA H200", "date": "2026-12-02T10:00:00+00:00", "sm_count": 132},
-        "evidence": "measured (NVIDIA H200, 2026-12-02)", "summary": [
-            {"entry": "07a", "burst ms (random)": 0.78, "launch clock (GHz)": 1.55, "x cuBLAS fast (burst)": 1.15}]}))
-    rows = {r["stage"]: r for r in hl.estimate_table(("h200",), root=tree).rows}
-    assert (rows["07a"]["measured ms"], rows["07a"]["launch GHz"], rows["07a"]["x cuBLAS fast"]) == (0.78, 1.55, 1.15)
-    assert rows["06a"]["measured ms"] == "—"
+    rows = [{"entry": "06", "burst ms (random)": 0.80, "launch clock (GHz)": 1.50, "J/launch (random)": 0.70},
+            {"entry": hl.FAST, "burst ms (random)": 0.90, "J/launch (random)": 0.75},
+            {"entry": "07a", "burst ms (random)": 0.77, "launch clock (GHz)": 1.56, "J/launch (random)": 0.645,
+             "x cuBLAS fast (burst)": 0.90 / 0.77},
+            {"entry": "06b", "burst ms (random)": 0.79, "launch clock (GHz)": 1.51, "J/launch (random)": 0.66},
+            {"entry": hl.PROBE_NONE, "burst ms (random)": 0.69, "launch clock (GHz)": 1.66}]
+    (d / "energy-stages.json").write_text(json.dumps(_stages_run("NVIDIA H200", "2026-12-02T10:00:00+00:00", rows)))
+    t = hl.estimate_table(("h200",), root=tree)
+    by = {r["stage"]: r for r in t.rows}
+    r = by["07a"]
+    assert (r["measured ms"], r["launch GHz"], r["J / GEMM"], r["J / cuBLAS fast J"]) == (0.77, 1.56, 0.645, 0.86)
+    # "0 to 2 % on the H200", read as a speed-up over 06 of the same run (0.80 ms)
+    assert r["header says"] == "0 to 2 % on the H200" and r["header ms"] == "0.784–0.800"
+    assert r["verdict"].startswith("not held: 0.014 ms faster than its range") and "the sign right" in r["verdict"]
+    assert by["06b"]["header ms"] == "0.770–0.800" and by["06b"]["verdict"].startswith("held;")
+    assert by["06a"]["measured ms"] == "—" and by["06a"]["verdict"] == "not measured yet"
+    assert any("2026-12-02-h200/energy-stages.json" in n for n in t.notes)
+    # the fastest verified stage of the run, never a probe (faster) or cuBLAS
+    st = hl.run("h200", "stages", tree)
+    assert hl.best_stage(st) == "07a" and hl.tiles_per_cta_of(st, "06a") == pytest.approx(
+        FULL.m / 64 * FULL.n / 256 / 117)
+
+
+def test_header_estimates_are_the_headers_own_words():
+    """Each phrase is in its stage's header verbatim, and reads as the range it says; an edited header is caught."""
+    for key, name in hl.SUBSTAGES:
+        for chip in hl.CHIPS:
+            e = hl.header_estimate(key, name, chip, 1.0)
+            assert e["lo"] <= e["hi"] and e["quote"] in " ".join(hl.stages.read_header(key).why.split())
+    assert hl.header_estimate("sm90/06a_multicast_a", "06a", "h100", 0.9)["lo"] == 0.84
+    e = hl.header_estimate("sm90/11a_two_groups_queued", "11a", "h100", 1.0)
+    assert (e["lo"], e["hi"]) == pytest.approx((0.97, 1.02))
+    e = hl.header_estimate("sm90/06b_one_prefetcher", "06b", "h200", 0.8)
+    assert (e["lo"], e["hi"]) == pytest.approx((0.77, 0.80))
+    saved = hl.HEADER_ESTIMATES["07a"]
+    try:
+        hl.HEADER_ESTIMATES["07a"] = {"h100": ("9 to 10 % faster on the H100", "% faster")}
+        with pytest.raises(hl.LimiterError, match="no longer says"):
+            hl.header_estimate("sm90/07a_comb_windows", "07a", "h100", 1.0)
+    finally:
+        hl.HEADER_ESTIMATES["07a"] = saved
+
+
+def test_verdict_names_sign_and_size():
+    est = {"lo": 0.78, "hi": 0.80}
+    v = hl.estimate_verdict(est, 0.76, (0.755, 0.765), 0.80, (0.79, 0.81))
+    assert not v["held"] and v["off_ms"] == pytest.approx(-0.02) and v["sign_right"]
+    assert "2.0x the largest change estimated" in v["text"]
+    v = hl.estimate_verdict(est, 0.86, (0.85, 0.87), 0.80, (0.79, 0.81))
+    assert not v["held"] and v["sign_right"] is False and "the sign wrong" in v["text"]
+    v = hl.estimate_verdict({"lo": 0.70, "hi": 0.75}, 0.805, (0.74, 0.82), 0.80, (0.79, 0.81))
+    assert v["held"] and v["no_change"] and v["text"].startswith("held within the run's spread")
+    assert hl.estimate_verdict(est, 0.79, (0.79, 0.79), 0.80)["text"].startswith("held;")
+
+
+def test_targets_read_the_committed_stages_runs():
+    """On the committed runs: one row per target and chip, each met or missed by the numbers of its run."""
+    t = hl.targets_table()
+    assert len(t.rows) == 3 * len(hl.CHIPS) and "measured" in t.caption
+    for chip in hl.CHIPS:
+        st = hl.run(chip, "stages")
+        best = hl.best_stage(st)
+        s = {r["entry"]: r for r in st["summary"]}
+        rows = [r for r in t.rows if r["chip"] == chip_label(st["env"]["device"])]
+        ms, fast = s[best]["burst ms (random)"], s[hl.FAST]["burst ms (random)"]
+        assert ms == min(s[n]["burst ms (random)"] for n in s if n in {e["name"] for e in st["entries"]
+                                                                        if e["stage"] and not e["probe"]})
+        assert rows[0]["met"] == ("met" if ms <= hl.TARGET_MS[chip] else "missed")
+        assert rows[1]["met"] == ("met" if fast / ms >= hl.TARGET_X else "missed")
+        assert rows[2]["met"] == ("met" if s[best]["J/launch (random)"] < s[hl.FAST]["J/launch (random)"] else "missed")
 
 
 def test_chip_column_names_the_model():
-    from pelib.views.hopper import chip_label
     assert chip_label("NVIDIA H100 80GB HBM3") == "H100" and chip_label("NVIDIA H200") == "H200"
     assert chip_label("Some GPU") == "Some GPU"

@@ -29,10 +29,11 @@ FLOORS = {
                "pelib.descriptors", "pelib.reference", "pelib.limits", "pelib.notebook", "pelib.device"),
     "library": (),
     "stage": ("pelib.stage",),
-    "runs": ("pelib.sim_runs", "pelib.sim_catalog", "pelib.sim_proof", "pelib.sweep", "pelib.hopper_perf",
-             "pelib.blind", "pelib.calibrate", "pelib.energy", "pelib.variants", "pelib.readme", "pelib.l2policy",
-             "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell"),
-    "views": ("pelib.views",),
+    "runs": ("pelib.sim_runs", "pelib.sim_catalog", "pelib.sim_proof", "pelib.numerics_proof", "pelib.sweep",
+             "pelib.hopper_perf", "pelib.blind", "pelib.calibrate", "pelib.energy", "pelib.variants", "pelib.readme",
+             "pelib.l2policy", "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell",
+             "pelib.predict.fit", "pelib.predict.history", "pelib.predict.first_hour"),
+    "views": ("pelib.views", "pelib.exercises"),   # exercises: the chapters' graded edits, drawn by views.sim
 }
 
 

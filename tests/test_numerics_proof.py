@@ -53,12 +53,12 @@ def test_the_emulation_kernel_in_the_simulator_equals_pelib_blockfma(inputs, com
 def test_the_emulator_carries_the_models_constants(monkeypatch):
     b = N.emulator_build(False)
     assert (b.exports["emu_frac_bits"], b.exports["emu_out_bits"]) == (13, 13)
-    monkeypatch.setattr(N, "MODEL", F.B200_F8F6F4)
-    with pytest.raises(N.ProofError, match="b200tc_f8f6f4 is .25, 23"):
-        N.emulator_build(False)
     with pytest.raises(N.ProofError, match="tiles M by 64"):
         N.check_problem(problems.PatchEmbed(name="sim", m=392, n=768, k=384, positions=196,
                                             tile={"m": 8, "n": 64, "k": 128}))
+    monkeypatch.setattr(N, "MODEL", F.B200_F8F6F4)
+    with pytest.raises(N.ProofError, match="b200tc_f8f6f4 is .25, 23"):
+        N.emulator_build(False)
 
 
 def test_sample_rows_cover_both_ends():
@@ -113,3 +113,55 @@ def test_the_book_views_name_their_evidence():
     proof = V.random_proof_table(simulate=False)
     if not list((V.ROOT / "results").glob("*/numerics.json")):
         assert proof.notes and "pelib.numerics_proof" in proof.notes[0]
+    b200 = V.b200_prediction_table()
+    assert b200.caption.startswith("predicted (unverified on a B200)") and "pelib.tcprobe_sm100 collect" in b200.caption
+    assert [r["fraction bits below R"] for r in b200.rows] == [F.B200_F8F6F4.frac_bits, F.B200_MXF4NVF4.frac_bits]
+
+
+def _as_simulated(path):
+    """Stand-in for the simulator: every job of a committed run with that run's own bits."""
+    doc = json.loads(path.read_text())
+    return {n: ({"outcome": r["outcome"]}, sim_proof.random_bits(doc, path, n).reshape(-1))
+            for n, r in doc["random"]["jobs"].items()}
+
+
+def test_a_second_gpus_run_joins_the_tables_as_it_is_committed(tmp_path):
+    """An H100 numerics.json committed beside the H200's: both proof tables gain its row and columns from the
+    files alone (measured, its device and date), and an output whose bits differ from the simulator's is
+    counted for that device only."""
+    import shutil
+    from pelib.views import numerics as V
+    src = next((p for p in sorted((V.ROOT / "results").glob("*-h200/numerics.json"))), None)
+    if src is None:
+        pytest.skip("no H200 run of pelib.numerics_proof is committed")
+    root = tmp_path / "results"
+    h200, h100 = root / src.parent.name, root / "2026-11-28-h100"
+    for d in (h200, h100):
+        d.mkdir(parents=True)
+        shutil.copy(src.parent / sim_proof.RANDOM_FILE, d / sim_proof.RANDOM_FILE)
+    shutil.copy(src, h200 / N.SUMMARY)
+    doc = json.loads(src.read_text())
+    doc["device"], doc["date"] = "NVIDIA H100 80GB HBM3", "2026-11-28T10:00:00+00:00"
+    name = "random:sm90/10_unrolled_kloop"   # one output of one job flipped in the H100's copy
+    bits = dict(np.load(src.parent / sim_proof.RANDOM_FILE))
+    sha = doc["random"]["jobs"][name]["outcome"]["sha256"]
+    flipped = bits[sha[:16]].copy()
+    flipped.reshape(-1)[5] ^= 1
+    bits["f" * 16] = flipped
+    doc["random"]["jobs"][name]["outcome"]["sha256"] = "f" * 64
+    np.savez_compressed(h100 / sim_proof.RANDOM_FILE, **bits)
+    (h100 / N.SUMMARY).write_text(json.dumps(doc))
+    sims = _as_simulated(src)
+    runs = V.random_proof_table(root, sims=sims)
+    assert [r["file"] for r in runs.rows] == [f"results/{d.name}/{N.SUMMARY}" for d in (h200, h100)]
+    assert [r["simulated ≠ measured"] for r in runs.rows] == [0, 1]
+    assert "measured (NVIDIA H100 80GB HBM3, 2026-11-28)" in runs.caption and "simulated" in runs.caption
+    stages = V.stage_proof_table(root, sims=sims)
+    row = next(r for r in stages.rows if r["stage"] == "10_unrolled_kloop")
+    assert (row["simulated ≠ H200"], row["simulated ≠ H100"]) == (0, 1) and len(stages.rows) == len(doc["random"]["jobs"])
+    assert all(f"off the correctly rounded value, {c}" in stages.columns for c in ("H200", "H100"))
+    assert "measured (NVIDIA H100 80GB HBM3, 2026-11-28)" in stages.caption
+    from pelib import readme   # the README's generated line per run (`make readme` after the commit)
+    lines = [ln for ln in readme.numerics_lines(root) if "random inputs" in ln]
+    assert len(lines) == 2 and "NVIDIA H100 80GB HBM3 (2026-11-28" in lines[1]
+    assert lines[1].endswith(f"`results/{h100.name}/{N.SUMMARY}`")

@@ -215,7 +215,10 @@ def test_stage_command_line_predicts(monkeypatch, capsys):
     monkeypatch.setattr("pelib.predict.report", lambda p: "REPORT")
     assert stage_mod.main([S06, "--device", "predict", "--gpu", "h200"]) == 0
     assert "REPORT" in capsys.readouterr().out
-    assert stage_mod.parser().parse_args([S06, "--device", "predict"]).gpu == "h100"
+    assert stage_mod.parser().parse_args([S06, "--device", "predict"]).gpu is None      # the stage's own GPU
+    got = {}
+    monkeypatch.setattr("pelib.predict.predict", lambda st, gpu, *a, **k: got.setdefault("gpu", gpu) and fake)
+    assert stage_mod.main([S06, "--device", "predict"]) == 0 and got["gpu"] == "h100"
 
 
 def test_stage_run_predict(monkeypatch):
@@ -301,11 +304,41 @@ def test_cli_compare_and_errors(tmp_path, capsys):
     assert "no calibration file" in capsys.readouterr().err
 
 
-def test_all_sm90_lists_every_stage_in_each_wait_build():
-    from pelib.predict.__main__ import WAIT_BUILDS, sm90_builds
-    b = sm90_builds()
-    assert len(b) == len(stages.family_stages("sm90")) * len(WAIT_BUILDS)
-    assert {tuple(s.defines.items()) for s in b} == {(), (("PE_WAIT_KIND", 2),)}
+def test_all_sm90_predicts_exactly_what_the_blind_run_measures():
+    from pelib import blind
+    from pelib.predict.__main__ import sm90_builds
+    assert [(s.key, dict(s.defines)) for s in sm90_builds()] == blind.entries()
+
+
+def test_compare_reads_a_blind_run(tmp_path, capsys):
+    """The comparison step on a file shaped as pelib.blind writes it: cycles at each launch's own clock, and
+    sm90/06's phases over every tile in its production build's entry."""
+    from pelib.predict.__main__ import main
+    names = [p.stem for p in stages.family_stages("sm90")][:2]
+    pred = _pred([(S06, {}, 1.5e6), (S06, {"PE_WAIT_KIND": 2}, 1.45e6), (f"sm90/{names[0]}", {}, 3.0e6),
+                  (f"sm90/{names[1]}", {}, 2.0e6)])
+    pred["predictions"][1]["timing_phases"] = {"kloop": 4000.0, "epi_wait": 2500.0}
+    meas = {"schema": "pelib.blind/1", "env": {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-28"}, "entries": [
+        {"stage": S06, "defines": {}, "label": "06", "ok": True, "median_ms": 1.0, "cycles": 1.6e6,
+         "clock_source": "timing_run"},
+        {"stage": S06, "defines": {"PE_WAIT_KIND": 2}, "label": "06 w2", "ok": True, "median_ms": 0.9, "cycles": 1.44e6,
+         "clock_source": "timing_run",
+         "phases": {"every_tile": {"phases": {"kloop": {"avg": 4400.0}, "epi_wait": {"avg": 2500.0}}, "cta": {}}}},
+        {"stage": f"sm90/{names[0]}", "defines": {}, "ok": True, "median_ms": 2.0, "cycles": 3.2e6},
+        {"stage": f"sm90/{names[1]}", "defines": {}, "ok": False, "median_ms": None}]}
+    (tmp_path / "p.json").write_text(json.dumps(pred))
+    (tmp_path / "blind-nvidia-h100.json").write_text(json.dumps(meas))
+    out = tmp_path / "prediction-vs-measured.json"
+    assert main(["--compare", str(tmp_path / "p.json"), "--measured", str(tmp_path / "blind-nvidia-h100.json"),
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    rows = {(r["stage"], r["defines"]): r for r in doc["rows"]}
+    assert len(rows) == 3                                  # the failed entry is left out
+    r = rows[(S06, "")]
+    assert r["measured_cycles"] == 1_600_000 and r["error_cycles"] == pytest.approx(-0.0625)
+    assert r["clock_ghz"] == pytest.approx(1.6) and "launch's own clock" in r["clock"]
+    assert doc["phases_06"]["kloop"]["error"] == pytest.approx(4000 / 4400 - 1, abs=1e-4)
+    assert doc["summary"]["stages"] == 3 and doc["measurement"]["device"] == "NVIDIA H100 80GB HBM3"
 
 
 # ---- a measured calibration wired in --------------------------------------------------------------------------------
@@ -349,6 +382,20 @@ def test_a_measured_calibration_replaces_the_provisional_constants(tmp_path, cal
     assert m.provisional == any(c["kind"] == "provisional" for c in m.constants.values())
     assert m["store.drain_cycles"] == 0 and m["issue.cpi"] == pytest.approx(900 / 455)
     assert "launch.overhead_us" in measured.missing(doc)
+    # values no rate allows are rejected, said why, and left to the fit on sm90/06
+    bad = _measured_doc()
+    bad["constants"]["wgmma.m64n256k32.cycles_beside_epilogue"] = {**bad["constants"]["bar_sync.256_cycles"], "value": 8.6}
+    bad["constants"]["launch.overhead_us"] = {**bad["constants"]["bar_sync.256_cycles"], "value": 538.0, "launch": 7}
+    bad["launches"] = [{"index": 7, "probe": "launch", "launches": 1}]
+    why = measured.rejected(bad)
+    assert set(why) == {"wgmma.m64n256k32.cycles_beside_epilogue", "launch.overhead_us"}
+    mb = measured.from_measured(bad, "calibration-h100.json", cal)
+    assert "tensor.beside_epilogue" not in mb.constants and mb.entry("launch.overhead_us")["kind"] != "measured"
+    assert mb.notes[0]["rejected"] == why and cal_mod.from_json(mb.to_json()).notes == mb.notes
+    bad["constants"]["wgmma.m64n256k32.cycles_beside_epilogue"]["value"] = 143.0
+    bad["launches"][0]["launches"] = 20
+    good = measured.from_measured(bad, "calibration-h100.json", cal)
+    assert good["tensor.beside_epilogue"] == pytest.approx(1.1) and good["launch.overhead_us"] == 538.0
     # the curves decide the TMA latency: scattered costs more than the window at the same load
     win, scat = MemoryState(0.5, 0.0, 1.5), MemoryState(0.5, 1.0, 1.5)
     assert scat.tma_cycles(m, 8192) > win.tma_cycles(m, 8192) > m.curve("tma_load.l2")[0]["cycles"]
@@ -393,3 +440,31 @@ def test_price_an_edit_in_one_call():
     out = vp.price(Stage(S06), "h100", seeds=(0,))
     assert out["simulated"][0]["ok"] and out["compiled"]["registers"] > 0
     assert out["ms"] > 0 and evidence.kinds_in(out["evidence"]) == ["predicted"]
+
+
+def test_all_sm90_documents_name_their_sources(monkeypatch, cal):
+    """--all-sm90's plumbing with the simulation and the replay stubbed: one document per chip, each entry
+    with its defines, 06's TIMING phases on its production build, the calibration, git revision, model version
+    and the files the model read; one simulation per build for both chips."""
+    from pelib.predict import __main__ as cli
+    prepared = []
+
+    class P:
+        def __init__(self, st, cal):
+            self.cycles, self.phases, self.seconds, self.st, self.cal = 1.5e6, {"kloop": {"avg": 4000.0}}, 0.0, st, cal
+
+        def to_json(self):
+            return {"stage": self.st.key, "cycles": self.cycles, "ms": self.cycles / 1.5e6, "seconds": 0.0,
+                    "critical_path": "x", "gpu": self.cal.chip}
+    monkeypatch.setattr(cli, "prepare", lambda st, sms, tiles, timing_build: prepared.append((st.key, timing_build)) or st)
+    monkeypatch.setattr(cli, "solve", lambda su, c, clk, g: P(su, c))
+    builds = [Stage(S06), Stage(S06, {"PE_WAIT_KIND": 2})]
+    docs = cli.predict_all(builds, ["h100", "h200"], [cal, cal_mod.load("h200")], log=lambda s: None)
+    assert len(prepared) == 3 and prepared[-1] == (S06, True)         # one simulation per build, both chips
+    assert [d["meta"]["gpu"] for d in docs] == ["h100", "h200"]
+    m = docs[0]["meta"]
+    assert m["calibration"] and m["git"] and len(m["model_version"]) == 16 and m["files_read"][0] == m["calibration"]
+    assert m["clock"] == "timed (1.436 GHz)" or m["clock_ghz"] == cal["clock_ghz.timed"]
+    e = docs[1]["predictions"]
+    assert [x["defines"] for x in e] == [{}, {"PE_WAIT_KIND": 2}] and e[1]["timing_phases"] == {"kloop": 4000.0}
+    assert "timing_phases" not in e[0]

@@ -19,12 +19,13 @@ TOKEN = re.compile(rf"(?<![\w/.\-])((?:\.?[\w\-]+/)*[\w\-.]*\w\.{EXT})(?![\w/])"
 
 # A public source's file is cited with its project on the same line or within two lines of it.
 PROJECTS = re.compile(r"CUTLASS|cutlass|DeepGEMM|deep_gemm|learn-cuda|gau-nernst|fast\.cu|hopperian|"
-                      r"ThunderKittens|MATLAB-tensor-core|CCCL|PTX ISA")
+                      r"ThunderKittens|MATLAB-tensor-core|CCCL|PTX ISA|CuAssembler")
 
 # Names of files pelib writes or a command's argument (not citations): each with what it is.
 WRITTEN = {
     "meta.json": "the compile cache's entry metadata (pelib.cache)",
     "run.json": "a cached simulated run (pelib.sim_runs)",
+    "record.json": "a cached simulated random-input job (pelib.sim_proof.simulate_random)",
     "jobs.json": "sim_proof's job list, written for its workers",
     "out.json": "the --trace / -o argument of a command",
     "OUT.json": "the --trace argument's metavar",
@@ -40,6 +41,10 @@ WRITTEN = {
     "tcprobe-e5m2.npz": "a data file pelib.tcprobe collect writes (E5M2 operands)",
     "predictions-sm90.json": "the blind predictions python -m pelib.predict --all-sm90 writes",
     "prediction-vs-measured.json": "the comparison python -m pelib.predict --compare writes",
+    "DIR/prediction-vs-measured.json": "the same, in the folder python -m pelib.predict.first_hour's --out names",
+    "DIR/predictions-b200.json": "the predictions python -m pelib.predict.first_hour writes before its first launch",
+    "DIR/measured-b200.json": "the measurement python -m pelib.predict.first_hour writes",
+    "measured-b200.json": "the same, by its name",
     "PRED.json": "python -m pelib.predict --compare's metavar (a predictions file)",
     "MEAS.json": "python -m pelib.predict --measured's metavar (a measurement)",
     "numerics.json": "the summary pelib.numerics_proof writes",

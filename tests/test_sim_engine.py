@@ -1,6 +1,7 @@
 """The simulator's engine (pelib.sim, src/kernels/sim/runtime) on a small kernel: warp collectives, barriers,
 one planted mistake per mode and what the report says about it; seeds, the event log, the host build and
 its cache, and that the device build never sees a simulated header."""
+import re
 import shutil
 from pathlib import Path
 
@@ -356,3 +357,86 @@ def test_host_build_picks_the_twins():
         assert (KERNELS / "common" / name).resolve() not in deps, name
     assert (KERNELS / "common" / "epilogue.cuh").resolve() in deps   # building blocks are the real ones
     del store
+
+
+# ---- TMEM: tcgen05.st, .mma and .ld on the same columns (tests/kernels/sim_tmem.cu) ---------------------------
+TMEM_KERNEL = Path(__file__).parent / "kernels" / "sim_tmem.cu"
+
+
+def tmem_launch(seed, **defines):
+    out = torch.zeros(2 * 128 * 32, dtype=torch.int32)
+    plan = sim.prepare(TMEM_KERNEL, (out,), grid=(1, 1, 1), block=(128, 1, 1), cluster=(1, 1, 1), smem=1024 + 20544,
+                       kernel="sim_tmem", arch="host", defines=defines, seed=seed, names=("out",))
+    return plan, out
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+def test_tcgen05_st_then_wait_then_ld_and_mma_are_clean(seed):
+    """tcgen05.st -> wait::st -> fence -> tcgen05.ld reads what was stored; after wait::st and a CTA barrier
+    an MMA of zero operands accumulates into the stored D: D + 0 comes back (PTX ISA 9.7.16.6.4)."""
+    plan, out = tmem_launch(seed)
+    rep = plan.run()
+    assert rep.ok and not rep.hazards
+    got = out.view(torch.float32).view(2, 128, 32)
+    want = torch.arange(128, dtype=torch.float32)[:, None] + 256 * torch.arange(32, dtype=torch.float32)
+    assert torch.equal(got[0], want) and torch.equal(got[1], want)
+    assert any(e["kind"] == "tmem_st" and e["bytes"] == 32 * 32 * 4 for e in rep.events)
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+@pytest.mark.parametrize("define,says", [
+    ("ST_NO_WAIT_LD", r"tcgen05.ld reads TMEM columns 0..31 of CTA 0, which tcgen05.st issued at \S*sim_tmem.cu:\d+ "
+                      r"by CTA 0 warp \d lane \d+ writes, .*needs tcgen05.wait::st of its warp"),
+    ("ST_NO_WAIT_MMA", r"tcgen05.mma writes TMEM columns 0..31 of CTA 0 while tcgen05.st issued at \S*sim_tmem.cu:\d+ .*"
+                       r"needs tcgen05.wait::st of its warp"),
+    ("ST_DURING_MMA", r"tcgen05.st writes TMEM columns 0..31 of CTA 0 while tcgen05.mma issued at \S*sim_tmem.cu:\d+ .*"
+                      r"not known complete \(needs a wait on the mbarrier phase a later tcgen05.commit"),
+    ("LD_THEN_ST", r"tcgen05.st writes TMEM columns 0..31 of CTA 0 while tcgen05.ld issued at \S*sim_tmem.cu:\d+ .*"
+                   r"may still read them \(needs tcgen05.wait::ld of its warp"),
+])
+def test_tcgen05_st_racing_the_columns_is_a_hazard_on_every_schedule(define, says, seed):
+    """tcgen05.st is asynchronous, complete only at tcgen05.wait::st of its warp (PTX ISA 9.7.16.8.4-5): a read,
+    or an MMA's write, of its columns before that wait races it, and so does a store into columns an MMA not
+    yet known complete writes or a tcgen05.ld not yet waited for reads; on every schedule."""
+    with pytest.raises(sim.SimHazard, match=says):
+        tmem_launch(seed, **{define: 1})[0].run()
+
+
+# ---- plain accesses: a data race is a hazard (PTX ISA 8.7.1) --------------------------------------------------
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+@pytest.mark.parametrize("plain,race", [(0, None), (1, "load|store"), (2, None), (3, "load|store"), (4, None),
+                                        (5, "load|store"), (6, "store"), (7, "load|store")])
+def test_plain_accesses_of_shared_memory_race_unless_ordered(plain, race, seed):
+    """Two threads' plain accesses of one shared word, one a store: clean when a bar.sync, a __syncwarp or an
+    mbarrier arrive -> wait orders them, a data race on every schedule when nothing does (a store after the
+    arrive is not ordered by it). The report names both accesses' lines."""
+    plan, out = launch(15, seed, defines={"PLAIN": plain})
+    if race is None:
+        rep = plan.run()
+        assert rep.ok and not rep.hazards
+        assert out[:2].tolist() == [5, 6]   # thread 32 (or lane 1) of each CTA read thread 0's store
+        return
+    with pytest.raises(sim.SimHazard, match=rf"a plain (load of|store to) \[0x100, 0x104\) of CTA \d races warp \d "
+                                            rf"lane \d+'s plain ({race}) at \S*sim_engine.cu:\d+ .*: a data race "
+                                            rf"\(PTX ISA 8.7.1") as e:
+        plan.run()
+    rec = e.value.report.hazards[0]
+    if shutil.which("addr2line"):
+        src = KERNEL.read_text().splitlines()
+        assert rec["file"].endswith("sim_engine.cu") and "*word" in src[rec["line"] - 1], rec
+        other = int(rec["text"].split("sim_engine.cu:")[1].split()[0])
+        assert "*word" in src[other - 1] and other != rec["line"], rec["text"]
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS + (1, 2))
+def test_a_tma_load_over_bytes_still_read_plainly_is_a_hazard(seed):
+    """A TMA load into bytes another thread loads plainly with nothing ordering the two: a hazard whichever comes
+    first (the load issued over bytes still read, or the read of bytes not known landed); with a bar.sync
+    between them the same run is clean."""
+    over = r"TMA load into \[0x800, 0x1000\) of CTA \d races warp 1 lane 0's plain load at \S*sim_engine.cu:\d+ .*of the same"
+    early = r"a load of \[0x840, 0x844\) of CTA \d, which TMA load issued at \S*sim_engine.cu:\d+ .* writes, before this"
+    with pytest.raises(sim.SimHazard, match=f"{over}|{early}") as e:
+        launch(12, seed, defines={"READ_BEFORE_LOAD": 1})[0].run()
+    if seed == "eager":   # this schedule runs the read first
+        assert re.search(over, str(e.value)), str(e.value)
+    assert launch(12, seed, defines={"READ_BEFORE_LOAD": 2})[0].run().ok

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from pelib import numerics_proof as N, sim, sim_proof as P
+from pelib.kinds.base import bf16_bits
 from pelib.paths import ROOT
 
 
@@ -30,28 +31,41 @@ pytestmark = pytest.mark.skipif(_compiler_missing() is not None, reason=f"pelib.
 JOBS = P.random_jobs()
 
 
-def _name(job):
-    return f"{job['job']}:{job['stage']}"
+_name = P.job_name
 
 
 @pytest.fixture(scope="module")
-def runs():
-    """Every random job in the simulator (seed 0), two processes at a time, with the sha256 of the layout-free
-    model's output of the same inputs (the rule through the simulator's C++, pelib.sim.dot_f8_tiles, computed
-    once per input set and epilogue): {job name: record}."""
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as ex:
-        out = {_name(j): r for j, r in zip(JOBS, ex.map(P.run_random, JOBS, ["sim"] * len(JOBS), [None] * len(JOBS)))}
-    models = {}
+def sims():
+    """Every random job in the simulator (seed 0; pelib.sim_proof.simulate_random_all: two processes at a time,
+    each job once between these tests and the book): {job name: (record, bits)}."""
+    return P.simulate_random_all(JOBS)
+
+
+@pytest.fixture(scope="module")
+def models():
+    """The layout-free model's output bits of every input set and epilogue: the rule through the simulator's
+    C++ (pelib.sim.dot_f8_tiles) on the global operands, then the epilogue in numpy: {(job kind, comb_init): bits}."""
+    out = {}
     for j in JOBS:
         s = P.Stage(j["stage"])
         init = s.exports.get("comb_init", 0) == 1
-        if (j["job"], init) not in models:
+        if (j["job"], init) not in out:
             prob = s.problem(P.PROBLEM)
             t = s.inputs(prob, P.SEED, "sim")
             t = P.plant_specials(t) if j["job"] == "specials" else t
-            models[j["job"], init] = P.sha256(N.model_rows(t, prob, np.arange(prob.m), init, cxx=True))
-        out[_name(j)]["model_sha256"] = models[j["job"], init]
+            out[j["job"], init] = N.model_rows(t, prob, np.arange(prob.m), init, cxx=True).reshape(-1)
     return out
+
+
+def _model_of(models, name):
+    job, stage = name.split(":", 1)
+    return models[job, P.Stage(stage).exports.get("comb_init", 0) == 1]
+
+
+@pytest.fixture(scope="module")
+def runs(sims, models):
+    """{job name: the simulated record, with the model's sha256 beside it}."""
+    return {n: {**rec, "model_sha256": P.sha256(_model_of(models, n))} for n, (rec, _) in sims.items()}
 
 
 @pytest.mark.parametrize("name", [_name(j) for j in JOBS])
@@ -92,6 +106,44 @@ def test_the_simulator_prints_the_gpus_bytes(runs, path):
         assert g["outcome"]["kind"] == "finished", (name, g["outcome"])
         assert runs[name]["outcome"]["sha256"] == g["outcome"]["sha256"], name
         assert P.sha256(P.random_bits(doc, path, name)) == g["outcome"]["sha256"]
+
+
+@pytest.mark.parametrize("path", _committed() or [None], ids=lambda p: p.parent.name if p else "none")
+def test_the_gpus_epilogue_is_the_models_given_the_accumulator(models, path):
+    """The epilogue bit for bit on random inputs, given the accumulator: each committed GPU output equals the
+    rule's FP32 accumulator (the C++ model, no simulator) put through the stage's epilogue in numpy (+ comb in
+    FP32, round to nearest even to BF16; comb_init: the accumulator starts from comb), NaN and Inf included:
+    every NaN output is 0x7FFF and every planted infinity comes out as itself. The comparison can fail: the
+    same accumulators rounded toward zero, or with comb added after the BF16 rounding, differ on thousands."""
+    if path is None:
+        pytest.skip("no results/*/numerics.json committed yet")
+    doc = json.loads(path.read_text())
+    seen = {}
+    for name in doc["random"]["jobs"]:
+        gpu = P.random_bits(doc, path, name).reshape(-1)
+        want = _model_of(models, name)
+        assert int((gpu != want).sum()) == 0, name
+        nan, inf = (gpu & 0x7FFF) > 0x7F80, (gpu & 0x7FFF) == 0x7F80
+        assert set(np.unique(gpu[nan]).tolist()) <= {0x7FFF}, name
+        seen[name] = (int(nan.sum()), sorted(set(np.unique(gpu[inf]).tolist())))
+    for name, (nan, inf) in seen.items():
+        if name.startswith("specials:"):
+            assert nan > 700 and inf == [0x7F80, 0xFF80], (name, nan, inf)   # +Inf and -Inf both planted
+        else:
+            assert (nan, inf) == (0, []), name
+    # The same accumulators through two wrong epilogues (stage 06: comb added after the last instruction).
+    s = P.Stage("sm90/06_permuted_b")
+    prob = s.problem(P.PROBLEM)
+    t = s.inputs(prob, P.SEED, "sim")
+    a, b = (t[k].contiguous().view(torch.uint8).numpy() for k in ("a", "b"))
+    zero = np.zeros((1, prob.m, prob.n), np.uint32)
+    acc = sim.dot_f8_tiles(a[None], b[None], zero, "e4m3", False, model=N.MODEL)[0].view(np.float32)
+    comb = t["comb"].float().numpy()[np.arange(prob.m) % prob.positions]
+    gpu = P.random_bits(doc, path, "random:sm90/06_permuted_b").reshape(prob.m, prob.n)
+    assert np.array_equal(bf16_bits(acc + comb), gpu)
+    toward_zero = ((acc + comb).view(np.uint32) >> 16).astype(np.uint16)
+    rounded_first = bf16_bits((bf16_bits(acc).astype(np.uint32) << 16).view(np.float32) + comb)
+    assert (toward_zero != gpu).sum() > 10_000 and (rounded_first != gpu).sum() > 1_000
 
 
 def test_planted_specials_are_where_they_were_put():

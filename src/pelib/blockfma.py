@@ -532,8 +532,8 @@ H100TC_C = BlockFMA(
     "h100tc_c", frac_bits=13, ref="exp_sum_normalized", d_ref="norm", d_stage="block", trunc="toward_zero",
     out_bits=23, out_round="rz", overflow="satfinite", zero_sign="positive",
     source="MATLAB-tensor-core models/tools/C/src/block_fma_nv.c, gemm_recur.c (branch dev)")
-# Blackwell tcgen05.mma, predicted and unverified on a B200 (the probe that settles it: pelib.tcprobe
-# collect --arch sm_100a). kind::f8f6f4: MATLAB-tensor-core models/B200TC.m, FP8 inputs: fma = 32, neab = +2
+# Blackwell tcgen05.mma, predicted and unverified on a B200 (the probe that settles it: python -m
+# pelib.tcprobe_sm100 collect). kind::f8f6f4: MATLAB-tensor-core models/B200TC.m, FP8 inputs: fma = 32, neab = +2
 # (25 fraction bits), frmode 'rz', global_alignment 1, min_exp_limit -133; GEMM.m keeps NoManBitsOut = 23
 # for neab >= 0 (the result in FP32, cut toward zero); DeepGEMM issue #176 measured "25 bits" on a B200
 # (tcgen05.mma.cta_group::1.kind::f8f6f4). A second model of the same authors, models/B200TCRN.m (16

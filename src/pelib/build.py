@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import io
 import os
 import re
@@ -18,7 +20,12 @@ ARCHS = ("sm_100a", "sm_90a")
 CACHE_DIR: Path | None = None
 # Options build() sets itself; extra_options may not replace them (use build()'s own arguments).
 OWNED_OPTIONS = {"arch": "arch=", "std": None, "define_macro": "defines=", "include_path": None,
-                 "ptxas_options": None, "name": "the file's name"}
+                 "ptxas_options": None, "name": "the file's name", "no_cache": None}
+# NVRTC 12.9 and later keep a compile cache of their own (NVRTC guide, "Caching (CUDA 12.9+)"); a program it
+# serves from there skips ptxas, so `-v` reports nothing (NVIDIA/Fuser PRs 4684 and 4694; NVIDIA/cuda-python
+# issue 1124). Every build here reads its facts from that report, and pelib.cache caches the result itself:
+# `--no-cache` from this version on.
+NVRTC_CACHE_FROM = (12, 9)
 MAX_SOURCE_BYTES = 8 << 20      # a kernel source or header larger than this is not one
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>|([A-Za-z_]\w*))', re.M)
 _IDENT_RE = re.compile(r"[A-Za-z_]\w*")
@@ -30,6 +37,10 @@ class BuildError(RuntimeError):
 
 class ToolchainError(RuntimeError):
     """NVRTC or nvdisasm could not be found or loaded."""
+
+
+class MissingFacts(BuildError):
+    """NVRTC returned a cubin whose entry functions its log gives no ptxas facts for."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,8 @@ class Build:
     @property
     def kernel(self) -> str:
         """The single __global__ entry (error if the file has none or several)."""
+        if not self.ptxas and len(entries := elf.entry_functions(self.cubin)) == 1:
+            return entries[0]   # a log without ptxas facts: the cubin still names its one kernel
         if not self.ptxas:
             raise ValueError(f"{self.source.name} defines no __global__ kernel (ptxas compiled no entry "
                              "function): add one, or check the #if around it")
@@ -145,6 +158,11 @@ def parse_ptxas(log: str) -> dict[str, PtxasFacts]:
 
 def toolchain_version() -> str:
     """NVRTC's version, part of the cache key."""
+    major, minor = _nvrtc_version()
+    return f"nvrtc-{major}.{minor}"
+
+
+def _nvrtc_version() -> tuple[int, int]:
     try:
         from cuda.bindings import nvrtc
         err, major, minor = nvrtc.nvrtcVersion()
@@ -154,7 +172,7 @@ def toolchain_version() -> str:
             "(make test / make book do this in .venv)") from e
     if int(err) != 0:
         raise ToolchainError(f"nvrtcVersion failed: {err}")
-    return f"nvrtc-{major}.{minor}"
+    return int(major), int(minor)
 
 
 def _include_paths(source_dir: Path) -> list[str]:
@@ -320,7 +338,7 @@ def build(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None,
     check_defines(defines, srcs, path)
     version = toolchain_version()
     opts = {"arch": arch, "std": "c++17", "define_macro": _format_defines(defines) or None,
-            "include_path": include_dirs, "ptxas_options": ["-v"], **extra}
+            "include_path": include_dirs, "ptxas_options": ["-v"], **nvrtc_cache_options(), **extra}
     key = _cache.key(files=[(n, t.encode()) for n, _, t in srcs],
                      options={k: v for k, v in opts.items() if k != "include_path"},
                      tool=f"{version} cuda-core-{_cuda_core_version()}",
@@ -330,13 +348,46 @@ def build(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None,
     if store is not None:
         entry = store.get(name, key, require=(CUBIN_FILE, LOG_FILE))
         if entry is not None:
-            return _make_build(path, arch, defines, entry.read(CUBIN_FILE), entry.read(LOG_FILE).decode(),
-                               True, entry)
+            cubin, log = entry.read(CUBIN_FILE), entry.read(LOG_FILE).decode()
+            missing = facts_missing(cubin, log)
+            if not missing:
+                return _make_build(path, arch, defines, cubin, log, True, entry)
+            store.drop(entry.path, f"its ptxas log has no facts for the entry function(s) {missing}")
 
     cubin, log = _compile(path, srcs, opts, name_expressions)
+    missing = facts_missing(cubin, log)
+    if missing:
+        raise MissingFacts(
+            f"NVRTC ({version}) compiled {path.name} for {arch} with defines {_format_defines(defines)}, but its log "
+            f"has no ptxas facts for the entry function(s) {missing} (was the cubin served from a compile cache "
+            f"that skips ptxas?); nothing was cached. Set CUDA_CACHE_DISABLE=1, or install a cuda-core whose "
+            f"ProgramOptions has no_cache. Log:\n{log.strip() or '(empty)'}")
     entry = store.put(name, key, {CUBIN_FILE: cubin, LOG_FILE: log.encode()},
                       {"source": str(path), "arch": arch, "defines": _format_defines(defines)}) if store else None
     return _make_build(path, arch, defines, cubin, log, False, entry)
+
+
+def nvrtc_cache_options() -> dict:
+    """ProgramOptions that keep NVRTC's own compile cache out of a build: ptxas runs and reports every time
+    (none where NVRTC has no cache, or where cuda.core's ProgramOptions cannot say no_cache)."""
+    return {"no_cache": True} if _nvrtc_version() >= NVRTC_CACHE_FROM and _can_say_no_cache() else {}
+
+
+@functools.lru_cache(maxsize=None)
+def _can_say_no_cache() -> bool:
+    try:
+        from cuda.core import ProgramOptions
+    except ImportError:
+        try:
+            from cuda.core.experimental import ProgramOptions
+        except ImportError:
+            return False
+    return "no_cache" in inspect.signature(ProgramOptions).parameters
+
+
+def facts_missing(cubin: bytes, log: str) -> list[str]:
+    """The cubin's entry functions (pelib.elf) that the ptxas log reports no facts for: a build always carries them."""
+    return sorted(set(elf.entry_functions(cubin)) - set(parse_ptxas(log)))
 
 
 def _cuda_core_version() -> str:

@@ -30,7 +30,7 @@ KINDS = {"wait_begin": "wait", "wait_end": "wait", "arrive": "completion", "expe
          "tma_store": "issue", "tma_store_done": "completion", "mma": "issue", "mma_done": "completion",
          "commit": "issue", "tmem_alloc": "issue", "tmem_dealloc": "completion", "tmem_ld": "issue",
          "tmem_cp": "issue", "bar_sync": "wait", "cluster_sync": "wait", "exit": "completion",
-         "phase_begin": "phase", "phase_end": "phase"}
+         "phase_begin": "phase", "phase_end": "phase", "tmem_st": "issue"}
 SIGNALS = ("arrive", "expect_tx", "complete_tx")            # what moves an mbarrier toward its next phase
 COMPLETES = {"tma_load": ("tma_load_done", "complete_tx"), "mma": ("mma_done",), "commit": ("arrive",),
              "tma_store": ("tma_store_done",)}            # an async issue and the events of its completion

@@ -135,11 +135,12 @@ class Exercise:
         return "\n".join(lines[:a] + text.rstrip("\n").split("\n") + lines[b:])
 
     # ---- grading ----------------------------------------------------------------------------------
-    def check(self, attempt: str | Path | None = None, seeds=SEEDS) -> "Grade":
+    def check(self, attempt: str | Path | None = None, seeds=SEEDS, price: bool = True) -> "Grade":
         """Compile the edited stage (NVRTC), run it on the simulator at each seed (stopping at the first that
-        fails), verify it against torch, and judge it against the goal."""
+        fails), verify it against torch, and judge it against the goal; an edit that passes is priced on the
+        full problem (pelib.predict, about 5-15 s of one core) unless price=False."""
         text = self.compose(self.start if attempt is None else attempt)
-        return grade(self, text, seeds)
+        return grade(self, text, seeds, price)
 
     def solution_diff(self) -> str:
         """From the starting lines to the solution's, as a unified diff (what the folded solution shows)."""
@@ -261,12 +262,12 @@ def _price(stage: Stage) -> str:
 
     if "predict" not in getattr(_stage, "DEVICES", ()):
         return "not in this tree yet (pelib.predict: Stage.run(device='predict') will price the edit here)"
-    res = stage.run(stage.problem("sim") if hasattr(stage.kind, "problem") else "small", "predict")
-    ms = res.get("predicted_ms") or res.get("ms")
-    return f"{ms:.4f} ms ({res.get('evidence', 'predicted')})" if ms else str(res.get("evidence", "predicted"))
+    from .predict import model, price  # the timing model, loaded only for an edit that passed
+    p = model.predict(stage, "h100" if stage.arch.startswith("sm_90") else "b200", tiles=price.TILES)
+    return f"{p.ms:.4f} ms on the full problem; {p.sentence} ({p.evidence})"
 
 
-def grade(ex: Exercise, text: str, seeds=SEEDS) -> Grade:
+def grade(ex: Exercise, text: str, seeds=SEEDS, price: bool = True) -> Grade:
     """Grade one whole edited stage file for exercise `ex` (see Exercise.check)."""
     from . import sim_runs  # the simulator's runs, cached by content
     from .views import sim  # a view's wording of a run
@@ -318,7 +319,7 @@ def grade(ex: Exercise, text: str, seeds=SEEDS) -> Grade:
             return g
         g.passed = True
         g.verdict = f"compiled, verified against torch on seeds {', '.join(str(r.seed) for r in runs)}, no report"
-        g.predicted = _price(stage)
+        g.predicted = _price(stage) if price else "not asked (price=False)"
         return g
     finally:
         if cm is not None:

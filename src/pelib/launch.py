@@ -260,11 +260,11 @@ def prepare(build, args=(), *, grid, block, cluster=(1, 1, 1), smem: int | None 
     except _device.UnsupportedGPU as e:
         raise _device.UnsupportedGPU(f"cannot launch {build.source.name}: {e}") from None
     name = kernel or build.kernel
-    if build.ptxas and name not in build.ptxas:   # no facts at all (a log without ptxas info): the driver decides
+    if name not in build.ptxas:   # pelib.build gives every entry function its facts (facts_missing)
         raise LaunchError(f"{build.source.name} has no kernel {name!r}; it has {sorted(build.ptxas)}")
     smem = build.exports.get("smem_bytes", 0) if smem is None else smem
     grid, block, cluster, smem = check_shape(grid, block, cluster, smem, name=name,
-                                             static=build.ptxas[name].smem_static if name in build.ptxas else 0,
+                                             static=build.ptxas[name].smem_static,
                                              smem_limit=info.smem_optin_bytes, where=info.name)
     if cluster != (1, 1, 1) and info.cc and info.cc < (9, 0):
         raise LaunchError("clusters need compute capability 9.0 or later")

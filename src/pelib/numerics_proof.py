@@ -64,8 +64,8 @@ def emulator_build(comb_init: bool):
     return b
 
 
-def check_problem(prob) -> None:
-    ex = _build.build(EMULATOR, ARCH).exports
+def check_problem(prob, b=None) -> None:
+    ex = (b or emulator_build(False)).exports
     if prob.m % ex["emu_bm"] or prob.n % ex["emu_bn"] or prob.k % ex["emu_bk"]:
         raise ProofError(f"{prob.name}: M={prob.m}, N={prob.n}, K={prob.k}; the emulation kernel tiles M by "
                          f"{ex['emu_bm']}, N by {ex['emu_bn']} and K by {ex['emu_bk']}")
@@ -79,17 +79,17 @@ def emulator_args(t: dict, prob) -> tuple:
     return out, args
 
 
-def emulator_grid(prob) -> tuple:
-    ex = _build.build(EMULATOR, ARCH).exports
+def emulator_grid(prob, b=None) -> tuple:
+    ex = (b or emulator_build(False)).exports
     return (prob.n // ex["emu_bn"], prob.m // ex["emu_bm"], 1)
 
 
 def emulate(t: dict, prob, comb_init: bool, device: str = "gpu") -> torch.Tensor:
     """The emulation kernel's BF16 output for inputs t (on the GPU, or in pelib.sim for CPU tensors)."""
-    check_problem(prob)
     b = emulator_build(comb_init)
+    check_problem(prob, b)
     out, args = emulator_args(t, prob)
-    grid = emulator_grid(prob)
+    grid = emulator_grid(prob, b)
     if device == "sim":
         sim.prepare(b, args, grid=grid, block=(b.exports["num_threads"],), cluster=(1,), smem=0, kernel=KERNEL,
                     arch=ARCH, defines=b.defines).run()

@@ -11,7 +11,7 @@ import argparse
 import re
 from pathlib import Path
 
-from . import results
+from . import blockfma, results
 from .paths import RESULTS
 from .stage import table
 
@@ -109,9 +109,41 @@ def gpu_results(root: Path | None = None) -> str:
                      + (f"; memory floor {floor:.3f} ms at the measured copy bandwidth "
                         f"({sw['copy']['gbps']:,.0f} GB/s)" if floor and sw.get("copy") else "")
                      + f" — `{where}`")
+    lines += numerics_lines(root)
     if not lines:
         lines.append(f"- No GPU run is committed under `{RESULTS.name}/` yet.")
     return "\n".join(lines) + "\n"
+
+
+def _git(doc: dict) -> str:
+    g = str(doc.get("git") or "?")
+    return g.split("-")[0][:7] + ("+" if g.endswith("-dirty") else "")
+
+
+def numerics_lines(root: Path | None = None) -> list[str]:
+    """The tensor core's arithmetic on the committed runs: each probe (tcprobe.json) against the rule the
+    simulator computes, each random-input proof (numerics.json) with its full outputs compared on the device."""
+    rule = blockfma.MMA_MODELS["tensor_core"]["wgmma_f8"].name
+    base = (root or RESULTS).parent
+    lines = []
+    for p in results.files("tcprobe.json", root):
+        d = results.load(p)
+        lines.append(f"- The FP8 `wgmma` accumulator on the {d['device']} ({str(d['date'])[:10]}, git {_git(d)}): "
+                     f"the block-FMA rule `{rule}` against {d['outputs']:,} probe outputs (directed and random "
+                     f"vectors, chains, E5M2): {d['mismatch_total'][rule]['bits']:,} differ — "
+                     f"`{p.relative_to(base)}`")
+    for p in results.files("numerics.json", root):
+        d = results.load(p)
+        jobs = d["random"]["jobs"].values()
+        em = d["emulator"].values()
+        full = sum(r["stage_vs_emulator"]["outputs"] for r in em)
+        lines.append(f"- Every sm90 stage on random inputs on the {d['device']} ({str(d['date'])[:10]}, git {_git(d)}): "
+                     f"{sum(r['job'] == 'random' for r in jobs)} stages and {sum(r['job'] == 'specials' for r in jobs)} "
+                     f"epilogues with NaN and Inf planted, {sum(r['outcome'].get('outputs', 0) for r in jobs):,} BF16 "
+                     "outputs whose bytes the simulator must print (tests/test_sim_random_proof.py); stages 06 and 08 "
+                     f"against an emulation kernel of the rule on {full:,} outputs up to the full SigLIP2 problem: "
+                     f"{sum(r['stage_vs_emulator']['differ'] for r in em):,} differ — `{p.relative_to(base)}`")
+    return lines
 
 
 GENERATORS = {"stage table": stage_table, "gpu results": gpu_results}

@@ -53,7 +53,7 @@ SMEM_LIMIT = limits.SMEM_LIMIT   # common/limits.cuh PE_SMEM_LIMIT (the engine c
 EVIDENCE = evidence.simulated("pelib.sim, the stage's own source on the CPU model")
 EVENT_KINDS = ("wait_begin", "wait_end", "arrive", "expect_tx", "complete_tx", "tma_load", "tma_load_done",
                "tma_store", "tma_store_done", "mma", "mma_done", "commit", "tmem_alloc", "tmem_dealloc", "tmem_ld",
-               "tmem_cp", "bar_sync", "cluster_sync", "exit", "phase_begin", "phase_end")
+               "tmem_cp", "bar_sync", "cluster_sync", "exit", "phase_begin", "phase_end", "tmem_st")
 # struct PeSimEvent of runtime/state.h (-1: none)
 EVENT_DTYPE = np.dtype([("seq", "<u8"), ("op", "<u8")] + [(k, "<i4") for k in (
     "cta", "cluster", "rank", "warp", "lane", "kind", "role", "name", "index", "addr", "bcta", "phase", "parity", "tag",
@@ -181,7 +181,7 @@ class SimReport:
                  bytes count in), waits for (wait_begin), or observes completed (wait_end); None: a fresh
                  barrier's parity-1 wait
         parity, tag   a wait's parity and its tag (bar_sync: the named barrier's id)
-        bytes    TMA / expect_tx / complete_tx / store bytes, TMEM bytes (alloc, dealloc, ld), tcgen05.cp bytes
+        bytes    TMA / expect_tx / complete_tx / store bytes, TMEM bytes (alloc, dealloc, ld, st), tcgen05.cp bytes
         op       the asynchronous operation an issue (tma_load, tma_store, mma, commit, tmem_cp) and its
                  completion (tma_load_done + complete_tx, tma_store_done, mma_done, the commit's arrive) share
         slot     the ring slot (the index of a ring barrier: the ones the stage's PRODUCER_WAIT / TMA_WAIT
@@ -468,25 +468,29 @@ _LINES: dict = {}
 def resolve_lines(records: list, stage_lib: Path | None = None) -> None:
     """Records about a plain pointer access carry the library and the instruction's offset ("lib", "pc"): their
     source line from the library's line table (addr2line, binutils), written into "file" / "line" and the
-    text's @@pc@@; without addr2line the text keeps the last engine call before it. A loaded copy of the stage
-    library (removed once loaded: pelib.sim_build.load_copies) is read as `stage_lib`, the file it copies."""
-    todo = [r for r in records if isinstance(r, dict) and r.get("pc") is not None and r.get("lib")]
-    for r in todo:
-        lib = r["lib"]
-        if stage_lib is not None and sim_build.SCRATCH_PREFIX in Path(lib).parent.name:
-            lib = str(stage_lib)
-        key = (lib, int(r["pc"]))
-        if key not in _LINES:
-            _LINES[key] = _addr2line(*key)
-        where = _LINES[key]
-        if where:
-            r["file"], r["line"] = where
-            r["text"] = r["text"].replace("@@pc@@", f"{where[0]}:{where[1]}")
-        else:
-            r["text"] = r["text"].replace("@@pc@@", f"an instruction at {Path(r['lib']).name}+{int(r['pc']):#x}")
-    for r in records:
-        if isinstance(r, dict) and "@@pc@@" in r.get("text", ""):
-            r["text"] = r["text"].replace("@@pc@@", "an instruction")
+    text's @@pc@@; without addr2line the text keeps the last engine call before it. A data race's other access
+    ("lib2", "pc2") fills @@pc2@@ the same way. A loaded copy of the stage library (removed once loaded:
+    pelib.sim_build.load_copies) is read as `stage_lib`, the file it copies."""
+    for lib_key, pc_key, mark in (("lib", "pc", "@@pc@@"), ("lib2", "pc2", "@@pc2@@")):
+        for r in records:
+            if not (isinstance(r, dict) and r.get(pc_key) is not None and r.get(lib_key)):
+                continue
+            lib = r[lib_key]
+            if stage_lib is not None and sim_build.SCRATCH_PREFIX in Path(lib).parent.name:
+                lib = str(stage_lib)
+            key = (lib, int(r[pc_key]))
+            if key not in _LINES:
+                _LINES[key] = _addr2line(*key)
+            where = _LINES[key]
+            if where:
+                if pc_key == "pc":
+                    r["file"], r["line"] = where
+                r["text"] = r["text"].replace(mark, f"{where[0]}:{where[1]}")
+            else:
+                r["text"] = r["text"].replace(mark, f"an instruction at {Path(r[lib_key]).name}+{int(r[pc_key]):#x}")
+        for r in records:
+            if isinstance(r, dict) and mark in r.get("text", ""):
+                r["text"] = r["text"].replace(mark, "an instruction")
 
 
 def _addr2line(lib: str, pc: int):

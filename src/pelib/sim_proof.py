@@ -20,6 +20,7 @@ the kind's SIM_SM_COUNT), so both back ends run one launch.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import multiprocessing
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import bench, clock, device as _device, launch, sim, sim_catalog as C, stages as _stages, verify
+from . import bench, clock, device as _device, launch, sim, sim_catalog as C, sim_runs, stages as _stages, verify
 from .paths import ROOT
 from .stage import Stage
 
@@ -432,9 +433,10 @@ def plant_specials(t: dict) -> dict:
     return t
 
 
-def run_random(job: dict, device: str, out_dir: Path | None, seed: int = SEED) -> dict:
+def run_random(job: dict, device: str, out_dir: Path | None, seed: int = SEED, keep: dict | None = None) -> dict:
     """One random-input job on the GPU or in pelib.sim: the output's sha256 and how many outputs differ from
-    the correctly rounded reference (the tensor core's rounding); out_dir: write the bits once per sha256."""
+    the correctly rounded reference (the tensor core's rounding); out_dir: write the bits once per sha256;
+    keep: a dict that gets the output's bits under "bits"."""
     s = Stage(job["stage"])
     prob = s.problem(PROBLEM)
     info = _device.require(s.arch) if device == "gpu" else None
@@ -455,12 +457,14 @@ def run_random(job: dict, device: str, out_dir: Path | None, seed: int = SEED) -
         return {**rec, "sim_seed": seed, "outcome": sim_outcome(e).as_dict()}
     rep = getattr(plan, "report", None)
     extra = {"sim_seed": seed, "accumulation": plan.accumulation} if device == "sim" else {}
-    return {**rec, **extra, **_random_outcome(s, prob, t, out_dir, rep is not None and not rep.ok)}
+    return {**rec, **extra, **_random_outcome(s, prob, t, out_dir, rep is not None and not rep.ok, keep)}
 
 
-def _random_outcome(s, prob, t: dict, out_dir: Path | None, failed: bool = False) -> dict:
+def _random_outcome(s, prob, t: dict, out_dir: Path | None, failed: bool = False, keep: dict | None = None) -> dict:
     cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in t.items()}
     bits = bits_of(cpu["out"])
+    if keep is not None:
+        keep["bits"] = bits
     ref = bits_of(s.kind.reference(prob, cpu))
     h = sha256(bits)
     if out_dir is not None:
@@ -470,6 +474,57 @@ def _random_outcome(s, prob, t: dict, out_dir: Path | None, failed: bool = False
     return {"outcome": {"kind": "error" if failed else "finished", "sha256": h, "outputs": int(bits.size),
                         "differ_from_reference": int((bits != ref).sum()),
                         "nan_outputs": int(((bits & 0x7FFF) > 0x7F80).sum())}}
+
+
+def simulate_random(job: dict) -> tuple[dict, np.ndarray | None]:
+    """(record, output bits, flat) of one random job in pelib.sim at seed SEED, through a content-addressed cache
+    (pelib.sim_runs.content_key: every kernel file, pelib's host code, the job, torch's version for the
+    inputs), so tests/test_sim_random_proof.py and the book run each job once between them. A run that did
+    not finish is returned, not cached; its bits are None."""
+    key = _random_key(job)
+    store = sim_runs.run_cache()
+    e = store.get("simrandom", key, require=("record.json", "bits.u16.gz"))
+    if e is not None:
+        return ({**json.loads(e.read("record.json")), "cached": True},
+                np.frombuffer(gzip.decompress(e.read("bits.u16.gz")), np.uint16))
+    keep: dict = {}
+    rec = run_random(job, "sim", None, keep=keep)
+    bits = keep["bits"].reshape(-1) if rec["outcome"]["kind"] == "finished" else None   # flat, as a cached one
+    if bits is not None:
+        store.put("simrandom", key, {"record.json": json.dumps(rec).encode(),
+                                     "bits.u16.gz": gzip.compress(np.ascontiguousarray(bits).tobytes())},
+                  meta={"job": job["job"], "stage": job["stage"]})
+    return rec, bits
+
+
+def _random_key(job: dict) -> str:
+    return sim_runs.content_key({"random_job": job, "seed": SEED, "problem": PROBLEM},
+                                f"pelib.sim-random-1 torch-{torch.__version__}")
+
+
+def simulate_random_all(todo: list[dict] | None = None, workers: int = 2) -> dict:
+    """{job name: (record, bits)} of every random job (default random_jobs()) in the simulator: the cached ones
+    read here, the rest in `workers` spawned processes (pelib.sim runs one launch per process at a time)."""
+    todo = random_jobs() if todo is None else todo
+    out = {}
+    missing = []
+    for j in todo:   # a hit costs a read; a miss, a simulated launch
+        if sim_runs.run_cache().get("simrandom", _random_key(j), require=("record.json", "bits.u16.gz")) is None:
+            missing.append(j)
+        else:
+            out[job_name(j)] = simulate_random(j)
+    if missing:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=min(workers, len(missing)),
+                                 mp_context=multiprocessing.get_context("spawn")) as ex:
+            for j, r in zip(missing, ex.map(simulate_random, missing)):
+                out[job_name(j)] = r
+    return {job_name(j): out[job_name(j)] for j in todo}
+
+
+def job_name(job: dict) -> str:
+    """A random job's name in numerics.json: '<job>:<stage>'."""
+    return f"{job['job']}:{job['stage']}"
 
 
 def random_proof_gpu(out: Path, budget_s: float = 240.0, todo: list[dict] | None = None) -> dict:
@@ -483,7 +538,7 @@ def random_proof_gpu(out: Path, budget_s: float = 240.0, todo: list[dict] | None
         f.unlink()
     tmp.rmdir()
     np.savez_compressed(out / RANDOM_FILE, **bits)
-    return {"jobs": {f"{r['job']}:{r['stage']}": r for r in res}, "file": RANDOM_FILE}
+    return {"jobs": {job_name(r): r for r in res}, "file": RANDOM_FILE}
 
 
 def random_bits(doc: dict, path: Path, name: str) -> np.ndarray:

@@ -126,19 +126,27 @@ def fitted(s: Stage, prob):
 
 # ---- the run cache -------------------------------------------------------------------------------------
 
-def _runs() -> _cache.Cache:
+def run_cache() -> _cache.Cache:
+    """Where simulated runs are kept (CACHE_DIR, else pelib.cache's folder)."""
     return _cache.Cache(CACHE_DIR) if CACHE_DIR is not None else _cache.Cache()
 
 
-def _run_key(s: Stage, prob, seed: int, mutation: str) -> str:
-    """The content key of a simulated run: every kernel file, pelib's host code outside the views, the arguments."""
+_runs = run_cache
+
+
+def content_key(options: dict, tool: str) -> str:
+    """The content key of a simulated result: every kernel file, pelib's host code outside the views, the options."""
     pelib = Path(__file__).resolve().parent
     sources = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".c")
     files = sorted(p for p in KERNELS.rglob("*") if p.is_file() and p.suffix in sources)
     files += sorted(p for p in pelib.rglob("*.py") if "views" not in p.relative_to(pelib).parts)
     named = [(str(p), p.read_bytes()) for p in files]
-    return _cache.key(files=named, options={"stage": s.key, "defines": s.defines, "problem": prob.name,
-                                            "seed": seed, "mutation": mutation}, tool="pelib.sim-run-2")
+    return _cache.key(files=named, options=options, tool=tool)
+
+
+def _run_key(s: Stage, prob, seed: int, mutation: str) -> str:
+    return content_key({"stage": s.key, "defines": s.defines, "problem": prob.name, "seed": seed,
+                        "mutation": mutation}, "pelib.sim-run-2")
 
 
 def _load(key: str) -> SimRun | None:

@@ -21,6 +21,14 @@
 //           EARLY_READ it reads before waiting on the load's barrier (a hazard on every schedule, landed or not)
 //   MODE 13 warning: thread 0 arms a second barrier (expect_tx) that nobody waits on and exits; the run is ok
 //   MODE 14 misuse: thread 0 divides by n (0: an arithmetic trap)
+//   MODE 15 plain accesses of one shared word by two threads (raw pointers; PTX ISA 8.7.1), ordered or not by
+//           PLAIN: 0 thread 0 stores, bar.sync, thread 32 loads (clean); 1 the same without the bar.sync (a data
+//           race); 2 lane 0 stores, __syncwarp, lane 1 loads (clean); 3 the same without the __syncwarp (a race);
+//           4 thread 0 stores, then arrives on the mbarrier thread 32 waits on before it loads (clean); 5 thread 0
+//           stores after its arrive (a race); 6 threads 0 and 32 both store (a race); 7 thread 32 loads, then
+//           thread 0 stores, with no barrier between (a race)
+//   MODE 12 with READ_BEFORE_LOAD: thread 32 loads the TMA destination before thread 0 issues the load, with a
+//           bar.sync between (READ_BEFORE_LOAD=2, clean) or none (1: the load may overwrite bytes still read)
 #include "common/types.cuh"
 #include "common/cluster.cuh"
 #include "common/mbarrier.cuh"
@@ -30,6 +38,9 @@
 
 #ifndef MODE
 #define MODE 0
+#endif
+#ifndef PLAIN
+#define PLAIN 0
 #endif
 
 #if MODE == 11
@@ -109,6 +120,12 @@ extern "C" __global__ void sim_engine(const __grid_constant__ TensorMap tmap, u3
   if (t == 0) out[0] = recurse(n);
 #elif MODE == 12
   u64* lbar = bar + 1;
+#ifdef READ_BEFORE_LOAD
+  if (t == 32) (void)*reinterpret_cast<volatile u32*>(smem_raw + 2048 + 64);
+#if READ_BEFORE_LOAD == 2
+  __syncthreads();
+#endif
+#endif
   if (t == 0) {
     mbarrier_init(lbar, 1);
     fence_barrier_init();
@@ -125,6 +142,18 @@ extern "C" __global__ void sim_engine(const __grid_constant__ TensorMap tmap, u3
   }
 #elif MODE == 14
   if (t == 0) out[0] = 7u / (u32)n;
+#elif MODE == 15
+  volatile u32* word = reinterpret_cast<volatile u32*>(smem_raw + 256);
+  const int other = PLAIN == 2 || PLAIN == 3 ? 1 : 32;   // the second thread: another lane or another warp
+  if (PLAIN == 7 && t == other) out[blockIdx.x] = *word;
+  if (t == 0 && PLAIN != 5) *word = 5u + blockIdx.x;
+  if (t == 0 && (PLAIN == 4 || PLAIN == 5)) mbarrier_arrive(bar), mbarrier_arrive(bar);   // count 2: the phase
+  if (t == 0 && PLAIN == 5) *word = 5u + blockIdx.x;
+  if (PLAIN == 6 && t == other) *word = 6u;
+  if (PLAIN == 0) __syncthreads();
+  if (PLAIN == 2 && warp == 0) __syncwarp();
+  if ((PLAIN == 4 || PLAIN == 5) && t == other) mbarrier_wait_parity(bar, 0, 9);
+  if (PLAIN != 6 && PLAIN != 7 && t == other) out[blockIdx.x] = *word;
 #elif MODE == 13
   if (t == 0) {
     mbarrier_init(bar + 1, 1);

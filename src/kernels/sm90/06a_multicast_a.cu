@@ -27,7 +27,8 @@
 // (0.683 / 0.697 ms, 1.15 M cycles at 1.68 / 1.64 GHz) to 0.77 / 0.79 ms at the same clock. So:
 // H100 0.84 to 0.88 ms (L2-bound, the SM count matters little); H200 0.78 to 0.84 ms (the clock and
 // the SM count bind there, as the zeros run says), the cluster coupling adding up to 3 %.
-// Measured: none yet (written before its first GPU run: `python -m pelib.energy stages`).
+// Measured: results/2026-11-27-h100/energy-stages.json and results/2026-11-27-h200/energy-stages.json (run after
+// the estimate above was written); pelib.views.hopper_limits.estimate_table sets the two side by side.
 // Run: python -m pelib.stage sm90/06a_multicast_a
 #include "common/types.cuh"
 #include "common/export.cuh"

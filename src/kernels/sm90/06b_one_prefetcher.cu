@@ -21,7 +21,8 @@
 // modelled; 49 KB of DRAM fills and write-backs, measured), so at most that much is prefetch: H100 0 to
 // -0.08 ms (0.86 to 0.94 ms), H200 0 to -0.03 ms. Its L2 bytes per tile (Nsight Compute) say which: a
 // drop of ~24 KB means the prefetches were counted.
-// Measured: none yet (written before its first GPU run: `python -m pelib.energy stages`).
+// Measured: results/2026-11-27-h100/energy-stages.json and results/2026-11-27-h200/energy-stages.json (run after
+// the estimate above was written); pelib.views.hopper_limits.estimate_table sets the two side by side.
 // Run: python -m pelib.stage sm90/06b_one_prefetcher
 #include "common/types.cuh"
 #include "common/export.cuh"

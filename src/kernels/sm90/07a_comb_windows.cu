@@ -25,7 +25,8 @@
 // cycles a tile on the H100, 747 on the H200) and the wait scales with L2 load, 0 to 3 % faster on
 // the H100, 0 to 2 % on the H200; the energy per GEMM falls by the L2 transfers' share, ~1 % at a
 // few pJ per byte. A time within the run's spread of 06's says comb's bytes are not what limits 06.
-// Measured: none yet (written before its first GPU run: `python -m pelib.energy stages`).
+// Measured: results/2026-11-27-h100/energy-stages.json and results/2026-11-27-h200/energy-stages.json (run after
+// the estimate above was written); pelib.views.hopper_limits.estimate_table sets the two side by side.
 // Run: python -m pelib.stage sm90/07a_comb_windows
 #include "common/types.cuh"
 #include "common/export.cuh"

@@ -22,7 +22,8 @@
 // probe on 117 SMs instead of 132, 0.77 (H100) and 0.79 ms (H200) at that probe's own clock. So H100
 // 0.78 to 0.84 ms, the one stage here that may reach 0.80; H200 0.77 to 0.82 ms, where the power
 // limit and the lost SMs bind (the zeros run: there the clock, not the traffic, sets the time).
-// Measured: none yet (written before its first GPU run: `python -m pelib.energy stages`).
+// Measured: results/2026-11-27-h100/energy-stages.json and results/2026-11-27-h200/energy-stages.json (run after
+// the estimate above was written); pelib.views.hopper_limits.estimate_table sets the two side by side.
 // Run: python -m pelib.stage sm90/07b_multicast_a
 #include "common/types.cuh"
 #include "common/export.cuh"

@@ -20,7 +20,8 @@
 // H200, less the ~480 cycles of already-complete waits, shrinks by up to that share: up to 4 % on the
 // H100, 1 % on the H200) for twice the barrier traffic (1 to 2 %): -3 to +2 % on the H100, 0 to +3 %
 // on the H200. As slow as 11: the 64-B A form itself costs the tensor cores time.
-// Measured: none yet (written before its first GPU run: `python -m pelib.energy stages`).
+// Measured: results/2026-11-27-h100/energy-stages.json and results/2026-11-27-h200/energy-stages.json (run after
+// the estimate above was written); pelib.views.hopper_limits.estimate_table sets the two side by side.
 // Run: python -m pelib.stage sm90/11a_two_groups_queued
 #include "common/types.cuh"
 #include "common/export.cuh"

@@ -58,6 +58,8 @@ def b200_calibration(hopper: _cal.Calibration) -> _cal.Calibration:
     """The B200's calibration: PUBLIC constants, the one fitted clock, the rest transferred from `hopper`."""
     consts = {}
     for name, c in hopper.constants.items():
+        if name.startswith("clock_ghz."):      # a Hopper launch's clock is no B200 regime: the fitted one below
+            continue
         consts[name] = {"value": c["value"], "unit": c.get("unit", ""), "kind": "transferred" if c["kind"] != "provisional"
                         else "provisional",
                         "source": f"transferred from the {hopper.chip} calibration ({hopper.path or hopper.device}): "

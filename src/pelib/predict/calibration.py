@@ -47,6 +47,9 @@ REQUIRED = {
 }
 
 
+# Optional (1.0 where absent): the tensor pipe's service beside another warpgroup's epilogue over its service alone.
+OPTIONAL = {"tensor.beside_epilogue": "ratio", "clock_ghz.launch06": "GHz"}
+
 # The DRAM latency formula's constants: required where the calibration has no measured TMA latency curves.
 FORMULA = {"dram.latency_idle_ns": "ns", "dram.queue_factor": "1", "dram.scatter_penalty_ns": "ns"}
 
@@ -116,6 +119,8 @@ class Calibration:
                "constants": {k: dict(v) for k, v in self.constants.items()}}
         if self.curves:
             out["curves"] = {k: [dict(p) for p in v] for k, v in self.curves.items()}
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
 
@@ -157,7 +162,7 @@ def from_json(doc: dict, path: str = "") -> Calibration:
         raise CalibrationError("the calibration is not usable:\n  " + "\n  ".join(bad))
     return Calibration(doc["chip"], doc["device"], str(doc.get("date", "")), bool(doc.get("provisional")),
                        str(doc.get("protocol", "")), {k: dict(v) for k, v in doc["constants"].items()}, path,
-                       curves={k: list(v) for k, v in (doc.get("curves") or {}).items()})
+                       list(doc.get("notes") or []), {k: list(v) for k, v in (doc.get("curves") or {}).items()})
 
 
 def load(which: str | Path) -> Calibration:

@@ -67,6 +67,18 @@ def measured_entries(doc: dict) -> dict:
     return out
 
 
+def merged(docs: list[dict]) -> dict:
+    """One measurement from several runs of the same chip (a rerun of entries the first run could not clock):
+    the first document, with the later ones' entries after its own (measured_entries keeps the first verified
+    entry of each build) and their file names in 'merged_from'."""
+    if len(docs) == 1:
+        return docs[0]
+    out = dict(docs[0])
+    out["entries"] = [e for d in docs for e in d.get("entries", [])]
+    out["merged_from"] = [d.get("env", {}).get("git_rev") or d.get("schema", "?") for d in docs]
+    return out
+
+
 def _clock(entry: dict, doc: dict):
     for k in CLOCK_KEYS:
         if isinstance(entry.get(k), (int, float)):
@@ -151,6 +163,7 @@ def phases_06(pred: dict, meas: dict) -> dict | None:
         for e in meas.get("entries", []) if isinstance(meas.get("entries"), list) else []:
             if stage_of(e) == "sm90/06_permuted_b" and _defkey(e.get("defines")) == "PE_WAIT_KIND=2" and e.get("phases"):
                 rec = e["phases"].get("every_tile", e["phases"])
+                rec = rec.get("phases", rec)        # pelib.hopper_perf.clock_stats: {"phases": {name: {"avg", ..}}, ..}
     p = next((x for x in pred.get("predictions", []) if x["stage"] == "sm90/06_permuted_b" and x.get("timing_phases")),
              None)
     if not rec or p is None:

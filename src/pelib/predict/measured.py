@@ -30,6 +30,33 @@ def _clk(doc: dict, name: str):
     return None if c is None else c.get("clock_ghz")
 
 
+def _launches_of(doc: dict, name: str) -> int:
+    """How many launches the probe record behind a measured constant timed (0 where unknown)."""
+    c = (doc.get("constants") or {}).get(name) or {}
+    for r in doc.get("launches") or []:
+        if r.get("index") == c.get("launch"):
+            return int(r.get("launches") or 0)
+    return 0
+
+
+def rejected(doc: dict) -> dict:
+    """{measured constant: why the model does not take it}: values no hardware rate allows, or a probe that timed
+    what the model's constant is not."""
+    v = lambda n: _v(doc, n)           # noqa: E731
+    out = {}
+    beside, alone = v("wgmma.m64n256k32.cycles_beside_epilogue"), v("wgmma.m64n256k32.sm_cycles_per_wgmma")
+    if beside and alone and beside / alone < 1.0:
+        out["wgmma.m64n256k32.cycles_beside_epilogue"] = (
+            f"{beside:.4g} cycles per wgmma m64n256k32 beside the epilogue, {alone / beside:.3g}x faster than the pipe "
+            f"alone ({alone:.4g}): no rate of the tensor pipe; tensor.beside_epilogue is fitted on sm90/06 instead")
+    if v("launch.overhead_us") is not None and _launches_of(doc, "launch.overhead_us") < 2:
+        out["launch.overhead_us"] = (
+            f"{v('launch.overhead_us'):.4g} us from one launch, the probe module's first, with no warm-up: its events "
+            "bracket the host's first-launch work, which the timed stages (warmed up, each launch queued behind an L2 "
+            "flush) never see; launch.overhead_us is fitted on sm90/06 instead")
+    return out
+
+
 def _derive(doc: dict) -> dict:
     """{model constant: (value, source)} from the measured document; absent inputs give no entry."""
     v = lambda n: _v(doc, n)           # noqa: E731
@@ -73,12 +100,30 @@ def _derive(doc: dict) -> dict:
         if sc is not None:
             put("dram.scatter_penalty_ns", max(0.0, sc - un) / ck, "(tma.load.latency_cycles.scattered - .unloaded) "
                 "/ its clock, at no load (the curves give it under load)")
-    alone, nost = v("epilogue.tile_cycles.alone"), v("epilogue.tile_cycles.no_store")
-    if alone is not None and nost is not None and alone > nost:
-        put("store.bytes_per_clk_sm", 64 * 256 * 2 / (alone - nost),
-            "32 KiB / (epilogue.tile_cycles.alone - .no_store): one SM's store drain rate")
-        put("store.drain_cycles", 0.0, "no slack: with the drain rate above, a warp that waits for its stores "
-            "reproduces the epilogue probe's store cost (alone - no_store)")
+    # one SM's store path: the epilogue probe on one row group's 3 SMs (its stores meet no other SM's traffic);
+    # the probe on every SM measures the chip's write bandwidth shared by 132 SMs instead (132 x 32 KiB per
+    # 2,405 cycles at 1.98 GHz is 3.6 TB/s, dram.write_gbps), which the shared DRAM server already carries
+    few, nost = v("epilogue.tile_cycles.alone_3sms"), v("epilogue.tile_cycles.no_store")
+    if few is not None and nost is not None and few > nost:
+        put("store.bytes_per_clk_sm", 64 * 256 * 2 / (few - nost),
+            "32 KiB / (epilogue.tile_cycles.alone_3sms - .no_store): one SM's store rate, no other SM storing")
+    if nost is not None:
+        put("store.drain_cycles", 0.0, "no slack: the epilogue probe's stores cost (alone - no_store) in the storing "
+            "warp's own time, so a warp waits for its stores' drain at its SM's store rate")
+    # the pipe beside an epilogue over the pipe alone; a ratio below 1 is no rate (one m64n256k32 is 128 cycles of
+    # the pipe at its dense rate, NVIDIA H100 Tensor Core GPU Architecture, FP8 table): the probe's chain then timed
+    # something else, and the constant is left to the fit on sm90/06 (REJECTED says why)
+    beside, alone = v("wgmma.m64n256k32.cycles_beside_epilogue"), v("wgmma.m64n256k32.sm_cycles_per_wgmma")
+    if beside and alone and beside / alone >= 1.0:
+        put("tensor.beside_epilogue", beside / alone, "wgmma.m64n256k32.cycles_beside_epilogue / .sm_cycles_per_wgmma "
+            "(the tensor pipe beside an epilogue without stores over the pipe alone)")
+    put("tma.bytes_per_clk_sm", v("tma.load.bytes_per_clk_sm"), "tma.load.bytes_per_clk_sm (bursts of 8-KiB boxes on "
+        "one barrier, one SM, L2-resident: 8 KiB over the slope of a burst's cycles on its boxes)")
+    put("cta.launch_cycles", v("cta.relaunch_cycles"), "cta.relaunch_cycles (the launch probe: a CTA's start after "
+        "the previous CTA on its SM exited)")
+    if _launches_of(doc, "launch.overhead_us") >= 2:
+        put("launch.overhead_us", v("launch.overhead_us"), "launch.overhead_us (the launch probe: event time less the "
+            "CTAs' span, one wave)")
     put("ldg.latency_cycles", v("l2.latency_cycles.unloaded"), "l2.latency_cycles.unloaded")
     put("tma.issue_cycles", v("tma.store.issue_cycles"), "tma.store.issue_cycles (a TMA store's issue: the same "
         "cp.async.bulk.tensor path as a load's)")
@@ -150,6 +195,9 @@ def from_measured(doc: dict, path: str, base: _cal.Calibration) -> _cal.Calibrat
     left = sorted(n for n, c in consts.items() if c.get("kind") == "provisional")
     out = _cal.Calibration(base.chip, str(env.get("device") or base.device), str(env.get("date") or "")[:10],
                            bool(left), "", consts, path, curves=cv)
+    rej = rejected(doc)
+    if rej:
+        out.notes.append({"rejected": rej})
     out.protocol = ("Constants from the measured calibration " + path + " (pelib.calibrate), the constants of kind "
                     "'fitted' fitted on sm90/06's record only (pelib.predict.fit)" +
                     (f"; still provisional: {', '.join(left)}" if left else ""))

@@ -14,7 +14,9 @@ How the full problem is reached in seconds (the extrapolation):
   3. The replay's tensor-pipe completions settle to a constant period per tile after the first tiles
      (the ring filled, the two warpgroups in step); the period is measured over the second half of the
      replayed tiles, and the full CTA's time is the replay's end plus (its full tile count - the
-     replayed tiles) periods. A non-persistent grid runs ceil(CTAs / SMs) waves of one CTA's replay.
+     replayed tiles) periods. A non-persistent grid holds `resident` CTAs on each SM at once (registers,
+     shared memory, threads: resident_ctas); those CTAs are replayed together on one SM's resources, and the
+     grid runs ceil(CTAs / (SMs x resident)) waves of that replay.
   4. The DRAM utilisation that sets the loaded latency is the problem's minimum bytes over the
      predicted time (at the named clock) over the calibrated bandwidth; it is iterated to a fixed point.
 Cycles depend on the clock only through the memory latencies given in ns; ms = cycles / clock.
@@ -218,6 +220,38 @@ class Setup:
     sms: int
     umma: tuple = (0, 0, 0, False)      # (M per SM, N, K) of one tcgen05.mma and whether it is block-scaled FP4
     k_ratio: float = 1.0                # the full problem's K over the simulated one's
+    resident: int = 1                   # CTAs of a non-persistent grid on one SM at once (replayed together)
+
+    def sm_of(self) -> dict:
+        """The replayed CTAs that share one SM (all of them where `resident` > 1; none otherwise)."""
+        return {c: 0 for c in self.ctas} if self.resident > 1 else {}
+
+
+# The SM's resident limits on Hopper (NVIDIA Hopper Tuning Guide, "Occupancy" and "Increased shared memory
+# capacity": 64K 32-bit registers, at most 32 thread blocks and 64 warps per SM, 228 KB of shared memory per SM;
+# CUDA C++ Programming Guide, "Technical Specifications per Compute Capability" (9.0) and
+# cudaDevAttrReservedSharedMemoryPerBlock: 1 KB of shared memory reserved per block; registers allocated per
+# warp in units of 256, as the CUDA Occupancy Calculator does). B200 (10.0) has the same limits.
+SM_REGISTERS = 65536
+SM_WARPS = 64
+SM_BLOCKS = 32
+SM_SMEM = 228 * 1024
+SMEM_RESERVED = 1024
+REG_UNIT = 256
+
+
+def resident_ctas(registers: int, threads: int, smem: int) -> int:
+    """How many CTAs of a kernel (registers per thread, threads per CTA, shared memory bytes per CTA) one SM
+    holds at once: the smallest of the register, warp, block and shared-memory limits (at least 1)."""
+    if registers <= 0 or threads <= 0 or smem < 0:
+        raise PredictError(f"resident_ctas: registers={registers}, threads={threads}, smem={smem}: give the "
+                           "compiled registers per thread, the threads per CTA and the shared memory per CTA")
+    warps = -(-threads // 32)
+    per_warp = -(-registers * 32 // REG_UNIT) * REG_UNIT
+    by_regs = SM_REGISTERS // (per_warp * warps)
+    by_warps = SM_WARPS // warps
+    by_smem = SM_SMEM // (smem + SMEM_RESERVED)
+    return max(1, min(by_regs, by_warps, by_smem, SM_BLOCKS))
 
 
 def _without_timing(stage):
@@ -250,10 +284,17 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
     persistent = cfg.grid_kind != 0
     cx = ex.cluster_x
     n_full = max(len(s) for s in sched) if persistent else 1
+    resident = 1
+    # co-residency is modelled for Hopper's non-persistent, cluster-less grids; a Blackwell CTA's TMEM allocation
+    # limits it too (not counted here), and a cluster's CTAs spread over SMs: both stay one CTA per SM
+    if not persistent and cx == 1 and str(plain.arch).startswith("sm_90"):
+        f = plain.facts_row()
+        resident = min(resident_ctas(int(f["registers"]), int(f["threads"]), int(f["smem (B)"])), len(g.ctas))
+        ctas = set(sorted(g.ctas)[:resident])
     n_sim = max(len(sim_sched[c // cx if cfg.grid_kind == 1 else c]) for c in ctas) if persistent else 1
-    waves = 1 if persistent else math.ceil(cfg.ctas / (sms // cx * cx))
+    waves = 1 if persistent else math.ceil(cfg.ctas / (sms // cx * cx * resident))
     return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms,
-                 umma_shape(sass, ex), full.k / sprob.k)
+                 umma_shape(sass, ex), full.k / sprob.k, resident)
 
 
 def umma_shape(sass, ex) -> tuple:
@@ -301,7 +342,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     for it in range(1, MAX_ITER + 1):
         mem = MemoryState(util, loc, clock_ghz, share, su.sms)
         runs = [Replay(g, cal, mem, ctas=ctas, streamed_bytes={su.a_box}, umma_cycles=umma_cycles(su, cal),
-                       seed=sd).run() for sd in range(SEEDS)]
+                       seed=sd, sm_of=su.sm_of()).run() for sd in range(SEEDS)]
         res = runs[0]
         per_tile, end, more_k = (float(np.mean(v)) for v in zip(*(_period(r, ctas, su.n_sim, su.k_ratio) for r in runs)))
         body = (end + more_k + (su.n_full - su.n_sim) * per_tile if persistent
@@ -332,8 +373,10 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
                     f"{cal['dram.bandwidth_gbps']:,.0f} GB/s is longer than the replay); within the SM: {sentence}")
     cx = ex.cluster_x
     assumptions = list(g.assumptions) + [
-        f"one representative {'cluster' if cx > 1 else 'CTA'} replayed ({len(ctas)} CTA), {su.n_sim} of its tiles "
-        f"simulated, extrapolated to {su.n_full} at the steady period",
+        (f"{su.resident} co-resident CTAs replayed together on one SM's resources (registers, shared memory and "
+         f"threads allow {su.resident}), {su.waves:,} waves of them" if su.resident > 1 else
+         f"one representative {'cluster' if cx > 1 else 'CTA'} replayed ({len(ctas)} CTA), {su.n_sim} of its tiles "
+         f"simulated, extrapolated to {su.n_full} at the steady period"),
         "loops with no event inside are walked zero times in the SASS between events",
         f"the full grid: {cfg.describe()}",
     ]
@@ -400,8 +443,11 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
     """The replayed CTA's per-role phases as a pelib.timing.Timing (one CTA; cycles of the replay): the
     producer's producer_wait (summed waits for a free slot) and tma_issue (its tile); a consumer's
     epi_wait (its wait for the other warpgroup's turn), tma_wait (summed waits for TMA data), kloop (turn
-    to its last wgmma.wait_group), epi_phase1 (then to the end of its tile) and tile; tiles are cut at
-    each warp's outermost loop back edge, as a TIMING build's records are taken once per loop pass."""
+    to its last wgmma.wait_group), epi_phase1 (then to the end of its tile) and tile; on sm_100 the MMA
+    warp's tma_wait (its tile's first TMA wait), epi_wait (its accumulator waits) and kloop (the rest), an
+    epilogue warp's acc_wait, epi_phase1 (to its last TMEM load) and epi_phase2; tiles are cut at each
+    warp's outermost loop back edge, as a TIMING build's records are taken once per loop pass (a grid of
+    one tile per CTA: each warp's whole run)."""
     names = _timing.phases()
     pid = {v: k for k, v in names.items()}
     c = min(ctas)
@@ -409,9 +455,13 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
     if not warps:
         return None
     roles = _roles(g, c)
+    one_tile = not int(stage.exports.get("grid_kind", 1) or 0)     # a grid of one tile per CTA (cluster)
     cuts = {}
     for w in warps:
         marks = res.warps[(c, w)].marks
+        if roles.get(w) in ("mma", "epilogue") and one_tile and res.warps[(c, w)].log:
+            cuts[w] = [res.warps[(c, w)].log[-1].t1]      # its one tile: the warp's whole run
+            continue
         if not marks:
             continue
         outer = max({m[1] for m in marks}, key=lambda lp: lp[1] - lp[0])
@@ -441,6 +491,25 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
             if role == "producer":
                 put("producer_wait", t0, t0 + sum(b - a for a, b, _ in mine))
                 put("tma_issue", t0, t1)
+            elif role == "mma":
+                # the tcgen05 MMA warp, in the lab's clock64 terms (W1): the wait for the tile's first TMA
+                # data (tma0_wait), the waits for a free accumulator (epi_wait), the K loop the rest
+                data = [x for x in mine if x[2] == "tma"]
+                acc = sum(b - a for a, b, k in mine if k != "tma")
+                tma0 = (data[0][1] - data[0][0]) if data else 0.0
+                put("tma_wait", t0, t0 + tma0)
+                put("epi_wait", t0, t0 + acc)
+                put("kloop", t0, t1 - tma0 - acc)
+            elif role == "epilogue":
+                # an epilogue warp (the lab's W3): its wait for the accumulator (acc_wait, the lab's ml_wait),
+                # then to its last tcgen05.ld's completion (epi_phase1: TMEM loads, math, staging), the rest
+                # (epi_phase2: the copy out)
+                a0 = mine[0][1] if mine else t0
+                lds = [x.t1 for x in ww.log if x.cat == "tmem" and t0 <= x.t1 <= t1]
+                k1 = max(lds) if lds else a0
+                put("acc_wait", t0, t0 + (mine[0][1] - mine[0][0] if mine else 0.0))
+                put("epi_phase1", a0, k1)
+                put("epi_phase2", k1, t1)
             else:
                 turn = [x for x in mine if x[2] == "turn"]
                 data = [x for x in mine if x[2] == "tma"]
@@ -489,9 +558,13 @@ def _roles(g, cta) -> dict:
         if c != cta:
             continue
         kinds = {g.nodes[i].kind for i in ids}
-        mma = any(it[0] == "mma" for i in ids for it in (g.nodes[i].seg.program if g.nodes[i].seg else ()))
-        if mma:
+        prog = {it[0] for i in ids for it in (g.nodes[i].seg.program if g.nodes[i].seg else ())}
+        if "mma" in prog:
             out[w] = "consumer"
+        elif "umma" in prog:           # sm_100: the warp that issues tcgen05.mma
+            out[w] = "mma"
+        elif "tmem_ld" in prog:        # sm_100: a warp that drains the accumulator from TMEM
+            out[w] = "epilogue"
         elif "tma_load" in kinds:
             out[w] = "producer"
     return out

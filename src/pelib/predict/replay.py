@@ -4,7 +4,8 @@ them, on the resources of its SM and the memory state every SM shares.
     r = Replay(graph, cal, MemoryState(...), ctas={0}).run()
     r.end, r.node_times[idx], r.op_done[(cta, wg)], r.critical_path()
 
-Per SM (a CTA is one SM: every stage here holds one CTA per SM at a time):
+Per SM (a CTA is one SM unless `sm_of` puts several co-resident CTAs of a non-persistent grid on one SM:
+they then share its schedulers, tensor pipe, store path and TMA unit):
   - four issue schedulers, warp w on scheduler w % 4 (NVIDIA Hopper architecture whitepaper: four
     SM sub-partitions, each with its own warp scheduler); a run of instructions takes the sum of their
     stall counts alone (the compiler's fixed delays, sass_paths.stall) and shares the scheduler's
@@ -78,8 +79,10 @@ class ReplayResult:
 
 
 class Replay:
-    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None, umma_cycles: float = 0.0, seed: int = 0):
+    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None, umma_cycles: float = 0.0, seed: int = 0,
+                 sm_of: dict | None = None):
         self.g, self.cal, self.mem = graph, cal, mem
+        self.sm_of = dict(sm_of or {})         # cta -> the SM it shares with other replayed CTAs (default: its own)
         self.ctas = set(ctas) if ctas is not None else set(graph.ctas)
         self.streamed = streamed_bytes          # TMA loads of these sizes are the streamed operand (A)
         self.umma_cycles = umma_cycles          # one tcgen05.mma's service on its SM's tensor pipe
@@ -115,6 +118,13 @@ class Replay:
             if any(it[0] == "mma" for i in w.ids for it in (graph.nodes[i].seg.program if graph.nodes[i].seg else ())):
                 self.mma_warps[(k[0], k[1] // 4)].add(k)
         self.ops = defaultdict(list)            # (cta, wg) -> [issue, start, done, last]
+        # a warpgroup's epilogue: from its wait_group 0 to its next wait (or MMA). The tensor pipe serves another
+        # warpgroup's wgmma tensor.beside_epilogue times slower meanwhile: the epilogue's loads, stores and
+        # arithmetic share the SM sub-partitions' register files and the L1 data path with the wgmma operands
+        # (pelib.calibrate's epilogue probe times a wgmma chain beside it)
+        self.epi_since = {wg: None for wg in self.mma_warps}
+        self.epi_until = {wg: None for wg in self.mma_warps}
+        self.beside = float(cal.get("tensor.beside_epilogue", 1.0) or 1.0)
         self.op_arrived = defaultdict(lambda: defaultdict(set))
         self.op_reach = defaultdict(lambda: defaultdict(float))
         self.group_end = defaultdict(dict)      # (cta, wg) -> {group: last op index}
@@ -126,6 +136,10 @@ class Replay:
         self.rng = random.Random(seed)          # the loads' latencies (MemoryState.tma_draw): seeded, reproducible
 
     # ---- resources -----------------------------------------------------------------------------------
+    def _sm(self, cta: int) -> int:
+        """The SM whose resources CTA `cta` uses (co-resident CTAs share one; sm_of names them)."""
+        return self.sm_of.get(cta, cta)
+
     def issue(self, key: tuple, t: float, n: float, cycles: float | None = None) -> float:
         """n instructions of warp `key` from time t on its scheduler: alone they take `cycles` (the sum of
         their stall counts, sass_paths.stall; one cycle each where not given), within the scheduler's free
@@ -133,7 +147,7 @@ class Replay:
         cycles = float(n) if cycles is None else float(cycles)
         if n <= 0:
             return t + max(0.0, cycles)
-        used = self.used[(key[0], key[1] % 4)]
+        used = self.used[(self._sm(key[0]), key[1] % 4)]
         rate = n / max(cycles, float(n))
         left, time = float(n), t
         while left > 1e-9:
@@ -218,8 +232,8 @@ class Replay:
             w.t = self.issue(w.key, w.t, 1)
             nbytes = it[1] * LANES
             cta = w.key[0]
-            start = max(w.t, self.store_free[cta])
-            self.store_free[cta] = start + nbytes / self.store_bpc
+            start = max(w.t, self.store_free[self._sm(cta)])
+            self.store_free[self._sm(cta)] = start + nbytes / self.store_bpc
             self.store_bytes[cta] += nbytes
             stall = start - w.t - self.cal["store.drain_cycles"]
             self._log(w, t0, w.t, "issue")
@@ -247,8 +261,8 @@ class Replay:
             self._log(w, t0, w.t, "issue")
             wg = (w.key[0], w.key[1] // 4)
             cta = wg[0]
-            start = max(w.t, self.pipe_free[cta])
-            self.pipe_free[cta] = start + self.umma_cycles
+            start = max(w.t, self.pipe_free[self._sm(cta)])
+            self.pipe_free[self._sm(cta)] = start + self.umma_cycles
             self.pipe_busy[cta] += self.umma_cycles
             self.ops[wg].append([w.t, start, start + self.umma_cycles + self.cal.get("umma.tail_cycles", 0.0),
                                  w.key])
@@ -273,6 +287,8 @@ class Replay:
             t1 = self.issue(w.key, w.t, 1)
             self._log(w, w.t, t1, "issue")
             w.t = t1
+            if it[1] == 0 and wg in self.epi_since:        # wait_group 0: the warpgroup leaves its K loop
+                self.epi_since[wg], self.epi_until[wg] = t1, None
         elif kind == "back":
             w.marks.append((w.t, it[1]))
         return True
@@ -282,9 +298,14 @@ class Replay:
         cta = wg[0]
         ops = self.ops[wg]            # ops issue in order per warpgroup (PTX ISA 9.7.15.5): op j - 1 is out
         t_issue = self.op_reach[wg][j]
-        start = max(t_issue, self.pipe_free[cta])
+        start = max(t_issue, self.pipe_free[self._sm(cta)])
         service = 2.0 * m * n * k / self.cal["tensor.flop_per_clk_sm"]
-        self.pipe_free[cta] = start + service
+        self.epi_since[wg], self.epi_until[wg] = None, None
+        if self.beside > 1.0 and any(o != wg and self._sm(o[0]) == self._sm(cta) and self.epi_since.get(o) is not None and
+                                     self.epi_since[o] <= start and (self.epi_until.get(o) is None or
+                                                                     self.epi_until[o] > start) for o in self.epi_since):
+            service *= self.beside
+        self.pipe_free[self._sm(cta)] = start + service
         self.pipe_busy[cta] += service
         done = start + service + self.cal["wgmma.tail_cycles"]
         ops.append([t_issue, start, done, last])
@@ -296,6 +317,9 @@ class Replay:
         t0 = w.t
         if kind in ("wait_begin", "exit", "phase_begin", "phase_end"):    # marks cost nothing
             self.node_times[node.idx] = (t0, t0)
+            wg = (w.key[0], w.key[1] // 4)
+            if kind == "wait_begin" and self.epi_since.get(wg) is not None and self.epi_until.get(wg) is None:
+                self.epi_until[wg] = t0                     # its epilogue is over: it waits (for its turn)
             return True
         if kind == "wait_end":
             key = node.phase
@@ -327,8 +351,8 @@ class Replay:
             self.load_bytes[node.cta] += nbytes
             # the SM's TMA unit moves the box's bytes at tma.bytes_per_clk_sm, one box after another: a box
             # issued while the unit is busy starts when it is free (its latency runs from there)
-            start = max(w.t, self.tma_free[node.cta])
-            self.tma_free[node.cta] = start + nbytes / self.cal["tma.bytes_per_clk_sm"]
+            start = max(w.t, self.tma_free[self._sm(node.cta)])
+            self.tma_free[self._sm(node.cta)] = start + nbytes / self.cal["tma.bytes_per_clk_sm"]
             for land in self.landings.get(node.idx, []):
                 self._push(start + lat, ("land", land))
             return True

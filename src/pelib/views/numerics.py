@@ -2,7 +2,9 @@
 
     numerics.rule_table()          the block-FMA rule, step by step, with the probe classes that pinned each step
     numerics.probe_table()         each model's mismatches over the committed probe outputs (measured)
-    numerics.random_proof_table()  every sm90 stage on random inputs: the committed GPU bytes against the simulator
+    numerics.random_proof_table()  each committed GPU run: random inputs and full problems, against the simulator
+    numerics.stage_proof_table()   every sm90 stage on random inputs, per device: measured, and simulated beside it
+    numerics.b200_prediction_table()  Blackwell's MMA arithmetic: predicted, and the probe that settles it
     numerics.window_figure()       the alignment window on one real k32 block of the committed probe
     numerics.predicted_fraction()  how many outputs the rule leaves off the correctly rounded value (modelled)
 """
@@ -14,7 +16,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .. import blockfma as F, evidence, results, tcprobe
+from .. import blockfma as F, evidence, results, sim_proof, tcprobe, tcprobe_sm100
 from ..facts import Table
 from ..paths import ROOT
 
@@ -75,39 +77,122 @@ def probe_table() -> Table:
                        "pelib.tcvectors (directed, 1M+ random, chains of 2-8 instructions, N = 128/192/256, E5M2)")
 
 
-def random_proof_table(simulate: bool = True) -> Table:
-    """One row per committed GPU run of `python -m pelib.numerics_proof` (measured), and the simulator's own
-    stage 06 on the same inputs against the rule on the global operands (simulated)."""
-    rows, notes = [], []
-    for p in results.files("numerics.json"):
-        doc = json.loads(p.read_text())
-        jobs = doc["random"]["jobs"]
-        done = [r for r in jobs.values() if r["outcome"]["kind"] == "finished"]
-        rand = [r for r in done if r["job"] == "random"]
-        s = doc["summary"]
-        full = {k: v for k, v in s["stage_vs_emulator"].items() if k.endswith(":siglip2")}
-        rows.append({"evidence": _measured(doc), "file": str(p.relative_to(ROOT)),
-                     "stages x random inputs": len(rand), "outputs": sum(r["outcome"]["outputs"] for r in rand),
-                     "off the correctly rounded value": sum(r["outcome"]["differ_from_reference"] for r in rand),
-                     "siglip2 outputs compared on the device": 712_900_608 * len(full),
-                     "siglip2 stage != emulation kernel": sum(full.values())})
-    if not rows:
-        notes.append("no GPU run committed yet: `PYTHONPATH=src python3 -m pelib.numerics_proof --out DIR` on an "
-                     "H100 / H200 writes DIR/numerics.json; tests/test_sim_random_proof.py then compares every "
-                     "stage's simulated bytes with it")
-    if simulate:
-        from .. import numerics_proof as N, sim_proof as P   # the simulator only where a cell asks for it
-        r = P.run_random({"job": "random", "stage": "sm90/06_permuted_b"}, "sim", None)
-        s = P.Stage("sm90/06_permuted_b")
-        prob = s.problem(P.PROBLEM)
-        model = N.model_rows(s.inputs(prob, P.SEED, "sim"), prob, np.arange(prob.m), False, cxx=True)
-        rows.append({"evidence": evidence.label("simulated", "pelib.sim, sm90/06 on the `sim` problem, seed 0"),
-                     "file": "(live)", "stages x random inputs": 1, "outputs": r["outcome"]["outputs"],
-                     "off the correctly rounded value": r["outcome"]["differ_from_reference"],
-                     "simulated != the rule on the global operands": int(r["outcome"]["sha256"] != P.sha256(model))})
-    return Table(rows, "The simulator's data path on random inputs: the committed GPU runs (measured) and the "
-                       "simulator live (simulated); tests/test_sim_random_proof.py checks every sm90 stage",
-                 notes=notes)
+def proof_runs(root: Path | None = None) -> list[tuple[Path, dict]]:
+    """Every committed GPU run of `python -m pelib.numerics_proof` (results/*/numerics.json), oldest first."""
+    from .. import numerics_proof   # its summary's file name (it loads the launch path)
+    return [(p, json.loads(p.read_text())) for p in results.files(numerics_proof.SUMMARY, root)]
+
+
+def _rel(path: Path, root: Path | None) -> str:
+    """The file as the repository names it (results/<run>/numerics.json)."""
+    return str(path.relative_to((Path(root) if root else ROOT / "results").parent))
+
+
+def _chip(path: Path) -> str:
+    return results.chip(path.parent).upper()
+
+
+def simulated_differ(path: Path, doc: dict, sims: dict) -> dict:
+    """{job name: outputs where the simulator's bits differ from the committed GPU bits}; None for a job the
+    simulator did not finish."""
+    out = {}
+    for name in doc["random"]["jobs"]:
+        rec, bits = sims[name]
+        out[name] = None if bits is None else int((bits != sim_proof.random_bits(doc, path, name).reshape(-1)).sum())
+    return out
+
+
+def _simulated(runs, simulate: bool, sims: dict | None = None) -> dict:
+    """The simulator's (record, bits) of every job any committed run holds (cached by pelib.sim_proof); `sims`
+    given: those."""
+    if sims is not None:
+        return sims
+    if not simulate or not runs:
+        return {}
+    names = dict.fromkeys(n for _, d in runs for n in d["random"]["jobs"])
+    todo = [{"job": n.split(":", 1)[0], "stage": n.split(":", 1)[1]} for n in names]
+    return sim_proof.simulate_random_all(todo)
+
+
+def _sum_or_dash(xs):
+    xs = list(xs)
+    return "—" if not xs or any(x is None for x in xs) else sum(xs)
+
+
+def random_proof_table(root: Path | None = None, simulate: bool = True, sims: dict | None = None) -> Table:
+    """One row per committed GPU run of `python -m pelib.numerics_proof` (measured): its random-input jobs, how
+    many outputs the simulator prints differently (simulated, every job run here), and the full outputs the
+    run compared on the device with the emulation kernel of the rule."""
+    runs = proof_runs(root)
+    sims = _simulated(runs, simulate, sims)
+    rows = []
+    for p, doc in runs:
+        jobs = doc["random"]["jobs"].values()
+        em = doc["emulator"].values()
+        row = {"evidence": _measured(doc), "file": _rel(p, root),
+               "sm90 stages": sum(r["job"] == "random" for r in jobs),
+               "with NaN, Inf": sum(r["job"] == "specials" for r in jobs),
+               "outputs": sum(r["outcome"].get("outputs", 0) for r in jobs),
+               "off the correctly rounded value": sum(r["outcome"].get("differ_from_reference", 0) for r in jobs)}
+        if sims:
+            row["simulated ≠ measured"] = _sum_or_dash(simulated_differ(p, doc, sims).values())
+        row["full outputs compared on the device"] = sum(r["stage_vs_emulator"]["outputs"] for r in em)
+        row["stage ≠ emulation kernel"] = sum(r["stage_vs_emulator"]["differ"] for r in em)
+        row["emulation kernel ≠ pelib.blockfma"] = sum(r["emulator_vs_cpu_model"]["differ"] for r in em
+                                                       if "emulator_vs_cpu_model" in r)
+        rows.append(row)
+    notes = [] if rows else [
+        "no GPU run committed yet: `PYTHONPATH=src python3 -m pelib.numerics_proof --out DIR` on an H100 / H200 "
+        "writes DIR/numerics.json; tests/test_sim_random_proof.py then compares every stage's simulated bytes with it"]
+    sim_kind = "; simulated ≠ measured: " + evidence.label("simulated", "pelib.sim, every job here") if sims else ""
+    return Table(rows, "The tensor core's rule on the stages themselves: every sm90 stage on random inputs and "
+                       f"full problems on the device ({', '.join(r['evidence'] for r in rows) or 'measured'}"
+                       f"{sim_kind}); tests/test_sim_random_proof.py asserts the same", notes=notes)
+
+
+def stage_proof_table(root: Path | None = None, simulate: bool = True, sims: dict | None = None) -> Table:
+    """Every random-input job of the committed GPU runs, one row per stage (measured: outputs, the tensor
+    core's distance from the correctly rounded value, NaN and Inf written; simulated: outputs whose bits the
+    simulator prints differently, per device)."""
+    runs = proof_runs(root)
+    sims = _simulated(runs, simulate, sims)
+    diffs = {p: simulated_differ(p, d, sims) for p, d in runs} if sims else {}
+    rows = {}
+    for p, doc in runs:
+        chip = _chip(p)
+        for name, r in doc["random"]["jobs"].items():
+            o = r["outcome"]
+            bits = sim_proof.random_bits(doc, p, name)
+            row = rows.setdefault(name, {"stage": r["stage"].split("/", 1)[1],
+                                         "inputs": "random" if r["job"] == "random" else "random, NaN and Inf planted",
+                                         "outputs": o.get("outputs", "—")})
+            row[f"off the correctly rounded value, {chip}"] = o.get("differ_from_reference", "—")
+            row[f"NaN / Inf written, {chip}"] = f"{o.get('nan_outputs', 0)} / {int(((bits & 0x7FFF) == 0x7F80).sum())}"
+            if sims:
+                d = diffs[p][name]
+                row[f"simulated ≠ {chip}"] = "—" if d is None else d
+    kinds = "; ".join(_measured(d) for _, d in runs) or "measured"
+    sim_kind = f"; simulated ≠: {evidence.label('simulated', 'pelib.sim, the same inputs')}" if sims else ""
+    return Table(list(rows.values()), f"Each sm90 stage on the `sim` problem with the project's random inputs, "
+                                      f"seed 0 ({kinds}{sim_kind})",
+                 notes=[] if rows else ["no GPU run committed yet (python -m pelib.numerics_proof)"])
+
+
+def b200_prediction_table() -> Table:
+    """Blackwell's tcgen05.mma arithmetic as the simulator computes it: predicted, each parameter of pelib.blockfma,
+    and the models the B200 probe scores beside it."""
+    rows = []
+    for kind, model, alts in (("kind::f8f6f4 (FP8)", F.B200_F8F6F4, tcprobe_sm100.F8_MODELS),
+                              ("kind::mxf4nvf4 (NVFP4)", F.B200_MXF4NVF4, tcprobe_sm100.MXF4_MODELS)):
+        rows.append({"tcgen05.mma": kind, "predicted model": model.name,
+                     "fraction bits below R": model.frac_bits, "products per alignment": model.k,
+                     "terms cut": model.trunc.replace("_", " "),
+                     "result": f"FP32, {'toward zero' if model.out_round == 'rz' else 'to nearest'}",
+                     "from": model.source.removeprefix("predicted: "),
+                     "also scored by the probe": ", ".join(m.name for m in alts if m is not model)})
+    return Table(rows, f"{evidence.label('predicted', 'unverified on a B200')}: the rule the simulator runs for "
+                       f"Blackwell's MMA; `python -m pelib.tcprobe_sm100 collect --out DIR` on a B200 settles it "
+                       "(tcprobe_sm100.json: mismatches per model and vector class)")
 
 
 def predicted_fraction(rows: int = 192) -> Table:

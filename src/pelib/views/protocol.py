@@ -25,7 +25,8 @@ KIND_STYLE = {   # an instant's kind -> (marker, colour, legend text)
     "tma_load": ("v", "#2e86c1", "TMA load issued"), "tma_load_done": ("^", "#85c1e9", "TMA load landed"),
     "mma": ("s", "#c0392b", "MMA issued"), "commit": ("D", "#7d3c98", "tcgen05.commit"),
     "mma_done": ("d", "#d7bde2", "MMA complete"), "tmem_ld": ("o", "#27ae60", "tcgen05.ld (TMEM read)"),
-    "tmem_cp": ("o", "#a9dfbf", "tcgen05.cp"), "arrive": ("|", "#34495e", "mbarrier arrive"),
+    "tmem_cp": ("o", "#a9dfbf", "tcgen05.cp"), "tmem_st": ("o", "#1e8449", "tcgen05.st (TMEM write)"),
+    "arrive": ("|", "#34495e", "mbarrier arrive"),
     "expect_tx": ("|", "#5dade2", "arrive.expect_tx"), "tma_store": ("P", "#e67e22", "TMA store"),
     "bar_sync": ("_", "#7f8c8d", "bar.sync"), "cluster_sync": ("*", "#7f8c8d", "cluster sync"),
     "tmem_alloc": ("<", "#95a5a6", "TMEM alloc"), "tmem_dealloc": (">", "#95a5a6", "TMEM dealloc")}

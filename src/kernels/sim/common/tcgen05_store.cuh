@@ -1,6 +1,6 @@
 // Simulated twin of common/tcgen05_store.cuh (PTX ISA 9.7.16.8.4 tcgen05.st): the warp gathers, then the
 // engine writes its 32 lanes' registers into TMEM (model/umma.h tmem_st_32x32b), checking the lane quarter
-// and the allocation.
+// and the allocation; the write is complete to the warp only at tcgen05.wait::st (runtime/tcgen05.cpp).
 #pragma once
 #include "common/types.cuh"
 

@@ -23,8 +23,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/limits.cuh"
+
 // Capacity of a CTA's dynamic shared memory window: the per-block limit plus 1 KiB of alignment slack.
-#define PE_SIM_SMEM_CAPACITY (227 * 1024 + 1024)
+#define PE_SIM_SMEM_CAPACITY (PE_SMEM_LIMIT + 1024)
 
 namespace pe_sim {
 
@@ -191,6 +193,19 @@ inline size_t __cvta_generic_to_shared(const void* p, PE_SIM_SITE) { return pe_s
 
 // The dynamic shared memory every stage declares as `extern __shared__ u8 smem_raw[]`: this copy's
 // thread-local block (see the head of this file). Sized for the per-block limit plus 1 KiB of alignment
-// slack; the launch's dynamic size bounds what the engine lets a kernel touch.
-alignas(1024) thread_local unsigned char smem_raw[PE_SIM_SMEM_CAPACITY];
+// slack; the launch's dynamic size bounds what the engine lets a kernel touch. Defined in assembly so that
+// the compiler never sees its size: an access at a constant offset into a thread-local array of known size
+// is one the kernel-address instrumentation leaves out (GCC's asan instrument_derefs skips every in-bounds
+// access to a thread-local variable), and every access of the stage's own code must reach the engine.
+#define PE_SIM_STR(x) PE_SIM_STR2(x)
+#define PE_SIM_STR2(x) #x
+asm(".section .tbss,\"awT\",%nobits\n"
+    ".globl smem_raw\n"
+    ".type smem_raw, %object\n"
+    ".size smem_raw, " PE_SIM_STR(PE_SIM_SMEM_CAPACITY) "\n"
+    ".p2align 10\n"
+    "smem_raw:\n"
+    ".zero " PE_SIM_STR(PE_SIM_SMEM_CAPACITY) "\n"
+    ".previous\n");
+extern thread_local unsigned char smem_raw[];
 #endif  // PE_SIM_ENGINE

@@ -7,13 +7,20 @@
 //                            are complete (9.7.16.11.1), observed by a wait on that phase
 //   wgmma.mma_async          wgmma.wait_group N: all but the newest N groups of the thread (9.7.15.6.3)
 //   TMA store (source read)  cp.async.bulk.wait_group(.read) N (9.7.9.26)
-//   tcgen05.ld               tcgen05.wait::ld (9.7.16.8.5)
+//   tcgen05.ld / st          tcgen05.wait::ld / wait::st of the issuing warp (9.7.16.8.5; 9.7.16.6.2.1.2)
 // and between threads through mbarrier arrive -> wait, bar.sync / bar.arrive, barrier.cluster, __syncwarp.
 // Shared memory and TMEM keep, per 16 B chunk / per (lane quarter, column), the last asynchronous write and
 // the asynchronous reads since; every access checks that what it conflicts with is known complete to the
 // accessing (or issuing) thread, whether or not the simulated operation has completed yet: a hazard on every
 // seed. Generic-proxy writes (st.shared and raw pointer stores alike) reach an async-proxy reader only after a
 // fence.proxy.async of their writer that the issuing thread knows of (9.7.12.4, proxy fences).
+// Plain accesses race each other too: two plain accesses of overlapping bytes of shared memory by different
+// threads, one a store, not ordered by a bar.sync / bar.arrive, an mbarrier arrive -> wait, barrier.cluster or
+// __syncwarp between them are a data race (PTX ISA 8.7.1: conflicting weak operations not related in causality
+// order). Each thread has its own component, ticked after every publication of its clock; shared memory keeps,
+// per 4 B, the last plain store and up to two plain loads since it, with the bytes each touched.
+#include <dlfcn.h>
+
 #include "runtime/state.h"
 
 namespace pe_sim {
@@ -43,6 +50,10 @@ u32 op_info(const char* what, Site s, Fiber* f, u64 id) {
   return u32(id);
 }
 
+// An operation the engine completes at its issue but PTX does not (tcgen05.ld / st: their data moves at the
+// gather, their completion is observed only at tcgen05.wait): an id for its reports, no queue entry.
+u32 sync_op(const char* what, Site s, Fiber* f) { return op_info(what, s, f, ++E->op_seq); }
+
 std::string op_text(const Access& a) {
   const Engine::OpInfo& o = E->ops[a.op < E->ops.size() ? a.op : 0];
   std::string who;
@@ -70,6 +81,7 @@ const char* how_known(const Access& a) {
     case AK_MMA:
     case AK_CP: return "a wait on the mbarrier phase a later tcgen05.commit of its thread arrives on";
     case AK_LD: return "tcgen05.wait::ld of its warp";
+    case AK_ST: return "tcgen05.wait::st of its warp";
     default: return "its completion";
   }
 }
@@ -96,6 +108,123 @@ void add_read(Access* r, size_t n, const Access& a) {
   r[n - 1] = a;
 }
 
+// ---- plain accesses: each thread's own epoch ------------------------------------------------------------
+// A thread's epoch, its own component allocated at its first plain access of shared memory.
+u32 own_epoch(Fiber* f) {
+  if (!f->self_comp) {
+    f->self_comp = new_comp(f->cta->cluster);
+    set_max(f->vc, f->self_comp, 1);
+  }
+  return at(f->vc, f->self_comp);
+}
+
+// After a thread published its clock (an arrive, bar.sync / bar.arrive, __syncwarp, barrier.cluster.arrive,
+// tcgen05.commit): what it does from now on is not known to whoever learns what it published.
+void tick(Fiber* f) {
+  if (f && f->self_comp) ++f->vc[f->self_comp];
+}
+
+// Whether `vc` knows thread `fid - 1`'s plain access at `epoch`.
+bool knows_plain(const Clock& vc, u32 fid, u32 epoch) {
+  return !fid || at(vc, E->fibers_all[fid - 1]->self_comp) >= epoch;
+}
+
+// Where a plain access comes from (the raw instruction being checked, else the wrapper's call site), as an id.
+u32 where_id(Fiber* f, Site s) {
+  const uintptr_t k0 = E->raw_pc ? E->raw_pc : uintptr_t(s.file), k1 = E->raw_pc ? 0 : uintptr_t(s.line) + 1;
+  if (f->where_id && f->where_key[0] == k0 && f->where_key[1] == k1) return f->where_id;
+  auto it = E->where_ids.find({k0, k1});
+  u32 id;
+  if (it != E->where_ids.end()) {
+    id = it->second;
+  } else {
+    id = u32(E->wheres.size());
+    E->wheres.push_back(Engine::Where{s, E->raw_pc});
+    E->where_ids[{k0, k1}] = id;
+  }
+  f->where_key[0] = k0, f->where_key[1] = k1, f->where_id = id;
+  return id;
+}
+
+// "warp 3 lane 7's plain store at <where>": the other access of a race (a raw one's line: pelib.sim, @@pc2@@).
+std::string plain_text(u32 fid, u32 at_id, const char* what, Json& extra) {
+  const Fiber* o = E->fibers_all[fid - 1];
+  const Engine::Where& w = E->wheres[at_id < E->wheres.size() ? at_id : 0];
+  std::string place = fmt("%s:%d", short_file(w.site.file), w.site.line);
+  if (w.pc) {
+    Dl_info di{};
+    if (dladdr(reinterpret_cast<void*>(w.pc), &di) && di.dli_fname) {
+      extra.put("lib2", di.dli_fname).unum("pc2", w.pc - uintptr_t(di.dli_fbase));
+      place = fmt("@@pc2@@ (after %s:%d)", short_file(w.site.file), w.site.line);
+    }
+  }
+  return fmt("warp %d lane %d's plain %s at %s", o->warp, o->lane, what, place.c_str());
+}
+
+const char* const DATA_RACE = "nothing orders the two (a bar.sync, an mbarrier arrive -> wait, barrier.cluster or "
+                              "__syncwarp between them): a data race (PTX ISA 8.7.1: conflicting accesses not related "
+                              "in causality order)";
+
+// The bytes of word w that [off, off + n) touches.
+uint8_t word_mask(u32 w, u32 off, u32 n) {
+  const u32 lo = std::max(off, 4 * w), hi = std::min(off + n, 4 * w + 4);
+  return uint8_t(((1u << (hi - lo)) - 1) << (lo - 4 * w));
+}
+
+// A plain load or store of [off, off + n) of c by f: checked against the word's last plain store and the plain
+// loads since that f does not know of, then recorded.
+void plain_access(Cta* c, u32 off, u32 n, bool write, Fiber* f, Site s) {
+  const u32 fid = u32(f->id) + 1, ep = own_epoch(f), here = where_id(f, s);
+  for (u32 w = off / 4; w < (off + n + 3) / 4 && w < c->gw.size(); ++w) {
+    GWord& g = c->gw[w];
+    const uint8_t m = word_mask(w, off, n);
+    if (g.writer && g.writer != fid && (g.wmask & m) && !knows_plain(f->vc, g.writer, g.wepoch)) {
+      Json extra;
+      const std::string other = plain_text(g.writer, g.wat, "store", extra);
+      race(write ? "data-waw" : "data-raw",
+           fmt("a plain %s [0x%x, 0x%x) of CTA %d races %s to the same bytes: %s", write ? "store to" : "load of",
+               off, off + n, c->id, other.c_str(), DATA_RACE), s, f, extra);
+    }
+    if (write)
+      for (int i = 0; i < 2; ++i)
+        if (g.reader[i] && g.reader[i] != fid && (g.rmask[i] & m) && !knows_plain(f->vc, g.reader[i], g.repoch[i])) {
+          Json extra;
+          const std::string other = plain_text(g.reader[i], g.rat[i], "load", extra);
+          race("data-war", fmt("a plain store to [0x%x, 0x%x) of CTA %d races %s of the same bytes: %s", off,
+                               off + n, c->id, other.c_str(), DATA_RACE), s, f, extra);
+        }
+    // Record. A record keeps one epoch for its bytes: an older one where an access leaves some of a record's
+    // bytes untouched (what is ordered after the newer access may then pass as ordered after the older: a race
+    // missed, never one reported that is not there).
+    if (write) {
+      const bool covers = (g.wmask & ~m) == 0;
+      if (g.writer == fid && !covers) {
+        g.wmask |= m;
+      } else {
+        g.writer = fid, g.wepoch = ep, g.wmask = m, g.wat = here;
+      }
+      g.fences = f->fences;
+      for (int i = 0; i < 2; ++i)
+        if ((g.rmask[i] & ~m) == 0) g.reader[i] = 0, g.rmask[i] = 0;
+      continue;
+    }
+    int slot = -1;
+    for (int i = 0; i < 2 && slot < 0; ++i)
+      if (g.reader[i] == fid) slot = i;
+    if (slot >= 0 && (g.rmask[slot] & ~m)) {
+      g.rmask[slot] |= m;
+      continue;
+    }
+    for (int i = 0; i < 2 && slot < 0; ++i)   // a free slot, or a load ordered before this one
+      if (!g.reader[i] || knows_plain(f->vc, g.reader[i], g.repoch[i])) slot = i;
+    if (slot < 0) {   // the older of two unordered loads goes
+      g.reader[0] = g.reader[1], g.repoch[0] = g.repoch[1], g.rat[0] = g.rat[1], g.rmask[0] = g.rmask[1];
+      slot = 1;
+    }
+    g.reader[slot] = fid, g.repoch[slot] = ep, g.rat[slot] = here, g.rmask[slot] = m;
+  }
+}
+
 // ---- shared memory ------------------------------------------------------------------------------------
 // An asynchronous write of [lo, hi) of c (a TMA load landing there) issued by `by`.
 void async_write(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s) {
@@ -112,6 +241,23 @@ void async_write(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s) {
                         how_known(r)), s, by);
     ch.w = a;
     for (Access& r : ch.r) r = Access{};
+  }
+  // the bytes' plain accesses must come before the issue; the landing bytes replace what they wrote
+  bool said = false;
+  for (u32 w = lo / 4; w < (hi + 3) / 4 && w < c->gw.size(); ++w) {
+    GWord& g = c->gw[w];
+    for (int i = -1; i < 2 && !said; ++i) {
+      const u32 fid = i < 0 ? g.writer : g.reader[i], ep = i < 0 ? g.wepoch : g.repoch[i];
+      if (!fid || knows_plain(by->vc, fid, ep)) continue;
+      Json extra;
+      const std::string other = plain_text(fid, i < 0 ? g.wat : g.rat[i], i < 0 ? "store" : "load", extra);
+      race(i < 0 ? "async-after-store" : "async-after-load",
+           fmt("%s into [0x%x, 0x%x) of CTA %d races %s %s the same bytes: nothing orders that access before this "
+               "issue (its thread's arrive -> this thread's wait, or a bar.sync between them; PTX ISA 8.7.1)",
+               E->ops[a.op].what, lo, hi, c->id, other.c_str(), i < 0 ? "to" : "of"), s, by, extra);
+      said = true;
+    }
+    g = GWord{};
   }
 }
 
@@ -153,12 +299,11 @@ void generic_access(Cta* c, u32 off, u32 n, bool write, Fiber* f, Site s) {
           race("gwar", fmt("a store to [0x%x, 0x%x) of CTA %d while %s still reads it (staging buffer reused before "
                            "%s)", off, off + n, c->id, op_text(r).c_str(), how_known(r)), s, f);
   }
-  if (!write) return;
-  if (!f->fence_comp) {
+  if (write && !f->fence_comp) {
     f->fence_comp = new_comp(c->cluster);
     set_max(f->vc, f->fence_comp, f->fences);
   }
-  for (u32 w = off / 4; w < (off + n + 3) / 4 && w < c->gw.size(); ++w) c->gw[w] = GWord{u32(f->id) + 1, f->fences};
+  plain_access(c, off, n, write, f, s);
 }
 
 // ---- TMEM ---------------------------------------------------------------------------------------------
@@ -172,14 +317,16 @@ void for_cells(Cta* c, u32 quarters, u32 lo, u32 hi, Fn&& fn) {
 }
 
 // tcgen05 ops of one thread that execute in issue order (PTX ISA 9.7.16.6.2, the tcgen05 pipelined pairs:
-// mma -> mma on the same accumulator, cp -> mma).
+// mma -> mma on the same accumulator, cp -> mma). tcgen05.st pairs with nothing but tcgen05.wait::st: an MMA
+// into columns a tcgen05.st wrote must come after that wait (9.7.16.8.5, example 2).
 bool pipelined(const Access& first, const Access& then) {
   return first.comp == then.comp && (then.kind == AK_MMA && (first.kind == AK_MMA || first.kind == AK_CP));
 }
 
-// A tcgen05.mma (D) or tcgen05.cp write of TMEM by `by`.
-void tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s) {
-  bool said = false;
+// A tcgen05.mma (D), tcgen05.cp or tcgen05.st write of TMEM by `by`: checked against the columns' last writer
+// and readers that `by` does not know complete (check), then the columns' last writer (record). Clean: true.
+bool tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s, bool check, bool record) {
+  bool said = !check;
   for_cells(c, quarters, lo, hi, [&](TCell& t) {
     if (!said && !knows(by->vc, t.w) && !pipelined(t.w, a) && t.w.op != a.op) {
       said = true;
@@ -196,9 +343,11 @@ void tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by
                                  ? "; tcgen05.mma -> tcgen05.cp is not a pipelined pair, PTX ISA 9.7.16.6.2"
                                  : ""), s, by);
       }
+    if (!record) return;
     t.w = a;
     for (Access& r : t.r) r = Access{};
   });
+  return check ? !said : true;
 }
 
 // A read of TMEM (tcgen05.ld by a warp, an MMA's scale factors) with the clock `vc` of the reading thread.
@@ -209,7 +358,7 @@ bool tmem_read(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, const Cloc
       said = true;
       if (report)
         race("tmem-raw", fmt("%s reads TMEM columns %u..%u of CTA %d, which %s writes, before this thread knows it "
-                             "completed (needs %s)", a.kind == AK_LD ? "tcgen05.ld" : E->ops[a.op].what, lo, hi - 1,
+                             "completed (needs %s)", a.kind == AK_LD || !a.op ? "tcgen05.ld" : E->ops[a.op].what, lo, hi - 1,
                              c->id, op_text(t.w).c_str(), how_known(t.w)), s, by);
     }
     add_read(t.r, 2, a);

@@ -34,7 +34,7 @@ namespace {
 enum EvKind : int32_t {
   EV_WAIT_BEGIN, EV_WAIT_END, EV_ARRIVE, EV_EXPECT_TX, EV_COMPLETE_TX, EV_TMA_LOAD, EV_TMA_LOAD_DONE,
   EV_TMA_STORE, EV_TMA_STORE_DONE, EV_MMA, EV_MMA_DONE, EV_COMMIT, EV_TMEM_ALLOC, EV_TMEM_DEALLOC, EV_TMEM_LD,
-  EV_TMEM_CP, EV_BAR_SYNC, EV_CLUSTER_SYNC, EV_EXIT, EV_PHASE_BEGIN, EV_PHASE_END
+  EV_TMEM_CP, EV_BAR_SYNC, EV_CLUSTER_SYNC, EV_EXIT, EV_PHASE_BEGIN, EV_PHASE_END, EV_TMEM_ST
 };
 
 }  // namespace
@@ -100,11 +100,11 @@ struct Op;
 
 // ---- happens-before (runtime/order.cpp) ----------------------------------------------------------------
 // A thread's vector clock over its cluster's components: one per mbarrier (phases completed), per thread's
-// tcgen05 stream and bulk-store groups, per warpgroup's wgmma stream, per warp's tcgen05.ld stream, and per
-// thread that writes shared memory (its fence.proxy.async count). An asynchronous access is known complete
-// to a thread whose clock has its component at or past its epoch.
+// tcgen05 stream and bulk-store groups, per warpgroup's wgmma stream, per warp's tcgen05.ld and .st streams,
+// and per thread that writes shared memory (its fence.proxy.async count). An asynchronous access is known
+// complete to a thread whose clock has its component at or past its epoch.
 using Clock = std::vector<uint32_t>;
-enum AccessKind : uint8_t { AK_NONE, AK_TMA_LOAD, AK_TMA_STORE, AK_WGMMA, AK_MMA, AK_CP, AK_LD };
+enum AccessKind : uint8_t { AK_NONE, AK_TMA_LOAD, AK_TMA_STORE, AK_WGMMA, AK_MMA, AK_CP, AK_LD, AK_ST };
 struct Access {
   uint32_t comp = 0, epoch = 0;   // epoch 0: none
   uint32_t op = 0;                // the operation (Engine::ops), for the report
@@ -114,9 +114,12 @@ struct SChunk {                   // per 16 B of a CTA's shared window
   Access w;                       // the last asynchronous write
   Access r[3];                    // asynchronous reads since it
 };
-struct GWord {                    // per 4 B of a CTA's shared window: the last generic write
-  uint32_t writer = 0;            // fiber id + 1
+struct GWord {                    // per 4 B of a CTA's shared window: its plain (generic-proxy) accesses
+  uint32_t writer = 0;            // the last plain write: fiber id + 1
   uint32_t fences = 0;            // the writer's fence.proxy.async count at the write
+  uint32_t wepoch = 0, wat = 0;   // the writer's own epoch then, and where (Engine::wheres)
+  uint32_t reader[2]{}, repoch[2]{}, rat[2]{};   // plain reads since it (fiber id + 1, epoch, where)
+  uint8_t wmask = 0, rmask[2]{};  // the bytes of the word each touched
 };
 struct TCell {                    // per TMEM lane quarter and column
   Access w;
@@ -174,6 +177,9 @@ struct Fiber {
   std::vector<PendingLd> lds;
   Clock vc;                          // what this thread knows has happened (happens-before)
   uint32_t fence_comp = 0, fences = 0;   // its fence.proxy.async component and count
+  uint32_t self_comp = 0;                // its own component (epoch: clock publications, for plain accesses)
+  uintptr_t where_key[2]{};              // the last place it accessed shared memory from, and its id
+  uint32_t where_id = 0;
   uint32_t tc_comp = 0, tc_issued = 0;   // its tcgen05 stream: component and ops issued
   uint32_t bulk_comp = 0;                // its bulk-store groups (epoch: group + 1)
   u64 spin = 0;                          // loads of memory since its last scheduling point
@@ -228,7 +234,9 @@ struct WarpColl {
   std::vector<u32> words;   // tcgen05.ld: the warp's rows, filled by the last lane to arrive
   Clock acc;                // __syncwarp: the lanes' clocks
   uint32_t ld_comp = 0, ld_issued = 0;   // the warp's tcgen05.ld stream
-  bool ld_hazard = false;   // one report per tcgen05.ld
+  uint32_t st_comp = 0, st_issued = 0;   // the warp's tcgen05.st stream
+  uint32_t op = 0;          // the tcgen05.ld / st being gathered (Engine::ops, for reports)
+  bool tm_hazard = false;   // one report per tcgen05.ld / st
 };
 
 struct WgOp {
@@ -395,6 +403,12 @@ struct Engine {
   };
   std::vector<OpInfo> ops{OpInfo{"", Site{"", 0}, -1}};
   std::unordered_map<std::string, size_t> hazard_seen;   // one record per (site, kind); the rest counted
+  struct Where {                    // a place plain shared-memory accesses come from: a wrapper's call site,
+    Site site;                      // or a raw access's instruction (pc)
+    uintptr_t pc;
+  };
+  std::vector<Where> wheres{Where{Site{"", 0}, 0}};
+  std::map<std::pair<uintptr_t, uintptr_t>, uint32_t> where_ids;
   std::vector<PeSimRange> tensors;  // sorted by base
   std::vector<std::pair<uintptr_t, uintptr_t>> code;     // the stage libraries' and the engine's segments
   uintptr_t raw_pc = 0;             // a report about a plain access: the instruction (memory.cpp)
@@ -462,10 +476,13 @@ u32 at(const Clock& c, u32 k);
 void set_max(Clock& c, u32 k, u32 v);
 void join(Clock& a, const Clock& b);
 u32 op_info(const char* what, Site s, Fiber* f, u64 id);
+u32 sync_op(const char* what, Site s, Fiber* f);
 void async_write(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
 void async_read(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
 void generic_access(Cta* c, u32 off, u32 n, bool write, Fiber* f, Site s);
-void tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
+void tick(Fiber* f);
+bool tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s, bool check = true,
+                bool record = true);
 bool tmem_read(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, const Clock& vc, Fiber* by, Site s, bool report);
 std::string tmem_busy(Cta* c, u32 lo, u32 hi, const Clock& vc);
 

@@ -119,6 +119,7 @@ void named_bar(unsigned id, unsigned count, bool wait, Site s) {
   nb.count = need;
   nb.arrived++;
   join(nb.acc, f->vc);
+  tick(f);
   event(EV_BAR_SYNC, f, s).tag = int32_t(id);   // the named barrier's id
   const u64 gen = nb.gen;
   if (nb.arrived >= need) {
@@ -145,6 +146,7 @@ void syncwarp(unsigned mask, Site s) {
   // bar.warp.sync orders the memory accesses of the lanes that take part (PTX ISA 9.7.13.2)
   gather("__syncwarp", mask, s, [](WarpColl& w, int, bool last) {
     join(w.acc, E->cur->vc);
+    tick(E->cur);
     if (!last) return;
     for (Fiber* g : w.waiters) join(g->vc, w.acc);
     join(E->cur->vc, w.acc);
@@ -192,6 +194,7 @@ void cluster_barrier_arrive(bool, Site s) {
   f->cluster_arrive_gen = cl->bar_gen;
   cl->bar_arrived++;
   join(cl->bar_acc, f->vc);
+  tick(f);
   event(EV_CLUSTER_SYNC, f, s);
   if (cl->bar_arrived >= u32(cl->live_threads)) cluster_bar_complete(cl);
   point(s);

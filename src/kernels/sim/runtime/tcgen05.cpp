@@ -156,6 +156,7 @@ void tc_commit(int cg, unsigned bar, unsigned mask, bool multicast, Site s) {
   // PTX ISA 9.7.16.11.1: the arrive comes once every earlier tcgen05 op of this thread is complete, so whoever
   // observes that phase knows them complete (and what this thread knew when it committed)
   Clock rel = f->vc;
+  tick(f);
   if (f->tc_comp) set_max(rel, f->tc_comp, f->tc_issued);
   submit(op, [targets, s, id = op->id, rel]() {
     for (auto& t : targets) {
@@ -172,17 +173,21 @@ void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site s) {
   const u32 col = taddr & 0xFFFF, lane0 = taddr >> 16;
   WarpColl& wc = gather("tcgen05.ld.32x32b", 0xFFFFFFFFu, s, [&](WarpColl& w, int l, bool last) {
     if (!last) {
-      if (w.arrived == (1u << l)) w.taddr = taddr, w.x = x, w.a0 = 0, w.ld_hazard = false;
-      else if (w.taddr != taddr || w.x != x) w.a0 = 1;   // lanes disagree on the address or the width
+      if (w.arrived == (1u << l)) {
+        w.taddr = taddr, w.x = x, w.a0 = 0, w.tm_hazard = false;
+        w.op = sync_op("tcgen05.ld", s, E->cur);
+      } else if (w.taddr != taddr || w.x != x) {
+        w.a0 = 1;   // lanes disagree on the address or the width
+      }
       // every lane reads what it knows has been written (one report per tcgen05.ld)
-      if (!w.ld_hazard && !tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{}, E->cur->vc, E->cur, s,
+      if (!w.tm_hazard && !tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{}, E->cur->vc, E->cur, s,
                                      true))
-        w.ld_hazard = true;
+        w.tm_hazard = true;
       return;
     }
     if (!w.ld_comp) w.ld_comp = new_comp(c->cluster);
     ++w.ld_issued;   // read until tcgen05.wait::ld of the warp (PTX ISA 9.7.16.8.5)
-    tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{w.ld_comp, w.ld_issued, 0, AK_LD}, E->cur->vc,
+    tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{w.ld_comp, w.ld_issued, w.op, AK_LD}, E->cur->vc,
               E->cur, s, false);
     if (w.taddr != taddr || w.x != x) w.a0 = 1;
     w.a1 = 0;
@@ -211,15 +216,33 @@ void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site s) {
   f->lds.push_back(std::move(p));
 }
 
+// PTX ISA 9.7.16.8.4 tcgen05.st: an asynchronous write of the warp's lane quarter, columns col .. col + x - 1;
+// its completion is observed only by tcgen05.wait::st of the warp (9.7.16.8.5, 9.7.16.6.2.1.2), so the write is
+// a TMEM shadow entry of the warp's tcgen05.st stream. Each lane's write must itself come after what it does
+// not know complete in those columns (an MMA's D, a tcgen05.ld not yet waited for).
 void tc_st_32x32b(unsigned taddr, const unsigned* regs, int x, Site s) {
   Fiber* f = E->cur;
   Cta* c = f->cta;
   std::string err;
+  const u32 col = taddr & 0xFFFF, quarter = 1u << ((taddr >> 16) / 32 % 4);
   WarpColl& wc = gather("tcgen05.st.32x32b", 0xFFFFFFFFu, s, [&](WarpColl& w, int l, bool last) {
-    if (w.arrived == (1u << l)) w.taddr = taddr, w.x = x, w.a0 = 0, w.words.assign(size_t(32) * x, 0);
-    else if (w.taddr != taddr || w.x != x) w.a0 = 1;   // lanes disagree on the address or the width
-    if (!w.a0) std::memcpy(&w.words[size_t(l) * x], regs, size_t(x) * 4);
-    if (!last || w.a0) return;
+    if (!last) {
+      if (w.arrived == (1u << l)) {
+        w.taddr = taddr, w.x = x, w.a0 = 0, w.tm_hazard = false, w.words.assign(size_t(32) * x, 0);
+        w.op = sync_op("tcgen05.st", s, E->cur);
+      } else if (w.taddr != taddr || w.x != x) {
+        w.a0 = 1;   // lanes disagree on the address or the width
+      }
+      if (!w.a0) std::memcpy(&w.words[size_t(l) * x], regs, size_t(x) * 4);
+      if (!w.a0 && !w.tm_hazard &&
+          !tmem_write(c, quarter, col, col + u32(x), Access{0, 0, w.op, AK_ST}, E->cur, s, true, false))
+        w.tm_hazard = true;
+      return;
+    }
+    if (w.a0) return;
+    if (!w.st_comp) w.st_comp = new_comp(c->cluster);
+    ++w.st_issued;   // written until tcgen05.wait::st of the warp
+    tmem_write(c, quarter, col, col + u32(x), Access{w.st_comp, w.st_issued, w.op, AK_ST}, E->cur, s, false, true);
     w.a1 = 0;
     try {
       tmem_st_32x32b(umma_cta(c), f->warp, taddr, x, w.words.data());
@@ -228,8 +251,13 @@ void tc_st_32x32b(unsigned taddr, const unsigned* regs, int x, Site s) {
       w.a1 = 1;
     }
   });
-  if (wc.a0) misuse_fatal("tcgen05.st.sync.aligned: the lanes of the warp give different addresses or widths", s);
-  if (wc.a1) misuse_fatal(err.empty() ? std::string("tcgen05.st outside the TMEM allocation or lane quarter") : err, s);
+  if (wc.a0)
+    misuse_fatal("tcgen05.st.sync.aligned: the lanes of the warp give different addresses or widths (PTX ISA 9.7.16.8.4)",
+                 s);
+  if (wc.a1)
+    misuse_fatal(err.empty() ? std::string("tcgen05.st outside the TMEM allocation or lane quarter (PTX ISA 9.7.16.8.4)")
+                             : err, s);
+  if (f->lane == 0) event(EV_TMEM_ST, f, s).bytes = int32_t(32 * x * 4);
 }
 
 void tc_wait_ld(Site s) {
@@ -241,7 +269,11 @@ void tc_wait_ld(Site s) {
   set_max(f->vc, wc.ld_comp, wc.ld_issued);   // every earlier tcgen05.ld of the warp is complete
 }
 
-void tc_wait_st(Site s) { aligned_op("tcgen05.wait::st", s); }
+void tc_wait_st(Site s) {
+  aligned_op("tcgen05.wait::st", s);
+  const WarpColl& wc = E->cur->cta->warps[size_t(E->cur->warp)];
+  set_max(E->cur->vc, wc.st_comp, wc.st_issued);   // every earlier tcgen05.st of the warp is complete (9.7.16.8.5)
+}
 
 void tc_fence(bool, Site s) { point(s); }
 
