@@ -286,6 +286,9 @@ async () => {
                          caption: (f.querySelector('figcaption') || {}).textContent || ''});
   }
   facts.stderr = Array.from(art.querySelectorAll('.output.stderr, .stderr')).map(e => e.innerText.slice(0, 300));
+  // the figures each cell output shows (a cell that returns a figure it has already drawn shows it twice)
+  facts.cellImages = Array.from(art.querySelectorAll('div.cell_output')).map(o => Array.from(o.querySelectorAll('img'))
+    .filter(visible).map(i => i.currentSrc || i.src)).filter(a => a.length > 1);
   facts.outputs = Array.from(art.querySelectorAll('div.cell_output')).map(e => e.innerText).join('\n');
   facts.sourceLinks = Array.from(art.querySelectorAll('a.pe-src')).map(a => a.getAttribute('href'));
   facts.text = art.innerText;
@@ -591,6 +594,18 @@ def test_outputs_clean(visits, page):
         for c in t["cells"]:
             assert not _RAW_CELL.match(c.strip()), f"{page}: raw Python in a table cell: {c[:80]!r} ({t['caption'][:60]!r})"
             assert len(c) <= 400, f"{page}: a table cell of {len(c)} characters: {c[:100]!r}"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", PAGES)
+def test_no_figure_shown_twice(visits, page, server, built):
+    """A cell shows each figure once (a figure function's cell ends with ';', or the notebook draws the
+    returned figure a second time)."""
+    import hashlib
+
+    for srcs in visits[page].facts["cellImages"]:
+        digests = [hashlib.sha1(_image_bytes(s, server, built.html)).hexdigest() for s in srcs]
+        assert len(set(digests)) == len(digests), f"{page}: one cell shows the same figure twice ({srcs[0][:80]})"
 
 
 @pytest.mark.browser

@@ -7,6 +7,7 @@ import pytest
 
 from pelib import problems
 from pelib.views import hopper_limits as hl
+from pelib.views.hopper import chip_label
 
 FULL = problems.patch_embed("siglip2")
 
@@ -89,7 +90,7 @@ def test_cycles_probes_and_the_l2_line(tree):
 def test_estimates_are_priced_on_the_line_and_floored(tree):
     t = hl.estimate_table(root=tree)
     by = {(r["chip"], r["stage"]): r for r in t.rows}
-    h200 = "NVIDIA H200"
+    h200 = "H200"
     line = hl.l2_line(hl.run("h200", root=tree))
     r07a = by[(h200, "07a")]
     want = max(line["t06"] - line["ms_per_kib"] * r07a["L2 KiB/tile removed"], line["floor_ms"])
@@ -212,10 +213,15 @@ def test_targets_read_the_committed_stages_runs():
         st = hl.run(chip, "stages")
         best = hl.best_stage(st)
         s = {r["entry"]: r for r in st["summary"]}
-        rows = [r for r in t.rows if r["chip"] == st["env"]["device"]]
+        rows = [r for r in t.rows if r["chip"] == chip_label(st["env"]["device"])]
         ms, fast = s[best]["burst ms (random)"], s[hl.FAST]["burst ms (random)"]
         assert ms == min(s[n]["burst ms (random)"] for n in s if n in {e["name"] for e in st["entries"]
                                                                         if e["stage"] and not e["probe"]})
         assert rows[0]["met"] == ("met" if ms <= hl.TARGET_MS[chip] else "missed")
         assert rows[1]["met"] == ("met" if fast / ms >= hl.TARGET_X else "missed")
         assert rows[2]["met"] == ("met" if s[best]["J/launch (random)"] < s[hl.FAST]["J/launch (random)"] else "missed")
+
+
+def test_chip_column_names_the_model():
+    assert chip_label("NVIDIA H100 80GB HBM3") == "H100" and chip_label("NVIDIA H200") == "H200"
+    assert chip_label("Some GPU") == "Some GPU"

@@ -10,8 +10,15 @@ from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, l2_traffic, permuted_b_row
 from ..stage import Stage, find
 from . import plots, widgets
 
+
 ARCH = "sm_90a"
 BEST = ("sm90/06_permuted_b", {})   # fastest verified in the 2026-11-23T062323 H100 sweep: 0.932 ms
+
+
+def chip_label(device: str) -> str:
+    """A table's chip column: the model (H100, H200) of the device its caption names in full."""
+    m = re.search(r"\b([A-Z]\d{3}[A-Z]?)\b", device or "")
+    return m.group(1) if m else device
 
 
 def sm90(name: str, defines: dict | None = None) -> Stage:
@@ -528,7 +535,7 @@ def energy_table(chips=("h100", "h200"), mode: str = "limiter", root=None) -> Ta
             continue
         ncu = {r["entry"]: r for r in rep.get("ncu_per_tile", [])}
         for r in rep.get("summary", []):
-            row = {"chip": rep["env"]["device"], "entry": r["entry"]}
+            row = {"chip": chip_label(rep["env"]["device"]), "entry": r["entry"]}
             for key, col, nd in ENERGY_COLUMNS:
                 v = r.get(key)
                 row[col] = round(v, nd) if isinstance(v, (int, float)) else "—"
@@ -568,7 +575,7 @@ def chip_table(chips=("h100", "h200")):
         rep = perf_run(chip)
         fl = rep["floors"]
         ours = _ours(rep)
-        name = rep["env"]["device"]
+        name = chip_label(rep["env"]["device"])
         rows.append({"chip": name, "what": f"ours: {ours['label']}", "ms": round(ours["median_ms"], 3),
                      "of floor": f"{100 * fl['floor_ms'] / ours['median_ms']:.0f}%", "ours against it": "",
                      "max |err|": ours["precision"]["max_abs"],
@@ -623,7 +630,7 @@ def limiter_table(chips=("h100", "h200")):
         ld = rep.get("load") or {}
         cl = next((x for x in rep.get("clocks", []) if x.get("cta")), {})
         ph = cl.get("phases", {})
-        rows.append({"chip": rep["env"]["device"],
+        rows.append({"chip": chip_label(rep["env"]["device"]),
                      "SM GHz (timed / clock64 / sustained)": f"{cs.get('ours_ncu', 0):.2f} / {cs.get('ours_clock64', 0):.2f} / "
                                                              f"{cs.get('ours_sustained_smi', 0):.2f}",
                      "power W (of limit)": f"{ld['ours']['power_w'][0]:.0f} ({ld['ours']['power_limit_w'][0]:.0f})"

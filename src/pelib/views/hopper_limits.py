@@ -8,7 +8,7 @@ from .. import problems, results, sol, stages
 from ..facts import Table
 from ..kinds.sm90 import l2_traffic
 from ..stage import Stage
-from .hopper import energy_run
+from .hopper import chip_label, energy_run
 
 CHIPS = ("h100", "h200")
 OURS, FAST, PLAIN = "06", "cuBLAS fast-accum GEMM", "cuBLAS GEMM"
@@ -96,7 +96,7 @@ def regime_table(chips=CHIPS, root=None) -> Table:
             for inputs in ("random", "zeros"):
                 ms = s.get(f"burst ms ({inputs})")
                 ghz, how = clock_of(rep, e, inputs)
-                rows.append({"chip": rep["env"]["device"], "entry": e, "inputs": inputs,
+                rows.append({"chip": chip_label(rep["env"]["device"]), "entry": e, "inputs": inputs,
                              "burst ms": round(ms, 3) if ms else "—",
                              "clock GHz": round(ghz, 3) if ghz else "—", "clock from": how or "—",
                              "M cycles": round(ms * ghz, 3) if ms and ghz else "—",
@@ -130,7 +130,7 @@ def clock_sources_table(chips=CHIPS, root=None) -> Table:
                  ncu_row(rep, OURS).get("sm_clock_ghz")),
                 ("sustained", "NVML's SM clock sampled every 5 ms, mean", (s.get("NVML SM MHz") or 0) / 1e3 or None),
                 ("sustained", "clock probe right after the window", statistics.median(sus) if sus else None)):
-            rows.append({"chip": rep["env"]["device"], "regime": regime, "source": how, "GHz": _r(ghz, 3)})
+            rows.append({"chip": chip_label(rep["env"]["device"]), "regime": regime, "source": how, "GHz": _r(ghz, 3)})
     return Table(rows, "Stage 06's SM clock, five ways — measured by pelib.energy limiter (" +
                  ", ".join(run(c, root=root)["evidence"] for c in chips) + "), random inputs; the launch clock is "
                  "the one the other tables use")
@@ -146,7 +146,7 @@ def power_table(chips=CHIPS, root=None) -> Table:
         sus = [x for x in rep.get("sustained", []) if x["entry"] == OURS and x["inputs"] == "random"]
         reasons = sorted({k for x in sus for k, names in (x.get("nvml") or {}).get("reasons", {}).items()
                           for _ in [0] if names})
-        rows.append({"chip": rep["env"]["device"],
+        rows.append({"chip": chip_label(rep["env"]["device"]),
                      "ms random / zeros": f"{v['ms']['random']:.3f} / {v['ms']['zeros']:.3f}",
                      "launch GHz random / zeros": f"{v['ghz']['random']:.3f} / {v['ghz']['zeros']:.3f}",
                      "time zeros/random": round(v["ms"]["zeros"] / v["ms"]["random"], 3),
@@ -187,7 +187,7 @@ def energy_table(chips=CHIPS, root=None) -> Table:
         ref = _row(rep, FAST)
         for e in (OURS, "10", FAST, PLAIN):
             s = _row(rep, e)
-            rows.append({"chip": rep["env"]["device"], "entry": e, "J / GEMM": _r(s.get("J/launch (random)"), 3),
+            rows.append({"chip": chip_label(rep["env"]["device"]), "entry": e, "J / GEMM": _r(s.get("J/launch (random)"), 3),
                          "of cuBLAS fast J": _r(s["J/launch (random)"] / ref["J/launch (random)"], 3),
                          "sustained ms": _r(s.get("sustained ms (random)"), 3), "W": _r(s.get("power W"), 0),
                          "NVML SM MHz": _r(s.get("NVML SM MHz"), 0)})
@@ -231,7 +231,7 @@ def probe_table(chips=CHIPS, root=None) -> Table:
         for e in (OURS, PROBE_A, PROBE_C, PROBE_NONE):
             ms, ghz = _burst(rep, e, "random"), launch_clock(rep, e)
             cyc = ms * ghz * 1e6
-            rows.append({"chip": rep["env"]["device"], "entry": e.replace("probe 06 ", "06 without ").replace(
+            rows.append({"chip": chip_label(rep["env"]["device"]), "entry": e.replace("probe 06 ", "06 without ").replace(
                 "PROBE_NO_A,PROBE_NO_STORE", "A and stores").replace("PROBE_NO_A", "A").replace("PROBE_NO_STORE", "stores"),
                 "burst ms": round(ms, 3), "launch GHz": round(ghz, 3), "M cycles": round(cyc / 1e6, 3),
                 "cycles / tile": round(cyc / tpc), "tensor busy": f"{100 * tc / (cyc / tpc):.0f}%",
@@ -376,7 +376,7 @@ def estimate_table(chips=CHIPS, root=None) -> Table:
         fast_j = _row(st, FAST).get("J/launch (random)") if st else None
         for key, name in SUBSTAGES:
             s = Stage(key)
-            row = {"chip": rep["env"]["device"], "stage": name}
+            row = {"chip": chip_label(rep["env"]["device"]), "stage": name}
             if (key, name) in PRICED:
                 t = traffic_per_tile(key, prob, sms)
                 removed = sum(base[k] - t[k] for k in ("a", "comb", "c"))
@@ -448,7 +448,7 @@ def substage_table(chips=CHIPS, root=None) -> Table:
             ms, ghz = m["burst ms (random)"], m.get("launch clock (GHz)")
             t = traffic_per_tile(key, prob, int(st["env"]["sm_count"]))
             ln = (st.get("launch") or {}).get(name, {})
-            rows.append({"chip": st["env"]["device"], "stage": name,
+            rows.append({"chip": chip_label(st["env"]["device"]), "stage": name,
                          "SMs": (ln.get("grid") or ["?"])[0], "burst ms": round(ms, 4), "time vs 06": f"{ms / t06:.3f}",
                          "launch GHz": _r(ghz, 3), "clock vs 06": f"{ghz / f06:.3f}" if ghz else "—",
                          "cycles vs 06": f"{ms * ghz / (t06 * f06):.3f}" if ghz else "—",
@@ -496,7 +496,7 @@ def gap_table(chips=CHIPS, root=None) -> Table:
             st = run(chip, "stages", root)
         except LimiterError:
             st = None
-        dev = rep["env"]["device"]
+        dev = chip_label(rep["env"]["device"])
         tpc = tiles_per_cta(rep, prob)
         t06, f06 = _burst(rep, OURS, "random"), launch_clock(rep, OURS)
         cyc06 = t06 * f06 * 1e6
@@ -550,7 +550,7 @@ def targets_table(chips=CHIPS, root=None) -> Table:
     for chip in chips:
         st = run(chip, "stages", root)
         src.append(f"{st['_file']} ({st['evidence']})")
-        dev = st["env"]["device"]
+        dev = chip_label(st["env"]["device"])
         best = best_stage(st)
         s, fast = _row(st, best), _row(st, FAST)
         ms, x = s["burst ms (random)"], fast["burst ms (random)"] / s["burst ms (random)"]
