@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pelib import blockfma as F
-from pelib import launch, sim, tcprobe as P, tcvectors as V
+from pelib import launch, limits, sim, tcprobe as P, tcvectors as V
 from pelib.build import build
 
 from conftest import FakeCudaTensor, fake_info
@@ -24,7 +24,7 @@ def builds():
 
 def test_probe_compiles_for_each_n_the_stages_issue(builds):
     for (n, fmt), b in builds.items():
-        assert b.facts.spills == 0 and b.dynamic_smem + b.facts.smem_static <= 227 * 1024
+        assert b.facts.spills == 0 and b.dynamic_smem + b.facts.smem_static <= limits.SMEM_LIMIT
         assert b.exports["probe_n"] == n and b.exports["num_threads"] == 128
         t = fmt.upper()
         assert b.histogram["QGMMA"] == 30 and f"QGMMA.64x{n}x32.F32.{t}.{t}" in b.sass   # 1+1+2+2+4+4+8+8

@@ -83,11 +83,11 @@ static_assert(K_MAX % BK == 0 && KB_MAX >= 1, "K_MAX: a multiple of 128");
 static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 16, "NUM_STAGES: 2 to 16");
 static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * NUM_THREADS,
               "setmaxnreg: the consumers would take more registers than the producer gives back");
-static_assert(SMEM_BYTES <= 227 * 1024, "dynamic shared memory exceeds the 227 KiB per-block limit: "
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KiB per-block limit: "
               "fewer NUM_STAGES, a smaller BLOCK_N or K_MAX");
 
 // The shared vocabulary (common/export.cuh), as stage 06's: pelib.stage launches the probe like 06.
-PELIB_EXPORT(smem_limit, 227 * 1024);
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
 PELIB_EXPORT(cluster_x, 1);
 PELIB_EXPORT(cluster_in_kernel, 0);   // no __cluster_dims__: the launch gives the cluster shape
 PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is a multiple of N / tile_n
