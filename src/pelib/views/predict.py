@@ -262,7 +262,9 @@ def b200_breakdown_figure(stage: str, doc=None):
     ax.set_yticks(list(y), names)
     ax.invert_yaxis()
     ax.set_xlabel("cycles a tile (steady state)")
-    ax.legend(fontsize=7, loc="lower right")
+    # below the axes: inside them the legend covered the last phases' bars and their names
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.12 - 0.3 / (0.42 * len(names) + 1.2)),
+              frameon=False)
     ax.set_title(f"{_short(b200_row(stage, doc)['stage'])} on a B200: per-role phases", fontsize=10)
     fig.tight_layout()
     return fig
