@@ -81,6 +81,13 @@ def test_diff_folds_the_instrumentation():
     html = d._repr_html_()
     assert 'class="pe-instr-toggle"' in html and "PELIB_EXPORT" in html   # present, folded
     assert code.diff("fp8/06_stages").counts()["instrumentation"] == 0
+    for view in (code.diff("fp8/06_stages"), code.diff("fp8/01_cta2"), code.diff("nvfp4/01_pipelined"),
+                 code.listing("nvfp4/00_single_stage", "PE_DEVICE void load_ktile", "}  // load_ktile")):
+        html = view._repr_html_()
+        label = re.search(r"show the book's instrumentation \(([^)]*)\)", html)
+        # a switch says what it shows; where nothing is folded there is none
+        assert (label is None) == ('class="pe-instr-toggle"' not in html)
+        assert label is None or re.match(r"\d+ (lines?|wait tags?)", label.group(1)), label.group(1)
 
 
 def test_listing_keeps_line_numbers_and_folds_exports():

@@ -119,6 +119,8 @@ def _highlight_lines(text: str, hide: dict[int, list[tuple[int, int]]]) -> list[
 
 
 def _toggle(n_lines: int, n_tags: int) -> tuple[str, str]:
+    if not n_lines and not n_tags:   # nothing folded: no switch that would show nothing
+        return "", ""
     uid = f"pe-instr-{os.getpid()}-{next(_ids)}"
     what = []
     if n_lines:
@@ -255,16 +257,18 @@ class Diff:
         return str(self)
 
     def _repr_html_(self) -> str:
-        rows, n_lines, n_tags = [], 0, 0
+        rows, n_lines, n_tags = [], 0, 0    # n_lines: every row the toggle shows (changes and context)
         for h, (instr_hunk, flags) in zip(self.hunks, self._kinds()):
             hunk_rows = []
+            if instr_hunk:
+                n_lines += sum(op != "@" for op, _ in h)
             for (op, t), f in zip(h, flags):
                 cls = {"-": "gd", "+": "gi", "@": "gu"}.get(op, "")
                 if op == "@":
                     hunk_rows.append(f'<span class="gu">{html.escape(t)}</span>\n')
                     continue
                 if f:
-                    n_lines += op in "-+"
+                    n_lines += not instr_hunk
                     hunk_rows.append(f'<span class="pe-instr"><span class="{cls}">{html.escape(op + t)}</span>\n</span>')
                     continue
                 text = op + t
@@ -281,7 +285,7 @@ class Diff:
                 hunk_rows = [f'<span class="pe-instr">{"".join(hunk_rows)}</span>']
             rows += hunk_rows
         c = self.counts()
-        box, label = _toggle(c["instrumentation"], n_tags)
+        box, label = _toggle(n_lines, n_tags)
         note = ""
         if c["instrumentation"]:
             note = (f'<div class="pe-fold-note">{c["shown"]} changed lines shown; {c["instrumentation"]} more '
