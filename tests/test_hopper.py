@@ -172,10 +172,10 @@ def test_pingpong_protocol_needs_the_turns():
 
 
 def test_the_turns_race_passes_three_simulator_seeds():
-    """Why the model is kept beside the simulator (pelib.models.protocol's docstring, the chapter's
-    paragraph): 03c's own source with its turn wait removed, on two ring stages, runs clean on the
-    simulator at the three seeds every stage is tested at, and goes wrong, deadlocks or races at another
-    seed; the model above finds the mistake within a few of its interleavings."""
+    """03c's own source with its turn wait removed, on two ring stages: once a race that only a rare
+    interleaving exposed, the happens-before checker (plain shared-memory accesses ordered by barriers)
+    now reports it at one of the three seeds every stage is tested at; the model above keeps finding it
+    within a few of its interleavings."""
     from pelib import sim_build, sim_catalog
     try:
         sim_build.compiler()
@@ -192,8 +192,7 @@ def test_the_turns_race_passes_three_simulator_seeds():
                 return s.run("sim", "sim", seed=seed, sim_seed=seed, time=False)["ok"]
             except sim.SimError:
                 return False
-    assert all(clean(seed) for seed in (0, 1, 2))
-    assert not all(clean(seed) for seed in range(3, 60)), "no seed shows the race: the model's reason is gone"
+    assert not all(clean(seed) for seed in (0, 1, 2)), "the three standard seeds no longer show the turns race"
 
 
 def test_epilogue_16b_stores_cover_each_row_once():
