@@ -119,17 +119,27 @@ def test_chapter_opens_as_notebook_and_slider_moves(lab):
         page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
         slider = page.locator(".jp-OutputArea .widget-slider .noUi-handle, .jp-OutputArea .widget-hslider .noUi-handle")
         slider.first.wait_for(timeout=240000)
+        # JupyterLab renders only the cells in view: after run-all the view is at the last cell, so bring the
+        # slider back into view and read the outputs' text content, not what is laid out.
+        slider.first.scroll_into_view_if_needed()
         # The slider's output area: the sweep's render of the chosen value (figure, table, SASS delta).
         area = "document.querySelector('.widget-vbox .widget-output')"
         out = page.locator(".widget-vbox .widget-output").first
-        page.wait_for_function(f"(() => {{ const o = {area}; return o && o.innerText.includes('NUM_STAGES='); }})()",
-                               timeout=120000)
-        before = out.inner_text()
+        try:
+            page.wait_for_function(f"(() => {{ const o = {area}; return o && o.textContent.includes('NUM_STAGES='); }})()",
+                                   timeout=120000)
+        except Exception:   # say what the notebook shows instead of a bare timeout
+            page.screenshot(path=str(tmp / "lab.png"), full_page=True)
+            shown = page.evaluate("() => Array.from(document.querySelectorAll('.widget-output, "
+                                  ".jp-OutputArea-output')).map(e => e.textContent.slice(0, 400))")
+            raise AssertionError(f"the slider's output never named NUM_STAGES; outputs: {shown}; "
+                                 f"screenshot {tmp / 'lab.png'}, log {tmp / 'lab.log'}") from None
+        before = out.text_content()
         slider.first.focus()
         page.keyboard.press("ArrowRight")
-        page.wait_for_function(f"(b) => {{ const o = {area}; return o && o.innerText.includes('NUM_STAGES=')"
-                               " && o.innerText !== b; }", arg=before, timeout=60000)
-        after = out.inner_text()
+        page.wait_for_function(f"(b) => {{ const o = {area}; return o && o.textContent.includes('NUM_STAGES=')"
+                               " && o.textContent !== b; }", arg=before, timeout=60000)
+        after = out.text_content()
         errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count()
         ctx.close()
     assert "NUM_STAGES=4" in before and "NUM_STAGES=5" in after, (before[:300], after[:300])
