@@ -80,7 +80,9 @@ def _build(out: Path) -> Built:
            "--all", "-W", "--keep-going", "--path-output", str(out)]
     t0 = time.monotonic()
     p = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
-    return Built(out / "_build" / "html", p.stdout + p.stderr, time.monotonic() - t0, p.returncode)
+    log = p.stdout + p.stderr
+    (out / "build.log").write_text(log)     # each chapter's execution time is in it ("Executed notebook in")
+    return Built(out / "_build" / "html", log, time.monotonic() - t0, p.returncode)
 
 
 @pytest.fixture(scope="session")

@@ -135,6 +135,34 @@ def test_the_views_read_the_committed_document():
         vp.b200_row("10_nope", doc)
 
 
+def test_the_committed_document_is_the_models_current_answer():
+    """A chapter draws a stage's run live beside the document's numbers: they come from the same model."""
+    from pelib.views import predict as vp
+    doc = vp.b200_doc()
+    row = vp.b200_row("02_tn256", doc)
+    p = vp._b200_run("fp8/02_tn256")
+    assert round(p.ms, 4) == pytest.approx(row["predicted_ms"], abs=2e-4), \
+        "the committed B200 document is stale: run `python -m pelib.predict.history` and commit its output"
+
+
+def test_a_predicted_run_is_drawn_on_a_cycles_axis():
+    import matplotlib
+    matplotlib.use("Agg")
+    from pelib.views import predict as vp
+    ax = vp.b200_picture("02_tn256")
+    lanes = [t.get_text() for t in ax.get_yticklabels()]
+    assert "predicted cycles" in ax.get_xlabel()
+    assert evidence.kinds_in(ax.get_title()) == ["predicted"]
+    assert any("producer" in n for n in lanes) and any("mma" in n.lower() for n in lanes) \
+        and any("epilogue" in n for n in lanes), lanes
+    ring = vp.b200_ring_picture(1)
+    assert "predicted cycles" in ring.get_xlabel() and "nvfp4/00" in ring.get_title()
+    assert "µs predicted" in vp.b200_ring_summary(4)
+    with pytest.raises(KeyError, match="ring depth 9"):
+        vp.b200_ring_summary(9)
+    matplotlib.pyplot.close("all")
+
+
 # ---- the first hour on a B200: everything up to the launch --------------------------------------------------
 
 def test_first_hour_runs_up_to_the_launch(monkeypatch, tmp_path, capsys):

@@ -302,15 +302,16 @@ def warp_roles(t: Timing) -> dict[int, str]:
     epilogue-only warps are the epilogue."""
     rec = t.recorded.any(axis=(0, 2))             # [warps, phases]
     names = phases()
+    have = {w: {names[p] for p in range(t.layout.phases) if rec[w, p]} for w in range(t.layout.warps)}
+    producers = {w // 4 for w, h in have.items() if h & {"producer_wait", "tma_issue"}}
     out = {}
-    for w in range(t.layout.warps):
-        have = {names[p] for p in range(t.layout.phases) if rec[w, p]}
-        if not have:
+    for w, h in have.items():
+        if not h:
             continue
-        if have & {"producer_wait", "tma_issue"}:
+        if h & {"producer_wait", "tma_issue"}:
             out[w] = f"producer (warp {w})"
-        elif "kloop" in have:
-            out[w] = f"consumer warpgroup {w // 4} (warp {w})"
+        elif "kloop" in h:    # in the producer's warpgroup: one warp issues the MMAs (sm_100); else a wgmma group
+            out[w] = f"MMA issuer (warp {w})" if w // 4 in producers else f"consumer warpgroup {w // 4} (warp {w})"
         else:
             out[w] = f"epilogue (warp {w})"
     return out

@@ -75,6 +75,16 @@ def b200_calibration(hopper: _cal.Calibration) -> _cal.Calibration:
     consts["umma.commit_cycles"] = {"value": hopper["mbarrier.wake_cycles"], "unit": "cycles", "kind": "transferred",
                                     "source": f"transferred from the {hopper.chip} calibration's mbarrier.wake_cycles "
                                               "(a tcgen05.commit's arrive reaching its waiter)"}
+    # One SM's TMA fill rate from L2 is a property of the chip's L2 fabric, not of the SM: the H100's measured
+    # rate cannot be the B200's. The lab's 5-warp kernel moved its CTA's A and half-B blocks (2 x 128 x 768 B)
+    # in a 6,063-cycle tile period (fitted_clock's record), at least 32.4 B/clk, above the H100's 29.9: the
+    # provisional default stays until the first hour's calibration measures it.
+    consts["tma.bytes_per_clk_sm"] = {"value": 64.0, "unit": "B/clk", "kind": "provisional",
+                                      "source": "one SM's TMA fill rate from L2, not transferred (an L2-fabric "
+                                                "property; the H100's measured rate is below what the lab's B200 "
+                                                "kernel sustained): the provisional default of pelib's Hopper "
+                                                "calibration; to be measured on a B200 (pelib.calibrate's TMA "
+                                                "throughput probe, the first hour's calibration)"}
     consts["tmem.ld_cycles"] = {"value": 64.0, "unit": "cycles", "kind": "provisional",
                                 "source": "a tcgen05.ld's latency to its wait::ld; no Hopper counterpart: to be measured "
                                           "on a B200 (the first hour's calibration)"}

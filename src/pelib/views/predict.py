@@ -7,6 +7,7 @@ one, the B200 history and the NVFP4 ring sweep against the lab's records.
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -268,6 +269,47 @@ def b200_breakdown_figure(stage: str, doc=None):
     ax.set_title(f"{_short(b200_row(stage, doc)['stage'])} on a B200: per-role phases", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+@functools.lru_cache(maxsize=None)
+def _b200_run(key: str, defines: tuple = (), problem: str = "full"):
+    from ..predict import history   # the B200 calibration: public constants, one fitted clock, the rest transferred
+    return predict(Stage(key, dict(defines)), "b200", history.calibration(), problem=problem)
+
+
+def b200_picture(stage: str, defines: dict | None = None, problem: str = "full", ax=None):
+    """The stage's predicted B200 run drawn as its protocol (pelib.views.protocol, the picture of a simulated
+    or measured run): the representative cluster's waits, issues and completions, one warp of each role per
+    CTA, each event at its predicted cycle. `stage`: a key ("nvfp4/01_pipelined") or an FP8 short name ("06_stages")."""
+    from . import protocol
+    key = stage if "/" in stage else f"fp8/{stage}"
+    p = _b200_run(key, tuple(sorted((defines or {}).items())), problem)
+    ev = p.events()           # the replayed cluster's events, each at its predicted cycle
+    if not ev:
+        raise ValueError(f"{key}: the prediction kept no replayed events to draw")
+    return protocol.protocol_picture(ev, cta=None, cluster=ev[0]["cluster"], one_warp_per_role=True, ax=ax)
+
+
+def b200_ring_picture(depth: int, ax=None):
+    """A point of the NVFP4 ring sweep drawn in predicted cycles: nvfp4/00 (depth 1) or nvfp4/01 at that
+    NUM_STAGES, on the lab log's shape (pelib.predict.blackwell.nvfp4_ring's stages)."""
+    from ..predict.blackwell import RING_SHAPE
+    if depth == 1:
+        return b200_picture("nvfp4/00_single_stage", problem=RING_SHAPE, ax=ax)
+    return b200_picture("nvfp4/01_pipelined", {"NUM_STAGES": depth}, problem=RING_SHAPE, ax=ax)
+
+
+def b200_ring_summary(depth: int, doc=None) -> str:
+    """One line for a point of the NVFP4 ring sweep: predicted against recorded, and its critical path."""
+    doc = doc or b200_doc()
+    r = next((r for r in doc["nvfp4_ring"] if r["stages"] == depth), None)
+    if r is None:
+        raise KeyError(f"ring depth {depth} is not in the B200 document: one of {[r['stages'] for r in doc['nvfp4_ring']]}")
+    from ..predict.blackwell import RING_SHAPE
+    pb = Stage("nvfp4/01_pipelined").problem(RING_SHAPE)
+    rec = "" if r["recorded_us"] is None else f" against {r['recorded_us']:.1f} µs recorded ({r['error']:+.1%})"
+    return (f"{r['stage']} on a B200 (M={pb.m}, N={pb.n}, K={pb.k}): {r['predicted_us']:.1f} µs predicted{rec}; it is "
+            f"{r['critical_path']}. [{_label(doc)}]")
 
 
 def b200_sweep_figure(stage: str, doc=None):
