@@ -468,3 +468,10 @@ def test_all_sm90_documents_name_their_sources(monkeypatch, cal):
     e = docs[1]["predictions"]
     assert [x["defines"] for x in e] == [{}, {"PE_WAIT_KIND": 2}] and e[1]["timing_phases"] == {"kloop": 4000.0}
     assert "timing_phases" not in e[0]
+
+
+def test_out_that_is_a_folder_is_refused(tmp_path, capsys):
+    from pelib.predict.__main__ import main
+    with pytest.raises(SystemExit) as e:
+        main(["--compare", "p.json", "--measured", "m.json", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "is a folder: give the JSON file's path" in capsys.readouterr().err

@@ -177,6 +177,9 @@ def _defines(items) -> dict:
 def main(argv=None) -> int:
     ap = parser()
     a = ap.parse_args(argv)
+    for o in (a.out or "").split(","):
+        if o and Path(o).is_dir():
+            ap.error(f"--out {o} is a folder: give the JSON file's path (e.g. {Path(o) / 'prediction-vs-measured.json'})")
     try:
         if a.compare:
             if not a.measured:
