@@ -145,7 +145,9 @@ def test_the_committed_document_is_the_models_current_answer():
         "the committed B200 document is stale: run `python -m pelib.predict.history` and commit its output"
 
 
-def test_a_predicted_run_is_drawn_on_a_cycles_axis():
+def test_a_predicted_run_is_drawn_on_a_cycles_axis(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)     # a chapter runs in book/chapters: no path may be relative to the cwd
+    history.calibration()
     import matplotlib
     matplotlib.use("Agg")
     from pelib.views import predict as vp

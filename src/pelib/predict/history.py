@@ -53,7 +53,8 @@ ERROR_BAR_PENDING = "error bar: pending the Hopper blind comparison"
 
 def calibration(hopper: str = HOPPER) -> _cal.Calibration:
     """The B200 calibration transferred from the measured Hopper calibration `hopper` (a path)."""
-    return _bw.b200_calibration(_measured.resolve(hopper, "h100"))
+    p = Path(hopper)
+    return _bw.b200_calibration(_measured.resolve(p if p.is_absolute() else ROOT / p, "h100"))   # not the cwd's
 
 
 def _grid(p) -> str:

@@ -273,8 +273,8 @@ def b200_breakdown_figure(stage: str, doc=None):
 
 @functools.lru_cache(maxsize=None)
 def _b200_run(key: str, defines: tuple = (), problem: str = "full"):
-    from ..predict import history   # the B200 calibration: public constants, one fitted clock, the rest transferred
-    return predict(Stage(key, dict(defines)), "b200", history.calibration(), problem=problem)
+    from ..predict import history   # the committed B200 calibration, the one the B200 document was predicted with
+    return predict(Stage(key, dict(defines)), "b200", str(history.CALIBRATION), problem=problem)
 
 
 def b200_picture(stage: str, defines: dict | None = None, problem: str = "full", ax=None):
