@@ -98,3 +98,12 @@ def test_evidence_label():
     assert plots.evidence_label("recorded", "x.md") == "recorded (x.md)"
     with pytest.raises(ValueError):
         plots.evidence_label("measured")
+
+
+def test_a_title_wrapped_earlier_is_reflowed_not_broken_again():
+    from pelib.notebook import _wrap
+    t = "stage — cluster 0 — predicted (the event graph replayed with provisional costs\n  for a GPU): predicted cycles"
+    out = _wrap(t, 60).split("\n")
+    assert all(len(ln) <= 60 for ln in out) and len(out) == 2, out          # no ragged third line
+    assert " ".join(w.strip() for w in out) == " ".join(t.replace("\n  ", " ").split())
+    assert _wrap("stopped: x\nblocked: y", 40) == "stopped: x\nblocked: y"    # separate lines stay separate

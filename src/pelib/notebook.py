@@ -51,9 +51,18 @@ def fit_to_column(fig) -> None:
 
 
 def _wrap(text: str, chars: int) -> str:
+    """Each line wrapped at `chars`; a line indented by two spaces continues the one before it (a text wrapped
+    earlier at another width), so the two are re-flowed together rather than broken again one by one."""
     import textwrap
 
-    return "\n".join(w for ln in text.split("\n") for w in (textwrap.wrap(ln, chars) or [""]))
+    paras: list[str] = []
+    for ln in text.split("\n"):
+        if paras and paras[-1].strip() and ln.startswith("  ") and ln.strip():
+            paras[-1] += " " + ln.strip()
+        else:
+            paras.append(ln)
+    return "\n".join(w for p in paras for w in (textwrap.wrap(p, chars, subsequent_indent="  " if "\n" in text else "")
+                                                 or [""]))
 
 
 def _wrap_wide_text(fig) -> None:
