@@ -15,8 +15,10 @@ from .. import evidence, records
 from ..facts import Table
 from ..paths import ROOT
 from ..predict import compare, misses as _misses, predict
+from ..predict.blackwell import RING_SHAPE
 from ..predict.price import price as _price
 from ..stage import Stage
+from . import protocol
 
 
 def _doc(source) -> dict:
@@ -281,7 +283,6 @@ def b200_picture(stage: str, defines: dict | None = None, problem: str = "full",
     """The stage's predicted B200 run drawn as its protocol (pelib.views.protocol, the picture of a simulated
     or measured run): the representative cluster's waits, issues and completions, one warp of each role per
     CTA, each event at its predicted cycle. `stage`: a key ("nvfp4/01_pipelined") or an FP8 short name ("06_stages")."""
-    from . import protocol
     key = stage if "/" in stage else f"fp8/{stage}"
     p = _b200_run(key, tuple(sorted((defines or {}).items())), problem)
     ev = p.events()           # the replayed cluster's events, each at its predicted cycle
@@ -293,7 +294,6 @@ def b200_picture(stage: str, defines: dict | None = None, problem: str = "full",
 def b200_ring_picture(depth: int, ax=None):
     """A point of the NVFP4 ring sweep drawn in predicted cycles: nvfp4/00 (depth 1) or nvfp4/01 at that
     NUM_STAGES, on the lab log's shape (pelib.predict.blackwell.nvfp4_ring's stages)."""
-    from ..predict.blackwell import RING_SHAPE
     if depth == 1:
         return b200_picture("nvfp4/00_single_stage", problem=RING_SHAPE, ax=ax)
     return b200_picture("nvfp4/01_pipelined", {"NUM_STAGES": depth}, problem=RING_SHAPE, ax=ax)
@@ -305,7 +305,6 @@ def b200_ring_summary(depth: int, doc=None) -> str:
     r = next((r for r in doc["nvfp4_ring"] if r["stages"] == depth), None)
     if r is None:
         raise KeyError(f"ring depth {depth} is not in the B200 document: one of {[r['stages'] for r in doc['nvfp4_ring']]}")
-    from ..predict.blackwell import RING_SHAPE
     pb = Stage("nvfp4/01_pipelined").problem(RING_SHAPE)
     rec = "" if r["recorded_us"] is None else f" against {r['recorded_us']:.1f} µs recorded ({r['error']:+.1%})"
     return (f"{r['stage']} on a B200 (M={pb.m}, N={pb.n}, K={pb.k}): {r['predicted_us']:.1f} µs predicted{rec}; it is "
