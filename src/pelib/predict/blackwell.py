@@ -137,6 +137,11 @@ def history(cal, stages=HISTORY, predict_fn=None, log=None) -> list[dict]:
 RING_SHAPE = "k16384"          # the NVFP4 log's shape of the ring sweep (M=128, N=7168, K=16384)
 
 
+def ring_stage(depth: int) -> Stage:
+    """The stage file of one ring depth: nvfp4/00 (one stage) at depth 1, nvfp4/01 at NUM_STAGES=depth."""
+    return Stage("nvfp4/00_single_stage") if depth == 1 else Stage("nvfp4/01_pipelined", {"NUM_STAGES": depth})
+
+
 def nvfp4_ring(cal, depths=(1, 2, 3, 4, 5), shape: str = RING_SHAPE, predict_fn=None) -> list[dict]:
     """The NVFP4 ring sweep: nvfp4/00 (one stage) and nvfp4/01 at NUM_STAGES 2..5 on the log's shape,
     predicted against the log's microseconds (pelib.records)."""
@@ -144,7 +149,7 @@ def nvfp4_ring(cal, depths=(1, 2, 3, 4, 5), shape: str = RING_SHAPE, predict_fn=
     rec = records.nvfp4_stage_sweep().get(shape, {})
     rows = []
     for d in depths:
-        s = Stage("nvfp4/00_single_stage") if d == 1 else Stage("nvfp4/01_pipelined", {"NUM_STAGES": d})
+        s = ring_stage(d)
         p = predict_fn(s, "b200", cal, problem=shape)
         r = rec.get(d)
         rows.append({"stages": d, "stage": s.label, "predicted_us": round(p.ms * 1e3, 2),

@@ -15,7 +15,7 @@ from .. import evidence, records
 from ..facts import Table
 from ..paths import ROOT
 from ..predict import compare, misses as _misses, predict
-from ..predict.blackwell import RING_SHAPE
+from ..predict.blackwell import RING_SHAPE, ring_stage
 from ..predict.price import price as _price
 from ..stage import Stage
 from . import protocol
@@ -184,7 +184,7 @@ def b200_ring_figure(doc=None):
     ax.plot(d, [r["recorded_us"] for r in ring], "s", color="#c0392b", ms=8, mfc="none",
             label="recorded (nvfp4 lab log, pelib.records)")
     ax.set_xlabel("ring depth (NUM_STAGES; 1 = nvfp4/00)")
-    ax.set_ylabel("µs (M=128, N=7168, K=16384)")
+    ax.set_ylabel(f"µs ({_ring_shape()})")
     ax.set_xticks(d)
     ax.legend(fontsize=7, loc="upper right")
     ax.set_title("NVFP4 on a B200: the ring sweep", fontsize=10)
@@ -273,6 +273,12 @@ def b200_breakdown_figure(stage: str, doc=None):
     return fig
 
 
+def _ring_shape() -> str:
+    """'M=128, N=7168, K=16384': the ring sweep's shape, read from the stage's problem."""
+    pb = ring_stage(2).problem(RING_SHAPE)
+    return f"M={pb.m}, N={pb.n}, K={pb.k}"
+
+
 @functools.lru_cache(maxsize=None)
 def _b200_run(key: str, defines: tuple = (), problem: str = "full"):
     from ..predict import history   # the committed B200 calibration, the one the B200 document was predicted with
@@ -294,9 +300,8 @@ def b200_picture(stage: str, defines: dict | None = None, problem: str = "full",
 def b200_ring_picture(depth: int, ax=None):
     """A point of the NVFP4 ring sweep drawn in predicted cycles: nvfp4/00 (depth 1) or nvfp4/01 at that
     NUM_STAGES, on the lab log's shape (pelib.predict.blackwell.nvfp4_ring's stages)."""
-    if depth == 1:
-        return b200_picture("nvfp4/00_single_stage", problem=RING_SHAPE, ax=ax)
-    return b200_picture("nvfp4/01_pipelined", {"NUM_STAGES": depth}, problem=RING_SHAPE, ax=ax)
+    s = ring_stage(depth)
+    return b200_picture(s.key, dict(s.defines), problem=RING_SHAPE, ax=ax)
 
 
 def b200_ring_summary(depth: int, doc=None) -> str:
@@ -305,9 +310,8 @@ def b200_ring_summary(depth: int, doc=None) -> str:
     r = next((r for r in doc["nvfp4_ring"] if r["stages"] == depth), None)
     if r is None:
         raise KeyError(f"ring depth {depth} is not in the B200 document: one of {[r['stages'] for r in doc['nvfp4_ring']]}")
-    pb = Stage("nvfp4/01_pipelined").problem(RING_SHAPE)
     rec = "" if r["recorded_us"] is None else f" against {r['recorded_us']:.1f} µs recorded ({r['error']:+.1%})"
-    return (f"{r['stage']} on a B200 (M={pb.m}, N={pb.n}, K={pb.k}): {r['predicted_us']:.1f} µs predicted{rec}; it is "
+    return (f"{r['stage']} on a B200 ({_ring_shape()}): {r['predicted_us']:.1f} µs predicted{rec}; it is "
             f"{r['critical_path']}. [{_label(doc)}]")
 
 
