@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from . import cache as _cache, events as _events, evidence, sim, sim_build, sim_catalog
@@ -92,7 +92,9 @@ class SimRun:
         return f"{head}: {self.outcome}: {self.stopped or self.verify_text} ({evidence.simulated()})"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        # one level: every field is JSON already (events are dicts, reports text); dataclasses.asdict's
+        # deep copy of a run's events took as long as simulating it
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def as_stage(stage, defines: dict | None = None) -> Stage:
@@ -165,7 +167,7 @@ def _load(key: str) -> SimRun | None:
 
 def _store(key: str, run: SimRun) -> None:
     try:
-        _runs().put("simrun", key, {"run.json.gz": gzip.compress(json.dumps(run.to_json(), default=str).encode())},
+        _runs().put("simrun", key, {"run.json.gz": gzip.compress(json.dumps(run.to_json(), default=str).encode(), compresslevel=1)},
                            meta={"stage": run.stage, "seed": run.seed, "outcome": run.outcome})
     except _cache.CacheUnavailable:
         pass
