@@ -2,6 +2,7 @@
 with values that agree with the rest of what the cubin and the source say (evidence: compiled)."""
 import re
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -339,3 +340,25 @@ def test_wait_tags_lead_to_their_barrier_and_source_line():
     for f in ("sm90", "fp8", "nvfp4"):
         for p in stages.family_stages(f):
             assert all(w.barrier and w.line > 0 for w in stages.wait_sites(p))
+
+
+def _reached(path) -> list:
+    return [f for _, f, _ in B.expand_sources(path, [Path(d) for d in B._include_paths(path.parent)])]
+
+
+@pytest.mark.parametrize("path", STAGE_FILES, ids=IDS)
+def test_no_device_build_reaches_the_simulator(path):
+    """The simulator is host code: no stage's device build (the stage and every header NVRTC reaches from
+    it) includes a file under src/kernels/sim, so changing the simulator cannot change a cubin
+    (results/2026-11-28-cpu/device-cubins-sha256.json compares all 40 across its restructuring)."""
+    sim_dir = (KERNELS / "sim").resolve()
+    files = _reached(path)
+    assert len(files) > 1, f"{path.name} reaches no header: the include walk found nothing to check"
+    assert not [f for f in files if sim_dir in f.parents], f"{path.name}'s device build includes the simulator"
+
+
+def test_the_simulator_check_can_fail(tmp_path):
+    k = tmp_path / "k.cu"
+    k.write_text('#include "common/mbarrier.cuh"\n#include <sim/runtime/api.h>\n__global__ void k() {}\n')
+    sim_dir = (KERNELS / "sim").resolve()
+    assert [f for f in _reached(k) if sim_dir in f.parents]
