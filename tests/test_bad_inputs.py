@@ -35,6 +35,7 @@ from pelib import sim_budget as SB
 from pelib import tma as T
 from pelib import verify as Y
 from pelib.models import pipeline as MP
+from pelib.limits import SMEM_LIMIT
 from pelib.paths import KERNELS
 from pelib.stage import Stage
 
@@ -361,7 +362,7 @@ def test_gonogo_bad_inputs(call, expect, phrase, tmp_path):
 # =================================================================================================
 # pelib.launch: the launch shape, and launches after a fault or hang (L attempts)
 # =================================================================================================
-B200 = V.DeviceInfo(True, name="Fake B200", cc=(10, 0), sm_count=148, smem_optin_bytes=232448, ordinal=0)
+B200 = V.DeviceInfo(True, name="Fake B200", cc=(10, 0), sm_count=148, smem_optin_bytes=SMEM_LIMIT, ordinal=0)
 _BUILD = B.Build(source=Path("k.cu"), arch="sm_100a", defines={}, cubin=b"", log="",
                  ptxas={"k": B.PtxasFacts("k", 10, 0, 0, 0, 0)}, exports={"smem_bytes": 0})
 
@@ -540,7 +541,7 @@ def _sim_inputs(change):
 def _gpu_plan_with_cpu_inputs(t):
     """The GPU path validates too: CPU tensors for a launch on cuda:0 (a test stand-in H100)."""
     s = Stage("sm90/00_tma_wgmma")
-    info = V.DeviceInfo(True, name="H100 (stand-in)", cc=(9, 0), sm_count=132, smem_optin_bytes=232448, ordinal=0)
+    info = V.DeviceInfo(True, name="H100 (stand-in)", cc=(9, 0), sm_count=132, smem_optin_bytes=SMEM_LIMIT, ordinal=0)
     return s.plan("sim", s.inputs("sim", 0, "sim"), "gpu", info=info)
 
 
@@ -601,7 +602,7 @@ SIMULATOR = [
     ("grid-y", lambda t: _prepare(grid=(1, 70000)), L.LaunchError, "grid.y=70,000 is over the 65,535 every GPU allows"),
     ("smem-over", lambda t: _prepare(smem=300_000), L.LaunchError,
      "k needs 300000 B dynamic + 0 B static shared memory per CTA; the simulated SM (common/limits.cuh "
-     "PE_SMEM_LIMIT) allows 232448 B"),
+     f"PE_SMEM_LIMIT) allows {SMEM_LIMIT} B"),
     ("cluster-grid", lambda t: _prepare(grid=(3,), cluster=(2,)), L.LaunchError,
      "grid.x=3 CTAs is not a multiple of cluster.x=2"),
 ]

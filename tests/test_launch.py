@@ -9,13 +9,14 @@ import torch
 from pelib import launch as L
 from pelib.build import build
 from pelib.device import DeviceInfo, UnsupportedGPU
+from pelib.limits import SMEM_LIMIT
 from pelib.tma import TensorMap, make_spec
 
 K = Path(__file__).parent / "kernels"
 H100 = DeviceInfo(True, name="NVIDIA H100", cc=(9, 0), sm_count=132, l2_bytes=50 << 20,
-                  smem_optin_bytes=227 * 1024, ordinal=0)
+                  smem_optin_bytes=SMEM_LIMIT, ordinal=0)
 B200 = DeviceInfo(True, name="NVIDIA B200", cc=(10, 0), sm_count=148, l2_bytes=126 << 20,
-                  smem_optin_bytes=227 * 1024, ordinal=0)
+                  smem_optin_bytes=SMEM_LIMIT, ordinal=0)
 
 
 class FakeCudaTensor:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pelib import build as nvrtc, launch as L, sim, sim_build, tma
+from pelib.limits import SMEM_LIMIT
 from pelib.paths import KERNELS
 from pelib.stage import Stage
 
@@ -179,8 +180,8 @@ def test_exit_with_tmem_allocated_is_misuse():
 
 def test_dynamic_shared_memory_over_the_limit_is_refused_as_on_a_gpu():
     """Refused by prepare() with pelib.launch's message, before anything is built or run."""
-    with pytest.raises(L.LaunchError, match="sim_engine needs 233472 B dynamic .* the simulated SM .* allows 232448 B"):
-        launch(0, 0, smem=228 * 1024)
+    with pytest.raises(L.LaunchError, match=f"sim_engine needs {SMEM_LIMIT + 1024} B dynamic .* the simulated SM .* allows {SMEM_LIMIT} B"):
+        launch(0, 0, smem=SMEM_LIMIT + 1024)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

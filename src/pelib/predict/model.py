@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .. import evidence, timing as _timing
+from ..limits import SMEM_LIMIT
 from . import calibration as _cal, measured as _measured
 from .graph import Graph
 from .memory import MemoryState, a_schedule, locality
@@ -235,8 +236,8 @@ class Setup:
 SM_REGISTERS = 65536
 SM_WARPS = 64
 SM_BLOCKS = 32
-SM_SMEM = 228 * 1024
 SMEM_RESERVED = 1024
+SM_SMEM = SMEM_LIMIT + SMEM_RESERVED   # the SM's 228 KB: the per-block limit (common/limits.cuh) and the reserve
 REG_UNIT = 256
 
 
