@@ -31,12 +31,13 @@ book: $(SETUP)
 	$(PY) -c "from jupyter_book.cli.main import main; main()" build book --all -W --keep-going
 	@echo "book: $(CURDIR)/book/_build/html/index.html"
 
-# pytest-xdist (the test extra) spreads the suite over up to 4 workers; the book's build and the pages it
-# checks stay in one (xdist_group "book"). A Python without pytest-xdist runs the suite in one process.
+# pytest-xdist (the test extra) spreads the suite over up to 4 workers a test file at a time, so the book's
+# one build and the pages it checks (tests/test_book.py) share a worker. A Python without pytest-xdist runs
+# the suite in one process.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
 test: $(SETUP)
-	$(PY) -m pytest -q -m "not gpu" $$($(PY) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadgroup")
+	$(PY) -m pytest -q -m "not gpu" $$($(PY) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadfile")
 
 test-gpu: $(SETUP)
 	$(PY) -m pytest -q -m gpu -p no:cacheprovider

@@ -30,9 +30,6 @@ import yaml
 
 from pelib import evidence
 
-# One book build per session: under pytest-xdist (make test) every test that reads it runs in one worker.
-pytestmark = pytest.mark.xdist_group("book")
-
 REPO = Path(__file__).resolve().parents[1]
 BOOK = REPO / "book"
 
