@@ -32,6 +32,7 @@ from pelib import reference as R
 from pelib import results as RS
 from pelib import sim as SIM
 from pelib import sim_budget as SB
+from pelib import stage as stage_mod
 from pelib import tma as T
 from pelib import verify as Y
 from pelib.models import pipeline as MP
@@ -767,3 +768,16 @@ def test_a_tiny_tensor_with_a_given_decode_scale_round_trips():
 TABLES = {"build": BUILD, "verify": VERIFY, "emulate": EMULATE, "descriptors": DESCRIPTORS, "gonogo": GONOGO,
           "launch": LAUNCH, "problems+reference": PROBLEMS, "device+tma": DEVICE, "simulator": SIMULATOR,
           "results+bench": RESULTS_TREE, "models+nvfp4": LEFTOVERS}
+
+
+def test_cli_grid_runs_the_persistent_grid_it_names_and_refuses_what_no_gpu_takes(capsys):
+    """--grid on the command line: the simulated run uses that many resident CTAs; a grid that is not whole
+    clusters is a refusal line (no traceback); zero or a word is an argument error naming the fix."""
+    assert stage_mod.main(["sm90/02_persistent_cluster", "--device", "sim", "--grid", "4"]) == 0
+    assert "grid 4 CTAs = 2 clusters of 2" in capsys.readouterr().out
+    assert stage_mod.main(["sm90/02_persistent_cluster", "--device", "sim", "--grid", "3"]) == 1
+    assert "refused: grid.x=3 CTAs is not a multiple of cluster.x=2" in capsys.readouterr().out
+    for bad in ("0", "two"):
+        with pytest.raises(SystemExit):
+            stage_mod.main(["sm90/02_persistent_cluster", "--device", "sim", "--grid", bad])
+        assert "is not a number of CTAs: give a positive integer" in capsys.readouterr().err

@@ -238,6 +238,16 @@ def test_raw_global_store_past_a_tensor_names_it():
         assert rec["file"].endswith("sim_engine.cu") and "out[n] = 1" in src[rec["line"] - 1], rec
 
 
+def test_a_store_far_from_every_tensor_names_none_of_them():
+    """1 GB past `out`: the nearest tensor in memory may be another one, so the report names no element, only
+    the distance to the nearest tensor; the process lives and a clean run follows."""
+    with pytest.raises(sim.SimMisuse) as e:
+        launch(9, 0, n=1 << 28)[0].run()
+    msg = str(e.value)
+    assert "out-of-bounds global access" in msg and "no tensor's element" in msg and "element [" not in msg, msg
+    assert launch(0, 0)[0].run().ok
+
+
 @pytest.mark.parametrize("seed", ["eager", 0])
 def test_a_spin_on_global_memory_is_a_hang(seed, monkeypatch):
     """while (*flag == 0) {} that nobody sets has no scheduling point: reported as a hang with its line."""

@@ -674,13 +674,24 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--sim-seed", type=lambda v: int(v) if v.lstrip("-").isdigit() else v, default=0,
                     help="the simulator's scheduler seed: an integer, or lazy / eager (--device sim; default 0)")
-    ap.add_argument("--grid", type=int, default=None, metavar="CTAS",
+    ap.add_argument("--grid", type=_ctas, default=None, metavar="CTAS",
                     help="CTAs of a persistent grid (default: one wave on the GPU, the kind's few SMs on sim)")
     ap.add_argument("--trace", metavar="OUT.json", help="write a Chrome trace (Perfetto) of a TIMING run (gpu) or of "
                     "the simulator's event log (sim); with --sweep, one file per position (-K=V before the suffix)")
     ap.add_argument("--table", action="store_true",
                     help="one row per stage file (idea, parent, facts, results) as a Markdown table")
     return ap
+
+
+def _ctas(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a number of CTAs: give a positive integer (a persistent "
+                                         "grid's resident CTAs, a multiple of its cluster)")
+    return n
 
 
 def main(argv=None) -> int:
@@ -720,7 +731,7 @@ def main(argv=None) -> int:
         run_kw = {"sim_seed": a.sim_seed} if device == "sim" else {}
         try:
             res = s.run(a.problem, device, iters=a.iters, **run_kw, **({"grid": a.grid} if a.grid is not None else {}))
-        except sim_budget.SimTooLarge as e:
+        except (sim_budget.SimTooLarge, launch.LaunchError) as e:   # a launch no GPU (or no simulator) takes
             print(f"refused: {e}")
             ok = False
             continue

@@ -223,9 +223,13 @@ struct F8 {
   int16_t expo;
   uint8_t neg, special;
 };
+// Packed for the block loop: bits 0-7 the significand (an integer, at most 15), bits 8-15 the window
+// exponent + 64, bit 16 the sign, bit 17 NaN or Inf.
+constexpr uint32_t F8_SPECIAL = 1u << 17;
 struct F8Tables {
   Fp f[2][256];
   F8 q[2][256];
+  uint32_t p[2][256];
   float v[2][256];
   F8Tables() {
     for (int i = 0; i < 256; ++i) {
@@ -234,6 +238,7 @@ struct F8Tables {
       for (int j = 0; j < 2; ++j) {
         const Fp& x = f[j][i];
         q[j][i] = F8{int16_t(x.mag), int16_t(x.expo), uint8_t(x.neg), uint8_t(x.nan || x.inf)};
+        p[j][i] = uint32_t(x.mag) | uint32_t(x.expo + 64) << 8 | uint32_t(x.neg) << 16 | (x.nan || x.inf ? F8_SPECIAL : 0u);
         const float mag = x.inf ? __builtin_inff() : std::ldexp(float(x.mag), x.lsb);
         v[j][i] = x.nan ? __builtin_nanf("") : x.neg ? -mag : mag;   // a NaN byte of either sign: +NaN
       }
@@ -253,30 +258,34 @@ inline bool block_fma_f8_finite(const uint8_t* a, const uint8_t* b, int n, int f
   const F8Tables& T = f8_tables();
   const Fp d = scale_d ? fp_f32(d_bits) : Fp{0, 0, 0, false, false, false};
   if (d.nan || d.inf) return false;
+  const uint32_t *ta = T.p[fa], *tb = T.p[fb];
   int32_t mag[64], ref[64];
-  uint8_t neg[64];
+  int64_t neg[64];
   int R = d.mag ? d.expo : INT32_MIN;
-  uint8_t special = 0;
-  for (int i = 0; i < n; ++i) {
-    const F8 x = T.q[fa][a[i]], y = T.q[fb][b[i]];
-    special |= x.special | y.special;
-    mag[i] = int32_t(x.mag) * y.mag;
-    ref[i] = x.expo + y.expo;
-    neg[i] = x.neg ^ y.neg;
-    if (mag[i]) R = std::max(R, ref[i]);
+  uint32_t special = 0;
+  for (int i = 0; i < n; ++i) {   // branch-free: the products, their window exponents, R over the nonzero ones
+    const uint32_t x = ta[a[i]], y = tb[b[i]];
+    special |= x | y;
+    mag[i] = int32_t(x & 0xFF) * int32_t(y & 0xFF);
+    ref[i] = int32_t(x >> 8 & 0xFF) + int32_t(y >> 8 & 0xFF) - 128;
+    neg[i] = int64_t((x ^ y) >> 16 & 1);
+    R = std::max(R, mag[i] ? ref[i] : INT32_MIN);
   }
-  if (special) return false;
+  if (special & F8_SPECIAL) return false;
   if (R == INT32_MIN) {   // every term zero: +0 (probe class zero_signs)
     d_bits = 0;
     return true;
   }
   R = std::max(R, p.min_exp);
-  const int grid = R - p.frac_bits, mant = F8_MANT[fa] + F8_MANT[fb];
+  const int grid = R - p.frac_bits, base = F8_MANT[fa] + F8_MANT[fb] + grid;
   int64_t sum = 0;
   for (int i = 0; i < n; ++i) {
-    const int s = ref[i] - mant - grid;   // the product's last bit against the grid
-    const int64_t t = s >= 0 ? int64_t(mag[i]) << s : (-s >= 31 ? 0 : int64_t(mag[i] >> -s));
-    sum += neg[i] ? -t : t;
+    // the product's magnitude cut toward zero onto the grid: its last bit is 2^(ref - mant), so it moves by
+    // s = ref - base bits (s <= frac_bits - mant < 40 for a nonzero product); mag << 40 >> (40 - s) is that
+    // shift, a right one truncating, with no branch (a zero product's shift is clamped: 0 either way)
+    const int sh = std::min(std::max(40 - (ref[i] - base), 0), 63);
+    const int64_t t = (int64_t(mag[i]) << 40) >> sh;
+    sum += (t ^ -neg[i]) + neg[i];
   }
   if (d.mag) {
     const int s = d.lsb - grid;

@@ -35,6 +35,13 @@ std::string oob_where(uintptr_t a, size_t n) {
   }
   if (!best) return "the kernel was given no tensors";
   const PeSimRange& t = *best;
+  if (dist > t.bytes) {   // farther from every tensor than the nearest one's size: whose pointer it was is unknown
+    std::string shape;
+    for (uint32_t i = 0; i < t.ndim; ++i) shape += (i ? " x " : "") + std::to_string(t.shape[i]);
+    return fmt("no tensor's element: %llu B %s the nearest tensor, `%s` (%s, %u B elements)",
+               (unsigned long long)dist, a < t.base ? "before" : "past the end of", t.name ? t.name : "?",
+               shape.c_str(), t.elem);
+  }
   const int64_t el = (int64_t(a) - int64_t(t.base)) / int64_t(t.elem ? t.elem : 1);
   std::string idx, shape;
   if (t.ndim >= 1) {
