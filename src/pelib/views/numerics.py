@@ -29,7 +29,7 @@ STEPS = [
     ("products exact, subnormal inputs kept", "single_product, subnormal_mix, e5m2_single_product"),
     ("window R = largest exponent SUM e_a + e_b (a product in [2, 4) does not move it; a subnormal counts as "
      "emin) over the nonzero products and D", "sig_ge2, subnormal_mix, d_vs_product, two_products"),
-    ("one window for all 32 products and D (no groups of 4, 8 or 16)", "grouping, d_vs_product"),
+    ("one window for all 32 products and D (no groups of 4, 8 or 16)", "grouping, cancellation, many_small"),
     ("13 fraction bits below R; each term's magnitude cut toward zero (sign and magnitude, no borrow, no "
      "sticky bit)", "two_products, many_small, cancellation, d_passthrough"),
     ("the cut terms summed exactly", "many_small, carry_out, random_spread"),
