@@ -125,7 +125,7 @@ def protocol_picture(source, *, cta: int | None = None, cluster: int | None = 0,
     own = ax is None
     if own:
         _, ax = plt.subplots(figsize=(9.6, 1.6 + 0.3 * len(ln)))
-    h, kinds, cats = 0.62, [], set()
+    h, kinds, cats, marks = 0.62, [], set(), {}   # marks: (marker, size, colour) -> its instants
     for s in sp.spans:
         y = y_of.get((s.pid, s.tid))
         if y is None or (s.cat == "tile" and not show_tile) or s.ts + (s.dur or 0) < lo or s.ts > hi:
@@ -137,8 +137,8 @@ def protocol_picture(source, *, cta: int | None = None, cluster: int | None = 0,
             if k not in KIND_STYLE:
                 continue
             marker, col, _ = KIND_STYLE[k]
-            ax.scatter([s.ts], [y], marker=marker, s=14 if marker not in "|_" else 40, lw=0.8, zorder=3,
-                       c=tile_col if tile_col and k in ("mma", "tmem_ld", "commit") else col)
+            style = (marker, 14 if marker not in "|_" else 40, tile_col if tile_col and k in ("mma", "tmem_ld", "commit") else col)
+            marks.setdefault(style, []).append((s.ts, y))
             kinds.append(k)
             continue
         cats.add(s.cat)
@@ -162,6 +162,8 @@ def protocol_picture(source, *, cta: int | None = None, cluster: int | None = 0,
             label = f"tile {tile}" if part else s.name
             ax.text(s.ts + s.dur / 2, y, label, ha="center", va="center", fontsize=6.5, color="white", clip_on=True,
                     zorder=4)
+    for (marker, size, col), pts in marks.items():   # one scatter per style: a run has thousands of instants
+        ax.scatter([x for x, _ in pts], [y for _, y in pts], marker=marker, s=size, lw=0.8, zorder=3, color=col)
     ax.set_yticks(range(len(ln)), [n for _, n in ln], fontsize=8)
     ax.set_ylim(len(ln) - 0.4, -1.0)
     ax.set_xlim(lo - (hi - lo) * 0.01, hi + (hi - lo) * 0.01 + 1)
