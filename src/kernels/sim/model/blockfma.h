@@ -251,6 +251,33 @@ inline const F8Tables& f8_tables() {
 }
 constexpr int F8_MANT[2] = {3, 2};
 
+// The rule of block_fma over n finite terms in integers: term i is (-1)^neg[i] mag[i] 2^(ref[i] - mant), its
+// window exponent ref[i]; d finite. mag[i] < 2^12 and frac_bits - mant < 40 (callers: FP8 mant >= 4, E2M1 with
+// its scales >= 2, frac_bits <= 40), so every shift below is in range. Returns the FP32 bits.
+inline uint32_t block_fma_ints(const int32_t* mag, const int32_t* ref, const int64_t* neg, int n, int mant,
+                               const Fp& d, const BlockFma& p) {
+  int R = d.mag ? d.expo : INT32_MIN;
+  for (int i = 0; i < n; ++i) R = std::max(R, mag[i] ? ref[i] : INT32_MIN);   // over the nonzero terms
+  if (R == INT32_MIN) return 0;   // every term zero: +0 (probe class zero_signs)
+  R = std::max(R, p.min_exp);
+  const int grid = R - p.frac_bits, base = mant + grid;
+  int64_t sum = 0;
+  for (int i = 0; i < n; ++i) {
+    // the term's magnitude cut toward zero onto the grid: its last bit is 2^(ref - mant), so it moves by
+    // s = ref - base bits (s <= frac_bits - mant < 40 for a nonzero term); mag << 40 >> (40 - s) is that
+    // shift, a right one truncating, with no branch (a zero term's shift is clamped: 0 either way)
+    const int sh = std::min(std::max(40 - (ref[i] - base), 0), 63);
+    const int64_t t = (int64_t(mag[i]) << 40) >> sh;
+    sum += (t ^ -neg[i]) + neg[i];
+  }
+  if (d.mag) {
+    const int s = d.lsb - grid;
+    const int64_t t = s >= 0 ? d.mag << s : (-s >= 63 ? 0 : d.mag >> -s);
+    sum += d.neg ? -t : t;
+  }
+  return sum == 0 ? 0 : encode_f32(sum < 0, uint64_t(sum < 0 ? -sum : sum), grid, p.out_bits, p.round_nearest != 0);
+}
+
 // One block of n FP8 products without NaN or Inf operands (and a finite D): the rule of block_fma in integers.
 // Returns false (nothing written) when an operand or D is special: the caller takes the Term path.
 inline bool block_fma_f8_finite(const uint8_t* a, const uint8_t* b, int n, int fa, int fb, uint32_t& d_bits,
@@ -261,38 +288,16 @@ inline bool block_fma_f8_finite(const uint8_t* a, const uint8_t* b, int n, int f
   const uint32_t *ta = T.p[fa], *tb = T.p[fb];
   int32_t mag[64], ref[64];
   int64_t neg[64];
-  int R = d.mag ? d.expo : INT32_MIN;
   uint32_t special = 0;
-  for (int i = 0; i < n; ++i) {   // branch-free: the products, their window exponents, R over the nonzero ones
+  for (int i = 0; i < n; ++i) {   // branch-free: each product's significand, window exponent and sign
     const uint32_t x = ta[a[i]], y = tb[b[i]];
     special |= x | y;
     mag[i] = int32_t(x & 0xFF) * int32_t(y & 0xFF);
     ref[i] = int32_t(x >> 8 & 0xFF) + int32_t(y >> 8 & 0xFF) - 128;
     neg[i] = int64_t((x ^ y) >> 16 & 1);
-    R = std::max(R, mag[i] ? ref[i] : INT32_MIN);
   }
   if (special & F8_SPECIAL) return false;
-  if (R == INT32_MIN) {   // every term zero: +0 (probe class zero_signs)
-    d_bits = 0;
-    return true;
-  }
-  R = std::max(R, p.min_exp);
-  const int grid = R - p.frac_bits, base = F8_MANT[fa] + F8_MANT[fb] + grid;
-  int64_t sum = 0;
-  for (int i = 0; i < n; ++i) {
-    // the product's magnitude cut toward zero onto the grid: its last bit is 2^(ref - mant), so it moves by
-    // s = ref - base bits (s <= frac_bits - mant < 40 for a nonzero product); mag << 40 >> (40 - s) is that
-    // shift, a right one truncating, with no branch (a zero product's shift is clamped: 0 either way)
-    const int sh = std::min(std::max(40 - (ref[i] - base), 0), 63);
-    const int64_t t = (int64_t(mag[i]) << 40) >> sh;
-    sum += (t ^ -neg[i]) + neg[i];
-  }
-  if (d.mag) {
-    const int s = d.lsb - grid;
-    const int64_t t = s >= 0 ? d.mag << s : (-s >= 63 ? 0 : d.mag >> -s);
-    sum += d.neg ? -t : t;
-  }
-  d_bits = sum == 0 ? 0 : encode_f32(sum < 0, uint64_t(sum < 0 ? -sum : sum), grid, p.out_bits, p.round_nearest != 0);
+  d_bits = block_fma_ints(mag, ref, neg, n, F8_MANT[fa] + F8_MANT[fb], d, p);
   return true;
 }
 }  // namespace detail

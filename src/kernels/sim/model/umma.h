@@ -234,13 +234,31 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
         } else {
           bool first = enable_input_d;
           Term t[64];
+          const Fp* bqn = &bq[size_t(n) * K];
+          const Fp* bsn = &bs[size_t(n) * 4];
           for (int b0 = 0; b0 < K; b0 += p.block) {
-            for (int i = 0; i < p.block; ++i) {
-              const int k = b0 + i;
-              const Fp f[4] = {aq[k], as[k / 16], bq[size_t(n) * K + k], bs[size_t(n) * 4 + k / 16]};
-              t[i] = product(f, 4);
+            const Fp dq = first ? fp_f32(d) : Fp{0, 0, 0, false, false, false};
+            bool special = dq.nan || dq.inf;
+            for (int g = b0 / 16; g <= (b0 + p.block - 1) / 16; ++g) special |= as[g].nan || bsn[g].nan;
+            if (!special) {   // E2M1 has no NaN or Inf: each product in integers, its four exponents summed
+              int32_t mag[64], ref[64];
+              int64_t neg[64];
+              for (int i = 0; i < p.block; ++i) {
+                const int k = b0 + i, g = k / 16;
+                mag[i] = int32_t(aq[k].mag * bqn[k].mag) * int32_t(as[g].mag * bsn[g].mag);
+                ref[i] = aq[k].expo + bqn[k].expo + as[g].expo + bsn[g].expo;
+                neg[i] = int64_t(aq[k].neg ^ bqn[k].neg);
+              }
+              // each factor's last bit lies its mantissa bits below its exponent: E2M1 1, UE4M3 3, UE8M0 0
+              d = detail::block_fma_ints(mag, ref, neg, p.block, 2 + (id.scale_fmt == 0 ? 6 : 0), dq, p);
+            } else {
+              for (int i = 0; i < p.block; ++i) {
+                const int k = b0 + i;
+                const Fp f[4] = {aq[k], as[k / 16], bqn[k], bsn[k / 16]};
+                t[i] = product(f, 4);
+              }
+              d = block_fma(t, p.block, d, first, p);
             }
-            d = block_fma(t, p.block, d, first, p);
             first = true;
           }
         }
