@@ -1,5 +1,7 @@
 """Shared fixtures: GPU tests run only where a CUDA GPU is present; on the CPU the GPU is replaced at its
 edges only (device info, the driver's tensor-map encode, the launch, CUDA events) by the stand-ins here."""
+import sys
+
 import pytest
 import torch
 
@@ -13,6 +15,14 @@ def _gpu_arch():
     except Exception:
         pass
     return None
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """A test's pyplot figures are closed after it: a worker runs many test files in one process."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
 
 
 def pytest_collection_modifyitems(config, items):
