@@ -217,18 +217,11 @@ inline uint32_t exact_dot(const float* va, const float* vb, int k, uint32_t d_bi
 }
 
 namespace detail {
-// The FP8 bytes as the fast path reads them: magnitude, window exponent, sign / special flags.
-struct F8 {
-  int16_t mag;
-  int16_t expo;
-  uint8_t neg, special;
-};
-// Packed for the block loop: bits 0-7 the significand (an integer, at most 15), bits 8-15 the window
-// exponent + 64, bit 16 the sign, bit 17 NaN or Inf.
+// The FP8 bytes as the fast path reads them, packed: bits 0-7 the significand (an integer, at most 15),
+// bits 8-15 the window exponent + 64, bit 16 the sign, bit 17 NaN or Inf.
 constexpr uint32_t F8_SPECIAL = 1u << 17;
 struct F8Tables {
   Fp f[2][256];
-  F8 q[2][256];
   uint32_t p[2][256];
   float v[2][256];
   F8Tables() {
@@ -237,7 +230,6 @@ struct F8Tables {
       f[1][i] = fp_e5m2(uint8_t(i));
       for (int j = 0; j < 2; ++j) {
         const Fp& x = f[j][i];
-        q[j][i] = F8{int16_t(x.mag), int16_t(x.expo), uint8_t(x.neg), uint8_t(x.nan || x.inf)};
         p[j][i] = uint32_t(x.mag) | uint32_t(x.expo + 64) << 8 | uint32_t(x.neg) << 16 | (x.nan || x.inf ? F8_SPECIAL : 0u);
         const float mag = x.inf ? __builtin_inff() : std::ldexp(float(x.mag), x.lsb);
         v[j][i] = x.nan ? __builtin_nanf("") : x.neg ? -mag : mag;   // a NaN byte of either sign: +NaN

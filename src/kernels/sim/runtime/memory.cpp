@@ -35,15 +35,13 @@ std::string oob_where(uintptr_t a, size_t n) {
   }
   if (!best) return "the kernel was given no tensors";
   const PeSimRange& t = *best;
-  if (dist > t.bytes) {   // farther from every tensor than the nearest one's size: whose pointer it was is unknown
-    std::string shape;
-    for (uint32_t i = 0; i < t.ndim; ++i) shape += (i ? " x " : "") + std::to_string(t.shape[i]);
+  std::string idx, shape;
+  for (uint32_t i = 0; i < t.ndim; ++i) shape += (i ? " x " : "") + std::to_string(t.shape[i]);
+  if (dist > t.bytes)   // farther from every tensor than the nearest one's size: whose pointer it was is unknown
     return fmt("no tensor's element: %llu B %s the nearest tensor, `%s` (%s, %u B elements)",
                (unsigned long long)dist, a < t.base ? "before" : "past the end of", t.name ? t.name : "?",
                shape.c_str(), t.elem);
-  }
   const int64_t el = (int64_t(a) - int64_t(t.base)) / int64_t(t.elem ? t.elem : 1);
-  std::string idx, shape;
   if (t.ndim >= 1) {
     int64_t rest = el, inner = 1;
     for (uint32_t i = 1; i < t.ndim; ++i) inner *= int64_t(t.shape[i]);
@@ -55,7 +53,6 @@ std::string oob_where(uintptr_t a, size_t n) {
       if (i + 1 < t.ndim) inner /= int64_t(t.shape[i + 1]);
     }
     for (size_t i = 0; i < ix.size(); ++i) idx += (i ? ", " : "") + std::to_string(ix[i]);
-    for (uint32_t i = 0; i < t.ndim; ++i) shape += (i ? " x " : "") + std::to_string(t.shape[i]);
   }
   const bool before = a < t.base;
   return fmt("element [%s] of `%s` (%s, %u B elements): %llu B %s", idx.c_str(), t.name ? t.name : "?",
