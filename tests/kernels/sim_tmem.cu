@@ -11,6 +11,12 @@
 //                  example 2)
 //   ST_DURING_MMA  the warps store into D again after the MMA is issued, before waiting on its commit
 //   LD_THEN_ST     the read-back's columns are stored again before tcgen05.wait::ld
+// The tcgen05 fences (PTX ISA 9.7.16.6.3, 9.7.16.11.1), each left out or moved by one define:
+//   NO_BEFORE_MMA  no tcgen05.fence::before_thread_sync between the warps' wait::ld / wait::st and the bar.sync
+//                  before the MMA: their reads and stores of D are not ordered before it (9.7.16.6.4.4)
+//   NO_AFTER_MMA   no tcgen05.fence::after_thread_sync between that bar.sync and the MMA
+//   NO_AFTER_LD    no tcgen05.fence::after_thread_sync between the wait on the MMA's commit and the read of D
+//   AFTER_IN_MMA_THREAD  benign: the fence after the bar.sync only in the MMA's thread, right before the MMA
 // Host-only (the simulator); the layout of the MMA's operands is the B200 probe's (probes/tcgen05_numerics.cu).
 #include "common/types.cuh"
 #include "common/descriptors.cuh"
@@ -71,10 +77,17 @@ extern "C" __global__ void sim_tmem(u32* out) {
   read_d(tmem, warp, lane, out);
   tcgen05_wait_st();
 #endif
+#ifndef NO_BEFORE_MMA
   tcgen05_fence_before_thread_sync();
+#endif
   __syncthreads();
+#if !defined(NO_AFTER_MMA) && !defined(AFTER_IN_MMA_THREAD)
   tcgen05_fence_after_thread_sync();
+#endif
   if (threadIdx.x == 0) {
+#ifdef AFTER_IN_MMA_THREAD
+    tcgen05_fence_after_thread_sync();
+#endif
     tcgen05_mma_f8f6f4<1>(tmem, DESC_AB + (smem_u32(smem + OFF_A) >> 4), DESC_AB + (smem_u32(smem + OFF_B) >> 4),
                           IDESC, 1);
     tcgen05_commit<1>(smem_u32(done));
@@ -85,7 +98,9 @@ extern "C" __global__ void sim_tmem(u32* out) {
   tcgen05_wait_st();
 #endif
   mbarrier_wait_parity(done, 0, 1);
+#ifndef NO_AFTER_LD
   tcgen05_fence_after_thread_sync();
+#endif
   read_d(tmem, warp, lane, out + M * 32);
   tcgen05_fence_before_thread_sync();
   __syncthreads();

@@ -1,5 +1,5 @@
 // UMMA (sm_100 tcgen05.mma) and GMMA (sm_90 wgmma) descriptors as constexpr encoders,
-// usable in device code and in static_assert. pelib.descriptors is the Python twin;
+// usable in device code and in static_assert. pelib.isa.descriptors is the Python twin;
 // tests/test_descriptors.py compiles static_asserts that the two agree.
 //
 // API (names are stable):
@@ -10,7 +10,7 @@
 //                       a_major=UMMA_MAJOR_K, b_major=UMMA_MAJOR_K, a_neg=0, b_neg=0, k_size=0,
 //                       kind=UMMA_KIND_MXF4NVF4)
 //       kind::mxf8f6f4 / kind::mxf4 / kind::mxf4nvf4 instruction descriptor; refuses what
-//       pelib.descriptors.umma_instr_desc_block_scaled refuses for the same kind
+//       pelib.isa.descriptors.umma_instr_desc_block_scaled refuses for the same kind
 //   u32 umma_sf_id(tmem_addr)            bits [30,32) of a scale-factor TMEM address (-> a_sf_id/b_sf_id)
 //   u64 umma_smem_desc(addr, lbo, sbo, swizzle_bytes, base_offset=0, lbo_mode=0)   sm_100, version bit 46 set
 //   u64 gmma_smem_desc(addr, lbo, sbo, swizzle_bytes, base_offset=0)               sm_90 wgmma
@@ -70,7 +70,7 @@ PE_HD_CONSTEXPR u32 umma_instr_desc(u32 m, u32 n, u32 a_fmt, u32 b_fmt, u32 c_fm
 // UMMA::InstrDescriptorBlockScaled): [0,2) sparse id2, [2] sparse, [4,6) b_sf_id, [7,10) a_format,
 // [10,13) b_format, [13] a_negate, [14] b_negate, [15] a_major, [16] b_major, [17,23) N>>3,
 // [23] scale_format (0 = UE4M3, 1 = UE8M0), [24,27) reserved, [27,29) M>>7, [29,31) a_sf_id, [31] k_size.
-// What the kinds allow (PTX ISA, tcgen05.mma block scaling; pelib.descriptors checks the same):
+// What the kinds allow (PTX ISA, tcgen05.mma block scaling; pelib.isa.descriptors checks the same):
 //   M 128 or 256 (M>>7 in two bits); N 8..256 in steps of 8;
 //   formats: mxf8f6f4 E4M3 0, E5M2 1, E2M3 3, E3M2 4, E2M1 5; mxf4/mxf4nvf4 packed E2M1 1 only;
 //   scales: UE8M0 for mxf8f6f4 and mxf4, UE4M3 or UE8M0 for mxf4nvf4;

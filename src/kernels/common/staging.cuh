@@ -7,7 +7,7 @@
 // instruction then writes whole row segments (lab note fp8-megakernel-experiment-log.md, "Why SMEM
 // staging won": the uncoalesced stores caused L1 read-modify-write of partly written lines).
 //
-// Layout of one buffer (StagingRows<COLS, PITCH>; pelib.staging models it byte by byte):
+// Layout of one buffer (StagingRows<COLS, PITCH>; pelib.layouts.staging models it byte by byte):
 //   32 rows, one per lane of the warp (= TMEM lane = output row), PITCH >= 2*COLS bytes each;
 //   row l holds the BF16 of the warp's COLS columns at bytes [l*PITCH, l*PITCH + 2*COLS).
 //   Phase 1: lane l writes its row, 16 B (8 columns) per st.shared.v4.

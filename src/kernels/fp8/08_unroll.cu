@@ -116,7 +116,7 @@ PELIB_EXPORT(epi_cols_w4, PE_EPI_COLS(4));
 PELIB_EXPORT(epi_cols_w5, PE_EPI_COLS(5));
 PELIB_EXPORT(epi_cols_w6, PE_EPI_COLS(6));
 PELIB_EXPORT(epi_cols_w7, PE_EPI_COLS(7));
-// The staging layout (pelib.staging): epilogue warp 2+e's buffer at staging_offset + e * staging_warp_bytes,
+// The staging layout (pelib.layouts.staging): epilogue warp 2+e's buffer at staging_offset + e * staging_warp_bytes,
 // row l (= lane l) at + l * staging_pitch; Phase 2 stores staging_vec bytes per lane.
 PELIB_EXPORT(staging_offset, SMEM_STAGING_OFF);
 PELIB_EXPORT(staging_warp_bytes, STAGING_WARP_BYTES);

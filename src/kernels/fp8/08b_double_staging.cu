@@ -123,7 +123,7 @@ PELIB_EXPORT(epi_cols_w4, PE_EPI_COLS(4));
 PELIB_EXPORT(epi_cols_w5, PE_EPI_COLS(5));
 PELIB_EXPORT(epi_cols_w6, PE_EPI_COLS(6));
 PELIB_EXPORT(epi_cols_w7, PE_EPI_COLS(7));
-// The staging layout (pelib.staging): epilogue warp 2+e's buffer at staging_offset + e * staging_warp_bytes,
+// The staging layout (pelib.layouts.staging): epilogue warp 2+e's buffer at staging_offset + e * staging_warp_bytes,
 // half h at + h * 32 * staging_pitch, row l (= lane l) at + l * staging_pitch; half h holds the
 // second h-th half of the warp's columns; Phase 2 stores staging_vec bytes per lane.
 PELIB_EXPORT(staging_offset, SMEM_STAGING_OFF);

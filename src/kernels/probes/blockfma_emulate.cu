@@ -1,9 +1,9 @@
 // The Hopper FP8 tensor core's arithmetic without a tensor core: the sm90 stages' patch embedding
 // out[m][n] = bf16(acc + comb[m % P][n]) with acc = the chain of wgmma k32 instructions over K in K order,
-// each one the block FMA of src/kernels/sim/model/blockfma.h (pelib.blockfma H100TC_MATLAB), computed in
+// each one the block FMA of src/kernels/sim/model/blockfma.h (pelib.numerics.blockfma H100TC_MATLAB), computed in
 // integers by CUDA cores. Its output is compared on the device with a stage's own, so a full siglip2 output
 // (712,900,608 BF16 values) is checked bit for bit without leaving the GPU; the same source runs in the CPU
-// simulator, where tests/test_numerics_proof.py checks it against pelib.blockfma. Not book content.
+// simulator, where tests/test_numerics_proof.py checks it against pelib.numerics.blockfma. Not book content.
 //
 // The rule per instruction (measured on an H100, results/2026-11-27-h100/tcprobe.json; Khattak & Mikaitis,
 // arXiv 2512.07004, MATLAB-tensor-core models/H100TC.m): an E4M3 byte is (-1)^s M 2^(e - 3), M < 16, e its
@@ -13,8 +13,8 @@
 // fits an int32: 33 terms below 2^15); the result keeps 13 fraction bits after its leading bit, toward zero.
 // COMB_INIT = 1: the accumulator starts from comb and the epilogue only converts (sm90/08_comb_init).
 // Layout: a u8 [M][K], b u8 [N][K] (K-major, B as the model multiplies it: output column n is B row n),
-// comb u16 [P][N] BF16, out u16 [M][N] BF16; M, N multiples of 64, K of 32 (pelib.numerics_proof checks).
-// Run: PYTHONPATH=src python3 -m pelib.numerics_proof --out DIR
+// comb u16 [P][N] BF16, out u16 [M][N] BF16; M, N multiples of 64, K of 32 (pelib.measure.numerics_proof checks).
+// Run: PYTHONPATH=src python3 -m pelib.measure.numerics_proof --out DIR
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/convert.cuh"

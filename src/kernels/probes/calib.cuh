@@ -1,5 +1,5 @@
 // What every calibration probe (calib_*.cu, sm_90a) shares: the launch clock of common/timing.cuh, a
-// record buffer, and operand data that is random but never NaN. Run only by pelib.calibrate, which
+// record buffer, and operand data that is random but never NaN. Run only by pelib.predict.probes, which
 // reads each probe's record layout from its `enum calib_<probe>_field` (one field per line, numbered
 // densely from 0, CALIB_<PROBE>_FIELDS last) and its exports.
 //

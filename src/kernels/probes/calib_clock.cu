@@ -6,7 +6,7 @@
 //                          the launch clock can time (PTX ISA, Special Registers: %globaltimer);
 //   SPIN_CYCLES, SPIN_NS   a spin of `spin` cycles of dependent integer work, on both clocks.
 // `spin` also sets how long the launch lasts: launched right after a timed kernel, the probe reads the
-// clock the GPU has just then (pelib.blind's clock beside the timed launches).
+// clock the GPU has just then (pelib.predict.blind's clock beside the timed launches).
 #define PE_TIMING_WARPS 1
 #include "probes/calib.cuh"
 

@@ -1,7 +1,7 @@
 // Calibration probe: the cycles of plain SASS between two protocol events, on sm90/06's epilogue
 // (per tile: 16 B x 16 loads of comb, then + comb, one BF16 rounding, 16 x 16-B stores from the 128
 // accumulators of a 64 x 256 tile), so a model can price the instructions between events at a measured
-// CPI (cycles / SASS instructions of the loop, counted by pelib.calibrate from this cubin). sm_90a.
+// CPI (cycles / SASS instructions of the loop, counted by pelib.predict.probes from this cubin). sm_90a.
 // Not book content. 256 threads: warpgroup 0 runs `tiles` epilogues back to back on 06's schedule
 // (CTA c: column block c % 3, row tiles c / 3, c / 3 + grid / 3, ...), timed per tile by thread 0;
 // warpgroup 1 is the neighbour the epilogue shares the SM's sub-partitions with (`other`):

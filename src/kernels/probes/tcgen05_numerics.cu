@@ -3,9 +3,9 @@
 // into it from one thread (K = 32 bytes of A and B per instruction: 32 FP8 values of kind::f8f6f4, or 64
 // packed E2M1 values with 4 UE4M3 scales per row of kind::mxf4nvf4.block_scale.block16), and reads it back
 // with tcgen05.ld. Every output (m, n) is one test vector: row m of A . row n of B (scaled) + D[m][n].
-// sm_100a. Not book content: pelib.tcprobe_sm100 builds the vectors (pelib.tcvectors), runs this file on a
+// sm_100a. Not book content: pelib.measure.tcprobe_sm100 builds the vectors (pelib.numerics.tcvectors), runs this file on a
 // B200 (or in the simulator, which compiles the same source) and scores the PREDICTED Blackwell models of
-// pelib.blockfma against what it prints.
+// pelib.numerics.blockfma against what it prints.
 //
 // Memory layout (dense, tile t = blockIdx.x; KB = 32 * steps bytes per row):
 //   a     u8  [tiles][128][KB]      A, K-major (PROBE_KIND 2: packed E2M1, the lower K index in the low nibble)
@@ -21,7 +21,7 @@
 // scale atoms at 512 B each, tcgen05.cp 32x128b.warpx4 into TMEM columns after D (nvfp4/00_single_stage.cu).
 // Sources: PTX ISA 9.7.16.10 tcgen05.mma (kinds f8f6f4, mxf4nvf4 .block16), 9.7.16.8 tcgen05.ld / st,
 // 9.7.16.9 tcgen05.cp, 9.7.16.4 descriptors; CUTLASS mma_sm100_umma.hpp, copy_sm100.hpp.
-// Run: PYTHONPATH=src python3 -m pelib.tcprobe_sm100 collect --out DIR
+// Run: PYTHONPATH=src python3 -m pelib.measure.tcprobe_sm100 collect --out DIR
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/memory.cuh"
@@ -106,7 +106,7 @@ tcgen05_numerics(const u8* __restrict__ a, const u8* __restrict__ b, const u8* _
   u32* tmem_slot = reinterpret_cast<u32*>(done + 1);
   const u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32, kb = 32 * steps;
   const size_t t = blockIdx.x;
-  if (steps < 1 || steps > MAX_STEPS) __trap();   // pelib.tcprobe_sm100 launches 1..PROBE_MAX_STEPS
+  if (steps < 1 || steps > MAX_STEPS) __trap();   // pelib.measure.tcprobe_sm100 launches 1..PROBE_MAX_STEPS
 
   probe_load_operand(smem + OFF_A, a + t * M * kb, M, kb, A_ATOM_BYTES);
   probe_load_operand(smem + OFF_B, b + t * N * kb, N, kb, B_ATOM_BYTES);

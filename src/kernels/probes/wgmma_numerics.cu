@@ -2,9 +2,9 @@
 // D[64][N] (FP32 bit patterns) from memory into its accumulator registers, issues `steps`
 // wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3 into them (K = 32 * steps; .e5m2.e5m2 with
 // PROBE_E5M2) and writes them back unchanged. Every output element (m, n) of a tile is one test
-// vector: row m of A . row n of B + D[m][n]. sm_90a. Not book content: pelib.tcprobe builds the
+// vector: row m of A . row n of B + D[m][n]. sm_90a. Not book content: pelib.measure.tcprobe builds the
 // vectors, runs this file on the GPU (or in the simulator, which compiles the same source) and scores
-// the block-FMA models of pelib.blockfma against what it prints.
+// the block-FMA models of pelib.numerics.blockfma against what it prints.
 //
 // Memory layout (all dense, tile t = blockIdx.x; K = 32 * steps bytes per row):
 //   a      u8  [tiles][64][K]    A, K-major: row m, byte k is A[m][k] (E4M3, or E5M2)
@@ -24,7 +24,7 @@
 // (scale-d), 9.7.15.6 (fence, commit_group, wait_group); the 128-B swizzle is a function of the shared
 // address, byte bits [4,7) XOR bits [7,10) (PTX ISA "Tensor swizzling modes"; sim/model/tma_box.h;
 // CUTLASS Swizzle<3,4,3> in include/cute/swizzle.hpp).
-// Run: PYTHONPATH=src python3 -m pelib.tcprobe collect --out DIR
+// Run: PYTHONPATH=src python3 -m pelib.measure.tcprobe collect --out DIR
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/memory.cuh"
@@ -145,7 +145,7 @@ wgmma_numerics(const u8* __restrict__ a, const u8* __restrict__ b, const u32* __
     case 9: probe_chain<4, true>(d, desc_a0, desc_b0, first); break;
     case 16: probe_chain<8, false>(d, desc_a0, desc_b0, first); break;
     case 17: probe_chain<8, true>(d, desc_a0, desc_b0, first); break;
-    default: __trap();   // pelib.tcprobe launches only CHAIN_STEPS
+    default: __trap();   // pelib.measure.tcprobe launches only CHAIN_STEPS
   }
 
   u32* dout = d_out + t * 64 * N;

@@ -104,6 +104,7 @@ PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(prefetch_tiles, PREFETCH_TILES);   // A rows asked of L2 this many tiles ahead of the ring (0: none)
 PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);

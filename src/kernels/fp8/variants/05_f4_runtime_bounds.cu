@@ -6,7 +6,7 @@
 // The lab's first version of the column split of stage 05 looked like this. NVRTC 13 still unrolls the
 // loop (it can bound the trip count by 8) but must test the bound after every 32-column step: each
 // step ends in a compare and a conditional exit, and the next step's comb loads cannot move above it
-// (pelib.sass_account.gaps shows it; tests/test_fp8.py checks it).
+// (pelib.isa.sass_account.gaps shows it; tests/test_fp8.py checks it).
 // Why: kept as the measured counter-example of stage 05: the bounds of an unrolled epilogue loop must
 // be compile-time constants.
 // Recorded: fp8-megakernel-experiment-log.md, experiment F4 (run-time column bounds): ~0.826 ms on a

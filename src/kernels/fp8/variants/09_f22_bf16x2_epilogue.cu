@@ -6,7 +6,7 @@
 // Here each accumulator pair is rounded to a packed BF16x2 first (the same cvt.rn.bf16x2.f32) and comb
 // is added to it with one add.rn.bf16x2 (PTX ISA, half-precision add: .rn, sm_90 and later), as
 // loaded, without widening: out = rn_bf16(rn_bf16(acc) + comb) instead of rn_bf16(acc + comb).
-// Precision: pelib.precision emulates both paths exactly (the card's fail-fast, max abs error > 16 at
+// Precision: pelib.numerics.precision emulates both paths exactly (the card's fail-fast, max abs error > 16 at
 // ~1728, does not fire); a tile of this variant replays through pelib.emulate with the F22 rounding
 // (exported epi_add_bf16x2 = 1).
 // Why: the card's hypothesis: fewer instructions after each TMEM load shorten Phase 1 (two FADDs and
@@ -133,7 +133,7 @@ PELIB_EXPORT(epi_cols_w4, PE_EPI_COLS(4));
 PELIB_EXPORT(epi_cols_w5, PE_EPI_COLS(5));
 PELIB_EXPORT(epi_cols_w6, PE_EPI_COLS(6));
 PELIB_EXPORT(epi_cols_w7, PE_EPI_COLS(7));
-// The staging layout (pelib.staging): epilogue warp 2+e's buffer at staging_offset + e * staging_warp_bytes,
+// The staging layout (pelib.layouts.staging): epilogue warp 2+e's buffer at staging_offset + e * staging_warp_bytes,
 // half h at + h * 32 * staging_pitch, row l (= lane l) at + l * staging_pitch; half h holds the
 // second h-th half of the warp's columns; Phase 2 stores staging_vec bytes per lane.
 PELIB_EXPORT(staging_offset, SMEM_STAGING_OFF);
@@ -167,7 +167,7 @@ PELIB_EXPORT(tmem_acc_stride, TMEM_ACC_STRIDE);
 PELIB_EXPORT(tmem_acc_buffers, ACC_BUFS);
 PELIB_EXPORT(acc_early_release, 1);  // F19a: freed after the warp's last TMEM load, before Phase 2
 PELIB_EXPORT(epi_ld_x, TMEM_LD_COLS);
-PELIB_EXPORT(epi_add_bf16x2, 1);  // F22: out = rn_bf16(rn_bf16(acc) + comb) (pelib.precision.bf16x2_add_path)
+PELIB_EXPORT(epi_add_bf16x2, 1);  // F22: out = rn_bf16(rn_bf16(acc) + comb) (pelib.numerics.precision.bf16x2_add_path)
 
 // A descriptor's start address is bits [4,18) of the shared address: PTX ISA "Shared Memory
 // Descriptor", matrix-descriptor-encode(x) = (x & 0x3FFFF) >> 4 (CUTLASS keeps the same 14 bits).

@@ -8,10 +8,10 @@
 // of inner box), block b at + b * 4096, row r at + r * 128, and the 16-B chunk c of a row at chunk
 // c ^ (r % 8) (the 128-B swizzle: address bits [4,7) ^= bits [7,10), CUTLASS Swizzle<3,4,3>,
 // pelib.emulate.swizzle_addr). Phase 1 writes through that swizzle, which keeps every quarter-warp on
-// 32 distinct banks (the count is pelib.banks'), and Phase 2 of each half becomes one
+// 32 distinct banks (the count is pelib.layouts.banks'), and Phase 2 of each half becomes one
 // cp.async.bulk.tensor.3d store of the box (64 columns, 32 rows, 2 column blocks) through a third
 // tensor map, tmap_out: a 3D view of `out` with dims (64, M, N / 64) and strides (2N B, 128 B)
-// (pelib.banks.f24_out_spec; TMA lays a box out densely, dimension 0 fastest, and its dimensions may
+// (pelib.layouts.banks.f24_out_spec; TMA lays a box out densely, dimension 0 fastest, and its dimensions may
 // take any stride order: CUTLASS copy_traits_sm90_tma.hpp builds its boxes from the shared layout's
 // order the same way). The kernel's signature gains tmap_out after tmap_b. Before a half is written
 // again, the lane that issued the stores waits until the previous store of that half has been read
@@ -142,7 +142,7 @@ PELIB_EXPORT(epi_cols_w4, PE_EPI_COLS(4));
 PELIB_EXPORT(epi_cols_w5, PE_EPI_COLS(5));
 PELIB_EXPORT(epi_cols_w6, PE_EPI_COLS(6));
 PELIB_EXPORT(epi_cols_w7, PE_EPI_COLS(7));
-// The staging layout (F24, pelib.banks; pelib.staging's padded-row model refuses it): epilogue warp
+// The staging layout (F24, pelib.layouts.banks; pelib.layouts.staging's padded-row model refuses it): epilogue warp
 // 2+e's buffer at staging_offset + e * staging_warp_bytes, half h at + h * staging_warp_bytes /
 // staging_halves, column block b at + b * 32 * staging_pitch, row l (= lane l) at + l * staging_pitch,
 // 16-B chunk c of the row at chunk c ^ (l % 8) (staging_swizzle = 128); Phase 1 stores staging_vec
@@ -198,7 +198,7 @@ PE_HD_CONSTEXPR u32 stage_sw128_offset(int lane, int col) {
                ((((col % STAGE_BLOCK_COLS) / 8) ^ (lane & 7)) << 4));
 }
 // A fingerprint of every Phase 1 offset of a half (FNV-1a over rows x 8-column steps), exported so
-// that pelib.banks checks its address model against this very function.
+// that pelib.layouts.banks checks its address model against this very function.
 PE_HD_CONSTEXPR u32 stage_sw128_fingerprint() {
   u32 h = 2166136261u;
   for (int l = 0; l < 32; ++l)

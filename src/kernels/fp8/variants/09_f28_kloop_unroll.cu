@@ -11,7 +11,7 @@
 // and the tile picks one with a single uniform branch; the lap parity stays one run-time bit.
 // Why: the card's hypothesis: W1's bookkeeping between MMAs leaves tensor-core gaps; fewer
 // instructions per tile shorten the K-loop. Its static fail-fast (ptxas registers > 240, or any
-// spill) is settled at compile time; pelib.sass_account counts the K-loop's instructions per tile
+// spill) is settled at compile time; pelib.isa.sass_account counts the K-loop's instructions per tile
 // before and after.
 // Recorded: none yet: fp8-megakernel-future-proposals-F21-F28.md, card F28 sets the gate (K-loop -150
 // cycles and wall clock +0.5 % with F22); not measured.
@@ -131,7 +131,7 @@ PELIB_EXPORT(epi_cols_w4, PE_EPI_COLS(4));
 PELIB_EXPORT(epi_cols_w5, PE_EPI_COLS(5));
 PELIB_EXPORT(epi_cols_w6, PE_EPI_COLS(6));
 PELIB_EXPORT(epi_cols_w7, PE_EPI_COLS(7));
-// The staging layout (pelib.staging): epilogue warp 2+e's buffer at staging_offset + e * staging_warp_bytes,
+// The staging layout (pelib.layouts.staging): epilogue warp 2+e's buffer at staging_offset + e * staging_warp_bytes,
 // half h at + h * 32 * staging_pitch, row l (= lane l) at + l * staging_pitch; half h holds the
 // second h-th half of the warp's columns; Phase 2 stores staging_vec bytes per lane.
 PELIB_EXPORT(staging_offset, SMEM_STAGING_OFF);

@@ -1,6 +1,6 @@
 // Simulated twin of common/tma.cuh (PTX ISA 9.7.9.25 cp.async.bulk.tensor, 9.7.9.26 commit/wait_group,
 // 9.7.9.27 cp.async.bulk.prefetch.tensor; 9.7.12.4 fence.proxy.async). The 128-byte CUtensorMap a kernel
-// receives holds the map's spec (model/tensormap.h PeSimTensorMap, encoded by pelib.sim_tensormap). A load
+// receives holds the map's spec (model/tensormap.h PeSimTensorMap, encoded by pelib.sim.tensormap). A load
 // is queued: the engine copies the box with model/tma_box.h when it completes (at a scheduling point the
 // seed picks) and then signals complete_tx on the barrier(s); a store reads the staging tile at completion.
 #pragma once

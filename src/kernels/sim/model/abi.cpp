@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "model/error.h"
 #include "model/tensormap.h"
@@ -95,47 +96,49 @@ int pe_sim_gmma_e4m3(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base
   PE_SIM_TRY(pe_sim::gmma_e4m3(smem, smem_size, smem_base_addr, adesc, bdesc, N, scale_d != 0, rows))
 }
 
-// gmma_f8 (fmt 0 E4M3, 1 E5M2) under the block FMA p5 = {frac_bits, out_bits, min_exp, block, round_nearest}
-// (null: accumulation().wgmma_f8), fragments as pe_sim_gmma_e4m3.
+// gmma_f8 (fmt 0 E4M3, 1 E5M2) under the block FMA p6 = {frac_bits, out_bits, min_exp, block, round_nearest,
+// group} (null: accumulation().wgmma_f8), fragments as pe_sim_gmma_e4m3.
 int pe_sim_gmma_f8(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_addr, uint64_t adesc, uint64_t bdesc,
-                   int N, int fmt, int scale_d, float* acc, const int32_t* p5, char* err, uint64_t err_len) {
+                   int N, int fmt, int scale_d, float* acc, const int32_t* p6, char* err, uint64_t err_len) {
   float* rows[128];
   for (int t = 0; t < 128; ++t) rows[t] = acc + size_t(t) * (N > 0 ? N / 2 : 0);
-  const pe_sim::BlockFma p = p5 ? pe_sim::BlockFma{p5[0], p5[1], p5[2], p5[3], p5[4]}
+  const pe_sim::BlockFma p = p6 ? pe_sim::BlockFma{p6[0], p6[1], p6[2], p6[3], p6[4], p6[5]}
                                 : pe_sim::accumulation().wgmma_f8;
   PE_SIM_TRY(pe_sim::gmma_f8(smem, smem_size, smem_base_addr, adesc, bdesc, N, fmt, scale_d != 0, rows, p))
 }
 
-// The engine's accumulation (model/blockfma.h accumulation()): p15 = wgmma_f8, umma_f8f6f4, umma_mxf4nvf4,
-// five ints each as above. set checks every field; get copies them out (defaults: the header's constants).
-int pe_sim_set_accumulation(const int32_t* p15, char* err, uint64_t err_len) {
+// The engine's accumulation (model/blockfma.h accumulation()): p18 = wgmma_f8, umma_f8f6f4, umma_mxf4nvf4,
+// six ints each as above. set checks every field; get copies them out (defaults: the header's constants).
+int pe_sim_set_accumulation(const int32_t* p18, char* err, uint64_t err_len) {
   PE_SIM_TRY(pe_sim::BlockFma q[3];
-             for (int i = 0; i < 3; ++i) q[i] = pe_sim::BlockFma{p15[5 * i], p15[5 * i + 1], p15[5 * i + 2],
-                                                                   p15[5 * i + 3], p15[5 * i + 4]};
+             for (int i = 0; i < 3; ++i) q[i] = pe_sim::BlockFma{p18[6 * i], p18[6 * i + 1], p18[6 * i + 2],
+                                                                   p18[6 * i + 3], p18[6 * i + 4], p18[6 * i + 5]};
              pe_sim::check_block_fma(q[0], 32, "wgmma accumulation"); pe_sim::check_block_fma(q[1], 32, "kind::f8f6f4");
              pe_sim::check_block_fma(q[2], 64, "kind::mxf4nvf4");
+             if (q[0].group || q[1].group) pe_sim::model_fail("FP8 accumulations have no scales: group must be 0");
              pe_sim::accumulation() = pe_sim::Accumulation{q[0], q[1], q[2]})
 }
 
-int pe_sim_get_accumulation(int32_t* p15, int defaults) {
+int pe_sim_get_accumulation(int32_t* p18, int defaults) {
   static const pe_sim::Accumulation initial = pe_sim::Accumulation{
       pe_sim::WGMMA_F8_H100, pe_sim::UMMA_F8F6F4_B200, pe_sim::UMMA_MXF4NVF4_B200};
   const pe_sim::Accumulation& a = defaults ? initial : pe_sim::accumulation();
   const pe_sim::BlockFma* q[3] = {&a.wgmma_f8, &a.umma_f8f6f4, &a.umma_mxf4nvf4};
   for (int i = 0; i < 3; ++i) {
-    const int32_t v[5] = {q[i]->frac_bits, q[i]->out_bits, q[i]->min_exp, q[i]->block, q[i]->round_nearest};
-    std::memcpy(p15 + 5 * i, v, sizeof v);
+    const int32_t v[6] = {q[i]->frac_bits, q[i]->out_bits, q[i]->min_exp, q[i]->block, q[i]->round_nearest,
+                          q[i]->group};
+    std::memcpy(p18 + 6 * i, v, sizeof v);
   }
   return 0;
 }
 
 // dot_f8 over probe-style tiles: out[t][i][j] = A[t][i] . B[t][j] + D[t][i][j] (A u8 [tiles][m][k], B u8
 // [tiles][n][k], D and out FP32 bits [tiles][m][n]) as k / k_instr instructions of k_instr products in K
-// order, scale-d of the first one = first_scale_d; p5 as pe_sim_gmma_f8 (null: accumulation().wgmma_f8).
+// order, scale-d of the first one = first_scale_d; p6 as pe_sim_gmma_f8 (null: accumulation().wgmma_f8).
 int pe_sim_dot_f8_tiles(const uint8_t* a, const uint8_t* b, const uint32_t* d, uint32_t* out, int64_t tiles, int m,
-                        int n, int k, int k_instr, int fmt, int first_scale_d, const int32_t* p5, char* err,
+                        int n, int k, int k_instr, int fmt, int first_scale_d, const int32_t* p6, char* err,
                         uint64_t err_len) {
-  const pe_sim::BlockFma p = p5 ? pe_sim::BlockFma{p5[0], p5[1], p5[2], p5[3], p5[4]}
+  const pe_sim::BlockFma p = p6 ? pe_sim::BlockFma{p6[0], p6[1], p6[2], p6[3], p6[4], p6[5]}
                                 : pe_sim::accumulation().wgmma_f8;
   PE_SIM_TRY(if (k_instr < 1 || k_instr > 64 || k % k_instr)
                  pe_sim::model_fail("k = %d in instructions of %d products: 1..64 dividing k", k, k_instr);
@@ -151,11 +154,66 @@ int pe_sim_dot_f8_tiles(const uint8_t* a, const uint8_t* b, const uint32_t* d, u
              })
 }
 
+// The same with A and B in their own formats (fmt_a, fmt_b: 0 E4M3, 1 E5M2), as kind::f8f6f4 mixes them
+// (umma_block_fma's dot_f8 with fmt_b).
+int pe_sim_dot_f8x_tiles(const uint8_t* a, const uint8_t* b, const uint32_t* d, uint32_t* out, int64_t tiles, int m,
+                         int n, int k, int k_instr, int fmt_a, int fmt_b, int first_scale_d, const int32_t* p6,
+                         char* err, uint64_t err_len) {
+  const pe_sim::BlockFma p = p6 ? pe_sim::BlockFma{p6[0], p6[1], p6[2], p6[3], p6[4], p6[5]}
+                                : pe_sim::accumulation().umma_f8f6f4;
+  PE_SIM_TRY(if (k_instr < 1 || k_instr > 64 || k % k_instr)
+                 pe_sim::model_fail("k = %d in instructions of %d products: 1..64 dividing k", k, k_instr);
+             pe_sim::check_block_fma(p, k_instr, "dot_f8x_tiles");
+             for (int64_t t = 0; t < tiles; ++t) for (int i = 0; i < m; ++i) for (int j = 0; j < n; ++j) {
+               const uint8_t* ar = a + (size_t(t) * m + i) * k;
+               const uint8_t* br = b + (size_t(t) * n + j) * k;
+               const size_t o = (size_t(t) * m + i) * n + j;
+               uint32_t acc = d[o];
+               for (int s = 0; s < k; s += k_instr)
+                 acc = pe_sim::dot_f8(ar + s, br + s, k_instr, fmt_a, acc, s > 0 || first_scale_d, p, fmt_b);
+               out[o] = acc;
+             })
+}
+
 }  // extern "C"
 
 #include "model/umma.h"
 
 extern "C" {
+
+// tcgen05.mma kind::mxf4nvf4's arithmetic (umma_block_fma's, without the descriptors and TMEM) over
+// probe-style tiles: packed E2M1 A u8 [tiles][m][k/2] and B [tiles][n][k/2] (low nibble first), their scales
+// sfa u8 [tiles][m][k/16], sfb [tiles][n][k/16] (scale_fmt 0 UE4M3, 1 UE8M0), D and out FP32 bits
+// [tiles][m][n]; k / 64 instructions in K order, scale-d of the first = first_scale_d; p6 as pe_sim_gmma_f8
+// (null: accumulation().umma_mxf4nvf4).
+int pe_sim_dot_mxf4_tiles(const uint8_t* a, const uint8_t* sfa, const uint8_t* b, const uint8_t* sfb, const uint32_t* d,
+                          uint32_t* out, int64_t tiles, int m, int n, int k, int scale_fmt, int first_scale_d,
+                          const int32_t* p6, char* err, uint64_t err_len) {
+  const pe_sim::BlockFma p = p6 ? pe_sim::BlockFma{p6[0], p6[1], p6[2], p6[3], p6[4], p6[5]}
+                                : pe_sim::accumulation().umma_mxf4nvf4;
+  PE_SIM_TRY(if (k < 64 || k % 64) pe_sim::model_fail("k = %d: whole instructions of 64 E2M1 products", k);
+             if (scale_fmt != 0 && scale_fmt != 1) pe_sim::model_fail("scale_fmt %d: 0 UE4M3, 1 UE8M0", scale_fmt);
+             if (p.frac_bits == 0) pe_sim::model_fail("dot_mxf4_tiles models the block FMA (frac_bits > 0)");
+             pe_sim::check_block_fma(p, 64, "dot_mxf4_tiles");
+             auto fp_scale = [&](uint8_t v) { return scale_fmt == 0 ? pe_sim::fp_ue4m3(v) : pe_sim::fp_ue8m0(v); };
+             std::vector<pe_sim::Fp> av(static_cast<size_t>(k)), bv(static_cast<size_t>(k));
+             std::vector<pe_sim::Fp> as(static_cast<size_t>(k / 16)), bs(static_cast<size_t>(k / 16));
+             for (int64_t t = 0; t < tiles; ++t) for (int i = 0; i < m; ++i) {
+               const size_t ra = size_t(t) * m + i;
+               for (int x = 0; x < k; ++x) av[x] = pe_sim::fp_e2m1_packed(a + ra * (k / 2), x);
+               for (int x = 0; x < k / 16; ++x) as[x] = fp_scale(sfa[ra * (k / 16) + x]);
+               for (int j = 0; j < n; ++j) {
+                 const size_t rb = size_t(t) * n + j, o = ra * n + j;
+                 for (int x = 0; x < k; ++x) bv[x] = pe_sim::fp_e2m1_packed(b + rb * (k / 2), x);
+                 for (int x = 0; x < k / 16; ++x) bs[x] = fp_scale(sfb[rb * (k / 16) + x]);
+                 uint32_t acc = d[o];
+                 for (int s = 0; s < k; s += 64)
+                   acc = pe_sim::dot_mxf4(&av[s], &bv[s], &as[s / 16], &bs[s / 16], acc, s > 0 || first_scale_d,
+                                          scale_fmt, p);
+                 out[o] = acc;
+               }
+             })
+}
 
 // decode_umma_smem_desc: out4 = {start, lbo, sbo, swizzle}, *base_offset.
 int pe_sim_decode_umma_smem_desc(uint64_t desc, uint32_t* out4, uint32_t* base_offset, char* err, uint64_t err_len) {

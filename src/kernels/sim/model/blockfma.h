@@ -1,6 +1,6 @@
 // The tensor core's block fused multiply-add, bit for bit: how one MMA instruction adds its products and D.
 //   BlockFma            the rule's parameters (fraction bits, the result's cut, rounding, products per block)
-//   WGMMA_F8_H100 ...   the presets: Hopper wgmma FP8 (measured), tcgen05 f8f6f4 / mxf4nvf4 (predicted), exact
+//   WGMMA_F8_H100 ...   the presets: Hopper wgmma FP8 (measured), tcgen05 f8f6f4 / mxf4nvf4 (modelled), exact
 //   accumulation()      the presets the engine uses now (pelib.sim sets them per launch: pe_sim_set_accumulation)
 //   fp_*                exact decode of E4M3, E5M2, E2M1, UE4M3, UE8M0 and FP32 into integer significand,
 //                       last-bit weight and the exponent the aligner reads
@@ -11,7 +11,7 @@
 // with 0 mismatches, results/2026-11-27-h100/tcprobe.json; source of the model: Khattak & Mikaitis,
 // "Accurate Models of NVIDIA Tensor Cores", arXiv 2512.07004, and their north-numerical-computing/
 // MATLAB-tensor-core models/H100TC.m with models/tools/Generic_BFMA_TC.m and models/tools/GEMM.m;
-// pelib.blockfma H100TC_MATLAB is the Python twin, tests/test_sim_numerics.py checks the two bit for bit):
+// pelib.numerics.blockfma H100TC_MATLAB is the Python twin, tests/test_sim_numerics.py checks the two bit for bit):
 //   1. every product is exact: significand M_a M_b, its window exponent e_a + e_b where a subnormal input
 //      counts as the format's emin and a significand product in [2, 4) does not move it;
 //   2. R = the largest window exponent among the nonzero products and D (FP32 D: its exponent field,
@@ -20,10 +20,14 @@
 //   4. the signed integers are summed exactly;
 //   5. the sum is cut again to out_bits (13) fraction bits after its own leading bit, toward zero, into FP32;
 //      an exact zero is +0; NaN in (or Inf - Inf, Inf x 0) gives 0x7FFFFFFF, Inf in gives Inf.
-// Blackwell tcgen05 (predicted, unverified on a B200): kind::f8f6f4 the same rule with 25 fraction bits and
-// the result in FP32 (DeepGEMM issue #176; MATLAB-tensor-core models/B200TC.m: 32 terms, neab = 2, rz);
-// kind::mxf4nvf4 publicly unresolved (DeepGEMM issue #176: "34, 35, 36, 37 bits are tested"): each product
-// a b s_a s_b exact with its four exponents summed, the block and fraction bits are parameters.
+// Blackwell tcgen05 (modelled: MMA-Sim's hardware-validated rules, arXiv 2511.10909, not yet run on a B200
+// here): kind::f8f6f4 the same rule with 25 fraction bits and the result in FP32 (github.com/microsoft/MMA-Sim
+// src/mmasim/mmasim/nv_ptx/sim.py TCGen05MMA; DeepGEMM issue #176; MATLAB-tensor-core models/B200TC.m);
+// kind::mxf4nvf4 (where the PTX ISA 9.7.16.10.7 leaves it open) MMA-Sim's grouped rule, block_fma_groups
+// below (src/mmasim/mmasim/arithmetic/fdpa.py gst_fdpa; nv_ptx/sim.py TCGen05MMABlockScale: G = 16, F = 35,
+// RZ-FP32, e_zero = -139): each 16-product group summed exactly, its window the two scales' exponents.
+// The earlier candidate (every product a b s_a s_b its own term, windows of all four exponents; DeepGEMM
+// issue #176: "34, 35, 36, 37 bits are tested") stays available as UMMA_MXF4NVF4_GUESS (group 0).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -40,14 +44,17 @@ struct BlockFma {
   int min_exp;        // floor on R
   int block;          // products aligned together; an instruction of k products runs k / block blocks in K order
   int round_nearest;  // the result's cut: 0 toward zero, 1 to nearest even
+  int group;          // block-scaled only: 0 every product its own term (windows of all four exponents); > 0
+                      // MMA-Sim's rule, products summed exactly in groups of `group` (block_fma_groups)
 };
 // frac_bits = 0 is the exact sum: D plus the products in K order in double (each exact), one rounding to
 // nearest FP32 per instruction: what a kernel that promotes every instruction's sum to FP32 approaches
 // (CUTLASS "2xAcc", mma_promotion_interval = 1), and what this simulator computed before 2026-11-27.
-constexpr BlockFma WGMMA_F8_H100 = {13, 13, -133, 32, 0};         // measured (see the header)
-constexpr BlockFma UMMA_F8F6F4_B200 = {25, 23, -133, 32, 0};      // predicted (models/B200TC.m)
-constexpr BlockFma UMMA_MXF4NVF4_B200 = {35, 23, -133, 64, 0};    // predicted, every field a guess (#176)
-constexpr BlockFma EXACT_SUM = {0, 23, 0, 0, 0};
+constexpr BlockFma WGMMA_F8_H100 = {13, 13, -133, 32, 0, 0};          // measured (see the header)
+constexpr BlockFma UMMA_F8F6F4_B200 = {25, 23, -133, 32, 0, 0};       // modelled (MMA-Sim TCGen05MMA)
+constexpr BlockFma UMMA_MXF4NVF4_B200 = {35, 23, -139, 64, 0, 16};    // modelled (MMA-Sim TCGen05MMABlockScale)
+constexpr BlockFma UMMA_MXF4NVF4_GUESS = {35, 23, -133, 64, 0, 0};    // the earlier candidate (#176)
+constexpr BlockFma EXACT_SUM = {0, 23, 0, 0, 0, 0};
 
 struct Accumulation {
   BlockFma wgmma_f8, umma_f8f6f4, umma_mxf4nvf4;
@@ -60,10 +67,10 @@ inline Accumulation& accumulation() {   // pelib.sim sets it before every launch
 inline void check_block_fma(const BlockFma& p, int k, const char* what) {
   if (p.frac_bits == 0) return;
   if (p.frac_bits < 1 || p.frac_bits > 40 || p.out_bits < 1 || p.out_bits > 23 || p.block < 1 || k % p.block ||
-      (p.round_nearest != 0 && p.round_nearest != 1))
-    model_fail("%s: block FMA {frac_bits %d, out_bits %d, block %d, round_nearest %d} with %d products: frac_bits "
-               "1..40 (0 = exact sum), out_bits 1..23, a block dividing %d", what, p.frac_bits, p.out_bits, p.block,
-               p.round_nearest, k, k);
+      (p.round_nearest != 0 && p.round_nearest != 1) || p.group < 0 || (p.group && (p.group > 16 || p.block % p.group)))
+    model_fail("%s: block FMA {frac_bits %d, out_bits %d, block %d, round_nearest %d, group %d} with %d products: "
+               "frac_bits 1..40 (0 = exact sum), out_bits 1..23, a block dividing %d, group 0 or 1..16 dividing the "
+               "block", what, p.frac_bits, p.out_bits, p.block, p.round_nearest, p.group, k, k);
 }
 
 // A number as the aligner sees it: value = (neg ? -1 : 1) * mag * 2^lsb; expo = the exponent field read
@@ -216,6 +223,67 @@ inline uint32_t exact_dot(const float* va, const float* vb, int k, uint32_t d_bi
   return detail::f32_bits(float(s));
 }
 
+// Element k of a row of packed E2M1 (two per byte, the lower K index in the low nibble: PTX ISA 5.2.5.1,
+// packed FP4 in shared memory; pelib.emulate.decode_values).
+inline Fp fp_e2m1_packed(const uint8_t* row, int k) { return fp_e2m1(uint8_t(k & 1 ? row[k / 2] >> 4 : row[k / 2] & 15)); }
+
+// MMA-Sim's block-scaled rule (p.group > 0; github.com/microsoft/MMA-Sim src/mmasim/mmasim/arithmetic/fdpa.py
+// gst_fdpa): n E2M1 products a[i] b[i], A's scale sa[i / vec] and B's sb[i / vec] (vec elements per scale, a
+// multiple of p.group), and D. Each group of p.group products is summed exactly and times s_a s_b; its window
+// is e(s_a) + e(s_b), the scales' exponents alone, and it counts while the group has a nonzero product (a
+// group whose products cancel to 0 keeps it); R = the largest window of those and D's, at least min_exp (MMA-Sim's
+// e_zero); each group sum and D cut toward zero onto 2^(R - frac_bits), summed exactly, cut to FP32. A NaN scale
+// or D gives 0x7FFFFFFF, an infinite D itself. pelib.numerics.blockfma B200_MXF4NVF4 is the Python twin.
+inline uint32_t block_fma_groups(const Fp* a, const Fp* b, const Fp* sa, const Fp* sb, int n, int vec, uint32_t d_bits,
+                                 bool scale_d, const BlockFma& p) {
+  if (p.group < 1 || vec % p.group || n % p.group) model_fail("block_fma_groups: group %d, %d per scale, %d products", p.group, vec, n);
+  const Fp d = scale_d ? fp_f32(d_bits) : Fp{0, 0, 0, false, false, false};
+  bool nan = d.nan;
+  for (int g = 0; g < n / vec; ++g) nan |= sa[g].nan || sb[g].nan;
+  if (nan) return F32_NAN;
+  if (d.inf) return d.neg ? 0xFF800000u : 0x7F800000u;
+  int64_t gmag[64];
+  int32_t glsb[64], gref[64];
+  bool live[64];
+  int R = d.mag ? d.expo : INT32_MIN;
+  const int ng = n / p.group;
+  for (int j = 0; j < ng; ++j) {
+    const Fp &s = sa[j * p.group / vec], &t = sb[j * p.group / vec];
+    int64_t isum = 0;   // the group's products in units of 2^-2 (an E2M1 last bit is 2^-1 or more): exact
+    bool any = false;
+    for (int i = j * p.group; i < (j + 1) * p.group; ++i) {
+      const int64_t m = a[i].mag * b[i].mag;
+      any |= m != 0;
+      const int64_t v = m << (a[i].lsb + b[i].lsb + 2);
+      isum += (a[i].neg ^ b[i].neg) ? -v : v;
+    }
+    live[j] = any && s.mag && t.mag;
+    gmag[j] = isum * s.mag * t.mag;
+    glsb[j] = s.lsb + t.lsb - 2;
+    gref[j] = s.expo + t.expo;
+    if (live[j]) R = std::max(R, gref[j]);
+  }
+  if (R == INT32_MIN) return 0;   // every term zero: +0
+  R = std::max(R, p.min_exp);
+  const int grid = R - p.frac_bits;
+  auto aligned = [grid](int64_t mag, int lsb) -> int64_t {   // magnitude cut toward zero onto the grid
+    const int s = lsb - grid;
+    return s >= 0 ? (mag << s) : (-s >= 63 ? 0 : mag >> -s);
+  };
+  int64_t sum = 0;
+  for (int j = 0; j < ng; ++j)
+    if (live[j] && gmag[j]) {
+      const int64_t x = aligned(gmag[j] < 0 ? -gmag[j] : gmag[j], glsb[j]);
+      sum += gmag[j] < 0 ? -x : x;
+    }
+  if (d.mag) {
+    const int64_t x = aligned(d.mag, d.lsb);
+    sum += d.neg ? -x : x;
+  }
+  if (sum == 0) return 0;
+  return detail::encode_f32(sum < 0, uint64_t(sum < 0 ? -sum : sum), grid, p.out_bits, p.round_nearest != 0);
+}
+
 namespace detail {
 // The FP8 bytes as the fast path reads them, packed: bits 0-7 the significand (an integer, at most 15),
 // bits 8-15 the window exponent + 64, bit 16 the sign, bit 17 NaN or Inf.
@@ -312,6 +380,7 @@ inline uint32_t dot_f8(const uint8_t* a, const uint8_t* b, int k, int fmt, uint3
     return exact_dot(va, vb, k, d_bits, scale_d);
   }
   check_block_fma(p, k, "dot_f8");
+  if (p.group) model_fail("dot_f8: FP8 products have no scales: group must be 0, got %d", p.group);
   Term t[64];
   for (int b0 = 0; b0 < k; b0 += p.block) {
     const int n = p.block;
@@ -325,6 +394,48 @@ inline uint32_t dot_f8(const uint8_t* a, const uint8_t* b, int k, int fmt, uint3
     scale_d = true;
   }
   return d_bits;
+}
+
+// One kind::mxf4nvf4 instruction (64 E2M1 products, block16 scales: sa[k / 16], sb[k / 16]; scale_fmt 0 UE4M3,
+// 1 UE8M0) into D under p: p.group > 0 MMA-Sim's rule (block_fma_groups), else blocks of p.block products, each
+// a b s_a s_b exact with the four exponents summed as its window (block_fma). umma.h umma_block_fma and the
+// ABI's pe_sim_dot_mxf4_tiles both call it.
+inline uint32_t dot_mxf4(const Fp* a, const Fp* b, const Fp* sa, const Fp* sb, uint32_t d, bool scale_d, int scale_fmt,
+                         const BlockFma& p) {
+  constexpr int K = 64;
+  bool first = scale_d;
+  Term t[64];
+  for (int b0 = 0; b0 < K; b0 += p.block) {
+    if (p.group) {   // MMA-Sim's rule: exact group sums, windows from the scales
+      d = block_fma_groups(a + b0, b + b0, sa + b0 / 16, sb + b0 / 16, p.block, 16, d, first, p);
+      first = true;
+      continue;
+    }
+    const Fp dq = first ? fp_f32(d) : Fp{0, 0, 0, false, false, false};
+    bool special = dq.nan || dq.inf;
+    for (int g = b0 / 16; g <= (b0 + p.block - 1) / 16; ++g) special |= sa[g].nan || sb[g].nan;
+    if (!special) {   // E2M1 has no NaN or Inf: each product in integers, its four exponents summed
+      int32_t mag[64], ref[64];
+      int64_t neg[64];
+      for (int i = 0; i < p.block; ++i) {
+        const int k = b0 + i, g = k / 16;
+        mag[i] = int32_t(a[k].mag * b[k].mag) * int32_t(sa[g].mag * sb[g].mag);
+        ref[i] = a[k].expo + b[k].expo + sa[g].expo + sb[g].expo;
+        neg[i] = int64_t(a[k].neg ^ b[k].neg);
+      }
+      // each factor's last bit lies its mantissa bits below its exponent: E2M1 1, UE4M3 3, UE8M0 0
+      d = detail::block_fma_ints(mag, ref, neg, p.block, 2 + (scale_fmt == 0 ? 6 : 0), dq, p);
+    } else {
+      for (int i = 0; i < p.block; ++i) {
+        const int k = b0 + i;
+        const Fp f[4] = {a[k], sa[k / 16], b[k], sb[k / 16]};
+        t[i] = product(f, 4);
+      }
+      d = block_fma(t, p.block, d, first, p);
+    }
+    first = true;
+  }
+  return d;
 }
 
 }  // namespace pe_sim

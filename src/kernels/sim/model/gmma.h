@@ -20,7 +20,7 @@ namespace pe_sim {
 // PTX ISA 9.7.15.5.1 wgmma "Matrix Descriptor" (CUTLASS include/cute/arch/mma_sm90_desc.hpp GmmaDescriptor):
 // [0,14) start>>4, [16,30) LBO>>4, [32,46) SBO>>4, [49,52) base offset, [62,64) layout type
 // (0 interleave/none, 1 128B, 2 64B, 3 32B); bits 14-15, 30-31, 46-48, 52-61 are zero (an sm_100
-// descriptor copied here shows as bit 46). pelib.descriptors.decode_gmma_smem_desc is the Python twin.
+// descriptor copied here shows as bit 46). pelib.isa.descriptors.decode_gmma_smem_desc is the Python twin.
 inline SmemDescFields decode_gmma_desc(uint64_t d) {
   if ((d >> 46 & 7) || (d >> 52 & 0x3FF) || (d >> 14 & 3) || (d >> 30 & 3))
     model_fail("wgmma descriptor 0x%016llx sets bits sm_90 leaves zero (14-15, 30-31, 46-48 or 52-61; an "

@@ -1,6 +1,6 @@
 // The simulator's tensor map: what cuTensorMapEncodeTiled is given, stored in the 128 bytes of the
 // opaque CUtensorMap a kernel receives as `const __grid_constant__ CUtensorMap` (common/tma.cuh
-// TensorMap: 16 x u64, 64-B aligned). The host side (pelib.sim_tensormap.encode, or the C ABI
+// TensorMap: 16 x u64, 64-B aligned). The host side (pelib.sim.tensormap.encode, or the C ABI
 // pe_sim_encode_tensormap below) fills it from the same pelib.tma.TensorMapSpec the GPU path encodes;
 // the simulated TMA (tma_box.h) reads it back through pe_sim::tensormap_from().
 //
@@ -63,7 +63,7 @@ static_assert(offsetof(PeSimTensorMap, global_address) == 8 && offsetof(PeSimTen
                   offsetof(PeSimTensorMap, strides) == 56 && offsetof(PeSimTensorMap, box) == 88 &&
                   offsetof(PeSimTensorMap, estrides) == 98 && offsetof(PeSimTensorMap, swizzle) == 103 &&
                   offsetof(PeSimTensorMap, l2_promotion) == 106,
-              "PeSimTensorMap layout differs from the documented one (pelib.sim_tensormap packs it)");
+              "PeSimTensorMap layout differs from the documented one (pelib.sim.tensormap packs it)");
 
 namespace pe_sim {
 
@@ -72,7 +72,7 @@ inline std::string tensormap_problems(const PeSimTensorMap& m) {
   std::string out;
   auto add = [&](const std::string& s) { out += (out.empty() ? "" : "; ") + s; };
   if (m.magic != PE_SIM_TMAP_MAGIC)
-    return "not a simulator tensor map (magic word missing): encode it with pelib.sim_tensormap.encode "
+    return "not a simulator tensor map (magic word missing): encode it with pelib.sim.tensormap.encode "
            "(a driver-encoded CUtensorMap cannot be read by the simulator)";
   if (m.version != PE_SIM_TMAP_VERSION) return "tensor map version " + std::to_string(m.version) + " (expected 1)";
   if (m.rank < 1 || m.rank > 5) return "rank " + std::to_string(m.rank) + " is outside 1..5: reshape the tensor";

@@ -9,7 +9,7 @@
 // accumulators are stored as their bits. TMEM address = lane << 16 | column (PTX ISA 9.7.16.1); for a
 // scale-factor address bits 30-31 are the scale-factor ID (CUTLASS make_runtime_instr_desc_block_scaled).
 // Reference: pelib.emulate (operand_addresses, tmem_accumulator_map, cta_pair_split, tmem_ld_map,
-// tcgen05_cp_32x128b_warpx4, _mma_scale_bytes) and pelib.descriptors (decoders); tests/test_sim_models.py.
+// tcgen05_cp_32x128b_warpx4, _mma_scale_bytes) and pelib.isa.descriptors (decoders); tests/test_sim_models.py.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -41,7 +41,7 @@ struct UmmaCta {
 // PTX ISA 9.7.16.4.1 "Shared Memory Descriptor" Table 40 (CUTLASS include/cute/arch/mma_sm100_desc.hpp
 // UMMA::SmemDescriptor): [0,14) start>>4, [16,30) LBO>>4, [32,46) SBO>>4, [46,49) fixed 0b001, [49,52)
 // base offset, [52] LBO mode, [61,64) layout (0 none, 1 128B_base32b, 2 128B, 4 64B, 6 32B).
-// pelib.descriptors.decode_umma_smem_desc is the Python twin.
+// pelib.isa.descriptors.decode_umma_smem_desc is the Python twin.
 inline SmemDescFields decode_umma_smem_desc(uint64_t d) {
   if ((d >> 46 & 7) != 1)
     model_fail("smem descriptor 0x%016llx: bits 46..48 are %llu, sm_100 needs 0b001 (a Hopper GMMA descriptor "
@@ -73,7 +73,7 @@ struct UmmaIdesc {
 
 // PTX ISA 9.7.16.4.2 "Instruction Descriptor" Table 42 (kind::f16/tf32/f8f6f4/i8) and Table 43
 // (block-scaled kinds); CUTLASS UMMA::InstrDescriptor / InstrDescriptorBlockScaled. Reserved bits are
-// refused as pelib.descriptors.decode_umma_instr_desc(_block_scaled) refuse them.
+// refused as pelib.isa.descriptors.decode_umma_instr_desc(_block_scaled) refuse them.
 inline UmmaIdesc decode_umma_idesc(uint32_t v, int kind) {
   UmmaIdesc d{};
   d.kind = kind;
@@ -180,8 +180,9 @@ inline float umma_scale_factor(const UmmaCta& c, uint32_t sf_taddr, uint32_t row
 
 // The block-FMA path of umma_mma (kind::f8f6f4 or kind::mxf4nvf4, its checks done there): bbytes holds the
 // instruction's B rows (32 bytes of K each), each CTA's A rows are read here, D as umma_mma. The idesc negate
-// bits flip the sign of every A (B) element; mxf4nvf4: each product a b s_a s_b exact, its window exponent
-// the sum of the four (model/blockfma.h product()), the scales as umma_scale_byte reads them.
+// bits flip the sign of every A (B) element; mxf4nvf4: p.group > 0 MMA-Sim's rule (model/blockfma.h
+// block_fma_groups), else each product a b s_a s_b exact, its window exponent the sum of the four
+// (model/blockfma.h product()); the scales as umma_scale_byte reads them.
 inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const UmmaCta* ctas, uint32_t dcol,
                            const SmemDescFields& fa, const std::vector<uint8_t>& bbytes, bool enable_input_d,
                            uint32_t sfa_tmem, uint32_t sfb_tmem, const BlockFma& p) {
@@ -190,8 +191,10 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
   const int K = scaled ? 64 : 32;
   check_block_fma(p, K, scaled ? "tcgen05.mma kind::mxf4nvf4" : "tcgen05.mma kind::f8f6f4");
   if (p.block > 64) model_fail("tcgen05.mma: blocks of %d products, at most 64", p.block);
+  if (scaled && p.group && p.block % 16)
+    model_fail("tcgen05.mma kind::mxf4nvf4: grouped blocks of %d products; a multiple of the 16 per scale", p.block);
   auto fp_elem = [&](const uint8_t* row, int k, bool neg) {   // element k of a K-major row, as the aligner sees it
-    Fp f = fp_e2m1(uint8_t(k & 1 ? row[k / 2] >> 4 : row[k / 2] & 15));
+    Fp f = fp_e2m1_packed(row, k);
     f.neg ^= neg;
     return f;
   };
@@ -232,35 +235,7 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
           d = dot_f8(&abytes[size_t(m) * kbytes], &bsigned[size_t(n) * kbytes], K, id.a_fmt, d, enable_input_d, p,
                      id.b_fmt);
         } else {
-          bool first = enable_input_d;
-          Term t[64];
-          const Fp* bqn = &bq[size_t(n) * K];
-          const Fp* bsn = &bs[size_t(n) * 4];
-          for (int b0 = 0; b0 < K; b0 += p.block) {
-            const Fp dq = first ? fp_f32(d) : Fp{0, 0, 0, false, false, false};
-            bool special = dq.nan || dq.inf;
-            for (int g = b0 / 16; g <= (b0 + p.block - 1) / 16; ++g) special |= as[g].nan || bsn[g].nan;
-            if (!special) {   // E2M1 has no NaN or Inf: each product in integers, its four exponents summed
-              int32_t mag[64], ref[64];
-              int64_t neg[64];
-              for (int i = 0; i < p.block; ++i) {
-                const int k = b0 + i, g = k / 16;
-                mag[i] = int32_t(aq[k].mag * bqn[k].mag) * int32_t(as[g].mag * bsn[g].mag);
-                ref[i] = aq[k].expo + bqn[k].expo + as[g].expo + bsn[g].expo;
-                neg[i] = int64_t(aq[k].neg ^ bqn[k].neg);
-              }
-              // each factor's last bit lies its mantissa bits below its exponent: E2M1 1, UE4M3 3, UE8M0 0
-              d = detail::block_fma_ints(mag, ref, neg, p.block, 2 + (id.scale_fmt == 0 ? 6 : 0), dq, p);
-            } else {
-              for (int i = 0; i < p.block; ++i) {
-                const int k = b0 + i;
-                const Fp f[4] = {aq[k], as[k / 16], bqn[k], bsn[k / 16]};
-                t[i] = product(f, 4);
-              }
-              d = block_fma(t, p.block, d, first, p);
-            }
-            first = true;
-          }
+          d = dot_mxf4(aq, &bq[size_t(n) * K], as, &bs[size_t(n) * 4], d, enable_input_d, id.scale_fmt, p);
         }
         drow[n] = d;
       }
@@ -279,9 +254,9 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
 // media/docs/pythonDSL/guides/mma/tcgen05_programming.rst; pelib.emulate cta_pair_split).
 // Block16 scale factors: A row m's 4 scales from sfa_tmem (in CTA 0), B row n's from sfb_tmem; each
 // scales 16 consecutive K elements. Arithmetic (model/blockfma.h): kind::f8f6f4 and kind::mxf4nvf4 under
-// accumulation().umma_f8f6f4 / umma_mxf4nvf4, by default the PREDICTED Blackwell block FMA (unverified
-// on a B200: f8f6f4 25 fraction bits per MATLAB-tensor-core models/B200TC.m and DeepGEMM issue #176;
-// mxf4nvf4 a guess, each product a b s_a s_b exact, every field a parameter), or EXACT_SUM; kind::f16 the
+// accumulation().umma_f8f6f4 / umma_mxf4nvf4, by default MMA-Sim's hardware-validated Blackwell rules
+// (arXiv 2511.10909; modelled, not yet run on a B200 here: f8f6f4 25 fraction bits; mxf4nvf4 exact sums of
+// 16 products, windows from the scales, 35 fraction bits), or EXACT_SUM; kind::f16 the
 // exact sum (products and their sum in double, one rounding to FP32 per instruction).
 inline void umma_mma(int kind, int cta_group, const UmmaCta* ctas, uint32_t d_tmem, uint64_t adesc,
                      uint64_t bdesc, uint32_t idesc, bool enable_input_d, uint32_t sfa_tmem = 0,

@@ -38,7 +38,7 @@ PeSimEvent& event(int kind, Fiber* f, Site s, Cta* c, u64 op) {
   e.lane = f ? f->lane : -1;
   e.kind = kind;
   e.role = e.name = e.index = e.addr = e.bcta = e.phase = e.parity = e.tag = e.bytes = -1;
-  e.slot = e.acc = e.tile = e.what = -1;
+  e.slot = e.acc = e.tile = e.what = e.tensor = e.dests = e.coord = -1;
   e.line = s.line;
   e.file = file_id(s.file);
   return e;
@@ -57,6 +57,13 @@ int name_id(const std::string& n) {
   if (it != E->name_ids.end()) return it->second;
   E->names.push_back(n);
   return E->name_ids[n] = int(E->names.size()) - 1;
+}
+
+int tensor_id(u64 global_address) {
+  for (const PeSimRange& t : E->tensors)
+    if (global_address >= t.base && global_address < t.base + std::max<u64>(t.bytes, 1))
+      return t.name ? name_id(t.name) : -1;
+  return -1;
 }
 
 // ---- the stage's phase marks ----------------------------------------------------------------------------

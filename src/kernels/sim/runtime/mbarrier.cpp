@@ -125,7 +125,7 @@ void mbar_inval(unsigned addr, Site s) {
 void mbar_arrive(unsigned addr, Site s) {
   SAddr a = resolve(addr, 8, s, "mbarrier.arrive");
   ev_barrier(event(EV_ARRIVE, E->cur, s), a.cta, a.off, phase_now(a.cta, a.off));
-  bar_signal(a.cta, a.off, 1, 0, 0, s, E->cur, "mbarrier.arrive", &E->cur->vc);
+  bar_signal(a.cta, a.off, 1, 0, 0, s, E->cur, "mbarrier.arrive", &released(E->cur));
   tick(E->cur);
   point(s);
 }
@@ -136,7 +136,7 @@ void mbar_expect_tx(unsigned addr, unsigned bytes, bool arrive, Site s) {
   ev_barrier(e, a.cta, a.off, phase_now(a.cta, a.off));
   e.bytes = int32_t(bytes);
   bar_signal(a.cta, a.off, arrive ? 1 : 0, bytes, 0, s, E->cur,
-             arrive ? "mbarrier.arrive.expect_tx" : "mbarrier.expect_tx", &E->cur->vc);
+             arrive ? "mbarrier.arrive.expect_tx" : "mbarrier.expect_tx", &released(E->cur));
   if (arrive) tick(E->cur);
   point(s);
 }

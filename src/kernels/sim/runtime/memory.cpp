@@ -8,10 +8,15 @@
 // point is a hang. What still faults (an access the instrumentation does not see, a fiber's stack overflowing
 // into its guard page) is caught by a SIGSEGV / SIGBUS handler on its own stack, which turns it into a report
 // and abandons the simulated thread: no kernel can take the host process down.
+#include <assert.h>
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include "runtime/state.h"
 
@@ -159,16 +164,25 @@ inline void raw_access(uintptr_t a, size_t n, bool write, void* pc) {
 
 // ---- faults: a report, and the simulated thread abandoned ---------------------------------------------------
 // What a fault in a simulated thread is: a bad access, an arithmetic trap (integer division by zero), an
-// illegal instruction (__builtin_trap).
-constexpr int FAULTS[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
-struct sigaction old_action[4];
+// illegal instruction (__builtin_trap), a breakpoint trap, SIGABRT (raised by the C++ runtime's abort, which
+// the stage's own calls never reach: see the host calls below).
+constexpr int FAULTS[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
+constexpr int NFAULTS = int(sizeof FAULTS / sizeof FAULTS[0]);
+struct sigaction old_action[NFAULTS];
 stack_t old_alt;
 alignas(16) uint8_t alt_stack[1 << 16];
+
+bool in_stage_text(uintptr_t pc) {
+  for (auto& [lo, hi] : E->stage_text)
+    if (pc >= lo && pc < hi) return true;
+  return false;
+}
 
 void on_fault(int sig, siginfo_t* si, void* uctx) {
   Fiber* f = E ? E->cur : nullptr;
   if (!f || !E->in_run) {   // not in a simulated thread: the previous handler takes it when it faults again
-    for (int i = 0; i < 4; ++i) sigaction(FAULTS[i], &old_action[i], nullptr);
+    for (int i = 0; i < NFAULTS; ++i) sigaction(FAULTS[i], &old_action[i], nullptr);
+    if (sig == SIGABRT || sig == SIGTRAP) raise(sig);   // raised, not faulted: nothing repeats it
     return;
   }
   void* pc = nullptr;
@@ -186,17 +200,132 @@ void on_fault(int sig, siginfo_t* si, void* uctx) {
     what = "an arithmetic trap (integer division by zero?) in the simulated thread (stopped; the host process goes on)";
   else if (sig == SIGILL)
     what = "an illegal instruction (a trap) in the simulated thread (stopped; the host process goes on)";
+  else if (sig == SIGABRT)
+    what = "SIGABRT in the simulated thread (an abort of the C++ runtime: an uncaught exception, a failed check "
+           "of the standard library?; stopped; the host process goes on)";
+  else if (sig == SIGTRAP)
+    what = "a breakpoint trap (SIGTRAP) in the simulated thread (stopped; the host process goes on)";
   else
     what = fmt("%s at %p in the simulated thread: an access the simulator's checks did not see (the thread is "
                "stopped; the host process goes on)", sig == SIGBUS ? "a bus error" : "a memory fault", si->si_addr);
   {
-    AtPc at(pc);
+    // an instruction of the stage names its line; one in a library (raise, memcpy) would name the library's
+    AtPc at(in_stage_text(uintptr_t(pc)) ? pc : nullptr);
     misuse(what, f->site, f);
   }
   unready(f);
   f->state = FS::Done;
   E->cur = nullptr;
   fiber_switch(&f->ctx, &E->sched);   // never resumed
+}
+
+// ---- the watchdog: a thread that runs on with no scheduling point and no load the engine sees ---------------
+// A loop on registers or on the thread's own stack (`volatile int flag = 0; while (flag == 0) {}`) never calls
+// the engine, so neither the step limit nor the spin count can end it. A timer on this host thread's CPU time
+// (timer_create(2), CLOCK_THREAD_CPUTIME_ID, delivered to this thread: SIGEV_THREAD_ID) ticks; a thread that
+// ran the whole limit (PeSimLaunch::watchdog_us, PELIB_SIM_WATCHDOG_S) without a scheduling point or a counted
+// load is a hang, reported at the instruction it was stopped at. It is stopped only while that instruction is
+// the stage's own code (no lock of the C library or the engine is held there); otherwise the next tick looks
+// again.
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+constexpr int WATCHDOG_SIG = SIGVTALRM;
+struct sigaction old_tick;
+timer_t wd_timer{};
+bool wd_armed = false;
+u64 wd_tick_us = 0, wd_stuck_us = 0, wd_beats = 0, wd_spin = 0;
+const Fiber* wd_fiber = nullptr;
+
+void on_tick(int, siginfo_t*, void* uctx) {
+  Engine* e = E;
+  if (!e || !e->in_run) return;
+  Fiber* f = e->cur;
+  if (!f || f != wd_fiber || e->beats != wd_beats || f->spin != wd_spin) {
+    wd_fiber = f, wd_beats = e->beats, wd_spin = f ? f->spin : 0, wd_stuck_us = 0;
+    return;
+  }
+  wd_stuck_us += wd_tick_us;
+  if (wd_stuck_us < e->L.watchdog_us) return;
+  void* pc = nullptr;
+#if defined(__x86_64__)
+  pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(uctx)->uc_mcontext.pc);
+#endif
+  if (!in_stage_text(uintptr_t(pc))) return;
+  {
+    AtPc at(pc);
+    e->rep.deadlock.push_back(record(
+        fmt("hang: the thread ran %.1f s of CPU time %s without reaching a scheduling point or loading memory "
+            "the simulator tracks — a loop on registers or on its own stack that never ends? (the watchdog, "
+            "PELIB_SIM_WATCHDOG_S=%g, stopped it) — ",
+            double(wd_stuck_us) * 1e-6,
+            (std::strstr(f->site.file ? f->site.file : "", "sim/runtime/")
+                 ? std::string("since it started")
+                 : fmt("since its last scheduling point (%s:%d)", short_file(f->site.file), f->site.line)).c_str(),
+            double(e->L.watchdog_us) * 1e-6) +
+            where(f, f->site),
+        f, f->site, Json().put("wait", "watchdog")));
+  }
+  e->aborted = true;
+  wd_fiber = nullptr;
+  unready(f);
+  f->state = FS::Done;
+  e->cur = nullptr;
+  fiber_switch(&f->ctx, &e->sched);   // never resumed
+}
+
+int add_text(struct dl_phdr_info* info, size_t, void*) {
+  bool mine = false;   // an object that holds a CTA slot's entry point: a stage library
+  for (int i = 0; i < info->dlpi_phnum && !mine; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    const uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+    for (const Slot& s : E->slots) mine |= uintptr_t(s.entry) >= lo && uintptr_t(s.entry) < hi;
+  }
+  if (!mine) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+      E->stage_text.push_back({info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz});
+  }
+  return 0;
+}
+
+void watchdog_on() {
+  E->stage_text.clear();
+  dl_iterate_phdr(add_text, nullptr);
+  wd_fiber = nullptr;
+  wd_stuck_us = 0;
+  if (!E->L.watchdog_us) return;
+  wd_tick_us = std::clamp<u64>(E->L.watchdog_us / 4, 10'000, 250'000);
+  struct sigaction sa{};
+  sa.sa_sigaction = on_tick;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(WATCHDOG_SIG, &sa, &old_tick);
+  struct sigevent sev{};
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = WATCHDOG_SIG;
+  sev.sigev_notify_thread_id = int(syscall(SYS_gettid));
+  if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &wd_timer) != 0) {
+    sigaction(WATCHDOG_SIG, &old_tick, nullptr);
+    return;
+  }
+  struct itimerspec its{};
+  its.it_interval.tv_sec = time_t(wd_tick_us / 1'000'000);
+  its.it_interval.tv_nsec = long(wd_tick_us % 1'000'000) * 1000;
+  its.it_value = its.it_interval;
+  timer_settime(wd_timer, 0, &its, nullptr);
+  wd_armed = true;
+}
+
+void watchdog_off() {
+  if (!wd_armed) return;
+  timer_delete(wd_timer);   // no tick is generated after this returns
+  sigaction(WATCHDOG_SIG, &old_tick, nullptr);
+  wd_armed = false;
 }
 
 void faults_on() {
@@ -208,14 +337,35 @@ void faults_on() {
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < 4; ++i) sigaction(FAULTS[i], &sa, &old_action[i]);
+  for (int i = 0; i < NFAULTS; ++i) sigaction(FAULTS[i], &sa, &old_action[i]);
   E->in_run = true;
+  watchdog_on();
 }
 
 void faults_off() {
+  watchdog_off();
   E->in_run = false;
-  for (int i = 0; i < 4; ++i) sigaction(FAULTS[i], &old_action[i], nullptr);
+  for (int i = 0; i < NFAULTS; ++i) sigaction(FAULTS[i], &old_action[i], nullptr);
   sigaltstack(&old_alt, nullptr);
+}
+
+// ---- host calls that end a process: a report, and the simulated thread abandoned --------------------------
+// pelib.sim.build links a stage library with --wrap for each (GNU ld manual, --wrap=symbol: an undefined
+// reference to `symbol` in the objects linked resolves to `__wrap_symbol`), so the stage's own calls come here;
+// outside a simulated thread they go on to the C library's.
+void host_call(const std::string& what, void* pc, Site at = Site{nullptr, 0}) {
+  Engine* e = E;
+  Fiber* f = e ? e->cur : nullptr;
+  if (!f || !e->in_run) return;
+  const std::string text = what + " in a simulated thread: a call that would end the host process (the thread is "
+                                  "stopped, the run ends, the host process goes on)";
+  if (at.file) {
+    misuse(text, at, f);
+  } else {
+    AtPc here(pc);
+    misuse(text, f->site, f);
+  }
+  abort_fiber();
 }
 
 }  // namespace
@@ -280,4 +430,46 @@ PE_SIM_ACCESS_HOOKS(16)
 void __asan_loadN_noabort(uintptr_t a, size_t n) { pe_sim::raw_access(a, n, false, __builtin_return_address(0)); }
 void __asan_storeN_noabort(uintptr_t a, size_t n) { pe_sim::raw_access(a, n, true, __builtin_return_address(0)); }
 void __asan_handle_no_return() {}
+
+#define PE_SIM_PC __builtin_return_address(0)
+[[noreturn]] void __wrap_abort() {
+  pe_sim::host_call("abort()", PE_SIM_PC);
+  abort();
+}
+[[noreturn]] void __wrap_exit(int st) {
+  pe_sim::host_call(pe_sim::fmt("exit(%d)", st), PE_SIM_PC);
+  exit(st);
+}
+[[noreturn]] void __wrap__exit(int st) {
+  pe_sim::host_call(pe_sim::fmt("_exit(%d)", st), PE_SIM_PC);
+  _exit(st);
+}
+[[noreturn]] void __wrap__Exit(int st) {
+  pe_sim::host_call(pe_sim::fmt("_Exit(%d)", st), PE_SIM_PC);
+  _Exit(st);
+}
+[[noreturn]] void __wrap_quick_exit(int st) {
+  pe_sim::host_call(pe_sim::fmt("quick_exit(%d)", st), PE_SIM_PC);
+  quick_exit(st);
+}
+[[noreturn]] void __wrap_pthread_exit(void* r) {
+  pe_sim::host_call("pthread_exit()", PE_SIM_PC);
+  pthread_exit(r);
+}
+// <assert.h>'s failure (glibc): the assertion's own file and line
+[[noreturn]] void __wrap___assert_fail(const char* expr, const char* file, unsigned line, const char* fn) {
+  pe_sim::host_call(pe_sim::fmt("assertion `%s` failed (in %s)", expr ? expr : "?", fn ? fn : "?"), PE_SIM_PC,
+                    pe_sim::Site{file, int(line)});
+  __assert_fail(expr, file, line, fn);
+}
+int __wrap_raise(int sig) {
+  if (sig != 0) pe_sim::host_call(pe_sim::fmt("raise(%d: %s)", sig, strsignal(sig)), PE_SIM_PC);
+  return raise(sig);
+}
+int __wrap_kill(pid_t pid, int sig) {
+  if (sig != 0 && (pid == 0 || pid == -1 || pid == getpid()))
+    pe_sim::host_call(pe_sim::fmt("kill(%d, %d: %s)", int(pid), sig, strsignal(sig)), PE_SIM_PC);
+  return kill(pid, sig);
+}
+#undef PE_SIM_PC
 }

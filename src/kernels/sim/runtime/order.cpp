@@ -19,6 +19,12 @@
 // __syncwarp between them are a data race (PTX ISA 8.7.1: conflicting weak operations not related in causality
 // order). Each thread has its own component, ticked after every publication of its clock; shared memory keeps,
 // per 4 B, the last plain store and up to two plain loads since it, with the bytes each touched.
+// tcgen05 fences (PTX ISA 9.7.16.6.3, 9.7.16.11.1): an asynchronous tcgen05 operation is ordered after what
+// its thread learned at a thread synchronisation only through a tcgen05.fence::after_thread_sync between
+// the two (Fiber::tvc: the clock at that fence, plus the thread's own waits since), and a warp's
+// tcgen05.ld / st completion (tcgen05.wait::ld / ::st) leaves its thread at a synchronisation only through
+// a tcgen05.fence::before_thread_sync after the wait (released(); tcgen05.commit performs one implicitly,
+// 9.7.16.6.4.2). The pipelined pairs need neither (9.7.16.6.2: mma -> mma, cp -> mma of one thread).
 #include <dlfcn.h>
 
 #include "runtime/state.h"
@@ -84,6 +90,51 @@ const char* how_known(const Access& a) {
     case AK_ST: return "tcgen05.wait::st of its warp";
     default: return "its completion";
   }
+}
+
+// The clock an access of kind `kind` by `by` is checked with: its tcgen05 view for tcgen05 operations.
+bool tc_kind(uint8_t kind) { return kind == AK_MMA || kind == AK_CP || kind == AK_LD || kind == AK_ST; }
+const Clock& view(Fiber* by, uint8_t kind) { return tc_kind(kind) ? by->tvc : by->vc; }
+
+// Why a tcgen05 operation does not know `x` complete though its thread does: no after_thread_sync since.
+std::string after_hint(const Fiber* by, const Clock& used, const Access& x) {
+  if (!by || &used != &by->tvc || !knows(by->vc, x)) return "";
+  return "; this thread's wait observed it, but no tcgen05.fence::after_thread_sync since orders this tcgen05 "
+         "operation after that wait (PTX ISA 9.7.16.6.3: an asynchronous tcgen05 operation is ordered after the "
+         "thread's prior synchronisation only through tcgen05.fence::after_thread_sync)";
+}
+
+// Why a tcgen05.ld / st its warp waited for is not known complete to another thread: released unfenced.
+std::string before_hint(const Access& r) {
+  if (r.kind != AK_LD && r.kind != AK_ST) return "";
+  const Engine::OpInfo& o = E->ops[r.op < E->ops.size() ? r.op : 0];
+  if (o.fiber < 0 || !knows(E->fibers_all[size_t(o.fiber)]->vc, r)) return "";
+  return fmt("; its warp waited for it (tcgen05.wait::%s), but released the columns at a thread synchronisation "
+             "with no tcgen05.fence::before_thread_sync between that wait and the release (PTX ISA 9.7.16.6.4.4: "
+             "wait, then tcgen05.fence::before_thread_sync, then synchronise)", r.kind == AK_LD ? "ld" : "st");
+}
+
+// What `f` passes on at a thread synchronisation (an arrive, bar.sync / bar.arrive, barrier.cluster.arrive,
+// __syncwarp): its clock, with its warp's tcgen05.ld / st streams as it knew them at its last
+// tcgen05.fence::before_thread_sync (or tcgen05.commit): PTX ISA 9.7.16.6.3, 9.7.16.6.4.4.
+const Clock& released(Fiber* f) {
+  static Clock scratch;
+  const WarpColl& wc = f->cta->warps[size_t(f->warp)];
+  const bool ld = wc.ld_comp && at(f->vc, wc.ld_comp) > f->rel_ld, st = wc.st_comp && at(f->vc, wc.st_comp) > f->rel_st;
+  if (!ld && !st) return f->vc;
+  scratch = f->vc;
+  if (ld) scratch[wc.ld_comp] = f->rel_ld;
+  if (st) scratch[wc.st_comp] = f->rel_st;
+  return scratch;
+}
+
+// join(dst, released(f)) without the copy: a bar.sync / __syncwarp / barrier.cluster arrival.
+void join_released(Clock& dst, Fiber* f) {
+  const WarpColl& wc = f->cta->warps[size_t(f->warp)];
+  const u32 ld0 = at(dst, wc.ld_comp), st0 = at(dst, wc.st_comp);
+  join(dst, f->vc);
+  if (wc.ld_comp && at(f->vc, wc.ld_comp) > f->rel_ld) dst[wc.ld_comp] = std::max(ld0, f->rel_ld);
+  if (wc.st_comp && at(f->vc, wc.st_comp) > f->rel_st) dst[wc.st_comp] = std::max(st0, f->rel_st);
 }
 
 // A hazard, once per (source line, kind) (the report counts the others).
@@ -263,19 +314,21 @@ void async_write(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s) {
 
 // An asynchronous read of [lo, hi) of c (an MMA operand, a TMA store or tcgen05.cp source) issued by `by`.
 void async_read(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s) {
+  const Clock& vc = view(by, a.kind);
   for (u32 k = lo / 16; k < (hi + 15) / 16 && k < c->sh.size(); ++k) {
     SChunk& ch = c->sh[k];
-    if (!knows(by->vc, ch.w))
-      race("raw", fmt("%s reads [0x%x, 0x%x) of CTA %d, which %s writes, before this thread knows it landed "
-                      "(needs %s%s)", E->ops[a.op].what, lo, hi, c->id, op_text(ch.w).c_str(), how_known(ch.w),
-                      short_by_one(by->vc, ch.w).c_str()), s, by);
+    if (!knows(vc, ch.w))
+      race(&vc == &by->tvc && knows(by->vc, ch.w) ? "raw-fence" : "raw",
+           fmt("%s reads [0x%x, 0x%x) of CTA %d, which %s writes, before this thread knows it landed "
+               "(needs %s%s%s)", E->ops[a.op].what, lo, hi, c->id, op_text(ch.w).c_str(), how_known(ch.w),
+               short_by_one(vc, ch.w).c_str(), after_hint(by, vc, ch.w).c_str()), s, by);
     add_read(ch.r, 3, a);
   }
   for (u32 w = lo / 4; w < (hi + 3) / 4 && w < c->gw.size(); ++w) {
     const GWord& g = c->gw[w];
     if (!g.writer) continue;
     const Fiber* wr = E->fibers_all[g.writer - 1];
-    if (at(by->vc, wr->fence_comp) > g.fences) continue;   // a fence.proxy.async of the writer after the write
+    if (at(vc, wr->fence_comp) > g.fences) continue;   // a fence.proxy.async of the writer after the write
     race("proxy", fmt("%s reads [0x%x, 0x%x) of CTA %d, which warp %d lane %d wrote through the generic proxy "
                       "(st.shared or a plain store) with no fence.proxy.async after it that this thread knows of "
                       "(PTX ISA 9.7.12.4: generic-proxy writes are not visible to the async proxy without it)",
@@ -327,21 +380,22 @@ bool pipelined(const Access& first, const Access& then) {
 // and readers that `by` does not know complete (check), then the columns' last writer (record). Clean: true.
 bool tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s, bool check, bool record) {
   bool said = !check;
+  const Clock& vc = view(by, a.kind);
   for_cells(c, quarters, lo, hi, [&](TCell& t) {
-    if (!said && !knows(by->vc, t.w) && !pipelined(t.w, a) && t.w.op != a.op) {
+    if (!said && !knows(vc, t.w) && !pipelined(t.w, a) && t.w.op != a.op) {
       said = true;
       race("tmem-waw", fmt("%s writes TMEM columns %u..%u of CTA %d while %s writes them and is not known complete "
-                           "(needs %s)", E->ops[a.op].what, lo, hi - 1, c->id, op_text(t.w).c_str(), how_known(t.w)),
-           s, by);
+                           "(needs %s%s)", E->ops[a.op].what, lo, hi - 1, c->id, op_text(t.w).c_str(), how_known(t.w),
+                           after_hint(by, vc, t.w).c_str()), s, by);
     }
     for (const Access& r : t.r)
-      if (!said && !knows(by->vc, r) && !pipelined(r, a)) {
+      if (!said && !knows(vc, r) && !pipelined(r, a)) {
         said = true;
-        race("tmem-war", fmt("%s writes TMEM columns %u..%u of CTA %d while %s may still read them (needs %s%s)",
+        race("tmem-war", fmt("%s writes TMEM columns %u..%u of CTA %d while %s may still read them (needs %s%s%s%s)",
                              E->ops[a.op].what, lo, hi - 1, c->id, op_text(r).c_str(), how_known(r),
                              a.kind == AK_CP && r.kind == AK_MMA
                                  ? "; tcgen05.mma -> tcgen05.cp is not a pipelined pair, PTX ISA 9.7.16.6.2"
-                                 : ""), s, by);
+                                 : "", after_hint(by, vc, r).c_str(), before_hint(r).c_str()), s, by);
       }
     if (!record) return;
     t.w = a;
@@ -358,8 +412,9 @@ bool tmem_read(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, const Cloc
       said = true;
       if (report)
         race("tmem-raw", fmt("%s reads TMEM columns %u..%u of CTA %d, which %s writes, before this thread knows it "
-                             "completed (needs %s)", a.kind == AK_LD || !a.op ? "tcgen05.ld" : E->ops[a.op].what, lo, hi - 1,
-                             c->id, op_text(t.w).c_str(), how_known(t.w)), s, by);
+                             "completed (needs %s%s%s)", a.kind == AK_LD || !a.op ? "tcgen05.ld" : E->ops[a.op].what,
+                             lo, hi - 1, c->id, op_text(t.w).c_str(), how_known(t.w), after_hint(by, vc, t.w).c_str(),
+                             before_hint(t.w).c_str()), s, by);
     }
     add_read(t.r, 2, a);
   });

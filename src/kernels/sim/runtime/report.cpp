@@ -1,6 +1,6 @@
 // The simulator's reports: text helpers, the event log, the misuse / hazard / deadlock records, all JSON
 // through one writer (Json below), and the C ABI pelib.sim calls (pe_sim_run, pe_sim_report_json,
-// pe_sim_events, pe_sim_event_size).
+// pe_sim_events, pe_sim_event_size, pe_sim_event_schema).
 #include <dlfcn.h>
 
 #include "runtime/state.h"
@@ -39,7 +39,10 @@ const char* short_file(const char* f) {
 std::string where(const Fiber* f, Site s) {
   if (!f) return fmt("(engine) at %s:%d", short_file(s.file), s.line);
   const Cta* c = f->cta;
-  const std::string at = E && E->raw_pc ? fmt("@@pc@@ (after %s:%d)", short_file(s.file), s.line)
+  // (the engine's own file: the thread reached no engine call yet)
+  const bool started = s.file && std::strstr(s.file, "sim/runtime/");
+  const std::string at = E && E->raw_pc ? (started ? std::string("@@pc@@")
+                                                   : fmt("@@pc@@ (after %s:%d)", short_file(s.file), s.line))
                                         : fmt("%s:%d", short_file(s.file), s.line);
   return fmt("CTA %d (cluster %d, rank %d) warp %d lane %d [warp %d] at %s", c->id, c->cluster->id, c->rank,
              f->warp, f->lane, f->warp, at.c_str());
@@ -196,9 +199,12 @@ void no_progress_report() {
       sites[fmt("CTA %d warp %d %s at %s:%d", f->cta->id, f->warp, f->state == FS::Blocked ? "blocked" : "runnable",
                 short_file(s.file), s.line)]++;
     }
+  // not a deadlock: runnable threads were cut short; the record says which knob did it
   for (auto& [k, n] : sites)
-    E->rep.deadlock.push_back(record(fmt("no progress after %llu steps: %s (%d threads)",
-                                         (unsigned long long)E->L.max_steps, k.c_str(), n), nullptr, Site{"", 0}));
+    E->rep.deadlock.push_back(record(fmt("stopped at the step limit (PELIB_SIM_MAX_STEPS=%llu) with %s (%d threads): "
+                                         "raise PELIB_SIM_MAX_STEPS (0: no limit) if the run needs more steps",
+                                         (unsigned long long)E->L.max_steps, k.c_str(), n), nullptr, Site{"", 0},
+                                     Json().put("wait", "step limit")));
 }
 
 std::string report_json(bool ok) {
@@ -237,5 +243,27 @@ const PeSimEvent* pe_sim_events(int64_t* n) {
 }
 
 int pe_sim_event_size() { return int(sizeof(PeSimEvent)); }
+
+// The event vocabulary (state.h's two lists): {"size", "kinds": [names in enum order], "fields": [{"name",
+// "offset", "type"}]}; pelib.sim builds EVENT_DTYPE and EVENT_KINDS from it.
+const char* pe_sim_event_schema() {
+  static std::string out;
+  if (out.empty()) {
+    std::string kinds, fields;
+#define PE_EV_KIND(e, name) kinds += std::string(kinds.empty() ? "" : ", ") + "\"" name "\"";
+    PE_SIM_EVENT_KINDS(PE_EV_KIND)
+#undef PE_EV_KIND
+#define PE_EV_FIELD(type, name, np)                                                                              \
+  fields += std::string(fields.empty() ? "" : ", ") + "{\"name\": \"" #name "\", \"offset\": " +                \
+            std::to_string(offsetof(PeSimEvent, name)) + ", \"type\": \"" np "\"}";
+    PE_SIM_EVENT_FIELDS(PE_EV_FIELD)
+#undef PE_EV_FIELD
+    out = "{\"size\": " + std::to_string(sizeof(PeSimEvent)) + ", \"kinds\": [" + kinds + "], \"fields\": [" +
+          fields + "]}";
+  }
+  return out.c_str();
+}
+
+uint64_t pe_sim_max_ctas() { return pe_sim::PE_SIM_MAX_CTAS; }
 
 }  // extern "C"

@@ -43,6 +43,7 @@ void point(Site s) {
   Fiber* f = E->cur;
   f->site = s;
   f->spin = 0;
+  E->beats++;
   if (E->aborted) abort_fiber();
   if (E->chance(E->p_yield)) to_scheduler();
   if (E->aborted) abort_fiber();
@@ -182,6 +183,9 @@ void fiber_main(void* arg) {
     f->cta->slot->entry(E->L.args);
   } catch (const ModelError& e) {
     misuse(e.what, f->site, f);
+  } catch (...) {   // a C++ exception the kernel's own code threw: it would otherwise end the host process
+    misuse("a C++ exception left the kernel (a GPU kernel has none: the host build's code threw it; the thread is "
+           "stopped and the host process goes on)", f->site, f);
   }
   // exit checks: what the thread issued and never waited for (by what it knows, not by what completed)
   Site s = f->site;
@@ -215,6 +219,7 @@ void fiber_main(void* arg) {
     if (cl->bar_arrived && cl->bar_arrived >= u32(cl->live_threads)) cluster_bar_complete(cl);
     WarpColl& wc = c->warps[f->warp];
     wc.mask &= ~(1u << f->lane);
+    if (!wc.mask) regs_warp_exit(c, f->warp);   // the register pool (wgmma.cpp)
     if (wc.what && wc.arrived) {
       misuse(fmt("lane %d exited while lanes 0x%08x of its warp wait in %s at %s:%d (a warp collective needs "
                  "every lane of its mask: PTX ISA 9.7.13.2 / .sync.aligned)", f->lane, wc.arrived, wc.what,
@@ -228,6 +233,7 @@ void fiber_main(void* arg) {
 }
 
 void cta_exit_check(Cta* c) {
+  tma_exit_check(c);   // TMA loads nobody observed or read (tma.cpp)
   Site s{"(CTA exit)", 0};
   if (!c->allocs.empty())
     misuse(fmt("CTA %d exits with %zu TMEM allocation(s) still held (%u columns at %u): PTX ISA 9.7.16.7.1, all "
@@ -418,12 +424,24 @@ void run_launch(const PeSimLaunch* L) {
     s.win_size = u32(size);
     s.dyn_off = u32(dyn);
   }
-  const u32 cx = L->cluster[0] * L->cluster[1] * L->cluster[2];
-  const u32 nctas = L->grid[0] * L->grid[1] * L->grid[2];
-  E->ctas.resize(nctas);
-  E->clusters.resize(nctas / cx);
+  // counted in 64 bits: 2^32 CTAs must not wrap to none; the engine numbers CTAs with an int
+  const u64 cx64 = u64(L->cluster[0]) * L->cluster[1] * L->cluster[2];
+  const u64 nctas64 = u64(L->grid[0]) * L->grid[1] * L->grid[2];
+  const u64 nthreads64 = u64(L->block[0]) * L->block[1] * L->block[2];
   Site s0{"(launch)", 0};
   std::string bad;
+  if (cx64 == 0 || nctas64 == 0 || nthreads64 == 0 || nctas64 > u64(PE_SIM_MAX_CTAS) || cx64 > nctas64) {
+    bad = fmt("a grid of %llu CTAs (cluster %llu, block %llu threads) is outside what the engine counts (1 to %llu "
+              "CTAs; pelib.sim.engine.prepare estimates a launch and refuses a larger one first)",
+              (unsigned long long)nctas64, (unsigned long long)cx64, (unsigned long long)nthreads64,
+              (unsigned long long)PE_SIM_MAX_CTAS);
+    add_record(E->rep.misuse, E->rep.misuse_total, record(bad + " (launch)", nullptr, s0));
+    return;
+  }
+  const u32 cx = u32(cx64);
+  const u32 nctas = u32(nctas64);
+  E->ctas.resize(nctas);
+  E->clusters.resize(nctas / cx);
   if (nctas % cx) bad = "the grid is not a whole number of clusters";
   if (cx > u32(L->nslots)) bad = "fewer CTA slots than CTAs in a cluster";
   if (!E->slots.empty() && L->smem + (E->slots[0].win_size - PE_SIM_SMEM_CAPACITY) > L->smem_limit)

@@ -31,32 +31,51 @@ namespace pe_sim {
 namespace {
 
 // ---- event log ---------------------------------------------------------------------------------------
+// The event vocabulary, one list each: the kinds in enum order and the record's fields. pelib.sim reads both
+// through the C ABI (pe_sim_event_schema: names, offsets, types) and builds its dtype and kind list from them.
+#define PE_SIM_EVENT_KINDS(X)                                                                                  \
+  X(WAIT_BEGIN, "wait_begin") X(WAIT_END, "wait_end") X(ARRIVE, "arrive") X(EXPECT_TX, "expect_tx")             \
+  X(COMPLETE_TX, "complete_tx") X(TMA_LOAD, "tma_load") X(TMA_LOAD_DONE, "tma_load_done")                       \
+  X(TMA_STORE, "tma_store") X(TMA_STORE_DONE, "tma_store_done") X(MMA, "mma") X(MMA_DONE, "mma_done")           \
+  X(COMMIT, "commit") X(TMEM_ALLOC, "tmem_alloc") X(TMEM_DEALLOC, "tmem_dealloc") X(TMEM_LD, "tmem_ld")         \
+  X(TMEM_CP, "tmem_cp") X(BAR_SYNC, "bar_sync") X(CLUSTER_SYNC, "cluster_sync") X(EXIT, "exit")                 \
+  X(PHASE_BEGIN, "phase_begin") X(PHASE_END, "phase_end") X(TMEM_ST, "tmem_st")
 enum EvKind : int32_t {
-  EV_WAIT_BEGIN, EV_WAIT_END, EV_ARRIVE, EV_EXPECT_TX, EV_COMPLETE_TX, EV_TMA_LOAD, EV_TMA_LOAD_DONE,
-  EV_TMA_STORE, EV_TMA_STORE_DONE, EV_MMA, EV_MMA_DONE, EV_COMMIT, EV_TMEM_ALLOC, EV_TMEM_DEALLOC, EV_TMEM_LD,
-  EV_TMEM_CP, EV_BAR_SYNC, EV_CLUSTER_SYNC, EV_EXIT, EV_PHASE_BEGIN, EV_PHASE_END, EV_TMEM_ST
+#define PE_EV_ENUM(e, name) EV_##e,
+  PE_SIM_EVENT_KINDS(PE_EV_ENUM)
+#undef PE_EV_ENUM
 };
 
 }  // namespace
 }  // namespace pe_sim
 
-// One record of the event log (pelib.sim reads this layout, EVENT_DTYPE; keep both in step). -1: none.
+// One record of the event log (-1: none). X(type, name, numpy type):
+//   seq     order stamp (never a time)
+//   op      the asynchronous operation an issue and its completion share (0: none)
+//   cta, cluster, rank, warp, lane, kind   warp / lane -1: the asynchronous unit doing `op`
+//   role    index into the report's "roles" (the stage's phase marks name them)
+//   name    the barrier's name as the stage's mbarrier_init writes it: index into "names"
+//   index   its index in that array (from its address); addr its shared-memory offset; bcta the CTA it lives in
+//   phase   the barrier phase the event arrives on / completes / waits for / observes
+//   parity, tag, bytes   bytes: a TMA load's box (each destination receives it once)
+//   slot, acc, tile      the ring slot, the accumulator, the CTA's tile slot (the stage's phase marks)
+//   what    phase_begin / phase_end: the common/timing.cuh phase id
+//   line, file           source line of the call, index into the report's file table
+//   tensor  TMA load / store: the tensor its map addresses (the launch's range), index into "names"
+//   dests   TMA load: the CTAs its box lands in (a multicast's destinations); `bytes` is per destination
+//   coord   TMA load / store: the box's start on the map's outermost dimension (a 2-D map's row)
+#define PE_SIM_EVENT_FIELDS(X)                                                                                 \
+  X(uint64_t, seq, "<u8") X(uint64_t, op, "<u8") X(int32_t, cta, "<i4") X(int32_t, cluster, "<i4")               \
+  X(int32_t, rank, "<i4") X(int32_t, warp, "<i4") X(int32_t, lane, "<i4") X(int32_t, kind, "<i4")               \
+  X(int32_t, role, "<i4") X(int32_t, name, "<i4") X(int32_t, index, "<i4") X(int32_t, addr, "<i4")              \
+  X(int32_t, bcta, "<i4") X(int32_t, phase, "<i4") X(int32_t, parity, "<i4") X(int32_t, tag, "<i4")             \
+  X(int32_t, bytes, "<i4") X(int32_t, slot, "<i4") X(int32_t, acc, "<i4") X(int32_t, tile, "<i4")               \
+  X(int32_t, what, "<i4") X(int32_t, line, "<i4") X(int32_t, file, "<i4") X(int32_t, tensor, "<i4")             \
+  X(int32_t, dests, "<i4") X(int32_t, coord, "<i4")
 struct PeSimEvent {
-  uint64_t seq;      // order stamp (never a time)
-  uint64_t op;       // the asynchronous operation an issue and its completion share (0: none)
-  int32_t cta, cluster, rank, warp, lane, kind;   // warp / lane -1: the asynchronous unit doing `op`
-  int32_t role;      // index into the report's "roles" (the stage's phase marks name them)
-  int32_t name;      // the barrier's name as the stage's mbarrier_init writes it: index into "names"
-  int32_t index;     // its index in that array (from its address)
-  int32_t addr;      // its shared-memory offset
-  int32_t bcta;      // the CTA it lives in
-  int32_t phase;     // the barrier phase the event arrives on / completes / waits for / observes
-  int32_t parity, tag, bytes;
-  int32_t slot, acc, tile;   // the ring slot, the accumulator, the CTA's tile slot (the stage's phase marks)
-  int32_t what;      // phase_begin / phase_end: the common/timing.cuh phase id
-  int32_t line;      // source line of the call
-  int32_t file;      // index into the report's file table
-  int32_t pad;
+#define PE_EV_FIELD(type, name, np) type name;
+  PE_SIM_EVENT_FIELDS(PE_EV_FIELD)
+#undef PE_EV_FIELD
 };
 
 struct PeSimLaunch {
@@ -77,6 +96,7 @@ struct PeSimLaunch {
                           // allowed), 2: eager (as soon as issued)
   int32_t pad;
   uint64_t max_spin;      // loads of memory by one thread between two scheduling points before it is a hang
+  uint64_t watchdog_us;   // CPU time one thread may run with no scheduling point and no load before it is a hang
 };
 
 // A tensor the kernel may touch: [base, base + bytes), its parameter's name, element size and shape.
@@ -90,6 +110,7 @@ namespace pe_sim {
 namespace {
 
 constexpr int WARP = 32;
+constexpr uint64_t PE_SIM_MAX_CTAS = 1u << 24;   // CTAs one launch may have (ids are int; pelib.sim.engine.MAX_CTAS)
 using u64 = uint64_t;
 using u32 = uint32_t;
 
@@ -129,7 +150,7 @@ struct TCell {                    // per TMEM lane quarter and column
 enum class FS : uint8_t { New, Ready, Blocked, Done };
 
 enum WaitKind : int {
-  W_NONE, W_MBAR, W_MBAR_TRY, W_NAMED_BAR, W_WARP, W_CLUSTER, W_WGMMA, W_BULK, W_TMEM_ALLOC
+  W_NONE, W_MBAR, W_MBAR_TRY, W_NAMED_BAR, W_WARP, W_CLUSTER, W_WGMMA, W_BULK, W_TMEM_ALLOC, W_REGS
 };
 
 struct WaitInfo {
@@ -183,6 +204,13 @@ struct Fiber {
   uint32_t tc_comp = 0, tc_issued = 0;   // its tcgen05 stream: component and ops issued
   uint32_t bulk_comp = 0;                // its bulk-store groups (epoch: group + 1)
   u64 spin = 0;                          // loads of memory since its last scheduling point
+  // tcgen05 fences (order.cpp): what its asynchronous tcgen05 ops are ordered after (its clock at its last
+  // tcgen05.fence::after_thread_sync, and its own waits since), and its warp's tcgen05.ld / st completions
+  // it knew at its last tcgen05.fence::before_thread_sync (what a thread synchronisation may pass on)
+  Clock tvc;
+  uint32_t rel_ld = 0, rel_st = 0;
+  bool wg_open = true;                   // wgmma.fence: its accumulators may be touched since the last one
+  u64 nreg_done = 0;                     // setmaxnreg instructions it has passed (wgmma.cpp, the register pool)
   // the stage's phase marks (common/timing.cuh's twin): each timing_now() stamp, and whether an mbarrier
   // wait of this thread began after it (a wait the stage brackets with two stamps)
   struct Mark {
@@ -304,6 +332,11 @@ struct Cta {
   std::vector<GWord> gw;
   std::vector<TCell> tsh;
   std::vector<uint8_t> warp_roles;       // per warp: the PhaseRole bits its phase marks named
+  // the register pool (wgmma.cpp, PTX ISA setmaxnreg): per warp its per-thread count and setmaxnreg done
+  std::vector<u32> wregs;
+  std::vector<u64> wgen;
+  int64_t reg_pool = 0;
+  std::vector<Fiber*> reg_waiters;
 };
 
 struct Cluster {
@@ -413,6 +446,8 @@ struct Engine {
   std::vector<std::pair<uintptr_t, uintptr_t>> code;     // the stage libraries' and the engine's segments
   uintptr_t raw_pc = 0;             // a report about a plain access: the instruction (memory.cpp)
   bool in_run = false;              // the fault handler is ours
+  u64 beats = 0;                    // scheduling points passed (the watchdog's sign of progress: memory.cpp)
+  std::vector<std::pair<uintptr_t, uintptr_t>> stage_text;   // the stage libraries' code (the watchdog's)
 
   u32 rnd(u32 n) { return n ? u32(rng() % n) : 0; }
   bool chance(int pct) { return int(rng() % 100) < pct; }
@@ -436,6 +471,7 @@ void ev_barrier(PeSimEvent& e, Cta* bc, u32 off, int phase);
 void finalize_events();
 std::string roles_json();
 int name_id(const std::string& n);
+int tensor_id(u64 global_address);   // the launch range holding this address, as an index into "names" (-1: none)
 int phase_now(Cta* c, u32 off);
 void misuse(const std::string& what, Site s, Fiber* f = nullptr);
 [[noreturn]] void misuse_fatal(const std::string& what, Site s);
@@ -481,6 +517,10 @@ void async_write(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
 void async_read(Cta* c, u32 lo, u32 hi, const Access& a, Fiber* by, Site s);
 void generic_access(Cta* c, u32 off, u32 n, bool write, Fiber* f, Site s);
 void tick(Fiber* f);
+const Clock& released(Fiber* f);
+void join_released(Clock& dst, Fiber* f);
+void regs_warp_exit(Cta* c, int warp);
+void tma_exit_check(Cta* c);
 bool tmem_write(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, Fiber* by, Site s, bool check = true,
                 bool record = true);
 bool tmem_read(Cta* c, u32 quarters, u32 lo, u32 hi, const Access& a, const Clock& vc, Fiber* by, Site s, bool report);

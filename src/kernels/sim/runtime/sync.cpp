@@ -118,7 +118,7 @@ void named_bar(unsigned id, unsigned count, bool wait, Site s) {
                      nb.arrived, nb.count), s);
   nb.count = need;
   nb.arrived++;
-  join(nb.acc, f->vc);
+  join_released(nb.acc, f);
   tick(f);
   event(EV_BAR_SYNC, f, s).tag = int32_t(id);   // the named barrier's id
   const u64 gen = nb.gen;
@@ -145,7 +145,7 @@ void named_bar(unsigned id, unsigned count, bool wait, Site s) {
 void syncwarp(unsigned mask, Site s) {
   // bar.warp.sync orders the memory accesses of the lanes that take part (PTX ISA 9.7.13.2)
   gather("__syncwarp", mask, s, [](WarpColl& w, int, bool last) {
-    join(w.acc, E->cur->vc);
+    join_released(w.acc, E->cur);
     tick(E->cur);
     if (!last) return;
     for (Fiber* g : w.waiters) join(g->vc, w.acc);
@@ -193,7 +193,7 @@ void cluster_barrier_arrive(bool, Site s) {
   f->cluster_arrived = true;
   f->cluster_arrive_gen = cl->bar_gen;
   cl->bar_arrived++;
-  join(cl->bar_acc, f->vc);
+  join_released(cl->bar_acc, f);
   tick(f);
   event(EV_CLUSTER_SYNC, f, s);
   if (cl->bar_arrived >= u32(cl->live_threads)) cluster_bar_complete(cl);

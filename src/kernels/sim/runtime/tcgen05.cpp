@@ -122,8 +122,8 @@ void tc_mma(int kind, int cg, unsigned d, uint64_t a, uint64_t b, unsigned idesc
   for (Cta* p : pair) {
     for (auto r : {ra, rb}) async_read(p, r.first, r.second, acc, f, s);
     if (kind == UMMA_KIND_MXF4NVF4) {   // the scale factors, 4 columns each in every lane (model/umma.h)
-      tmem_read(p, 0xF, sfa & 0xFFFF, (sfa & 0xFFFF) + 4, acc, f->vc, f, s, true);
-      tmem_read(p, 0xF, sfb & 0xFFFF, (sfb & 0xFFFF) + 4, acc, f->vc, f, s, true);
+      tmem_read(p, 0xF, sfa & 0xFFFF, (sfa & 0xFFFF) + 4, acc, f->tvc, f, s, true);
+      tmem_read(p, 0xF, sfb & 0xFFFF, (sfb & 0xFFFF) + 4, acc, f->tvc, f, s, true);
     }
     tmem_write(p, 0xF, col, col + id.n, acc, f, s);   // D: 128 lanes x N columns per CTA
   }
@@ -156,6 +156,11 @@ void tc_commit(int cg, unsigned bar, unsigned mask, bool multicast, Site s) {
   // PTX ISA 9.7.16.11.1: the arrive comes once every earlier tcgen05 op of this thread is complete, so whoever
   // observes that phase knows them complete (and what this thread knew when it committed)
   Clock rel = f->vc;
+  {   // tcgen05.commit performs tcgen05.fence::before_thread_sync implicitly (PTX ISA 9.7.16.6.4.2)
+    const WarpColl& wc = me->warps[size_t(f->warp)];
+    f->rel_ld = at(f->vc, wc.ld_comp);
+    f->rel_st = at(f->vc, wc.st_comp);
+  }
   tick(f);
   if (f->tc_comp) set_max(rel, f->tc_comp, f->tc_issued);
   submit(op, [targets, s, id = op->id, rel]() {
@@ -180,14 +185,14 @@ void tc_ld_32x32b(unsigned taddr, unsigned* regs, int x, Site s) {
         w.a0 = 1;   // lanes disagree on the address or the width
       }
       // every lane reads what it knows has been written (one report per tcgen05.ld)
-      if (!w.tm_hazard && !tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{}, E->cur->vc, E->cur, s,
+      if (!w.tm_hazard && !tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{}, E->cur->tvc, E->cur, s,
                                      true))
         w.tm_hazard = true;
       return;
     }
     if (!w.ld_comp) w.ld_comp = new_comp(c->cluster);
     ++w.ld_issued;   // read until tcgen05.wait::ld of the warp (PTX ISA 9.7.16.8.5)
-    tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{w.ld_comp, w.ld_issued, w.op, AK_LD}, E->cur->vc,
+    tmem_read(c, 1u << (lane0 / 32 % 4), col, col + u32(x), Access{w.ld_comp, w.ld_issued, w.op, AK_LD}, E->cur->tvc,
               E->cur, s, false);
     if (w.taddr != taddr || w.x != x) w.a0 = 1;
     w.a1 = 0;
@@ -267,15 +272,32 @@ void tc_wait_ld(Site s) {
   f->lds.clear();
   const WarpColl& wc = f->cta->warps[size_t(f->warp)];
   set_max(f->vc, wc.ld_comp, wc.ld_issued);   // every earlier tcgen05.ld of the warp is complete
+  set_max(f->tvc, wc.ld_comp, wc.ld_issued);  // and ordered before this thread's later tcgen05 ops (no fence
+                                              // needed in one thread: PTX ISA 9.7.16.6.4.2, example 1)
 }
 
 void tc_wait_st(Site s) {
   aligned_op("tcgen05.wait::st", s);
   const WarpColl& wc = E->cur->cta->warps[size_t(E->cur->warp)];
   set_max(E->cur->vc, wc.st_comp, wc.st_issued);   // every earlier tcgen05.st of the warp is complete (9.7.16.8.5)
+  set_max(E->cur->tvc, wc.st_comp, wc.st_issued);
 }
 
-void tc_fence(bool, Site s) { point(s); }
+// PTX ISA 9.7.16.11.1 tcgen05.fence: ::before_thread_sync orders the thread's prior asynchronous tcgen05 ops
+// before its later synchronisation (what released() passes on: its warp's tcgen05.ld / st completions known
+// now); ::after_thread_sync orders its later asynchronous tcgen05 ops after its prior synchronisation (its
+// tcgen05 view becomes its clock). 9.7.16.6.3: they compose with mbarrier, bar.sync and barrier.cluster.
+void tc_fence(bool before, Site s) {
+  Fiber* f = E->cur;
+  if (before) {
+    const WarpColl& wc = f->cta->warps[size_t(f->warp)];
+    f->rel_ld = at(f->vc, wc.ld_comp);
+    f->rel_st = at(f->vc, wc.st_comp);
+  } else {
+    f->tvc = f->vc;
+  }
+  point(s);
+}
 
 void tc_cp_32x128b_warpx4(int cg, unsigned taddr, uint64_t desc, Site s) {
   Fiber* f = E->cur;

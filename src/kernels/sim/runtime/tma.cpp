@@ -83,7 +83,10 @@ void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, i
   {
     PeSimEvent& e = event(EV_TMA_LOAD, f, s, nullptr, id);
     ev_barrier(e, dests[0].bar_cta, bar_off, phase_now(dests[0].bar_cta, bar_off));
-    e.bytes = int32_t(g.bytes * dests.size());
+    e.bytes = int32_t(g.bytes);            // the box; each destination receives it (PTX ISA 9.7.9.25 .multicast::cluster)
+    e.dests = int32_t(dests.size());
+    e.tensor = tensor_id(m.global_address);
+    e.coord = coords[ncoords - 1];
   }
   submit(op, [m, cs, ncoords, dst_off, bar_off, dests, g, id, s, issued]() {
     for (size_t k = 0; k < dests.size(); ++k) {
@@ -113,6 +116,61 @@ void tma_load(const void* tmap, unsigned dst, unsigned bar, const int* coords, i
   });
 }
 
+// Loads nobody consumes. At a CTA's exit (its last thread's), each TMA load still the last asynchronous write of
+// some of its shared memory is checked by what the CTA's threads know, not by whether the simulated copy has
+// landed: one that no thread of the CTA knows complete (none observed the mbarrier phase its bytes complete,
+// nor learned of it) may still be writing when the CTA exits, on every schedule: misuse (the CTA's shared
+// memory is released at its exit while the bulk copy writes it; PTX ISA 9.7.9.25 cp.async.bulk.tensor
+// completes through its mbarrier only, and CUDA C++ Programming Guide, distributed shared memory: every access
+// to a block's shared memory must complete before it exits). One known complete whose bytes no thread and no
+// asynchronous operation ever read is only waste (a warning): a refill past the last k-tile that is drained.
+namespace {
+void tma_exit_check(Cta* c) {
+  struct Load {
+    Access a;
+    u32 lo, hi;
+    bool read;
+  };
+  std::vector<Load> loads;
+  for (u32 k = 0; k < c->sh.size(); ++k) {
+    const SChunk& ch = c->sh[k];
+    if (ch.w.kind != AK_TMA_LOAD) continue;
+    bool read = false;
+    for (const Access& r : ch.r) read |= r.epoch != 0;
+    for (u32 w = 4 * k; w < 4 * k + 4 && w < c->gw.size() && !read; ++w) read |= c->gw[w].reader[0] || c->gw[w].reader[1];
+    Load* l = nullptr;
+    for (size_t i = loads.size(); i-- > 0 && !l;)
+      if (loads[i].a.op == ch.w.op) l = &loads[i];
+    if (!l) {
+      loads.push_back(Load{ch.w, 16 * k, 16 * k + 16, false});
+      l = &loads.back();
+    }
+    l->hi = 16 * k + 16;
+    l->read |= read;
+  }
+  for (const Load& l : loads) {
+    bool known = false;
+    for (const Fiber* f : c->fibers) known = known || knows(f->vc, l.a);
+    const Engine::OpInfo& o = E->ops[l.a.op < E->ops.size() ? l.a.op : 0];
+    Fiber* by = o.fiber >= 0 ? E->fibers_all[size_t(o.fiber)] : c->fibers[0];
+    if (!known) {
+      misuse(fmt("CTA %d exits while the %s into [0x%x, 0x%x) issued here may still be in flight: no thread of the "
+                 "CTA observed the mbarrier phase its bytes complete (a load nobody consumes, e.g. a refill past the "
+                 "last k-tile; PTX ISA 9.7.9.25: it completes only through its mbarrier; CUDA C++ Programming Guide: "
+                 "a block's shared memory must outlive every access to it)", c->id, o.what, l.lo, l.hi), o.site, by);
+      continue;
+    }
+    if (l.read) continue;
+    const std::string key = fmt("unread:%s:%d", o.site.file ? o.site.file : "", o.site.line);
+    if (E->hazard_seen.count(key)) continue;
+    E->hazard_seen[key] = 1;
+    warning(fmt("the %s into [0x%x, 0x%x) of CTA %d issued here landed and was waited for, but nothing ever read its "
+                "bytes: a load nobody consumes (e.g. a refill past the last k-tile), only waste", o.what, l.lo,
+                l.hi, c->id), o.site, by);
+  }
+}
+}  // namespace
+
 void tma_store(const void* tmap, unsigned src, const int* coords, int ncoords, Site s) {
   Fiber* f = E->cur;
   PeSimTensorMap m = read_map(tmap, s);
@@ -137,7 +195,12 @@ void tma_store(const void* tmap, unsigned src, const int* coords, int ncoords, S
   async_read(c, off, off + g.footprint, Access{f->bulk_comp, u32(group) + 1, u32(id), AK_TMA_STORE}, f, s);
   f->bulk_pending[group]++;
   f->bulk_stores[group].push_back(Fiber::StoreRec{c, off, g.footprint, id, s});
-  event(EV_TMA_STORE, f, s, nullptr, id).bytes = int32_t(g.footprint);
+  {
+    PeSimEvent& e = event(EV_TMA_STORE, f, s, nullptr, id);
+    e.bytes = int32_t(g.footprint);
+    e.tensor = tensor_id(m.global_address);
+    e.coord = coords[ncoords - 1];
+  }
   submit(op, [m, cs, ncoords, c, off, f, group, s, id, bytes = g.footprint]() {
     tma_store_box(m, cs, ncoords, c->win, c->dyn_off + c->dyn_size, 0, off);
     event(EV_TMA_STORE_DONE, nullptr, s, c, id).bytes = int32_t(bytes);
@@ -181,6 +244,7 @@ void fence_proxy_async(Site s) {
   Fiber* f = E->cur;
   ++f->fences;
   set_max(f->vc, f->fence_comp, f->fences);
+  set_max(f->tvc, f->fence_comp, f->fences);   // its own fence: its tcgen05 reads of shared memory see it too
   point(s);
 }
 

@@ -3,7 +3,16 @@
 #include "runtime/state.h"
 
 namespace pe_sim {
-void wgmma_fence(Site s) { aligned_op("wgmma.fence.sync.aligned", s); }
+// PTX ISA 9.7.15.7.1 wgmma.fence: orders the thread's prior accesses of its accumulator registers before a
+// later wgmma.mma_async; required before the warpgroup's first wgmma.mma_async and between a register
+// access and a wgmma.mma_async on the same registers (wgmma.mma_async of one shape into one accumulator are
+// ordered without it). The simulator cannot see register accesses: it takes the accumulators as touched
+// from the thread's start and whenever a wgmma.wait_group leaves none of its wgmma ops in flight (the
+// registers are then the code's to read or reset), and fenced again by wgmma.fence (Fiber::wg_open).
+void wgmma_fence(Site s) {
+  aligned_op("wgmma.fence.sync.aligned", s);
+  E->cur->wg_open = false;
+}
 
 void wgmma_commit(Site s) {
   aligned_op("wgmma.commit_group.sync.aligned", s);
@@ -28,6 +37,7 @@ void wgmma_wait(int n, Site s) {
     block(w);
   }
   set_max(f->vc, wg.comp, u32(need));   // this thread knows its first `need` wgmma ops are complete
+  if (need == f->wg_issued) f->wg_open = true;   // nothing in flight: its accumulators are the code's again
 }
 
 namespace {
@@ -56,6 +66,13 @@ void wgmma_f8(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, int t
     wg.forming.push_back(o);
   }
   WgOp* o = wg.forming[size_t(idx - wg.base)];
+  if (f->wg_open)
+    race("wgmma-fence", fmt("wgmma.mma_async by thread %d of warpgroup %u with no wgmma.fence since %s (PTX ISA "
+                            "9.7.15.7.1: wgmma.fence must order the accumulator registers' prior accesses before "
+                            "a wgmma.mma_async that uses them, and precede the warpgroup's first one)", f->tid, wgi,
+                            f->wg_marks.empty() && idx == 0 ? "the thread started"
+                                                            : "a wgmma.wait_group left none of its wgmma ops in flight"),
+         s, f);
   if (o->arrived == 0) {
     o->da = da;
     o->db = db;
@@ -99,10 +116,78 @@ void wgmma_f8(float* d, int n, uint64_t da, uint64_t db, unsigned scale_d, int t
   point(s);
 }
 
-void setmaxnreg(bool, unsigned regs, Site s) {
+// ---- the register pool (PTX ISA 9.7.20.9 setmaxnreg) ---------------------------------------------------
+// "A pool of available registers is maintained per-CTA": .dec releases the warp's registers above the new
+// count to it, .inc takes them from it and "blocks the execution until enough registers are available in
+// the CTA's register pool"; every warp starts at the kernel's entry count. The ISA leaves open what an
+// over-request does on a real SM and where else registers come from; pelib.measure.regpool_probe measures it
+// (src/kernels/probes/regpool.cu). Measured on an H200 (2026-12-02): an .inc the pool covers returns in about
+// 150 cycles; one it cannot cover never returns (the launch hangs), also after the warpgroup holding the
+// registers exits, and also when the SM's registers the launch left unallocated would cover it. The one
+// place to switch the model (all three false: what the H200 does):
+constexpr bool REGPOOL_OVER_GRANTED = false;   // an .inc the pool cannot satisfy is granted anyway (no block)
+constexpr bool REGPOOL_EXIT_RETURNS = false;   // a warp that exits gives its registers to its CTA's pool
+constexpr bool REGPOOL_SM_SPARE = false;       // the SM's registers the launch left unallocated start the pool
+constexpr u32 SM_REGS = 65536;                 // registers per SM, sm_90 / sm_100 (CUDA C++ Programming
+                                               // Guide, technical specifications per compute capability)
+
+namespace {
+// The per-thread count every warp starts with: what ptxas gives a kernel of this block size under
+// __launch_bounds__(T, 1), which setmaxnreg requires (the stages' own ENTRY_REGS: 65536 / T, to a multiple
+// of 8, at most 256).
+u32 entry_regs(const Cta* c) { return std::min<u32>(256, (SM_REGS / u32(std::max<size_t>(1, c->fibers.size()))) & ~7u); }
+
+void regs_init(Cta* c) {
+  if (!c->wregs.empty()) return;
+  c->wregs.assign(c->warps.size(), entry_regs(c));
+  c->wgen.assign(c->warps.size(), 0);
+  c->reg_pool = REGPOOL_SM_SPARE ? int64_t(SM_REGS) - int64_t(entry_regs(c)) * int64_t(c->warps.size()) * WARP : 0;
+}
+
+void regs_warp_exit(Cta* c, int warp) {
+  if (!REGPOOL_EXIT_RETURNS || c->wregs.empty()) return;
+  c->reg_pool += int64_t(c->wregs[size_t(warp)]) * WARP;
+  c->wregs[size_t(warp)] = 0;
+  wake_all(c->reg_waiters);
+}
+}  // namespace
+
+void setmaxnreg(bool inc, unsigned regs, Site s) {
   if (regs % 8 || regs < 24 || regs > 256)
     misuse_fatal(fmt("setmaxnreg %u: a multiple of 8 in 24..256 (PTX ISA 9.7.20.9)", regs), s);
   aligned_op("setmaxnreg.sync.aligned", s);
+  Fiber* f = E->cur;
+  Cta* c = f->cta;
+  regs_init(c);
+  const size_t w = size_t(f->warp);
+  const u64 mine = f->nreg_done++;   // this lane's setmaxnreg count: the warp's request it takes part in
+  // the warp asks once (whichever lane gets here first acts for it; the others wait for its grant)
+  while (c->wgen[w] <= mine) {
+    const u32 cur = c->wregs[w];
+    if (inc ? regs < cur : regs > cur)
+      misuse_fatal(fmt("setmaxnreg.%s %u by warp %d, whose count is %u: .inc raises the per-thread maximum from its "
+                       "current value, .dec lowers it (PTX ISA 9.7.20.9)", inc ? "inc" : "dec", regs, f->warp, cur),
+                   s);
+    const int64_t need = (int64_t(regs) - int64_t(cur)) * WARP;   // < 0: released
+    if (need <= c->reg_pool || REGPOOL_OVER_GRANTED) {
+      c->reg_pool -= need;
+      c->wregs[w] = regs;
+      c->wgen[w]++;
+      wake_all(c->reg_waiters);   // a .dec refills the pool; a grant releases the warp's other lanes
+      break;
+    }
+    c->reg_waiters.push_back(f);
+    WaitInfo wi;
+    wi.kind = W_REGS;
+    wi.site = s;
+    static std::deque<std::string> texts;   // one per blocked request: the deadlock report reads it
+    texts.push_back(fmt("setmaxnreg.inc %u: the warp holds %u registers a thread and needs %lld more registers, the CTA's "
+               "pool has %lld (PTX ISA 9.7.20.9: .inc blocks until the pool has them; only a .dec of another "
+               "warp refills it; on an H200 such a request never returns)", regs, cur, (long long)need, (long long)c->reg_pool));
+    wi.what = texts.back().c_str();
+    block(wi);
+  }
+  point(s);
 }
 
 }  // namespace pe_sim

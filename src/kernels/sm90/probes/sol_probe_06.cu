@@ -8,7 +8,7 @@
 //   PROBE_NO_STORE=1  the epilogue computes every value (comb loads, adds, BF16 packing) but the store
 //                     is predicated on M < 0, which the compiler cannot prove false: no C traffic.
 // Both together leave the tensor-core work, the ping-pong turns, the comb loads and the epilogue
-// arithmetic: the ceiling of this kernel structure without DRAM. Run only by pelib.hopper_perf.
+// arithmetic: the ceiling of this kernel structure without DRAM. Run only by pelib.measure.hopper_perf.
 #include "common/types.cuh"
 #include "common/export.cuh"
 #include "common/cutensormap.cuh"
@@ -94,6 +94,7 @@ PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is
 PELIB_EXPORT(tile_m, BM);
 PELIB_EXPORT(tile_n, BN);
 PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(prefetch_tiles, PREFETCH_TILES);   // A rows asked of L2 this many tiles ahead of the ring (0: none)
 PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
 PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
 PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8

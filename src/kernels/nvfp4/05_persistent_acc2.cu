@@ -1,0 +1,332 @@
+// Stage 05 — persistent and warp-specialized: a static tile scheduler and two TMEM accumulators.
+// Parent: nvfp4/03_narrow_n
+//
+// What changes: the grid is at most one CTA per SM (grid_kind 1); CTA c walks tiles c, c + G, c + 2G, ...
+// (common/scheduler.cuh, N fastest). Three roles, one warp each or four:
+//   warp 4 (producer, one lane): the ring of 03, tile after tile, never drained between tiles;
+//   warp 5 (MMA, one lane): per tile, waits acc_empty[b] (the epilogue drained buffer b), runs the K loop
+//     into accumulator b = tile iteration % 2 (TMEM columns b * 64), commits acc_full[b];
+//   warps 0-3 (epilogue, TMEM lane quarter w): wait acc_full[b], tcgen05.ld + FP16 stores, fence, then one
+//     arrival per warp on acc_empty[b] (count 4).
+// Use u of buffer b waits parity u & 1 on acc_full and its complement on acc_empty (a fresh barrier passes
+// parity 1): CUTLASS PipelineTmaUmma / PipelineUmmaAsync, the accumulator pipeline of
+// examples/python/CuTeDSL/blackwell/dense_blockscaled_gemm_persistent.py (acc_pipeline producer_acquire /
+// consumer_release). The epilogue of tile i runs while the MMA warp already accumulates tile i + 1 in the
+// other buffer, and TMEM allocation, barrier setup and tensor-map prefetch are paid once per CTA.
+// Why: a grid of one CTA per tile pays its setup per tile and leaves the tensor pipe idle through each
+// epilogue. At 128 x 64 tiles the three shapes have 112 / 64 / 112 tiles, fewer than 148 SMs: each CTA gets
+// one tile and persistence buys nothing there, as the faster published entries note ("no persistence
+// overhead for a single wave"); it pays where tiles outnumber SMs, which a finer split makes them.
+// Recorded: none of this stage (the lab never ran it): nvfp4-gemm-optimization-log.md, Optimizations 1-4
+// (the single-thread ring this stage splits).
+// Run: python -m pelib.stage nvfp4/05_persistent_acc2
+#include "common/types.cuh"
+#include "common/export.cuh"
+#include "common/cutensormap.cuh"
+#include "common/cluster.cuh"
+#include "common/mbarrier.cuh"
+#include "common/tma.cuh"
+#include "common/tcgen05.cuh"
+#include "common/descriptors.cuh"
+#include "common/convert.cuh"
+#include "common/memory.cuh"
+#include "common/scheduler.cuh"
+
+// ---- tile shape and layout constants -----------------------------------------------------------
+constexpr u32 TILE_M = 128, TILE_N = 64, TILE_K = 256;    // output tile, K per stage
+constexpr u32 SF_ROWS = 128;                               // rows one 512-B SF atom covers
+constexpr u32 MMA_K = 64;                                  // kind::mxf4nvf4 dense K per instruction
+constexpr u32 SF_VEC = 16;                                 // NVFP4: one UE4M3 scale per 16 elements
+constexpr u32 MMAS_PER_KTILE = TILE_K / MMA_K;             // 4
+constexpr u32 NUM_EPI_WARPS = 4;                           // warps 0-3: one TMEM lane quarter each
+constexpr u32 PRODUCER_WARP = 4, MMA_WARP = 5;
+constexpr u32 NUM_THREADS = 32 * (NUM_EPI_WARPS + 2);       // 192
+constexpr u32 ACC_BUFS = 2;                                 // accumulator double buffer
+#ifndef NUM_STAGES
+#define NUM_STAGES 4
+#endif
+static_assert(NUM_STAGES >= 1 && NUM_STAGES <= 7, "NUM_STAGES: 1..7 (7 x 36 KB already exceeds 227 KB)");
+
+constexpr u32 ROW_BYTES = TILE_K / 2;                      // 128 B of packed E2M1 per row per K tile
+constexpr u32 SWIZZLE = 128;                               // TMA SWIZZLE_128B == UMMA SW128
+constexpr u32 A_BYTES = TILE_M * ROW_BYTES;                // 16384
+constexpr u32 B_BYTES = TILE_N * ROW_BYTES;                // 8192
+constexpr u32 SF_ATOM_BYTES = 512;                         // 128 rows x 4 scale factors
+constexpr u32 SF_ATOM_K = 4 * SF_VEC;                      // 64 K-elements per atom
+constexpr u32 SFA_BYTES = (TILE_M / 128) * (TILE_K / SF_ATOM_K) * SF_ATOM_BYTES;  // 2048
+constexpr u32 SFB_BYTES = (TILE_K / SF_ATOM_K) * SF_ATOM_BYTES;                   // 2048: B's whole 128-row block
+constexpr u32 SF_ROW_BYTES = 256;                          // the SF tensor map's row
+constexpr u32 SF_BOX_ROWS = SFA_BYTES / SF_ROW_BYTES;      // 8
+constexpr u32 SF_ROWS_PER_ATOM = SF_ATOM_BYTES / SF_ROW_BYTES;   // 2
+constexpr u32 SBO_AB = 8 * ROW_BYTES;                      // 1024: 8-row core-matrix group stride
+constexpr u32 LBO_AB = 16;                                 // ignored for swizzled K-major
+constexpr u32 K_ADVANCE_BYTES = MMA_K / 2;                 // 32 B per MMA inside the 128-B atom
+constexpr u32 SBO_SF = 128, LBO_SF = 128;                  // tcgen05.cp source: 8 rows x 16 B
+
+// Stage layout in SMEM: [A | B | SFA | SFB], each stage 1024-B aligned (SW128 needs it).
+constexpr u32 OFF_A = 0, OFF_B = OFF_A + A_BYTES, OFF_SFA = OFF_B + B_BYTES, OFF_SFB = OFF_SFA + SFA_BYTES;
+constexpr u32 STAGE_BYTES = OFF_SFB + SFB_BYTES;           // 28672
+constexpr u32 STAGE_TX_BYTES = STAGE_BYTES;                // every byte of a stage arrives by TMA
+constexpr u32 OFF_BARRIERS = NUM_STAGES * STAGE_BYTES;
+constexpr u32 NUM_BARRIERS = 2 * NUM_STAGES + 2 * ACC_BUFS;   // full[S], empty[S], acc_full[2], acc_empty[2]
+constexpr u32 BARRIER_BYTES = (NUM_BARRIERS * 8 + 8 + 63) / 64 * 64;   // + the TMEM address slot
+constexpr u32 ALIGN_SLACK = 1024;                          // dynamic SMEM base rounded up to 1024 B
+constexpr u32 SMEM_BYTES = ALIGN_SLACK + OFF_BARRIERS + BARRIER_BYTES;
+
+// TMEM columns: two accumulators, then per stage 16 columns of SFA and 16 of SFB (4 per MMA) and spares.
+constexpr u32 TMEM_ACC = 0;
+constexpr u32 TMEM_ACC_STRIDE = TILE_N;                    // accumulator b at columns b * 64
+constexpr u32 TMEM_SF_COLS_PER_MMA = 4;                    // 4 x 32 bit = 4 UE4M3 per row per MMA (K = 64)
+constexpr u32 TMEM_SFA = ACC_BUFS * TMEM_ACC_STRIDE;        // after the two accumulators (128 columns)
+constexpr u32 TMEM_SFB = TMEM_SFA + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA;
+// A stage's 32 scale columns and 8 spare: an odd tile's MMA reads SFB from 2 columns past its copy, and
+// the footprint of that read for N = 64 is not documented (taken as 01's 4 columns), so the last MMA of a
+// stage must not reach the next stage's SFA, which a tcgen05.cp may be refilling.
+constexpr u32 TMEM_SF_SPARE_COLS = 8;
+constexpr u32 TMEM_STAGE_COLS = 2 * MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA + TMEM_SF_SPARE_COLS;   // 40
+// Column shift of the MMA's SFB address per 32 rows of the tile's offset in its 128-row block: row r of
+// the block sits in column r / 32 of an atom's 4 (the warpx4 copy broadcasts 32 rows x 16 B).
+constexpr u32 SFB_SHIFT_COLS_PER_32_ROWS = 1;
+__host__ __device__ constexpr u32 sfb_shift_cols(u32 n_blk) { return (n_blk * TILE_N % SF_ROWS) / 32 * SFB_SHIFT_COLS_PER_32_ROWS; }
+__host__ __device__ constexpr u32 tmem_alloc_cols(u32 used) { return used <= 32 ? 32 : used <= 64 ? 64 : used <= 128 ? 128 : used <= 256 ? 256 : 512; }
+constexpr u32 TMEM_COLS = tmem_alloc_cols(TMEM_SFA + NUM_STAGES * TMEM_STAGE_COLS);
+
+// Instruction descriptor: M=128, N=64, A/B packed E2M1 (MXF4 format 1), UE4M3 scales, K-major.
+constexpr u32 IDESC = umma_instr_desc_block_scaled(TILE_M, TILE_N, UMMA_FMT_MXF4_E2M1, UMMA_FMT_MXF4_E2M1,
+                                                   UMMA_SF_UE4M3, /*a_sf_id=*/0, /*b_sf_id=*/0);
+// Descriptor words at shared address 0: the kernel adds its stage address (>>4) to the low bits.
+constexpr u64 DESC_AB_BASE = umma_smem_desc(0, LBO_AB, SBO_AB, SWIZZLE);
+constexpr u64 DESC_SF_BASE = umma_smem_desc(0, LBO_SF, SBO_SF, 0);
+
+static_assert(TILE_M == 128, "kind::mxf4nvf4 with cta_group::1 needs M = 128 (lab log: M=64 rejected)");
+static_assert(TILE_N % 16 == 0 && TILE_N <= 256, "UMMA N must be a multiple of 16 up to 256");
+static_assert(SF_ROWS % TILE_N == 0 && TILE_N % 32 == 0, "an N tile lies inside one 128-row SF block, in whole 32-row column groups");
+static_assert(ROW_BYTES == SWIZZLE, "a K tile row must fill one 128-B swizzle atom");
+static_assert(SF_ROW_BYTES <= 256 && SF_ATOM_BYTES % SF_ROW_BYTES == 0, "SF map rows: a TMA box row is <= 256 elements, whole rows per atom");
+static_assert(STAGE_BYTES % 1024 == 0, "stages must stay 1024-B aligned for SW128");
+// No static_assert on the 227 KB limit here: the 7-stage build must compile so that its SMEM
+// demand can be read back (pelib.views.nvfp4.stage_table()); the host refuses to launch it.
+static_assert(TMEM_SFB + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA <= TMEM_COLS, "TMEM columns");
+static_assert(TMEM_SFB + MMAS_PER_KTILE * TMEM_SF_COLS_PER_MMA + sfb_shift_cols(1) <= TMEM_SFA + TMEM_STAGE_COLS,
+              "an odd tile's shifted SFB read (4 columns) stays inside its own stage's TMEM columns");
+
+// ---- what pelib reads back from the cubin ------------------------------------------------------
+// Names of pelib.emulate.EXPORT_NAMES (TileParams.from_exports replays the tile from them), then the
+// ones only pelib.kinds.nvfp4 uses (tensor maps of the scale factors, the stage ring, launch config).
+PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);
+PELIB_EXPORT(grid_kind, 1);                 // persistent: min(tiles, SMs) CTAs, static schedule
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND);  // the mbarrier wait build (common/mbarrier.cuh)
+PELIB_EXPORT(barrier_bytes, BARRIER_BYTES);
+PELIB_EXPORT_TMAP(a, TILE_M, ROW_BYTES, SWIZZLE, 1);          // A [M, K/2] packed E2M1 as uint8
+PELIB_EXPORT_TMAP(b, TILE_N, ROW_BYTES, SWIZZLE, 1);          // B [N, K/2]
+PELIB_EXPORT_TMAP(sfa, SF_BOX_ROWS, SF_ROW_BYTES, 0, 1);      // SFA as rows of 256 B, no swizzle
+PELIB_EXPORT_TMAP(sfb, SF_BOX_ROWS, SF_ROW_BYTES, 0, 1);
+PELIB_EXPORT(mma_kind, 6);                  // kind::mxf4nvf4
+PELIB_EXPORT(idesc, IDESC);
+PELIB_EXPORT(block_k, TILE_K);
+PELIB_EXPORT(a_box_k, TILE_K);              // box in E2M1 elements: 256 = 128 B (the uint8 map's inner box)
+PELIB_EXPORT(a_box_m, TILE_M);
+PELIB_EXPORT(b_box_k, TILE_K);
+PELIB_EXPORT(b_box_n, TILE_N);
+PELIB_EXPORT(a_swizzle, SWIZZLE);
+PELIB_EXPORT(b_swizzle, SWIZZLE);
+PELIB_EXPORT(a_smem_offset, OFF_A);         // stage 0, relative to the 1024-B aligned dynamic SMEM base
+PELIB_EXPORT(b_smem_offset, OFF_B);
+PELIB_EXPORT(a_desc, DESC_AB_BASE + (OFF_A >> 4));
+PELIB_EXPORT(b_desc, DESC_AB_BASE + (OFF_B >> 4));
+PELIB_EXPORT(k_advance_bytes, K_ADVANCE_BYTES);
+PELIB_EXPORT(tmem_cols, TMEM_COLS);
+PELIB_EXPORT(tmem_acc_col, TMEM_ACC);
+PELIB_EXPORT(epi_warp0, 0);
+PELIB_EXPORT(epi_warps, NUM_EPI_WARPS);
+PELIB_EXPORT(acc_bufs, ACC_BUFS);
+PELIB_EXPORT(tmem_acc_stride, TMEM_ACC_STRIDE);   // accumulator b at tmem_acc_col + b * tmem_acc_stride
+PELIB_EXPORT(producer_warp, PRODUCER_WARP);
+PELIB_EXPORT(mma_warp, MMA_WARP);
+PELIB_EXPORT(epi_ld_x, 32);
+PELIB_EXPORT(sf_vec, SF_VEC);
+PELIB_EXPORT(sfa_smem_offset, OFF_SFA);
+PELIB_EXPORT(sfb_smem_offset, OFF_SFB);
+PELIB_EXPORT(sfa_tmem_col, TMEM_SFA);
+PELIB_EXPORT(sfb_tmem_col, TMEM_SFB);
+PELIB_EXPORT(sf_tmem_step_cols, TMEM_SF_COLS_PER_MMA);
+PELIB_EXPORT(sf_desc, DESC_SF_BASE + (OFF_SFA >> 4));   // tcgen05.cp source descriptor of stage 0, atom 0
+PELIB_EXPORT(sf_row_bytes, SF_ROW_BYTES);   // SFA/SFB tensor maps: uint8 rows of 256 B, box {256, 8}, no swizzle
+PELIB_EXPORT(sf_box_rows, SF_BOX_ROWS);
+PELIB_EXPORT(sf_rows_per_atom, SF_ROWS_PER_ATOM);
+PELIB_EXPORT(sf_swizzle, 0);
+PELIB_EXPORT(stage_bytes, STAGE_BYTES);     // stage s lives at s * stage_bytes
+PELIB_EXPORT(stage_tx_bytes, STAGE_TX_BYTES);
+PELIB_EXPORT(tmem_stage_cols, TMEM_STAGE_COLS);   // stage s's scale factors at sf*_tmem_col + s * tmem_stage_cols
+PELIB_EXPORT(num_threads, NUM_THREADS);
+PELIB_EXPORT(tile_m, TILE_M);
+PELIB_EXPORT(tile_n, TILE_N);
+PELIB_EXPORT(sf_rows, SF_ROWS);             // rows of A or B one SF atom (and one SF box) covers
+PELIB_EXPORT(sfb_shift_cols_per_32, SFB_SHIFT_COLS_PER_32_ROWS);   // the MMA's SFB column shift inside the block
+
+// ---- small helpers -----------------------------------------------------------------------------
+// Issue the four TMA loads of K tile `kt` into the stage at `stage`; they complete on `bar`.
+PE_DEVICE void load_ktile(u8* stage, u64* bar, const CUtensorMap* ta, const CUtensorMap* tb,
+                          const CUtensorMap* tsfa, const CUtensorMap* tsfb, u32 kt, u32 m_blk, u32 n_blk,
+                          u32 k_tiles) {
+  mbarrier_arrive_expect_tx(bar, STAGE_TX_BYTES);
+  tma_load_2d(stage + OFF_A, ta, bar, kt * ROW_BYTES, m_blk * TILE_M);
+  tma_load_2d(stage + OFF_B, tb, bar, kt * ROW_BYTES, n_blk * TILE_N);
+  // SF rows of 256 B: 128-row block b, K tile kt starts at atom (b * K/64 + 4 kt), 2 rows per atom
+  // (pelib.kinds.nvfp4.sf_box_row is this formula; tests replay it through the emulated TMA).
+  const u32 atoms_per_blk = k_tiles * (TILE_K / SF_ATOM_K);
+  tma_load_2d(stage + OFF_SFA, tsfa, bar, 0, (m_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);
+  const u32 sfb_blk = n_blk * TILE_N / SF_ROWS;             // the 128-row SF block holding this N tile
+  tma_load_2d(stage + OFF_SFB, tsfb, bar, 0, (sfb_blk * atoms_per_blk + kt * (TILE_K / SF_ATOM_K)) * SF_ROWS_PER_ATOM);
+}  // load_ktile
+
+// Scale factors of one stage SMEM -> TMEM, then the 4 MMAs of the K tile. One thread.
+PE_DEVICE void mma_ktile(const u8* stage, u32 tmem, u32 acc_col, u32 sf_col, u32 sfb_shift, bool first_ktile) {
+  const u32 s = smem_u32(stage);
+#pragma unroll
+  for (u32 k = 0; k < MMAS_PER_KTILE; ++k) {
+    const u64 dsfa = DESC_SF_BASE + ((s + OFF_SFA + k * SF_ATOM_BYTES) >> 4);
+    const u64 dsfb = DESC_SF_BASE + ((s + OFF_SFB + k * SF_ATOM_BYTES) >> 4);
+    tcgen05_cp_32x128b_warpx4<1>(tmem + sf_col + TMEM_SFA + k * TMEM_SF_COLS_PER_MMA, dsfa);
+    tcgen05_cp_32x128b_warpx4<1>(tmem + sf_col + TMEM_SFB + k * TMEM_SF_COLS_PER_MMA, dsfb);
+  }
+  const u64 da = DESC_AB_BASE + ((s + OFF_A) >> 4);
+  const u64 db = DESC_AB_BASE + ((s + OFF_B) >> 4);
+#pragma unroll
+  for (u32 k = 0; k < MMAS_PER_KTILE; ++k) {
+    // tcgen05.cp -> tcgen05.mma from one thread is a pipelined pair (PTX ISA 9.7.16.6.2): no fence.
+    // K step of 32 B inside a stage below 256 KiB: no carry out of the start field (descriptors.cuh).
+    tcgen05_mma_mxf4nvf4_block16<1>(tmem + acc_col, smem_desc_advance_unchecked(da, k * K_ADVANCE_BYTES),
+                                    smem_desc_advance_unchecked(db, k * K_ADVANCE_BYTES), IDESC,
+                                    tmem + sf_col + TMEM_SFA + k * TMEM_SF_COLS_PER_MMA,
+                                    tmem + sf_col + TMEM_SFB + k * TMEM_SF_COLS_PER_MMA + sfb_shift,
+                                    (first_ktile && k == 0) ? 0u : 1u);
+  }
+}  // mma_ktile
+
+// Epilogue: warp w owns rows 32w..32w+31 (its TMEM lane quarter); 32 columns per tcgen05.ld.
+PE_DEVICE void store_tile(u32 tmem, u32 acc_col, u16* out, u32 N, u32 m_blk, u32 n_blk, float alpha) {
+  const u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const u32 row = m_blk * TILE_M + warp * 32 + lane;
+  u16* out_row = out + (u64)row * N + n_blk * TILE_N;
+#pragma unroll 1
+  for (u32 c = 0; c < TILE_N; c += 32) {
+    u32 r[32];
+    tcgen05_ld_32x32b_x32(tmem + acc_col + ((warp * 32) << 16) + c, r);
+    tcgen05_wait_ld();
+#pragma unroll
+    for (u32 v = 0; v < 4; ++v) {
+      u32 h[4];
+#pragma unroll
+      for (u32 j = 0; j < 4; ++j)
+        h[j] = f32x2_to_f16x2(alpha * __uint_as_float(r[8 * v + 2 * j]), alpha * __uint_as_float(r[8 * v + 2 * j + 1]));
+      st_global_v4(out_row + c + 8 * v, h[0], h[1], h[2], h[3]);
+    }
+  }
+}  // store_tile
+
+// ---- the kernel ----------------------------------------------------------------------------------
+// Same signature as stage 00; grid min(tiles, SMs) (1-D), block 192, dynamic SMEM = SMEM_BYTES.
+// M a multiple of 128, N of 64, K of 256 (host checks).
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+nvfp4_gemm(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+           const __grid_constant__ CUtensorMap tmap_sfa, const __grid_constant__ CUtensorMap tmap_sfb,
+           u16* __restrict__ out, float alpha, u32 M, u32 N, u32 K) {
+  extern __shared__ u8 smem_raw[];
+  u8* smem = (u8*)(((u64)smem_raw + ALIGN_SLACK - 1) & ~(u64)(ALIGN_SLACK - 1));
+  // Waits acquire at CTA scope (why, per barrier: common/mbarrier.cuh, "Which scope a wait needs").
+  u64* full = (u64*)(smem + OFF_BARRIERS);        // [NUM_STAGES] TMA bytes landed in stage s
+  u64* empty = full + NUM_STAGES;               // [NUM_STAGES] MMAs reading stage s finished
+  u64* acc_full = empty + NUM_STAGES;           // [ACC_BUFS] accumulator b complete (MMA -> epilogue)
+  u64* acc_empty = acc_full + ACC_BUFS;         // [ACC_BUFS] accumulator b drained (epilogue -> MMA)
+  u32* tmem_slot = (u32*)(acc_empty + ACC_BUFS);
+  const u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const u32 n_tiles = N / TILE_N, total = (M / TILE_M) * n_tiles, k_tiles = K / TILE_K;
+
+  if (threadIdx.x == 0) {
+    prefetch_tensormap(&tmap_a); prefetch_tensormap(&tmap_b);
+    prefetch_tensormap(&tmap_sfa); prefetch_tensormap(&tmap_sfb);
+    for (u32 s = 0; s < NUM_STAGES; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], 1);
+    }
+    for (u32 b = 0; b < ACC_BUFS; ++b) {
+      mbarrier_init(&acc_full[b], 1);                // one tcgen05.commit
+      mbarrier_init(&acc_empty[b], NUM_EPI_WARPS);   // one arrival per epilogue warp
+    }
+    fence_barrier_init();
+  }
+  __syncwarp();   // .sync.aligned below: warp 0 must be converged after thread 0's branch
+  if (warp == 0) {
+    tcgen05_alloc<1>(smem_u32(tmem_slot), TMEM_COLS);   // whole warp
+    tcgen05_relinquish_alloc_permit<1>();               // this CTA allocates nothing else
+  }
+  tcgen05_fence_before_thread_sync();
+  __syncthreads();
+  tcgen05_fence_after_thread_sync();
+  const u32 tmem = *tmem_slot;
+
+  if (warp == PRODUCER_WARP) {
+    if (lane == 0) {
+      PipelineState<NUM_STAGES> ring;
+      for (PersistentTileScheduler<ACC_BUFS> sched(blockIdx.x, gridDim.x, total, n_tiles); sched.valid(); sched.advance()) {
+        const u32 m_blk = (u32)sched.tile / n_tiles, n_blk = (u32)sched.tile % n_tiles;
+        for (u32 kt = 0; kt < k_tiles; ++kt) {
+          mbarrier_wait_parity(&empty[ring.index], ring.phase ^ 1, /*tag=*/2);   // a fresh barrier passes parity 1
+          load_ktile(smem + ring.index * STAGE_BYTES, &full[ring.index], &tmap_a, &tmap_b, &tmap_sfa, &tmap_sfb, kt,
+                     m_blk, n_blk, k_tiles);
+          ring.advance();
+        }
+      }
+      // Producer tail (CUTLASS sm90_pipeline.hpp producer_tail): every slot released, so no commit is
+      // still on its way to this CTA's barriers when it exits.
+      for (u32 i = 0; i < NUM_STAGES; ++i, ring.advance())
+        mbarrier_wait_parity(&empty[ring.index], ring.phase ^ 1, /*tag=*/4);
+    }
+    __syncwarp();
+  } else if (warp == MMA_WARP) {
+    if (lane == 0) {
+      PipelineState<NUM_STAGES> ring;
+      for (PersistentTileScheduler<ACC_BUFS> sched(blockIdx.x, gridDim.x, total, n_tiles); sched.valid(); sched.advance()) {
+        const u32 n_blk = (u32)sched.tile % n_tiles, buf = sched.acc_buf();
+        mbarrier_wait_parity(&acc_empty[buf], sched.acc_phase() ^ 1, /*tag=*/5);   // the epilogue drained it
+        tcgen05_fence_after_thread_sync();
+        for (u32 kt = 0; kt < k_tiles; ++kt) {
+          mbarrier_wait_parity(&full[ring.index], ring.phase, /*tag=*/1);
+          tcgen05_fence_after_thread_sync();
+          mma_ktile(smem + ring.index * STAGE_BYTES, tmem, TMEM_ACC + buf * TMEM_ACC_STRIDE,
+                    ring.index * TMEM_STAGE_COLS, sfb_shift_cols(n_blk), kt == 0);
+          tcgen05_commit<1>(smem_u32(&empty[ring.index]));     // slot free once these MMAs finish
+          ring.advance();
+        }
+        tcgen05_commit<1>(smem_u32(&acc_full[buf]));           // accumulator b complete
+      }
+    }
+    __syncwarp();
+  } else {
+    for (PersistentTileScheduler<ACC_BUFS> sched(blockIdx.x, gridDim.x, total, n_tiles); sched.valid(); sched.advance()) {
+      const u32 m_blk = (u32)sched.tile / n_tiles, n_blk = (u32)sched.tile % n_tiles, buf = sched.acc_buf();
+      mbarrier_wait_parity(&acc_full[buf], sched.acc_phase(), /*tag=*/3);   // each warp polls on its own
+      tcgen05_fence_after_thread_sync();
+      __syncwarp();   // lanes leave the spin at different times; tcgen05.ld is .sync.aligned
+      store_tile(tmem, TMEM_ACC + buf * TMEM_ACC_STRIDE, out, N, m_blk, n_blk, alpha);
+      // The TMEM reads are done (tcgen05.wait::ld); order them before the arrival that frees the buffer
+      // (PTX ISA 9.7.16.6.4, tcgen05.fence::before_thread_sync).
+      tcgen05_fence_before_thread_sync();
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(&acc_empty[buf]);
+    }
+  }
+
+  tcgen05_fence_before_thread_sync();
+  __syncthreads();
+  if (warp == 0) {
+    tcgen05_fence_after_thread_sync();
+    tcgen05_dealloc<1>(tmem, TMEM_COLS);
+  }
+}  // nvfp4_gemm

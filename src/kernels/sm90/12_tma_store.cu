@@ -1,0 +1,441 @@
+// Stage 12 — 07a's output leaves through the TMA engine: each warpgroup stages 64 x 32-column boxes in shared memory and one thread stores them, so the stores leave the LSU path the A stream's consumers share.
+// Parent: sm90/07a_comb_windows
+//
+// What changes: only the epilogue's store path. In 07a each consumer warp issues 16 STG.128 per tile
+// (8 rows x 64 B per instruction: every 128-B line of C is written half by half, through L1 and the
+// LSU, by 4 warps x 16 instructions). Here each consumer warpgroup owns EPI_BUFS staging boxes of
+// 64 rows x EPI_BOX_COLS BF16 columns (the C tensor map's box, SWIZZLE = the row's bytes): for each
+// box of the tile the warpgroup writes its accumulator + comb (the same FP32 add and one BF16 rounding)
+// into the box with st.shared.v4 at the swizzled chunk, fences the writes to the async proxy, and
+// one thread issues a TMA tensor store of the whole box (cp.async.bulk.tensor.2d.global.shared::cta,
+// which also clips rows past M) and commits it as one bulk group. Before a box is written again that
+// thread waits until the store issued EPI_BUFS boxes earlier has read it (cp.async.bulk.wait_group.read
+// EPI_BUFS - 1): the store's write to global memory overlaps the rest of the epilogue and the
+// warpgroup's next K loop. The last stores are waited for (wait_group 0) before the CTA exits.
+// Shared memory is 07a's minus one ring stage: B 192 KiB, NUM_STAGES = 3 A stages of 8 KiB and
+// 2 x EPI_BUFS x 4 KiB of boxes at EPI_BOX_COLS = 32 (SW64, 64-B rows) fit 227 KiB; NUM_STAGES = 2
+// frees room for EPI_BOX_COLS = 64 (SW128) or EPI_BUFS = 2. Named barriers 2 + wg order the box
+// writes against the store and its reuse inside one warpgroup.
+// Why: removing the stores (06's SOL probe) is worth 0.08 ms of 0.78; the DRAM bytes of 06 are already
+// the minimum (16.4 KB read and 32.2 KB written per 64 x 256 tile, Nsight Compute, H200, 2026-11-27),
+// so the contention is on chip: the TMA store takes the output off the LSU/L1 path and writes whole
+// 128-B lines, at the price of one A stage and 8 shared-memory round trips per tile.
+// Measured: results/2026-12-02-h200/energy-contention.json: 0.931 ms burst against 07a's 0.771 (1.34x its cycles at a 1.75 GHz launch clock), NUM_STAGES=2 EPI_BOX_COLS=64 1.285 ms (H200, 2026-12-02).
+// Run: python -m pelib.stage sm90/12_tma_store
+#include "common/types.cuh"
+#include "common/export.cuh"
+#include "common/cutensormap.cuh"
+#include "common/cluster.cuh"
+#include "common/mbarrier.cuh"
+#include "common/tma.cuh"
+#include "common/descriptors.cuh"
+#include "common/wgmma.cuh"
+#include "common/epilogue.cuh"
+
+#ifndef BLOCK_N
+#define BLOCK_N 256        // output columns per CTA (its resident B rows) = the wgmma N
+#endif
+#ifndef K_MAX
+#define K_MAX 768          // resident B holds K_MAX columns of K; the host refuses a larger K
+#endif
+#ifndef NUM_STAGES
+#define NUM_STAGES 3       // A ring: 8 KiB a stage; 3 fit beside a 192 KiB B and the staging boxes
+#endif
+#ifndef EPI_BOX_COLS
+#define EPI_BOX_COLS 32    // BF16 columns of one staging box (and the C map's box): 32 (SW64) or 64 (SW128)
+#endif
+#ifndef EPI_BUFS
+#define EPI_BUFS 1         // staging boxes per consumer warpgroup (2: one store in flight while the next is written)
+#endif
+#ifndef PREFETCH_TILES
+#define PREFETCH_TILES 2   // L2 prefetch of A this many tiles ahead of the ring (0: none)
+#endif
+#ifndef B_PERM_TMA
+#define B_PERM_TMA 1       // 1: a 5-D tensor map loads B already permuted; 0: plain load + permute in SMEM
+#endif
+#ifndef TURN_EARLY
+#define TURN_EARLY 0       // 1: pass the turn after the last commit, before its wait_group<1>
+#endif
+#define NUM_CONSUMERS 2
+#if defined(TIMING) && !defined(PE_TIMING_WARPS)
+#define PE_TIMING_WARPS 12
+#endif
+#include "common/timing.cuh"
+
+constexpr int BN = BLOCK_N;
+constexpr int BM = 64;                         // rows per warpgroup tile (one m64 wgmma)
+constexpr int BK = 128;                        // one 128-byte swizzle atom of FP8 along K
+constexpr int KB_MAX = K_MAX / BK;             // resident B slices
+constexpr int NUM_THREADS = 128 * (NUM_CONSUMERS + 1);
+constexpr int A_STAGE_BYTES = BM * BK;         // 8 KiB
+constexpr int B_SLICE_BYTES = BN * BK;         // one K slice of the resident B
+constexpr int SMEM_ALIGN = 1024;
+constexpr int SMEM_B_OFF = 0;
+constexpr int SMEM_A_OFF = KB_MAX * B_SLICE_BYTES;
+constexpr int EPI_BOX_BYTES = 64 * EPI_BOX_COLS * 2;                // 64 rows of the tile
+constexpr int EPI_SWIZZLE = EPI_BOX_COLS * 2;                       // the box row is the swizzle span
+constexpr int SMEM_C_OFF = SMEM_A_OFF + NUM_STAGES * A_STAGE_BYTES; // 1024-B aligned (whole KiB)
+constexpr int SMEM_BAR_OFF = SMEM_C_OFF + NUM_CONSUMERS * EPI_BUFS * EPI_BOX_BYTES;
+constexpr int NUM_BARS = 2 * NUM_STAGES + 3;   // full[], empty[], b_full, turn[2]
+constexpr int SMEM_USED = SMEM_BAR_OFF + 8 * NUM_BARS;
+constexpr int SMEM_BYTES = SMEM_ALIGN + SMEM_USED;
+constexpr u32 DESC_LBO = 16, DESC_SBO = 1024, SWIZZLE = 128;
+constexpr int CPR = BN / 8;                    // accumulator column groups of 8 (j) per row
+constexpr int GROUPS32 = BN / 32;              // 32-column groups: one 16-B chunk per (row, group)
+constexpr int BOX_GROUPS = EPI_BOX_COLS / 32;  // 32-column groups per staging box
+constexpr int NUM_BOXES = BN / EPI_BOX_COLS;   // boxes per tile
+constexpr u32 EPI_BARRIER = 2;                 // named barriers 2, 3: one per consumer warpgroup
+#if !B_PERM_TMA
+constexpr u32 PERM_BARRIER = 1;                // named barrier of the in-SMEM permutation
+#endif
+// setmaxnreg: 40 for the producer, the rest to the two consumers (CUTLASS ping-pong: 40 / 232).
+constexpr u32 ENTRY_REGS = (65536u / NUM_THREADS) & ~7u;
+constexpr u32 PRODUCER_REGS = 40;
+constexpr u32 CONSUMER_REGS = ((ENTRY_REGS * NUM_THREADS - PRODUCER_REGS * 128) / (NUM_CONSUMERS * 128)) & ~7u;
+
+// Comb-residue order: tiles t and t + RES_P need the same comb rows.
+__host__ __device__ constexpr int pe_gcd(int a, int b) { return b == 0 ? a : pe_gcd(b, a % b); }
+constexpr int RES_P = PE_NUM_PATCHES / pe_gcd(PE_NUM_PATCHES, BM);   // 49 for 196 patches, 64 rows
+
+static_assert(BN == 128 || BN == 192 || BN == 256, "BLOCK_N: 128, 192 or 256 (a wgmma N, divides 768)");
+static_assert(BN % 32 == 0, "the row permutation works on 32-row groups");
+static_assert(K_MAX % BK == 0 && KB_MAX >= 1, "K_MAX: a multiple of 128");
+static_assert(NUM_STAGES >= 2 && NUM_STAGES <= 16, "NUM_STAGES: 2 to 16");
+static_assert(128 * (PRODUCER_REGS + NUM_CONSUMERS * CONSUMER_REGS) <= ENTRY_REGS * NUM_THREADS,
+              "setmaxnreg: the consumers would take more registers than the producer gives back");
+static_assert(EPI_BOX_COLS == 32 || EPI_BOX_COLS == 64, "EPI_BOX_COLS: 32 (SW64) or 64 (SW128) BF16 columns");
+static_assert(EPI_BUFS == 1 || EPI_BUFS == 2, "EPI_BUFS: 1 or 2 staging boxes per warpgroup");
+static_assert(BN % EPI_BOX_COLS == 0, "BLOCK_N: a multiple of EPI_BOX_COLS");
+static_assert(SMEM_C_OFF % 1024 == 0, "the staging boxes need the swizzle's 1024-B alignment");
+static_assert(SMEM_BYTES <= PE_SMEM_LIMIT, "dynamic shared memory exceeds the 227 KiB per-block limit: "
+              "fewer NUM_STAGES or EPI_BUFS, EPI_BOX_COLS=32, a smaller BLOCK_N or K_MAX");
+
+PELIB_EXPORT(smem_bytes, SMEM_BYTES);
+// The shared vocabulary (common/export.cuh); the family's own exports follow.
+PELIB_EXPORT(smem_limit, PE_SMEM_LIMIT);
+PELIB_EXPORT(cluster_x, 1);
+PELIB_EXPORT(cluster_in_kernel, 0);   // no __cluster_dims__: the launch gives the cluster shape
+PELIB_EXPORT(grid_kind, 2);           // persistent by column block: the grid is a multiple of N / tile_n
+PELIB_EXPORT(tile_m, BM);
+PELIB_EXPORT(tile_n, BN);
+PELIB_EXPORT(pipeline_stages, NUM_STAGES);
+PELIB_EXPORT(prefetch_tiles, PREFETCH_TILES);   // A rows asked of L2 this many tiles ahead of the ring (0: none)
+PELIB_EXPORT(wait_kind, PE_WAIT_KIND_NOCALL);  // the call-free mbarrier waits' build (common/mbarrier.cuh)
+PELIB_EXPORT(epi_warps, 4 * NUM_CONSUMERS);
+PELIB_EXPORT(barrier_bytes, SMEM_USED - SMEM_BAR_OFF);
+PELIB_EXPORT_TMAP(a, BM, BK, SWIZZLE, 1);        // A [M, K] FP8 as uint8
+PELIB_EXPORT_TMAP(b, BN, BK, SWIZZLE, 1);  // B [N, K] FP8 as uint8 (outer box dims' product)
+PELIB_EXPORT_TMAP(c, 64, EPI_BOX_COLS, EPI_SWIZZLE, 2);  // C [M, N] BF16: the staging box the TMA stores
+PELIB_EXPORT(num_threads, NUM_THREADS);
+PELIB_EXPORT(block_k, BK);
+PELIB_EXPORT(wg_m, 1);
+PELIB_EXPORT(max_k, K_MAX);
+PELIB_EXPORT(pingpong, 1);
+PELIB_EXPORT(epi_vec, 1);
+PELIB_EXPORT(epi_tma_store, 1);        // the output leaves through TMA tensor stores
+PELIB_EXPORT(epi_box_cols, EPI_BOX_COLS);
+PELIB_EXPORT(epi_bufs, EPI_BUFS);
+PELIB_EXPORT(b_perm, 1);               // B rows permuted: 32g + 8u + 2q + c <- 32g + 8q + 2u + c
+PELIB_EXPORT(b_perm_tma, B_PERM_TMA);  // 1: the host builds B's map as the 5-D permuting view
+PELIB_EXPORT(residue_order, RES_P);    // comb classes t % RES_P kept per row group ...
+PELIB_EXPORT(residue_windows, 1);      // ... window by window (pelib.kinds.sm90.window_schedule)
+PELIB_EXPORT(desc_lbo, DESC_LBO);
+PELIB_EXPORT(desc_sbo, DESC_SBO);
+PELIB_EXPORT(k_advance_bytes, 32);
+PELIB_EXPORT(desc_a_base0, gmma_smem_desc(0, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(producer_regs, PRODUCER_REGS);
+PELIB_EXPORT(consumer_regs, CONSUMER_REGS);
+// pelib.emulate TileParams (EXPORT_NAMES). The emulator drives A and B with one stage index: for the
+// first tile of a CTA, K slice kb sits in ring slot kb and B slice kb, so a replay with at most
+// NUM_STAGES K slices (K <= 512 at 4 stages) follows the kernel's addresses exactly.
+PELIB_EXPORT(mma_arch, 90);
+PELIB_EXPORT(mma_kind, 2);
+PELIB_EXPORT(mma_m, 64);
+PELIB_EXPORT(mma_n, BN);
+PELIB_EXPORT(a_box_k, BK);
+PELIB_EXPORT(a_box_m, BM);
+PELIB_EXPORT(b_box_k, BK);
+PELIB_EXPORT(b_box_n, BN);
+PELIB_EXPORT(a_smem_offset, SMEM_A_OFF);
+PELIB_EXPORT(b_smem_offset, SMEM_B_OFF);
+PELIB_EXPORT(a_desc, gmma_smem_desc(SMEM_A_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(b_desc, gmma_smem_desc(SMEM_B_OFF, DESC_LBO, DESC_SBO, SWIZZLE));
+PELIB_EXPORT(a_stage_stride, A_STAGE_BYTES);
+PELIB_EXPORT(b_stage_stride, B_SLICE_BYTES);
+PELIB_EXPORT(a_wg_stride, 64 * BK);
+
+// Byte offset of this thread's 16-B chunk of 32-column group gb in a staging box of 64 rows x
+// EPI_SWIZZLE bytes, at its row r = 16 wq + lane/4 (row r + 8 is EPI_SWIZZLE * 8 bytes further and
+// has the same swizzle key), swizzled as the TMA reads it: chunk index XOR address bits 7.. (CuTe
+// Swizzle<2,4,3> for SW64, <3,4,3> for SW128; cutlass include/cute/atom/copy_traits_sm90_tma_swizzle.hpp;
+// pelib.tma.swizzle_byte_offset).
+PE_DEVICE u32 box_offset(int r, int ch) {
+  const u32 o = (u32)(r * EPI_SWIZZLE + ch * 16);
+  return o ^ (((o >> 7) & (EPI_SWIZZLE / 16 - 1)) << 4);
+}
+
+// B_PERM_TMA=0: permute one 32-row x 128-B block of the plainly loaded (SW128) B in place, by one warp.
+// Row r = 8q + 2u + c of the block moves to row 8u + 2q + c; chunk k of row r is stored at chunk
+// k ^ (r % 8) (the 128-B swizzle; the block starts 1024-B aligned). Reads all 256 chunks first.
+PE_DEVICE void permute_b_block(u8* blk, int lane) {
+  uint4 v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int e = lane + 32 * i, r = e >> 3, k = e & 7;
+    v[i] = *reinterpret_cast<const uint4*>(blk + r * 128 + ((k ^ (r & 7)) << 4));
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int e = lane + 32 * i, r = e >> 3, k = e & 7;
+    const int rho = 8 * ((r >> 1) & 3) + 2 * (r >> 3) + (r & 1);
+    *reinterpret_cast<uint4*>(blk + rho * 128 + ((k ^ (rho & 7)) << 4)) = v[i];
+  }
+}
+
+// The windowed order. Whole windows W = m_tiles / P; row groups with a class of their own
+// G1 = min(groups, P). Row group g's local tile i: row tile P*i + g while i < W (g < G1), then
+// leftover l = (i - main) * groups + g: class G1 + l % (P - G1) of whole window l / (P - G1) while
+// l < W * (P - G1), else tile P*W + the rest (the partial last window, in order). Groups are balanced to
+// one tile while groups <= P (44 on 132 SMs); past P every tile is still computed once, the extra
+// groups taking only leftovers.
+PE_DEVICE int window_main(int g, int groups, int m_tiles) {
+  const int g1 = groups < RES_P ? groups : RES_P;
+  return g < g1 ? m_tiles / RES_P : 0;
+}
+
+// How many tiles row group g takes: its main tiles and its share of the m_tiles - G1 * W leftovers.
+PE_DEVICE int window_count(int g, int groups, int m_tiles) {
+  const int g1 = groups < RES_P ? groups : RES_P;
+  const int left = m_tiles - g1 * (m_tiles / RES_P);
+  return window_main(g, groups, m_tiles) + (g < left ? (left - 1 - g) / groups + 1 : 0);
+}
+
+// Row group g's local tile i -> row tile (32-bit only: no 64-bit division call).
+PE_DEVICE int window_tile(int g, int i, int groups, int m_tiles) {
+  const int g1 = groups < RES_P ? groups : RES_P, w = m_tiles / RES_P;
+  const int main = g < g1 ? w : 0;
+  if (i < main) return RES_P * i + g;
+  const int l = (i - main) * groups + g, gap = RES_P - g1;
+  if (l < w * gap) {
+    const int win = l / gap;
+    return RES_P * win + g1 + (l - win * gap);
+  }
+  return RES_P * w + (l - w * gap);
+}
+
+extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
+patch_embed_sm90(const __grid_constant__ CUtensorMap tmap_a,  // A [M, K] u8, box {128, 64}, SW128
+                 const __grid_constant__ CUtensorMap tmap_b,  // B: 5-D permuting view (B_PERM_TMA) or [N, K]
+                 const __grid_constant__ CUtensorMap tmap_c,  // C [M, N] bf16, box {EPI_BOX_COLS, 64}
+                 const u16* __restrict__ comb,                // [196, N] bf16, bias + pos_embed
+                 u16* __restrict__ c,                         // [M, N] bf16
+                 int M, int N, int K, u64* timing) {
+  PE_TIMING_CTA(timing);   // TIMING builds: each warp's clock64 and globaltimer at start and exit
+  extern __shared__ u8 smem_raw[];
+  u8* smem = smem_raw + ((SMEM_ALIGN - (smem_u32(smem_raw) & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
+  u64* full = reinterpret_cast<u64*>(smem + SMEM_BAR_OFF);  // ring slot s holds A (TMA bytes landed)
+  u64* empty = full + NUM_STAGES;                            // the warpgroup that read slot s is done
+  u64* b_full = empty + NUM_STAGES;                          // the resident B landed
+  u64* turn = b_full + 1;                                    // turn[w]: the other warpgroup issued a tile
+
+  const int nbs = N / BN;                     // column blocks
+  const int groups = (int)gridDim.x / nbs;    // CTAs per column block
+  const int cta = blockIdx.x;
+  if (cta >= groups * nbs) return;            // a grid that is not whole column blocks: the rest idle
+  const int g = cta / nbs;
+  const int n0 = (cta % nbs) * BN;
+  const int m_tiles = (M + BM - 1) / BM;
+  const int num_kb = K / BK;                  // <= KB_MAX (the host checks)
+  const int warp = threadIdx.x / 32;
+
+  if (threadIdx.x == 0) {
+    prefetch_tensormap(&tmap_a);
+    prefetch_tensormap(&tmap_b);
+    prefetch_tensormap(&tmap_c);
+    for (int s = 0; s < NUM_STAGES; ++s) {
+      mbarrier_init(&full[s], 1);   // the producer's arrive.expect_tx
+      mbarrier_init(&empty[s], 1);  // one arrive by the warpgroup that consumed the slot
+    }
+    mbarrier_init(b_full, 1);
+    mbarrier_init(&turn[0], 1);
+    mbarrier_init(&turn[1], 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    // ---- producer warpgroup: one thread loads B once, then streams A through the ring ----
+    setmaxnreg_dec<PRODUCER_REGS>();
+    if (warp == 0 && elect_one_sync()) {
+      // (computed after setmaxnreg in each role: values live across it are spilled by ptxas)
+      const int my_tiles = window_count(g, groups, m_tiles);
+      mbarrier_arrive_expect_tx(b_full, (u32)(num_kb * B_SLICE_BYTES));
+      for (int kb = 0; kb < num_kb; ++kb) {
+#if B_PERM_TMA
+        // box {128 B of k, 2 c, 4 q, 4 u, BN/32 g} at (kb * 128, 0, 0, 0, n0 / 32)
+        tma_load_5d(smem + SMEM_B_OFF + kb * B_SLICE_BYTES, &tmap_b, b_full, kb * BK, 0, 0, 0, n0 / 32);
+#else
+        tma_load_2d(smem + SMEM_B_OFF + kb * B_SLICE_BYTES, &tmap_b, b_full, kb * BK, n0);
+#endif
+      }
+#if PREFETCH_TILES > 0
+      for (int i = 0; i < PREFETCH_TILES && i < my_tiles; ++i)
+        for (int kb = 0; kb < num_kb; ++kb)
+          tma_prefetch_2d_l2(&tmap_a, kb * BK, window_tile(g, i, groups, m_tiles) * BM);
+#endif
+      int it = 0;
+      for (int i = 0; i < my_tiles; ++i) {
+        const int m0 = window_tile(g, i, groups, m_tiles) * BM;
+        const u64 t0 = timing_now();
+        u64 waited = 0;
+#if PREFETCH_TILES > 0
+        if (i + PREFETCH_TILES < my_tiles)
+          for (int kb = 0; kb < num_kb; ++kb)
+            tma_prefetch_2d_l2(&tmap_a, kb * BK, window_tile(g, i + PREFETCH_TILES, groups, m_tiles) * BM);
+#endif
+        for (int kb = 0; kb < num_kb; ++kb, ++it) {
+          const int s = it % NUM_STAGES;
+          const u32 phase = (it / NUM_STAGES) & 1;
+          const u64 tw = timing_now();
+          mbarrier_wait_parity_nocall(&empty[s], phase ^ 1, 1);  // a fresh barrier passes parity 1 at once
+          waited += timing_now() - tw;
+          mbarrier_arrive_expect_tx(&full[s], A_STAGE_BYTES);
+          tma_load_2d(smem + SMEM_A_OFF + s * A_STAGE_BYTES, &tmap_a, &full[s], kb * BK, m0);
+        }
+        if (i < PE_TIMING_TILES) {
+          timing_record(timing, i, PE_PHASE_PRODUCER_WAIT, t0, t0 + waited);
+          PE_TIMING_END(timing, i, PE_PHASE_TMA_ISSUE, t0);
+        }
+      }
+    }
+  } else {
+    // ---- consumer warpgroups: alternate tiles; mainloops in turn, epilogues overlapped ----
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int wg = warp / 4 - 1;               // 0 or 1
+    const int tid = threadIdx.x % 128;
+    const int wq = tid / 32, lane = tid % 32;
+    const u32 q = lane % 4;
+    const u64 desc_a0 = gmma_smem_desc(gmma_desc_addr(smem + SMEM_A_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    const u64 desc_b0 = gmma_smem_desc(gmma_desc_addr(smem + SMEM_B_OFF), DESC_LBO, DESC_SBO, SWIZZLE);
+    mbarrier_wait_parity_nocall(b_full, 0, 4);
+#if !B_PERM_TMA
+    // 8 consumer warps permute the (num_kb x BN/32) 4-KiB blocks of B, then hand them to the async proxy.
+    for (int blk = warp - 4; blk < num_kb * GROUPS32; blk += 8)
+      permute_b_block(smem + SMEM_B_OFF + (blk / GROUPS32) * B_SLICE_BYTES + (blk % GROUPS32) * 4096, lane);
+    fence_proxy_async_shared_cta();
+    named_barrier_sync(PERM_BARRIER, 256);
+#endif
+    const int my_tiles = window_count(g, groups, m_tiles);
+    u32 soff[BOX_GROUPS];                      // shared address of this thread's chunk in its first box
+#pragma unroll
+    for (int gb = 0; gb < BOX_GROUPS; ++gb)
+      soff[gb] = smem_u32(smem + SMEM_C_OFF + wg * EPI_BUFS * EPI_BOX_BYTES) + box_offset(16 * wq + lane / 4, 4 * gb + (int)q);
+    float d[BN / 2];
+    u32 cb[BN / 4];                            // comb pairs of this thread's two rows: [h][g][u]
+    int cb_class = -1;                         // the residue class whose comb rows cb holds
+    int n = 0;                                 // this warpgroup's tile count
+    for (int i = wg; i < my_tiles; i += 2, ++n) {
+      const int t = window_tile(g, i, groups, m_tiles);
+      const int m0 = t * BM;
+      const u64 t_tile = timing_now();
+      // Rows 16 wq + 8h + lane/4 of the tile (common/wgmma.cuh NOTES).
+      const int row0 = m0 + 16 * wq + lane / 4;
+      // comb only when the class changes: 16 B at columns 32g + 8q of each row = the pairs u = 0..3
+      // of group g; issued before the mainloop, first used after it.
+      if (t % RES_P != cb_class) {
+        cb_class = t % RES_P;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const u16* crow = comb + (size_t)comb_row(row0 + 8 * h) * N + n0 + 8 * q;
+#pragma unroll
+          for (int gg = 0; gg < GROUPS32; ++gg) {
+            u32 v[4];
+            ld_global_nc_v4(crow + 32 * gg, v);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) cb[h * CPR + 4 * gg + u] = v[u];
+          }
+        }
+      }
+      // Wait for the turn: the other warpgroup has issued its previous tile (WG 0's first tile goes).
+      const u64 t_turn = timing_now();
+      mbarrier_wait_parity_nocall(&turn[wg], wg == 0 ? ((n + 1) & 1) : (n & 1), 5);
+      const u64 t_k = timing_now();
+      u64 waited = 0;
+      const int it0 = i * num_kb;
+      for (int kb = 0; kb < num_kb; ++kb) {
+        const int it = it0 + kb;
+        const int s = it % NUM_STAGES;
+        const u32 phase = (it / NUM_STAGES) & 1;
+        const u64 tw = timing_now();
+        mbarrier_wait_parity_nocall(&full[s], phase, 2);
+        waited += timing_now() - tw;
+        wgmma_fence_operand(d);
+        warpgroup_arrive();
+#pragma unroll
+        for (int ks = 0; ks < BK / 32; ++ks) {
+          const u32 a_off = s * A_STAGE_BYTES + ks * 32;  // K step: +32 B inside the swizzle atom
+          const u32 b_off = kb * B_SLICE_BYTES + ks * 32;
+          wgmma_m64nNk32_f32_e4m3_e4m3<BN>(d, desc_a0 + (a_off >> 4), desc_b0 + (b_off >> 4),
+                                           (kb > 0 || ks > 0) ? 1u : 0u);
+        }
+        wgmma_commit_group();
+#if TURN_EARLY
+        if (kb == num_kb - 1 && tid == 0) mbarrier_arrive(&turn[wg ^ 1]);  // every wgmma of the tile issued
+#endif
+        wgmma_wait_group<1>();               // the previous slice's wgmmas are done: free its slot
+        wgmma_fence_operand(d);
+        if (kb > 0 && tid == 0) mbarrier_arrive(&empty[(it - 1) % NUM_STAGES]);
+      }
+#if !TURN_EARLY
+      if (tid == 0) mbarrier_arrive(&turn[wg ^ 1]);  // every wgmma of this tile is issued: the other's turn
+#endif
+      wgmma_wait_group<0>();
+      wgmma_fence_operand(d);
+      if (tid == 0) mbarrier_arrive(&empty[(it0 + num_kb - 1) % NUM_STAGES]);
+      const u64 t_epi = timing_now();
+
+      // ---- epilogue through the staging boxes: + comb, one BF16 rounding, one TMA store a box ----
+      // Thread (wq, lane) holds rows r = 16 wq + 8h + lane/4 of the tile and, in 32-column group gg,
+      // the 8 columns 32gg + 8q (pairs u = 0..3): chunk (gg % BOX_GROUPS) * 4 + q of its box row.
+#pragma unroll
+      for (int bx = 0; bx < NUM_BOXES; ++bx) {
+        const int buf = (n * NUM_BOXES + bx) % EPI_BUFS;
+        const u32 box = (u32)(buf * EPI_BOX_BYTES);   // relative to this warpgroup's first box
+        // the store issued EPI_BUFS boxes ago has read this box (PTX ISA cp.async.bulk.wait_group .read)
+        if (tid == 0) cp_async_bulk_wait_group_read<EPI_BUFS - 1>();
+        named_barrier_sync(EPI_BARRIER + wg, 128);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int gb = 0; gb < BOX_GROUPS; ++gb) {
+            u32 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              const int j = 4 * (bx * BOX_GROUPS + gb) + u;  // accumulator pair j: columns 32gg + 8q + 2u, +1
+              const u32 cv = cb[h * CPR + j];
+              v[u] = f32x2_to_bf16x2(d[4 * j + 2 * h] + bf16lo_to_f32(cv), d[4 * j + 2 * h + 1] + bf16hi_to_f32(cv));
+            }
+            st_shared_v4(soff[gb] + box + h * 8 * EPI_SWIZZLE, v[0], v[1], v[2], v[3]);
+          }
+        fence_proxy_async_shared_cta();      // the generic-proxy writes before the async proxy's read
+        named_barrier_sync(EPI_BARRIER + wg, 128);
+        if (tid == 0) {
+          tma_store_2d(&tmap_c, smem + SMEM_C_OFF + (wg * EPI_BUFS + buf) * EPI_BOX_BYTES, n0 + bx * EPI_BOX_COLS, m0);
+          cp_async_bulk_commit_group();
+        }
+      }
+      // After this warpgroup's last tile: its stores have read shared memory before the CTA exits
+      // (the .read wait, as CUTLASS include/cutlass/arch/barrier.h tma_store_wait; waited inside the loop:
+      // the same wait after the loop made ptxas spill comb's registers).
+      if (tid == 0 && i + 2 >= my_tiles) cp_async_bulk_wait_group_read<0>();
+      if (lane == 0 && n < PE_TIMING_TILES) {
+        timing_record(timing, n, PE_PHASE_EPI_WAIT, t_turn, t_k);
+        timing_record(timing, n, PE_PHASE_TMA_WAIT, t_k, t_k + waited);
+        timing_record(timing, n, PE_PHASE_KLOOP, t_k, t_epi);
+        PE_TIMING_END(timing, n, PE_PHASE_EPI_PHASE1, t_epi);
+        PE_TIMING_END(timing, n, PE_PHASE_TILE, t_tile);
+      }
+    }
+  }
+}
