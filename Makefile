@@ -16,7 +16,7 @@ endif
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup book test test-gpu bench lab clean readme readme-table
+.PHONY: setup book test test-gpu bench lab clean readme readme-table test-jobs-checked
 
 setup: $(SETUP)
 
@@ -36,7 +36,13 @@ book: $(SETUP)
 # the suite in one process.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
-test: $(SETUP)
+# TEST_JOBS must be a whole number of workers (0: one process without pytest-xdist); pytest took -1 as none
+test-jobs-checked:
+	@case '$(TEST_JOBS)' in ''|*[!0-9]*) echo "make test: TEST_JOBS='$(TEST_JOBS)' is not a number of test \
+	workers: give a whole number (make test TEST_JOBS=2; 0 runs one process) or leave TEST_JOBS out for up to 4" >&2; \
+	exit 2;; esac
+
+test: test-jobs-checked $(SETUP)
 	$(PY) -m pytest -q -m "not gpu" $$($(PY) -c 'import xdist' 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadfile")
 
 test-gpu: $(SETUP)
@@ -45,12 +51,12 @@ test-gpu: $(SETUP)
 # The README's generated blocks (the stage table, what the committed GPU runs say), rewritten between
 # their markers; a CPU test checks that the committed README equals what this writes.
 readme: $(SETUP)
-	$(PY) -m pelib.readme --write README.md
+	$(PY) -m pelib.views.readme --write README.md
 
 readme-table: readme
 
 bench: $(SETUP)
-	$(PY) -m pelib.sweep $(BENCH_ARGS)
+	$(PY) -m pelib.measure.sweep $(BENCH_ARGS)
 
 # JupyterLab on the chapters: a double-click opens a chapter (MyST Markdown) as a notebook through
 # jupytext (book/lab/overrides.json, installed as a settings override of this Python's JupyterLab),

@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
+from pelib.isa.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 
 
 def _gpu_arch():

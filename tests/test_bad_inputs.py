@@ -21,22 +21,23 @@ import torch
 
 from pelib import bench as BN
 from pelib import build as B
-from pelib import descriptors as D
+from pelib.isa import descriptors as D
 from pelib import device as V
-from pelib import elf
+from pelib.isa import elf
 from pelib import emulate as E
 from pelib import gonogo as G
 from pelib import launch as L
 from pelib import problems as P
 from pelib import reference as R
 from pelib import results as RS
-from pelib import sim as SIM
-from pelib import sim_budget as SB
+from pelib.sim import engine as SIM
+from pelib.sim import budget as SB
+from pelib.sim import host as sim_host
 from pelib import stage as stage_mod
 from pelib import tma as T
 from pelib import verify as Y
 from pelib.models import pipeline as MP
-from pelib.limits import SMEM_LIMIT
+from pelib.isa.limits import SMEM_LIMIT
 from pelib.paths import KERNELS
 from pelib.stage import Stage
 
@@ -284,7 +285,7 @@ def test_overrides_are_what_gets_emulated():
 
 
 # =================================================================================================
-# pelib.descriptors: reserved values of the block-scaled instruction descriptor
+# pelib.isa.descriptors: reserved values of the block-scaled instruction descriptor
 # =================================================================================================
 BS = D.umma_instr_desc_block_scaled(128, 128)      # 0x08200480: mxf4nvf4, UE4M3, M=128, N=128
 
@@ -518,12 +519,12 @@ def _env(**env):
 
 def _sim_run(key, problem, **env):
     with _env(**env):
-        return Stage(key).run(problem, "sim")
+        return sim_host.run(Stage(key), problem)
 
 
 def _sim_timing(key, problem):
     with _env():
-        return Stage(key).run_timing(problem, "sim")
+        return sim_host.run_timing(Stage(key), problem)
 
 
 def _sm90_inputs(change):
@@ -536,7 +537,7 @@ def _sm90_inputs(change):
 def _sim_inputs(change):
     s, t = _sm90_inputs(change)
     with _env():
-        return s.run("sim", "sim", inputs=t)
+        return sim_host.run(s, "sim", inputs=t)
 
 
 def _gpu_plan_with_cpu_inputs(t):
@@ -568,7 +569,7 @@ SIMULATOR = [
      "scheduler steps at least (21,756 CTA tiles x (192 threads x 8 + 6 K blocks x 4)), over the budget of "
      "20,000,000 (PELIB_SIM_BUDGET_STEPS)"),
     ("full-fp8-fix", lambda t: _sim_run("fp8/09_persistent_megakernel", "full"), SB.SimTooLarge,
-     "Simulate a test-size problem: --problem sim (768 x 512 x 384; Stage.run('sim', 'sim'))"),
+     "Simulate a test-size problem: --problem sim (768 x 512 x 384; pelib.sim.host.run(stage, 'sim'))"),
     ("full-sm90", lambda t: _sim_run("sm90/00_tma_wgmma", "full", PELIB_SIM_MAX_MB=16384), SB.SimTooLarge,
      # the event log's size follows the event schema (sim.EVENT_DTYPE); the rest is fixed by the problem
      "of host memory at least (inputs and output 2.0 GB, reference and verification 31.9 GB, engine "
@@ -612,7 +613,7 @@ SIMULATOR = [
 def _grid_too_big():
     s = Stage("fp8/09_persistent_megakernel")
     with _env(PELIB_SIM_MAX_MB=4096):
-        return s.sim_check("sim", s.sim_config("sim", grid=20_000))
+        return sim_host.check(s, "sim", sim_host.config(s, "sim", grid=20_000))
 
 
 @_table(SIMULATOR)
@@ -627,10 +628,10 @@ def test_front_door_lets_the_simulators_own_problems_in():
     with _env(PELIB_SIM_MAX_MB=4096):
         for s in all_stages():
             try:
-                cfg = s.sim_config("sim")
+                cfg = sim_host.config(s, "sim")
             except KindError:     # a variant built for one K (F28's unrolled K-loop): not simulated at 'sim'
                 continue
-            est = s.sim_check("sim", cfg)
+            est = sim_host.check(s, "sim", cfg)
             assert est.steps < SB.DEFAULT_BUDGET_STEPS // 20, (s.key, est)
 
 
@@ -638,9 +639,9 @@ def test_front_door_lets_the_simulators_own_problems_in():
 def test_the_estimate_is_a_floor_of_what_the_engine_takes(key):
     """The steps the front door counts are at most what a run takes (it refuses only what cannot fit)."""
     s = Stage(key)
-    est = s.sim_estimate("sim")
+    est = sim_host.estimate(s, "sim")
     with _env():
-        res = s.run("sim", "sim")
+        res = sim_host.run(s, "sim")
     assert res["ok"] and est.steps <= res["report"].stats["steps"] <= 8 * est.steps, (est, res["report"].stats)
 
 
@@ -723,7 +724,7 @@ def _tiny_amax():
 
 
 LEFTOVERS = [
-    ("params-nan", lambda t: MP.predict(params=MP.Params(handoff=float("nan"), stage0_after_stores=100.0)),
+    ("params-nan", lambda t: MP.outcome(params=MP.Params(handoff=float("nan"), stage0_after_stores=100.0)),
      MP.ModelError, "Params: handoff=nan is not finite: give a number of cycles"),
     ("params-inf", lambda t: MP.Params(handoff=1.0, stage0_after_stores=float("inf")), MP.ModelError,
      "stage0_after_stores=inf is not finite"),
@@ -731,7 +732,7 @@ LEFTOVERS = [
      "Params: handoff='40' is a str, not a number of cycles"),
     ("profile-nan", lambda t: MP.Params(1.0, 1.0, warp_profile=(1.0, float("nan"))), MP.ModelError,
      "warp_profile[1]=nan is not finite"),
-    ("delta-nan", lambda t: MP.predict(phase1_delta=float("nan")), MP.ModelError, "Scenario: phase1=nan is not finite"),
+    ("delta-nan", lambda t: MP.outcome(phase1_delta=float("nan")), MP.ModelError, "Scenario: phase1=nan is not finite"),
     ("nvfp4-override-typo", lambda t: _nvfp4_check(overrides={"k_advance_byte": 64}), E.EmulationError,
      "unknown override k_advance_byte (did you mean k_advance_bytes?): an NVFP4 override replaces one of "
      "01_pipelined's exports or a TileParams field"),
@@ -770,14 +771,15 @@ TABLES = {"build": BUILD, "verify": VERIFY, "emulate": EMULATE, "descriptors": D
           "results+bench": RESULTS_TREE, "models+nvfp4": LEFTOVERS}
 
 
-def test_cli_grid_runs_the_persistent_grid_it_names_and_refuses_what_no_gpu_takes(capsys):
+def test_cli_grid_runs_the_persistent_grid_it_names_and_refuses_what_no_gpu_takes(capfd):
     """--grid on the command line: the simulated run uses that many resident CTAs; a grid that is not whole
-    clusters is a refusal line (no traceback); zero or a word is an argument error naming the fix."""
+    clusters is a refusal line (no traceback); zero or a word is an argument error naming the fix. A simulated
+    run is a child process (pelib.predict.host), so its lines are read from the file descriptors."""
     assert stage_mod.main(["sm90/02_persistent_cluster", "--device", "sim", "--grid", "4"]) == 0
-    assert "grid 4 CTAs = 2 clusters of 2" in capsys.readouterr().out
+    assert "grid 4 CTAs = 2 clusters of 2" in capfd.readouterr().out
     assert stage_mod.main(["sm90/02_persistent_cluster", "--device", "sim", "--grid", "3"]) == 1
-    assert "refused: grid.x=3 CTAs is not a multiple of cluster.x=2" in capsys.readouterr().out
+    assert "refused: grid.x=3 CTAs is not a multiple of cluster.x=2" in capfd.readouterr().out
     for bad in ("0", "two"):
         with pytest.raises(SystemExit):
             stage_mod.main(["sm90/02_persistent_cluster", "--device", "sim", "--grid", bad])
-        assert "is not a number of CTAs: give a positive integer" in capsys.readouterr().err
+        assert "is not a number of CTAs: give a positive integer" in capfd.readouterr().err

@@ -1,4 +1,4 @@
-"""pelib.baselines and pelib.hopper_perf on the CPU: row shapes, skips, the precision metric on planted
+"""pelib.measure.baselines and pelib.measure.hopper_perf on the CPU: row shapes, skips, the precision metric on planted
 data, the Triton kernel in the interpreter, the clock64 statistics and the floors."""
 from fractions import Fraction
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import baselines, hopper_perf, problems, reference
+from pelib.measure import baselines, hopper_perf
+from pelib import problems, reference
 from pelib.stage import Stage
 from pelib.views import hopper as hv
 from pelib.problems import PatchEmbed
@@ -160,7 +161,7 @@ def _patched(tensor, scope):
     _orig(tensor, scope)
     scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
 interp._patch_lang_tensor = _patched
-from pelib import baselines
+from pelib.measure import baselines
 from pelib.problems import PatchEmbed
 p = PatchEmbed(name="t", m=320, n=64, k=64, positions=7, tile={"m": 8, "n": 8, "k": 16})
 t = p.make_inputs(seed=3)
@@ -206,7 +207,7 @@ def test_format_rows_shows_measured_and_skipped():
     assert "50%" in txt and "1.11" in txt and "SKIPPED: no GPU" in txt
 
 
-# ---- pelib.hopper_perf ---------------------------------------------------------------------------
+# ---- pelib.measure.hopper_perf ---------------------------------------------------------------------------
 
 def test_floors_take_the_larger_of_memory_and_tensor():
     full = problems.patch_embed("siglip2")
@@ -270,7 +271,7 @@ def test_variants_and_probes_compile():
 
 def test_unrolled_stage_has_no_64_bit_descriptor_adds_in_its_kloop():
     """Stage 10's point, compiled: between two QGMMA of a slice no IADD3/IMAD.X carry chain remains."""
-    from pelib import sass
+    from pelib.isa import sass
     for key, most in (("06", None), ("10", 10)):
         ops = [op for _, op, _ in sass.instructions(hopper_perf.stage(key).build.sass)]
         q = [i for i, op in enumerate(ops) if op.startswith("QGMMA")]

@@ -95,11 +95,51 @@ def test_git_revision_override_and_fallback(monkeypatch):
 
 
 def test_every_stage_file_is_benchmarked():
-    """make bench (pelib.sweep) enumerates the stage files of every family the GPU runs: each file once,
+    """make bench (pelib.measure.sweep) enumerates the stage files of every family the GPU runs: each file once,
     at its defaults; nothing is registered at import."""
-    from pelib import stages, sweep
+    from pelib import stages
+    from pelib.measure import sweep
     got = [k for k, _ in sweep.entries(["nvfp4", "fp8", "sm90"], variants=False)]
     want = [f"{f}/{p.stem}" for f in ("nvfp4", "fp8", "sm90") for p in stages.family_stages(f)]
     assert [k for k in got if "/variants/" not in k] == want
     assert "fp8/variants/09_f22_bf16x2_epilogue" in got            # the go/no-go variants too
     assert not hasattr(B, "BENCH_MODULES")
+
+
+def test_bench_headline_candidates_and_table(monkeypatch, tmp_path):
+    """make bench's headline: the fastest verified sm90 entries of the sweep (by this run's medians, each stage
+    and define set once whatever its wait build), timed by `pelib.measure.energy headline` in a child process (here a
+    stand-in that writes its report), and the table that leads with the fastest verified there."""
+    import json
+    import subprocess
+    from pelib.measure import sweep
+    timed = [{"stage": "sm90/06_permuted_b", "defines": {"PE_WAIT_KIND": 2}, "ok": True, "median_ms": 0.80},
+             {"stage": "sm90/07a_comb_windows", "defines": {}, "ok": True, "median_ms": 0.79},
+             {"stage": "sm90/06_permuted_b", "defines": {}, "ok": True, "median_ms": 0.82},
+             {"stage": "sm90/12_tma_store", "defines": {}, "ok": False, "median_ms": 0.5},
+             {"stage": "fp8/09_persistent_megakernel", "defines": {}, "ok": True, "median_ms": 0.3},
+             {"stage": "sm90/10_unrolled_kloop", "defines": {}, "ok": True, "median_ms": 0.83},
+             {"stage": "sm90/11_a_half_slices", "defines": {}, "ok": True, "median_ms": 0.99}]
+    c = sweep.headline_candidates(timed)
+    assert c == [["sm90/07a_comb_windows", {}], ["sm90/06_permuted_b", {}], ["sm90/10_unrolled_kloop", {}]]
+    summary = [{"entry": "07a", "burst ms (random)": 0.78, "x cuBLAS fast (burst)": 1.15, "J/launch (random)": 0.64},
+               {"entry": "06", "burst ms (random)": 0.77}, {"entry": "cuBLAS fast-accum GEMM", "burst ms (random)": 0.9}]
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen["cmd"] = cmd
+        out = cmd[cmd.index("--out") + 1]
+        with open(f"{out}/energy-headline.json", "w") as f:
+            json.dump({"headline": "07a", "summary": summary, "verified": {"07a": {"ok": True}},
+                       "evidence": "measured (NVIDIA H200, 2026-12-02)"}, f)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    h = sweep.run_headline(c, 150.0)
+    assert seen["cmd"][2:4] == ["pelib.measure.energy", "headline"] and json.loads(seen["cmd"][5]) == c
+    assert h["ok"] and h["headline"] == "07a"
+    lines = sweep.format_headline(h).splitlines()
+    assert "07a" in lines[0] and lines[2].startswith("* 07a") and lines[-1].strip().startswith("cuBLAS")
+    assert "1.1500" in lines[2] and "0.6400" in lines[2]
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 2, "", "boom"))
+    bad = sweep.run_headline(c, 60.0)
+    assert not bad["ok"] and "exit 2" in bad["error"] and "boom" in sweep.format_headline(bad)

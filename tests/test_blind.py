@@ -1,4 +1,4 @@
-"""The blind-validation measurement (pelib.blind) up to the launch: what it measures, and one entry's whole path
+"""The blind-validation measurement (pelib.predict.blind) up to the launch: what it measures, and one entry's whole path
 (verify, time, the TIMING run's launch clock, the clock probe after, 06's phases) through fake launch plans."""
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import blind, calibrate, jobs, sweep, timing
+from pelib.measure import jobs, sweep
+from pelib import timing
+from pelib.predict import blind, probes
 from pelib.stage import Stage, all_stages
 
 
@@ -122,11 +124,11 @@ def test_table_lines_show_clock_and_failures():
 
 def test_clock_probe_binds_without_buffers(h100, monkeypatch):
     """The clock probe beside the stage needs no buffer of the suite: out, timing and two scalars."""
-    b = calibrate.probe_build("clock", {})
+    b = probes.probe_build("clock", {})
     lay = timing.layout(b, 4)
     tb = torch.zeros(lay.words, dtype=torch.int64)
     out = torch.zeros(4 * int(b.exports["fields"]), dtype=torch.int64)
-    args = calibrate.bind(b, calibrate.Launch("clock", {}, {"spin": 10, "ticks": 0}, 4), out, tb, {}, None)
+    args = probes.bind(b, probes.Launch("clock", {}, {"spin": 10, "ticks": 0}, 4), out, tb, {}, None)
     assert args[0] is out and args[1] is tb and int(args[2]) == 10
 
 
@@ -156,3 +158,18 @@ def test_blind_measures_06_on_the_gpu(tmp_path):
     assert all(0.5 < r["timing_run"]["launch_clock"]["ghz"] < 2.5 and r["cycles"] > 0 for r in e)
     assert e[0]["phases"]["every_tile"]["phases"]["kloop"]["avg"] > 0
     assert (tmp_path / e[0]["records"]).exists()
+
+
+def test_variants_move_one_define_of_a_stage_file_and_build():
+    """A blind round's variants: each one define the stage file declares (an #ifndef default), moved off that
+    default; listed once; after every plain entry; and each builds (its budgets asserted by NVRTC)."""
+    import re
+    plain, full = blind.entries(), blind.entries(variants=True)
+    assert full[:len(plain)] == plain and len(full) == len(plain) + len(blind.VARIANTS)
+    assert len({(k, json.dumps(d, sort_keys=True)) for k, d in blind.VARIANTS}) == len(blind.VARIANTS)
+    for k, d in blind.VARIANTS:
+        (name, value), = d.items()
+        src = Stage(k).path.read_text()
+        default = re.search(rf"#ifndef {name}\n#define {name} (\S+)", src)
+        assert default, f"{k} declares no default for {name}"
+        assert str(value) != default.group(1), f"{k} {name}={value} is its default"

@@ -1,4 +1,4 @@
-"""pelib.blockfma: the block-FMA models against an exact rational reference, hand-derived vectors, the exact sum."""
+"""pelib.numerics.blockfma: the block-FMA models against an exact rational reference, hand-derived vectors, the exact sum."""
 import math
 import struct
 from fractions import Fraction
@@ -6,7 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from pelib import blockfma as F
+from pelib.numerics import blockfma as F
 from pelib import emulate as E
 
 # ---- an independent reference: Python integers and Fractions, one vector at a time ------------------
@@ -280,3 +280,36 @@ def test_mismatches_counts_nan_payloads_apart():
     got = np.array([0x7FC00000, 0x3F800000, 0x7FFFFFFF], np.uint32)
     want = np.array([0x7FFFFFFF, 0x3F800001, 0x7FFFFFFF], np.uint32)
     assert F.mismatches(got, want) == {"bits": 2, "values": 1, "nan_payload": 1}
+
+
+def test_the_block_scaled_knobs_and_what_they_refuse():
+    """scale_window and empty_group take their named values only; the C++ twin takes groups only as MMA-Sim's
+    rule (exact group sums, windows from the scales, a group with a nonzero product kept), and names the knob."""
+    with pytest.raises(F.ModelError, match="scale_window='elements'"):
+        F.B200_MXF4NVF4.with_(scale_window="elements")
+    with pytest.raises(F.ModelError, match="empty_group='never'"):
+        F.B200_MXF4NVF4.with_(empty_group="never")
+    assert F.cxx_params(F.B200_MXF4NVF4) == [35, 23, -139, 64, 0, 16]
+    assert F.cxx_params(F.B200_MXF4NVF4_GUESS) == [35, 23, -133, 64, 0, 0]
+    with pytest.raises(F.ModelError, match="empty_group"):
+        F.cxx_params(F.B200_MXF4NVF4.with_(empty_group="sum_zero"))
+    with pytest.raises(F.ModelError, match="frac_bits >= 8"):
+        F.cxx_params(F.B200_MXF4NVF4.with_(frac_bits=6))
+    with pytest.raises(F.ModelError, match="scale_window"):
+        F.cxx_params(F.B200_MXF4NVF4_GUESS.with_(scale_window="scales_only"))
+    # the windows: the scales' alone for MMA-Sim's rule, elements plus scales for the earlier candidate
+    e, s = np.array([[0, 1, 2]]), np.array([[-3, -3, -3]])
+    assert F.scaled_windows(F.B200_MXF4NVF4, e, s).tolist() == [[-3, -3, -3]]
+    assert F.scaled_windows(F.B200_MXF4NVF4_GUESS, e, s).tolist() == [[-3, -2, -1]]
+
+
+def test_a_group_that_sums_to_zero_keeps_its_window():
+    """MMA-Sim's worked case: a group of products under scales 2^8 x 2^8 cancelling to exactly 0 sets the window
+    (R = 16, grid 2^-19), so a D of 2^-18 + 2^-40 keeps only 2^-18; with the group dropped (sum_zero) D is exact."""
+    pv = np.zeros(64)
+    pv[0], pv[1] = 2.0 ** 16, -(2.0 ** 16)
+    pe = np.full(64, 16)
+    d = np.float32(2.0 ** -18 + 2.0 ** -40).view(np.uint32)
+    assert F.fp32_values(F.B200_MXF4NVF4.from_products(pv, pe, d)) == np.float32(2.0 ** -18)
+    dropped = F.B200_MXF4NVF4.with_(empty_group="sum_zero").from_products(pv, pe, d)
+    assert dropped == d

@@ -5,7 +5,7 @@ import textwrap
 import pytest
 
 from pelib import build as B
-from pelib import elf, sass
+from pelib.isa import elf, sass
 
 KERNEL = textwrap.dedent("""
     #include "common/types.cuh"
@@ -174,7 +174,8 @@ def test_a_build_whose_log_has_no_ptxas_facts_still_names_its_kernel():
     name then comes from the cubin's .text/.nv.info sections, and launch.prepare checks nothing it lacks."""
     import dataclasses
 
-    from pelib import build as B, elf
+    from pelib import build as B
+    from pelib.isa import elf
 
     b = B.build("sm90/00_tma_wgmma.cu", "sm_90a")
     bare = dataclasses.replace(b, log="", ptxas={})
@@ -184,7 +185,7 @@ def test_a_build_whose_log_has_no_ptxas_facts_still_names_its_kernel():
 
 
 def test_entry_functions_are_the_kernels_only(tmp_path, cache):
-    """pelib.elf.entry_functions: the __global__ functions (C and C++ names), not a __noinline__ device function,
+    """pelib.isa.elf.entry_functions: the __global__ functions (C and C++ names), not a __noinline__ device function,
     and every one of them has its ptxas facts (pelib.build.facts_missing is empty)."""
     p = tmp_path / "three.cu"
     p.write_text(textwrap.dedent("""

@@ -17,7 +17,7 @@ import pytest
 
 from pelib import build as B
 from pelib import cache as C
-from pelib import elf, sass
+from pelib.isa import elf, sass
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

@@ -9,8 +9,8 @@ import struct
 import numpy as np
 import pytest
 
-from pelib import calibrate as C
-from pelib import calibration as K
+from pelib.predict import probes as C
+from pelib.predict import measured_format as K
 from pelib import timing
 
 SC = C.Scale.sim()
@@ -303,9 +303,51 @@ def fake_suite(monkeypatch, tmp_path):
                         [FakeRunner(sc).run(i, j) for i, j in enumerate(jobs)])
     monkeypatch.setattr(C.bench, "environment", lambda info=None: {"device": "H100 (test stand-in)",
                                                                     "date": "2026-11-28T00:00:00+00:00", "git": "abc"})
+    monkeypatch.setattr(C, "occupancy", lambda info, log=print: [
+        {"cluster": 3, "threads": 384, "smem": 230488, "registers": 168, "active_clusters": 39, "stage": "06a",
+         "source": "cuOccupancyMaxActiveClusters (test stand-in)"}])
     assert C.main(["--out", str(tmp_path)]) == 0
     (path,) = tmp_path.glob("calibration-*.json")
     return K.load(path), tmp_path
+
+
+def _fake_query(monkeypatch):
+    from pelib import device
+    monkeypatch.setattr(device, "can_run", lambda arch, info=None: arch == "sm_90a")
+    asked = []
+
+    def query(build, kernel, cfg, ordinal=0):
+        asked.append(cfg)
+        return {1: 132, 2: 66, 3: 39}[cfg.cluster[0]]
+    monkeypatch.setattr(C, "max_active_clusters", query)
+    return asked
+
+
+def test_occupancy_query_records_every_launch_shape(monkeypatch):
+    """The host query asks cuOccupancyMaxActiveClusters once per (cluster, threads, shared memory, registers) the
+    sm90 stages launch with, in the timing model's occupancy format."""
+    from conftest import fake_info
+    from pelib.predict import calibration as pcal
+    asked = _fake_query(monkeypatch)
+    recs = C.occupancy(fake_info("sm_90a"), log=lambda s: None)
+    assert len(recs) == len(asked) and pcal.check_occupancy(recs) == []
+    shapes = {(r["cluster"], r["smem"]): r["active_clusters"] for r in recs}
+    assert shapes[(3, 230488)] == 39 and {c for c, _ in shapes} == {1, 2, 3}
+    assert len({(r["cluster"], r["threads"], r["smem"], r["registers"]) for r in recs}) == len(recs)
+
+
+def test_occupancy_flag_writes_only_the_query(monkeypatch, tmp_path):
+    from pelib import device
+    from conftest import fake_info
+    _fake_query(monkeypatch)
+    monkeypatch.setattr(device, "require", lambda arch, info=None: fake_info(arch))
+    monkeypatch.setattr(C.bench, "environment", lambda info=None: {"device": "H100 (test stand-in)",
+                                                                    "date": "2026-11-28T00:00:00+00:00", "git": "abc"})
+    monkeypatch.setattr(C, "run_families", lambda *a, **k: pytest.fail("--occupancy runs no probe"))
+    assert C.main(["--occupancy", "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("occupancy-*.json")
+    doc = json.loads(path.read_text())
+    assert doc["occupancy"] and not list(tmp_path.glob("calibration-*.json"))
 
 
 def test_suite_writes_a_checked_calibration(fake_suite):

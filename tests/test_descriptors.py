@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from pelib import descriptors as D
-from pelib.descriptors import DescriptorError
+from pelib.isa import descriptors as D
+from pelib.isa.descriptors import DescriptorError
 
 
 # --- values derived by hand from the spec tables (PTX ISA Tables 40, 42, 43; CUTLASS bitfields) ----

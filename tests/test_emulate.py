@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from pelib import blockfma as F
-from pelib import descriptors as D
+from pelib.numerics import blockfma as F
+from pelib.isa import descriptors as D
 from pelib import emulate as E
 from pelib.emulate import EmulationError, SmemImage, TensorMap2D, TileParams
 
@@ -344,14 +344,16 @@ def nvfp4_problem(m=128, n=128, k=512, seed=0):
 
 def nvfp4_ref(a, b, sfa, sfb, exact=False):
     """The global product, no layout: exact (float64), or 64-product kind::mxf4nvf4 instructions in K order
-    under pelib.blockfma's (predicted) model, as FP32 values: what the replay must print bit for bit."""
+    under pelib.numerics.blockfma's model (MMA-Sim's rule; its windows by scaled_windows), as FP32 values: what the replay
+    must print bit for bit."""
     av = E.decode_values(a, "e2m1") * np.repeat(E.decode_values(sfa, "ue4m3"), 16, axis=1)
     bv = E.decode_values(b, "e2m1") * np.repeat(E.decode_values(sfb, "ue4m3"), 16, axis=1)
     if exact:
         return av @ bv.T
-    ae = F.window_exponents(a, "e2m1") + np.repeat(F.window_exponents(sfa, "ue4m3"), 16, axis=1)
-    be = F.window_exponents(b, "e2m1") + np.repeat(F.window_exponents(sfb, "ue4m3"), 16, axis=1)
-    return F.matmul(F.B200_MXF4NVF4, av, ae, bv, be, 64).view(np.float32).astype(np.float64)
+    m = F.B200_MXF4NVF4
+    ae = F.scaled_windows(m, F.window_exponents(a, "e2m1"), np.repeat(F.window_exponents(sfa, "ue4m3"), 16, axis=1))
+    be = F.scaled_windows(m, F.window_exponents(b, "e2m1"), np.repeat(F.window_exponents(sfb, "ue4m3"), 16, axis=1))
+    return F.matmul(m, av, ae, bv, be, 64).view(np.float32).astype(np.float64)
 
 
 def nvfp4_params(**kw):

@@ -1,4 +1,4 @@
-"""pelib.energy up to the launch: the entries, the clock decoders, the input sets and their exact outputs,
+"""pelib.measure.energy up to the launch: the entries, the clock decoders, the input sets and their exact outputs,
 the regimes (bursts with the clock of each launch, sustained windows with NVML's energy) run end to end
 through stand-ins for the GPU (launches, events, NVML, cuBLAS), the jobs and the per-tile tables."""
 import time
@@ -6,7 +6,8 @@ import time
 import pytest
 import torch
 
-from pelib import baselines, energy, launch, nvml, problems
+from pelib.measure import baselines, energy, nvml
+from pelib import launch, problems
 from pelib import timing as _timing
 
 from conftest import FakePlan, fake_info
@@ -242,7 +243,7 @@ def test_prebuild_compiles_every_cubin_of_a_run():
 
 
 def _report(device="NVIDIA H100 80GB HBM3", date="2026-12-01T10:00:00+00:00"):
-    """A pelib.energy limiter report as the command writes it, from synthetic rows."""
+    """A pelib.measure.energy limiter report as the command writes it, from synthetic rows."""
     entries = [energy.stage_entry("sm90/06_permuted_b"), energy.CUBLAS[0]]
     burst = [{"entry": e.name, "inputs": k, "round": 0, "plain": {"median_ms": ms},
               "clocked": {"clock_after_ghz": [1.6, 1.62]},
@@ -283,7 +284,8 @@ def test_main_composes_the_report(tmp_path, monkeypatch, capsys):
     """The command's own steps on a stand-in GPU: the builds, the facts, the jobs (their results canned),
     Nsight Compute (canned), the JSON and the printed table."""
     import json
-    from pelib import bench, device, jobs
+    from pelib import bench, device
+    from pelib.measure import jobs
     info = fake_info("sm_90a")
     monkeypatch.setattr(device, "current", lambda: info)
     monkeypatch.setattr(device, "require", lambda arch, i=None: info)
@@ -293,7 +295,7 @@ def test_main_composes_the_report(tmp_path, monkeypatch, capsys):
     rep = _report()
     seen = {}
 
-    def run_jobs(todo, data_dir, iters, budget, job_timeout_s=90.0, module="pelib.sweep", show=None):
+    def run_jobs(todo, data_dir, iters, budget, job_timeout_s=90.0, module="pelib.measure.sweep", show=None):
         seen["jobs"], seen["module"] = todo, module
         out = [{"index": i, **j, "ok": True, "n_bad": 0} for i, j in enumerate(todo) if j["kind"] == "verify"]
         return out + [{"index": len(todo) - 1, **todo[-1], "ok": True, "nvml": {"ok": True, "power_limit_w": 700.0},
@@ -303,7 +305,7 @@ def test_main_composes_the_report(tmp_path, monkeypatch, capsys):
         {"kernel": "patch_embed_sm90", "lts__t_bytes.sum": "8.56 Gbyte"}]})
     assert energy.main(["limiter", "--out", str(tmp_path), "--budget", "600"]) == 0
     doc = json.loads((tmp_path / "energy-limiter.json").read_text())
-    assert seen["module"] == "pelib.energy" and [j["kind"] for j in seen["jobs"]] == ["verify", "verify", "measure"]
+    assert seen["module"] == "pelib.measure.energy" and [j["kind"] for j in seen["jobs"]] == ["verify", "verify", "measure"]
     assert doc["verified"]["06"]["ok"] and doc["nvml"]["power_limit_w"] == 700.0
     assert doc["facts"]["06"]["sass_consumer_warp_per_tile"]["by_opcode"]["QGMMA"] == 24
     assert doc["ncu_per_tile"][0]["entry"] == "06" and doc["protocol"]["rounds"] == energy.ROUNDS
@@ -330,3 +332,192 @@ def test_stages_mode_runs_its_cluster_sub_stages_through_stand_ins(fake_run):
     jobs = energy.plan_jobs(energy.STAGES, {"random": 3}, ("random",))
     assert [j["entry"]["name"] for j in jobs if j["kind"] == "verify"] == [
         e.name for e in energy.STAGES if e.stage and not e.probe]
+
+
+# ---- the contention mode (07a, 12, 13, cuBLAS; 06 and its probes for the counters) ---------------------------
+
+def test_contention_mode_entries_and_jobs():
+    """07a and every new stage timed in every regime beside cuBLAS fast-accum, 06 and its three probes in
+    bursts (the counters' study), unique names; the new stages, and only they, verified on the check shapes."""
+    from pelib.stage import Stage
+    names = [e.name for e in energy.CONTENTION]
+    assert len(set(names)) == len(names) and names[0] == "07a" and energy.CUBLAS[0] in energy.CONTENTION
+    new = {e.stage for e in energy.CONTENTION_NEW}
+    assert new == {"sm90/12_tma_store", "sm90/13_one_prefetcher"}
+    assert all(Stage(k).header.parent == "sm90/07a_comb_windows" for k in new)
+    e06 = next(e for e in energy.CONTENTION if e.name == "06")
+    assert e06.bursts_only and not e06.probe and all(p in energy.CONTENTION for p in energy.PROBES)
+    todo = energy.plan_jobs(energy.CONTENTION, {"random": 2}, ("random",), checked=energy.CONTENTION_NEW)
+    checked = {j["entry"]["name"] for j in todo if j["kind"] == "verify" and j["check_shapes"]}
+    assert checked == {e.name for e in energy.CONTENTION_NEW} and "12 EPI_BOX_COLS=64,NUM_STAGES=2" in checked
+    assert {j["entry"]["name"] for j in todo if j["kind"] == "verify"} == {"07a", "06"} | checked
+    assert set(energy.RANDOM_PROOF["contention"]) >= new and energy.MODE_INPUTS["contention"] == ("random",)
+
+
+def test_verify_job_runs_the_check_shapes_first(fake_run, monkeypatch):
+    """A verify job with checks: every check shape of the kind (here canned by a stand-in for sweep.check),
+    then the full problem; a wrong check shape stops it before the full problem, saying which."""
+    from pelib.measure import sweep
+    from pelib.kinds import sm90
+    t = SMALL.make_inputs(seed=5)
+    fake_run["t"] = t
+
+    class Data:
+        def full(self, s):
+            return SMALL, t, sm90.Sm90().reference(SMALL, t)
+    seen, bad = [], set()
+
+    def check(s, name, ctx, res):
+        seen.append((s.key, name))
+        res.setdefault("checks", {})[name] = {"ok": name not in bad}
+        return name not in bad
+    monkeypatch.setattr(sweep, "check", check)
+    e12 = energy.stage_entry("sm90/12_tma_store")
+    v = energy._run_job({"kind": "verify", "entry": e12.as_dict(), "check_shapes": True}, Data(), 2)
+    assert v["ok"] and v["n_bad"] == 0 and [n for _, n in seen] == list(sm90.CHECK_PROBLEMS)
+    assert set(v["checks"]) == set(sm90.CHECK_PROBLEMS)
+    bad.add("tail")
+    v = energy._run_job({"kind": "verify", "entry": e12.as_dict(), "check_shapes": True}, Data(), 2)
+    assert not v["ok"] and "['tail']" in v["report"] and v["n_bad"] is None
+
+
+def test_known_metrics_and_the_contention_counters_per_tile():
+    """A metric this ncu does not list is dropped (it would fail the pass); the counters are read per 64 x 256
+    tile, rates as they are, the stall reasons sorted largest first, entries matched to our kernel or cuBLAS's."""
+    q = "Device GH100\nlts__t_bytes   Counter  byte  # of bytes\ndram__bytes_read  Counter byte  x\n"
+    kept, dropped = energy.known_metrics(["lts__t_bytes.sum", "dram__bytes_read.sum", "no_such__metric.sum"], q)
+    assert kept == ["lts__t_bytes.sum", "dram__bytes_read.sum"] and dropped == ["no_such__metric.sum"]
+    full = problems.patch_embed("siglip2")
+    tiles = (full.m / 64) * (full.n / 256)
+    res = {"ok": True, "entries": ["07a", "cuBLAS fast-accum GEMM"], "kernels": [
+        {"kernel": "patch_embed_sm90", "lts__t_sectors_op_write.sum": f"{int(tiles * 1024):,} sector",
+         "lts__throughput.avg.pct_of_peak_sustained_elapsed": "81.5 %", "gpu__time_duration.sum": "780.5 usecond",
+         "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "0.5",
+         "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "1.25"},
+        {"kernel": "nvjet_sm90_qqtst", "lts__t_sectors_op_write.sum": "10 sector"}]}
+    rows = energy.ncu_contention_per_tile(res, full)
+    assert [r["entry"] for r in rows] == ["07a", "cuBLAS fast-accum GEMM"]
+    r = rows[0]
+    assert r["per_tile"]["lts__t_sectors_op_write.sum"] == pytest.approx(1024, rel=1e-6)
+    assert r["rates"]["lts__throughput.avg.pct_of_peak_sustained_elapsed"] == 81.5 and r["ms"] == pytest.approx(0.7805)
+    assert list(r["stalls"]) == ["smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+                                 "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"]
+    assert energy.ncu_contention_per_tile({"ok": False}, full) == []
+
+
+def test_contention_main_composes_the_report(tmp_path, monkeypatch, capsys):
+    """The contention command's own steps on a stand-in GPU: the jobs with the new stages' check shapes, both
+    Nsight Compute passes and the random-input proof (canned), the JSON and the printed tables."""
+    import json
+    from pelib import bench, device
+    from pelib.measure import jobs
+    info = fake_info("sm_90a")
+    monkeypatch.setattr(device, "current", lambda: info)
+    monkeypatch.setattr(device, "require", lambda arch, i=None: info)
+    monkeypatch.setattr(bench, "copy_bandwidth_gb_s", lambda: {"gbps": 3000.0, "median_ms": 0.7, "nbytes": 1 << 30})
+    monkeypatch.setattr(jobs, "save_full", lambda s, d: None)
+    monkeypatch.setattr(energy, "prebuild", lambda entries: [])
+    seen = {}
+
+    def run_jobs(todo, data_dir, iters, budget, job_timeout_s=90.0, module="pelib.measure.sweep", show=None):
+        seen["jobs"] = todo
+        out = [{"index": i, **j, "ok": True, "n_bad": 0} for i, j in enumerate(todo) if j["kind"] == "verify"]
+        burst = [{"entry": e.name, "inputs": "random", "round": 0, "plain": {"median_ms": 0.8 + 0.01 * i},
+                  "clocked": {"clock_after_ghz": [1.6]}} for i, e in enumerate(energy.CONTENTION)]
+        return out + [{"index": len(todo) - 1, **todo[-1], "ok": True, "nvml": {"ok": True}, "verify": {},
+                       "burst": burst, "sustained": []}]
+    monkeypatch.setattr(jobs, "run", run_jobs)
+    monkeypatch.setattr(energy, "run_ncu", lambda entries, d, t: {"ok": True, "entries": ["07a"], "kernels": [
+        {"kernel": "patch_embed_sm90", "lts__t_bytes.sum": "8.56 Gbyte"}]})
+    monkeypatch.setattr(energy, "run_ncu_contention", lambda entries, d, t: {"ok": True, "entries": ["07a"], "kernels": [
+        {"kernel": "patch_embed_sm90", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": "1,000 sector",
+         "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": "1.5"}]})
+    monkeypatch.setattr(energy, "random_proof", lambda keys, out, info, budget_s=0: seen.setdefault("random", keys) and {
+        "seconds": 1.0, "file": "numerics-random.json", "random": {"jobs": {f"random:{k}": {"outcome": {"kind": "finished", "sha256": "ab" * 32}}
+                                            for k in keys}}})
+    assert energy.main(["contention", "--out", str(tmp_path), "--budget", "450"]) == 0
+    doc = json.loads((tmp_path / "energy-contention.json").read_text())
+    assert sum(j.get("check_shapes", False) for j in seen["jobs"]) == len(energy.CONTENTION_NEW)
+    assert seen["random"] == energy.RANDOM_PROOF["contention"] and doc["random_proof"]["file"] == "numerics-random.json"
+    assert doc["ncu_contention_per_tile"][0]["entry"] == "07a" and "sass_error" in doc["facts"]["12"]
+    out = capsys.readouterr().out
+    assert "contention counters per 64 x 256 tile" in out and "[random] 4 jobs" in out
+
+
+def test_contention_entries_run_through_stand_ins(fake_run):
+    """The contention mode's stage entries up to the launch (tensor maps, 12's C map of 64 x 32 and 64 x 64
+    staging boxes, the launch shape) and measured through the stand-in GPU like 06; 06 in bursts only."""
+    t = SMALL.make_inputs(seed=6)
+    fake_run["t"] = t
+    picked = [e for e in energy.CONTENTION if e.stage and not e.probe]
+    res = energy.measure(picked, SMALL, t, {k: t[k].clone() for k in ("a", "b")}, dev=FakeDev(),
+                         info=fake_info("sm_90a"), iters=2, rounds={"random": 1}, inputs=("random",),
+                         log=lambda *a: None, sleep=lambda s: None)
+    assert {b["entry"] for b in res["burst"]} == {e.name for e in picked}
+    assert {x["entry"] for x in res["sustained"]} == {e.name for e in picked if not e.bursts_only}
+    assert res["launch"]["12"]["grid"][0] % 3 == 0 and res["launch"]["13"]["cluster"] == [1, 1, 1]
+
+
+# ---- the headline of make bench -------------------------------------------------------------------------
+
+def test_headline_is_the_fastest_verified_entry_by_burst():
+    rows = [{"entry": "07a", "burst ms (random)": 0.78}, {"entry": "12", "burst ms (random)": 0.70},
+            {"entry": "13", "burst ms (random)": 0.76}, {"entry": "cuBLAS fast-accum GEMM", "burst ms (random)": 0.6}]
+    rep = {"verified": {"07a": {"ok": True}, "12": {"ok": False}, "13": {"ok": True}}}
+    assert energy.headline(rows, rep)["entry"] == "13"      # 12 is faster but wrong; cuBLAS is not a stage
+    assert energy.headline(rows, {"verified": {}}) is None
+
+
+def test_headline_entries_and_their_errors(capsys):
+    es = energy.headline_entries('[["sm90/07a_comb_windows", {}], ["sm90/12_tma_store", {"PE_WAIT_KIND": 1, "NUM_STAGES": 2}]]')
+    assert [e.name for e in es] == ["07a", "12 NUM_STAGES=2", "cuBLAS fast-accum GEMM"]
+    assert es[1].define_dict == {"NUM_STAGES": 2, "PE_WAIT_KIND": 2}       # always the production build
+    for bad, why in (("not json", "JSON list"), ("[]", "at least one"), ('[["sm90/07a_comb_windows", {}], '
+                     '["sm90/07a_comb_windows", {"PE_WAIT_KIND": 1}]]', "twice"), ('[["sm90/07a_comb_windows"]]', "JSON list")):
+        with pytest.raises(energy.EnergyError, match=why):
+            energy.headline_entries(bad)
+    with pytest.raises(SystemExit):
+        energy.main(["headline"])
+    assert "needs --entries" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        energy.main(["limiter", "--entries", "[]"])
+
+
+def test_headline_main_leads_with_the_measured_fastest(tmp_path, monkeypatch, capsys):
+    import json
+    from pelib import bench, device
+    from pelib.measure import jobs
+    info = fake_info("sm_90a")
+    monkeypatch.setattr(device, "current", lambda: info)
+    monkeypatch.setattr(device, "require", lambda arch, i=None: info)
+    monkeypatch.setattr(bench, "copy_bandwidth_gb_s", lambda: {"gbps": 3000.0, "median_ms": 0.7, "nbytes": 1 << 30})
+    monkeypatch.setattr(jobs, "save_full", lambda s, d: None)
+    monkeypatch.setattr(energy, "prebuild", lambda entries: [])
+    ms = {"07a": 0.78, "13": 0.74, "cuBLAS fast-accum GEMM": 0.90}
+
+    def run_jobs(todo, data_dir, iters, budget, job_timeout_s=90.0, module="pelib.measure.sweep", show=None):
+        names = [e["name"] for e in todo[-1]["entries"]]
+        out = [{"index": i, **j, "ok": True, "n_bad": 0} for i, j in enumerate(todo) if j["kind"] == "verify"]
+        burst = [{"entry": n, "inputs": "random", "round": 0, "plain": {"median_ms": ms[n]},
+                  "clocked": {"clock_after_ghz": [1.6]}} for n in names]
+        sus = [{"entry": n, "inputs": "random", "round": 0, "ms_per_launch": ms[n] * 1.2, "j_per_launch": ms[n],
+                "power_w": 690.0, "nvml": {"sm_mhz": {"mean": 1400.0}}} for n in names]
+        return out + [{"index": len(todo) - 1, **todo[-1], "ok": True, "nvml": {"ok": True}, "verify": {},
+                       "burst": burst, "sustained": sus}]
+    monkeypatch.setattr(jobs, "run", run_jobs)
+    assert energy.main(["headline", "--entries", '[["sm90/07a_comb_windows", {}], ["sm90/13_one_prefetcher", {}]]',
+                        "--out", str(tmp_path), "--no-ncu"]) == 0
+    doc = json.loads((tmp_path / "energy-headline.json").read_text())
+    assert doc["headline"] == "13" and [e["name"] for e in doc["entries"]] == ["07a", "13", "cuBLAS fast-accum GEMM"]
+    out = capsys.readouterr().out
+    assert "headline (the fastest verified stage, by burst): 13 0.7400 ms burst, 1.22x cuBLAS fast-accum" in out
+    assert "J per GEMM (0.82x cuBLAS fast-accum's)" in out
+
+
+def test_a_finished_verify_job_prints_its_line():
+    """The runner prints each finished job through pelib.measure.sweep.show_job, whose "checks" is the per-shape
+    verdicts: the job's own flag must not take that name (a bool there crashed the GPU run's first line)."""
+    from pelib.measure import sweep
+    for job in energy.plan_jobs(energy.CONTENTION, checked=energy.CONTENTION_NEW):
+        if job["kind"] == "verify":
+            sweep.show_job({**job, "ok": True, "n_bad": 0, "report": "ok"})

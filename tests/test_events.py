@@ -1,8 +1,9 @@
-"""pelib.events: the one schema, its checker, the one rule from events to spans, the happens-before graph,
-and the naming of logs whose barriers are shared offsets (from what each barrier does, not from source text).
+"""pelib.events: the one schema, its checker, the one rule from events to spans and the happens-before graph.
 
-The logs here are written by hand or by tests/sim_events.py; tests/test_views_sim_real.py runs the same
-functions on the real simulator, tests/test_trace.py on the committed H100 clock64 records."""
+The logs here are written by hand in the simulator's schema (pelib.sim.engine.event_schema(): barriers named, their
+offset in `addr`, phases and op ids as the engine gives them) or by tests/sim_events.py;
+tests/test_views_sim_real.py runs the same functions on the real simulator, tests/test_trace.py on the committed
+H100 clock64 records."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,46 +15,75 @@ from sim_events import persistent_log
 
 FULL, EMPTY, ACC_FULL, ACC_EMPTY = 0x100, 0x110, 0x120, 0x130   # two 8-byte mbarriers each
 FILE = "fp8/09_persistent_megakernel.cu"
+COUNT = {"full": 1, "empty": 1, "acc_full": 1, "acc_empty": 1}   # arrivals per phase
 
 
-def offset_log(tiles: int = 2, kb: int = 2, stages: int = 2) -> list[dict]:
-    """A persistent stage's protocol as the simulator logged it before its events carried names: barriers
-    as shared offsets, the bytes of a TMA in "tag", roles "warp N", no slot, accumulator or op."""
-    out = []
+def engine_log(tiles: int = 2, kb: int = 2, stages: int = 2) -> list[dict]:
+    """A persistent stage's protocol in the simulator's schema, one thread at a time: each mbarrier event names
+    its barrier (name, index, offset, its CTA), the phase it signals (the barrier's current one) or observed
+    complete (a wait that passed a fresh barrier's parity 1: none), an async completion its issue's op id, the
+    bytes of a TMA in `bytes`, roles "warp N" (the stage marks none), the ring slot and the accumulator."""
+    out, bars, op = [], {}, [0]
+    base = {"full": FULL, "empty": EMPTY, "acc_full": ACC_FULL, "acc_empty": ACC_EMPTY}
 
-    def ev(warp, kind, bar=None, line=0, tag=None, parity=None, lane=0):
-        out.append({"seq": len(out), "cta": 0, "cluster": 0, "rank": 0, "warp": warp, "lane": lane,
-                    "role": f"warp {warp}" if warp >= 0 else "async unit", "kind": kind, "barrier": bar,
-                    "slot": None, "acc": None, "parity": parity, "tag": tag, "line": line, "file": FILE})
+    def bar(name, i):
+        return bars.setdefault((name, i), {"phase": 0, "arr": 0, "tx": 0})
+
+    def ev(warp, kind, name=None, i=None, line=0, lane=0, **kw):
+        e = {"seq": len(out), "cta": 0, "cluster": 0, "rank": 0, "warp": warp, "lane": lane,
+             "role": f"warp {warp}" if warp >= 0 else "async unit", "kind": kind, "line": line, "file": FILE, **kw}
+        if name is not None:
+            b = bar(name, i)
+            e.update(barrier=name, index=i, addr=base[name] + 8 * i, bar_cta=0)
+            if kind in ("wait_begin", "wait_end"):
+                e["phase"] = b["phase"] - 1 if b["phase"] else None
+            elif kind != "commit":
+                e["phase"] = b["phase"]
+            if kind in ("arrive", "expect_tx"):
+                b["arr"] += 1
+            b["tx"] += kw.get("bytes", 0) if kind == "expect_tx" else -kw.get("bytes", 0) if kind == "complete_tx" else 0
+            if kind in events.SIGNALS and b["arr"] >= COUNT[name] and b["tx"] == 0:
+                b["phase"], b["arr"] = b["phase"] + 1, 0
+        out.append(e)
+        return e
+
+    def issue():
+        op[0] += 1
+        return op[0]
     it = 0
     for t in range(tiles):
         a = t % 2
-        ev(1, "wait_begin", ACC_EMPTY + 8 * a, 290, 5, 1)
-        ev(1, "wait_end", ACC_EMPTY + 8 * a, 290, 5, 1)
+        par = (t // 2) & 1
+        ev(1, "wait_begin", "acc_empty", a, 290, parity=par ^ 1, tag=5, acc=a)
+        ev(1, "wait_end", "acc_empty", a, 290, parity=par ^ 1, tag=5, acc=a)
         for _ in range(kb):
-            s = it % stages
-            ev(0, "wait_begin", EMPTY + 8 * s, 265, 1, 1)
-            ev(0, "wait_end", EMPTY + 8 * s, 265, 1, 1)
-            ev(0, "expect_tx", FULL + 8 * s, 267, 1024)
-            ev(0, "tma_load", FULL + 8 * s, 269, 1024)
-            ev(-1, "tma_load_done", FULL + 8 * s, 269, 1024)
-            ev(-1, "complete_tx", FULL + 8 * s, 269, 1024)
-            ev(1, "wait_begin", FULL + 8 * s, 296, 2, 0)
-            ev(1, "wait_end", FULL + 8 * s, 296, 2, 0)
-            ev(1, "mma", None, 305)
-            ev(-1, "mma_done", None, 305)
-            ev(1, "commit", EMPTY + 8 * s, 308)
-            ev(-1, "arrive", EMPTY + 8 * s, 308)
+            s, sp = it % stages, (it // stages) & 1
+            ev(0, "wait_begin", "empty", s, 265, parity=sp ^ 1, tag=1, slot=s)
+            ev(0, "wait_end", "empty", s, 265, parity=sp ^ 1, tag=1, slot=s)
+            ev(0, "expect_tx", "full", s, 267, bytes=1024, slot=s)
+            ld = issue()
+            ev(0, "tma_load", "full", s, 269, bytes=1024, op=ld, slot=s, tensor="a")
+            ev(-1, "tma_load_done", "full", s, 269, bytes=1024, op=ld, slot=s)
+            ev(-1, "complete_tx", "full", s, 269, bytes=1024, op=ld, slot=s)
+            ev(1, "wait_begin", "full", s, 296, parity=sp, tag=2, slot=s)
+            ev(1, "wait_end", "full", s, 296, parity=sp, tag=2, slot=s)
+            m = issue()
+            ev(1, "mma", line=305, op=m, slot=s, acc=a, tile=t)
+            ev(-1, "mma_done", line=305, op=m, slot=s, acc=a, tile=t)
+            c = issue()
+            ev(1, "commit", "empty", s, 308, op=c, slot=s)
+            ev(-1, "arrive", "empty", s, 308, op=c, slot=s)
             it += 1
-        ev(1, "commit", ACC_FULL + 8 * a, 311)
-        ev(-1, "arrive", ACC_FULL + 8 * a, 311)
+        c = issue()
+        ev(1, "commit", "acc_full", a, 311, op=c, acc=a)
+        ev(-1, "arrive", "acc_full", a, 311, op=c, acc=a)
         for lane in (0, 1):
-            ev(2, "wait_begin", ACC_FULL + 8 * a, 333, 3, 0, lane)
-            ev(2, "wait_end", ACC_FULL + 8 * a, 333, 3, 0, lane)
-        ev(2, "tmem_ld", None, 187, 32)
-        ev(2, "tmem_ld", None, 187, 32)
-        ev(2, "arrive", ACC_EMPTY + 8 * a, 205)
-    ev(0, "exit", None, 360)
+            ev(2, "wait_begin", "acc_full", a, 333, lane, parity=par, tag=3, acc=a)
+            ev(2, "wait_end", "acc_full", a, 333, lane, parity=par, tag=3, acc=a)
+        ev(2, "tmem_ld", line=187, bytes=32, acc=a)
+        ev(2, "tmem_ld", line=187, bytes=32, acc=a)
+        ev(2, "arrive", "acc_empty", a, 205, acc=a)
+    ev(0, "exit", line=360)
     return out
 
 
@@ -79,33 +109,34 @@ def test_a_bad_event_is_named(bad, says):
         events.check(ev)
 
 
-# ---- a log with offsets, named from what its barriers do -----------------------------------------------
+# ---- the engine's schema ------------------------------------------------------------------------------------
 
-def test_offsets_are_named_by_what_each_barrier_does():
-    ev = events.check(offset_log())
-    names = {e["addr"]: events.bar_label(e) for e in ev if e["addr"] is not None}
-    assert names == {FULL: "full[0]", FULL + 8: "full[1]", EMPTY: "empty[0]", EMPTY + 8: "empty[1]",
-                     ACC_FULL: "acc_full[0]", ACC_FULL + 8: "acc_full[1]", ACC_EMPTY: "acc_empty[0]",
-                     ACC_EMPTY + 8: "acc_empty[1]"}
-    mma = [e for e in ev if e["kind"] == "mma"]
-    assert [e["slot"] for e in mma] == [0, 1, 0, 1] and [e["acc"] for e in mma] == [0, 0, 1, 1]
-    assert [e["acc"] for e in ev if e["kind"] == "tmem_ld"] == [0, 0, 1, 1]
-    assert {e["warp"]: e["role"] for e in ev} == {0: "warp 0: producer", 1: "warp 1: MMA issuer",
-                                                  2: "warp 2: epilogue", -1: "async unit"}
-    load = next(e for e in ev if e["kind"] == "tma_load")
-    assert load["bytes"] == 1024 and load["tag"] is None and load["slot"] == 0
-    by_seq = {e["seq"]: e for e in ev}
-    for e in ev:       # every completion carries its issue's op id
-        if e["kind"] in ("tma_load_done", "complete_tx", "mma_done") or (e["kind"] == "arrive" and e["warp"] < 0):
-            issue = by_seq[e["op"]]
-            assert e["kind"] in events.COMPLETES[issue["kind"]] and issue["seq"] < e["seq"]
+def test_a_barrier_named_by_its_offset_is_refused():
+    """The schema names a barrier by name and keeps its offset in `addr`: a log that puts the offset in `barrier`
+    (the simulator's first schema) is refused with the fix, not renamed by guessing what each barrier does."""
+    log = engine_log(tiles=1)
+    log[0] = {**log[0], "barrier": log[0]["addr"]}
+    with pytest.raises(events.EventError, match=r"event 0 names its barrier by the number 304: .*`addr`"):
+        events.check(log)
 
 
-def test_a_barrier_no_rule_names_keeps_its_call_site():
-    ev = offset_log(tiles=1)
-    ev.insert(3, {**ev[2], "kind": "arrive", "barrier": 0x400, "line": 77, "warp": 3, "role": "warp 3"})
-    ev = events.check([{**e, "seq": i} for i, e in enumerate(ev)])
-    assert {events.bar_label(e) for e in ev if e["addr"] == 0x400} == {"bar@L77"}
+def test_roles_come_from_what_each_warp_issued():
+    ev = events.check(engine_log())
+    assert {e["warp"]: e["role"] for e in ev} == {0: "producer", 1: "mma", 2: "epilogue", -1: "async unit"}
+    assert events.warp_roles(ev) == {(0, 0): "producer", (0, 1): "mma", (0, 2): "epilogue"}
+
+
+def test_warp_classes_split_the_mma_role_by_its_instruction():
+    """The timing model's classes come from the one role rule: an MMA warp that commits is the tcgen05 issuer,
+    one that does not a wgmma consumer; names the phase marks give do not change the class."""
+    ev = events.check(engine_log())
+    assert events.warp_classes(ev) == {(0, 0): "producer", (0, 1): "mma", (0, 2): "epilogue"}
+    wg = [{"seq": 0, "cta": 0, "warp": 4, "kind": "mma", "role": "mma+epilogue"},
+          {"seq": 1, "cta": 0, "warp": 4, "kind": "tma_store", "role": "mma+epilogue"},
+          {"seq": 2, "cta": 0, "warp": 0, "kind": "tma_load", "role": "warp 0"},
+          {"seq": 3, "cta": 0, "warp": 1, "kind": "bar_sync", "role": "warp 1"}]
+    assert events.warp_classes(events.check(wg)) == {(0, 4): "consumer", (0, 0): "producer"}
+    assert events.warp_roles(events.check(wg)) == {(0, 4): "mma+epilogue", (0, 0): "producer", (0, 1): None}
 
 
 # ---- the one rule: spans ---------------------------------------------------------------------------------
@@ -137,28 +168,37 @@ def test_a_planted_deadlock_leaves_open_waits_and_held_resources():
     assert any(s.args.get("open") for s in sp.spans if s.args.get("part") == "held")
 
 
-def test_offsets_and_names_give_the_same_spans():
-    """The rule reads names, slots and accumulators, not how they were found: the offset log and the same
-    log with its names written in draw the same occupancy."""
-    named = events.check(offset_log())
-    occ = lambda ev: sorted((s.tid, s.name, s.ts, s.dur) for s in events.spans(ev).spans if s.cat == "occupancy")
-    by_hand = [{**e, "addr": None} for e in named]
-    assert occ(offset_log()) == occ(by_hand) and len(occ(by_hand)) > 8
+def test_occupancy_reads_the_logs_slots_and_accumulators():
+    """The rule reads slots and accumulators as the log names them: the engine's log of two tiles over a ring of
+    two slots holds each slot twice and each accumulator once, every round released."""
+    sp = events.spans(engine_log())
+    held = [s for s in sp.spans if s.args.get("part") == "held"]
+    assert sorted(sp.threads[(0, s.tid)] for s in held) == ["accumulator 0", "accumulator 1"] + ["ring slot 0"] * 2 + \
+        ["ring slot 1"] * 2
+    assert not any(s.args.get("open") for s in held)
 
 
 # ---- the happens-before graph ----------------------------------------------------------------------------
 
-def test_the_graph_of_an_offset_log():
-    g = events.graph(offset_log())
+def test_the_graph_of_an_engine_log():
+    """Program order per lane, every async completion after its issue (by op), each commit's arrive after the MMAs
+    it tracks, and each wait_end after exactly the signals of the phase it observed (phase_key)."""
+    g = events.graph(engine_log())
     ev = g.events
-    assert not g.exact and all(ev[a]["seq"] < ev[b]["seq"] for a, b, _ in g.edges)
+    assert g.exact and all(ev[a]["seq"] < ev[b]["seq"] for a, b, _ in g.edges)
     why = lambda i: {w for a, b, w in g.edges if b == i}
     for i, e in enumerate(ev):
         if e["kind"] in ("mma_done", "tma_load_done", "complete_tx") or (e["kind"] == "arrive" and e["warp"] < 0):
-            assert "async" in why(i)
-        if e["kind"] == "wait_end" and e["addr"] in (FULL, FULL + 8):
-            (src,) = [a for a, b, w in g.edges if b == i and w == "barrier"]
-            assert ev[src]["kind"] == "complete_tx" and ev[src]["addr"] == e["addr"]
+            (src,) = [a for a, w in g.preds(i) if w == "async"]
+            assert ev[src]["op"] == e["op"] and e["kind"] in events.COMPLETES[ev[src]["kind"]]
+        if e["kind"] == "wait_end" and e["barrier"] == "full":
+            src = [a for a, w in g.preds(i) if w == "barrier"]       # its phase: the producer's expect_tx, the bytes
+            assert [ev[a]["kind"] for a in src] == ["expect_tx", "complete_tx"]
+            assert {events.phase_key(ev[a]) for a in src} == {events.phase_key(e)}
+    # the first waits on empty and acc_empty pass fresh barriers: no phase, no signal before them
+    fresh = [i for i, e in enumerate(ev) if e["kind"] == "wait_end" and e["phase"] is None]
+    assert fresh and all("barrier" not in why(i) for i in fresh)
+    assert {ev[i]["barrier"] for i in fresh} == {"empty", "acc_empty"}
     commits = [(a, b) for a, b, w in g.edges if w == "commit"]
     assert commits and all(ev[a]["kind"] == "mma_done" and ev[b]["kind"] == "arrive" for a, b in commits)
     ends = [i for i, e in enumerate(ev) if e["kind"] == "wait_end" and e["warp"] == 2]
@@ -191,12 +231,42 @@ def test_role_phases_pair_into_spans():
     assert got == {"producer_wait": ("wait", 0, 40, True), "tma_issue": ("issue", 0, 90, False)}
 
 
-def test_back_to_back_landings_of_one_site_are_two_ops():
+def test_back_to_back_landings_of_one_site_follow_their_own_ops():
     """Two loads of one call site on one barrier in flight at once (a resident operand loaded slice by slice)
-    land one after the other: each landing (tma_load_done + complete_tx) is its own op."""
-    def ev(seq, warp, kind, tag=None):
-        return {"seq": seq, "cta": 0, "cluster": 0, "rank": 0, "warp": warp, "lane": 0, "role": None, "kind": kind,
-                "barrier": 0x200, "parity": None, "tag": tag, "line": 231, "file": FILE}
-    log = [ev(0, 0, "tma_load", 512), ev(1, 0, "tma_load", 512), ev(2, -1, "tma_load_done", 512),
-           ev(3, -1, "complete_tx", 512), ev(4, -1, "tma_load_done", 512), ev(5, -1, "complete_tx", 512)]
-    assert [e["op"] for e in events.check(log)] == [0, 1, 0, 0, 1, 1]
+    land one after the other: each landing's async edge goes to the load of its op."""
+    def ev(seq, warp, kind, op):
+        return {"seq": seq, "cta": 0, "cluster": 0, "rank": 0, "warp": warp, "lane": 0, "kind": kind, "op": op,
+                "barrier": "b_full", "addr": 0x200, "bar_cta": 0, "phase": 0, "bytes": 512, "line": 231, "file": FILE}
+    log = [ev(0, 0, "tma_load", 1), ev(1, 0, "tma_load", 2), ev(2, -1, "tma_load_done", 1),
+           ev(3, -1, "complete_tx", 1), ev(4, -1, "tma_load_done", 2), ev(5, -1, "complete_tx", 2)]
+    g = events.graph(log)
+    assert sorted((a, b) for a, b, w in g.edges if w == "async") == [(0, 2), (0, 3), (1, 4), (1, 5)]
+
+
+# ---- the one table of kinds and the engine's vocabulary ------------------------------------------------------
+
+def test_the_engine_publishes_its_vocabulary_and_the_table_knows_every_kind():
+    """pelib.sim's kinds and record layout are the engine's (pe_sim_event_schema); every kind the engine can emit
+    has one entry in pelib.events.KIND_TABLE (a new kind fails here until it is given a category, a picture
+    style and a price), and the table names no kind the engine lacks."""
+    from pelib.sim import engine as sim
+    schema = sim.event_schema()
+    assert schema.kinds == sim.EVENT_KINDS and schema.dtype == sim.EVENT_DTYPE
+    assert schema.kinds[:3] == ("wait_begin", "wait_end", "arrive") and "tmem_st" in schema.kinds
+    assert schema.dtype.itemsize == sim._engine().pe_sim_event_size()
+    assert {"seq", "op", "kind", "bytes", "tensor", "dests", "coord"} <= set(schema.dtype.names)
+    assert set(schema.kinds) == set(events.KIND_TABLE)
+    assert all(v.price in events.PRICES for v in events.KIND_TABLE.values())
+
+
+def test_pictures_and_the_replay_read_the_one_table():
+    """The protocol picture's markers and the graph's dropped kinds come from KIND_TABLE; tcgen05.st is priced
+    from the SASS, never as a TMA issue."""
+    from pelib.predict import graph
+    from pelib.views import protocol
+    assert protocol.KIND_STYLE == {k: v.style for k, v in events.KIND_TABLE.items() if v.style}
+    assert set(graph.DROPPED) == {k for k, v in events.KIND_TABLE.items() if v.price in ("sass", "repeat")}
+    assert events.KIND_TABLE["tmem_st"].price == "sass" and "tmem_st" in graph.DROPPED
+    assert events.KINDS == {k: v.category for k, v in events.KIND_TABLE.items()}
+    with pytest.raises(KeyError, match="no price"):
+        events.kinds_priced("tma")

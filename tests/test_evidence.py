@@ -1,10 +1,11 @@
-"""One evidence vocabulary (pelib.evidence), one SMEM limit (pelib.limits), and no error row shown as a
+"""One evidence vocabulary (pelib.evidence), one SMEM limit (pelib.isa.limits), and no error row shown as a
 measured result."""
 import re
 
 import pytest
 
-from pelib import evidence, limits
+from pelib import evidence
+from pelib.isa import limits
 from pelib.facts import Table
 from pelib.paths import KERNELS
 
@@ -64,7 +65,7 @@ def test_a_failed_baseline_is_not_a_row():
     rep = results.load_sweep()
     failed = "Traceback ...\nAttributeError: no attribute 'ATOL'"
     base = rep.get("baselines", {})
-    if isinstance(base, list):   # pelib.baselines rows (newer runs) or {name: row} (older runs)
+    if isinstance(base, list):   # pelib.measure.baselines rows (newer runs) or {name: row} (older runs)
         base = base + [{"name": "compile_fused", "status": "failed", "reason": failed}]
     else:
         base = {**base, "compile_fused": {"error": failed}}

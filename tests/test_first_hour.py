@@ -19,7 +19,7 @@ PAGE = paths.ROOT / "book" / "chapters" / "first_hour_b200.md"
 STAGE_PREFIXES = (".venv/bin/python -m pelib.stage ", "python -m pelib.stage ", "PYTHONPATH=src python3 -m pelib.stage ")
 # What each Makefile target's dry run must contain (the command it stands for).
 MAKE_DOES = {"test": 'pytest -q -m "not gpu"', "book": "jupyter_book", "test-gpu": "pytest -q -m gpu",
-             "bench": "-m pelib.sweep"}
+             "bench": "-m pelib.measure.sweep"}
 
 
 def page_commands() -> list[str]:
@@ -72,12 +72,12 @@ def test_each_command_runs_up_to_the_launch(cmd, tmp_path, capsys):
             assert re.search(r"(\d+) tests? collected", p.stdout) or re.search(r"^(\d+)/\d+ tests collected",
                                                                                p.stdout, re.M), p.stdout[-800:]
         if target == "bench":        # its command line parses
-            p = subprocess.run([sys.executable, "-m", "pelib.sweep", "--help"], cwd=paths.ROOT,
+            p = subprocess.run([sys.executable, "-m", "pelib.measure.sweep", "--help"], cwd=paths.ROOT,
                                capture_output=True, text=True, timeout=120)
             assert p.returncode == 0 and "--family" in p.stdout, p.stderr
         return
-    if cmd.startswith(".venv/bin/python -m pelib.tcprobe_sm100 "):   # tests/test_tcprobe_sm100.py runs it
-        from pelib import tcprobe_sm100                                  # end to end in the simulator
+    if cmd.startswith(".venv/bin/python -m pelib.measure.tcprobe_sm100 "):   # tests/test_tcprobe_sm100.py runs it
+        from pelib.measure import tcprobe_sm100                                  # end to end in the simulator
         a = tcprobe_sm100.parser().parse_args(shlex.split(cmd)[3:])
         assert a.cmd == "collect" and a.device == "gpu" and a.out
         return

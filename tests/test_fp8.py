@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from pelib import build as B
-from pelib import device, problems, stages, staging
+from pelib import device, problems, stages
+from pelib.layouts import staging
 from pelib.kinds.base import KindError, bf16_bits, bf16_value
 from pelib.kinds.fp8 import check_epi_map, epi_columns, epilogue_map
 from pelib.stage import Stage, StageError
@@ -373,7 +374,7 @@ def test_too_many_or_few_warps_is_a_compile_error():
 def test_runtime_bounds_put_an_exit_test_after_every_step():
     """F4 as this compiler shows it: run-time bounds leave a conditional exit between every two TMEM
     loads and no comb load hoisted across it; templated bounds leave straight-line code."""
-    from pelib import sass_account as SA
+    from pelib.isa import sass_account as SA
 
     ex = F.build("05").exports
     per_range = ex["tile_n"] // ex["epi_ld_x"]          # TMEM loads of one pass over a lane quarter's columns

@@ -6,13 +6,16 @@ import struct
 import numpy as np
 import pytest
 
-from pelib import banks, gonogo, l2policy as L2, sass, sass_account as SA, stages, staging, variants as V
+from pelib.layouts import banks, staging
+from pelib import gonogo, stages
+from pelib.measure import l2policy as L2, variants as V
+from pelib.isa import sass, sass_account as SA
 from pelib import build as B
 from pelib.stage import Stage
 from pelib.views import gonogo as G
 
 CARDS = ("F22", "F23", "F24", "F28")
-from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
+from pelib.isa.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 REG_LIMIT = {"F22": 255, "F23": 255, "F24": 255, "F25": 255, "F28": 240}   # F28: the card's fail-fast
 
 
@@ -93,7 +96,7 @@ def test_variant_is_stage_09_plus_its_change(card):
     if card == "F24":       # only the staging constants and exports, drain() and the epilogue's calls go
         src = V.VARIANTS["F24"].base_file.read_text()
         allowed = "".join(_region(src, a, b) for a, b in (
-            ("using StageBuf", "constexpr int PHASE2_UNROLL"), ("// The staging layout (pelib.staging)", "PELIB_EXPORT(phase2_unroll"),
+            ("using StageBuf", "constexpr int PHASE2_UNROLL"), ("// The staging layout (pelib.layouts.staging)", "PELIB_EXPORT(phase2_unroll"),
             ("// One epilogue warp's share of a tile", "extern \"C\" __global__"),
             ("const u32 stage_buf = smem_u32", "\n"), ("u16* out_blk = out +", "\n"),
             ("if (NUM_EPI_WARPS == 4 || !epi_shares(warp))", "if (lane == 0) {")))
@@ -173,7 +176,7 @@ def test_bank_model_rules():
     assert banks.wavefronts(4 * lanes, 4) == 1 and banks.wavefronts(128 * lanes, 4) == 32
     assert banks.wavefronts(8 * lanes, 8) == 2 and banks.wavefronts(256 * lanes, 8) == 32
     # quarter-warps are served apart: the same 8 rows in every quarter cost 8 per phase, 32 in all,
-    # where a busiest-bank count over the whole warp (pelib.staging.wavefronts) sees 8
+    # where a busiest-bank count over the whole warp (pelib.layouts.staging.wavefronts) sees 8
     rows = np.tile(256 * np.arange(8), 4)
     assert banks.wavefronts(rows, 16) == 32
     assert staging.wavefronts(rows[:, None] + np.arange(16)[None, :]) == 8
@@ -327,7 +330,7 @@ def test_cards_decisions_with_the_variant_evidence():
         assert dec[c].status == gonogo.PENDING and dec[c].needs_b200, dec[c]
     assert dec["F27"].status == gonogo.ABORT and dec["F27"].evidence == "recorded"
     assert dec["F25"].status == gonogo.GO and dec["F25"].evidence == "recorded"
-    assert ev["F21"].status == ev["F26"].status == V.HOST_SIDE and "pelib.l2policy" in ev["F26"].reason
+    assert ev["F21"].status == ev["F26"].status == V.HOST_SIDE and "pelib.measure.l2policy" in ev["F26"].reason
     assert "F23" in V.VARIANTS and "lanes 32*(w%4)" in Stage(V.VARIANTS["F23"].file).header.what
 
 

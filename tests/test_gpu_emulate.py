@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pelib import descriptors as D
+from pelib.isa import descriptors as D
 from pelib import emulate as E
 
 pytestmark = pytest.mark.gpu

@@ -5,7 +5,7 @@ import pytest
 
 from pelib import device, stages
 from pelib.kinds.sm90 import CHECK_PROBLEMS
-from pelib.stage import Stage
+from pelib.stage import Stage, Timed
 from pelib.views.hopper import BEST
 
 pytestmark = pytest.mark.gpu
@@ -83,7 +83,7 @@ def test_fresh_inputs_give_the_same_verdict():
 def test_timed_run_is_verified_and_timed():
     """The whole path the chapters and make bench take: verify, then time, through the plan's watchdog."""
     _need_hopper()
-    r = Stage(*BEST).run("medium", iters=5)
+    r = Stage(*BEST).run("medium", time=Timed(iters=5))
     assert r["ok"] and r["ms"] > 0 and r["launch"]["active_clusters"] is not None
 
 

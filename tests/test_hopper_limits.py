@@ -1,4 +1,4 @@
-"""pelib.views.hopper_limits: the limiter section's tables and findings, from committed pelib.energy runs (the
+"""pelib.views.hopper_limits: the limiter section's tables and findings, from committed pelib.measure.energy runs (the
 real ones and synthetic ones in a scratch results tree)."""
 import json
 import statistics
@@ -13,7 +13,7 @@ FULL = problems.patch_embed("siglip2")
 
 
 def _report(device, date, t06=(0.80, 0.70), ghz=(1.50, 1.80), probes=(0.73, 0.73, 0.70), probe_ghz=1.64):
-    """A pelib.energy limiter run as the command writes it: 06 on random and zeros (launch clocks), cuBLAS,
+    """A pelib.measure.energy limiter run as the command writes it: 06 on random and zeros (launch clocks), cuBLAS,
     the three probes, sustained rows, Nsight Compute per tile."""
     burst, sus = [], []
     for inputs, ms, g in (("random", t06[0], ghz[0]), ("zeros", t06[1], ghz[1])):
@@ -64,7 +64,7 @@ def test_verdict_tells_a_clock_bound_run_from_a_memory_bound_one(tree):
 
 
 def test_missing_runs_name_the_command(tmp_path):
-    with pytest.raises(hl.LimiterError, match="python -m pelib.energy limiter"):
+    with pytest.raises(hl.LimiterError, match="python -m pelib.measure.energy limiter"):
         hl.run("h100", root=tmp_path)
     rep = _report("NVIDIA H200", "2026-12-01T10:00:00+00:00")
     rep["burst"] = [b for b in rep["burst"] if b["inputs"] == "random"]
@@ -102,7 +102,7 @@ def test_estimates_are_priced_on_the_line_and_floored(tree):
     assert by[(h200, "11a")]["L2 line ms"] == "—" and by[(h200, "11a")]["verdict"] == "not measured yet"
     assert by[(h200, "07a")]["header says"] == hl.HEADER_ESTIMATES["07a"]["h200"][0]
     assert by[(h200, "07b")]["L2 KiB/tile removed"] > by[(h200, "06a")]["L2 KiB/tile removed"] > 30
-    assert "modelled" in t.caption and any("no pelib.energy stages run" in n for n in t.notes)
+    assert "modelled" in t.caption and any("no pelib.measure.energy stages run" in n for n in t.notes)
     n, where = hl.resident_ctas(3, tree)
     assert n == 117 and where.endswith("-h100/sm90-stages.json") and (tree / where.split("/", 1)[1]).is_file()
     assert hl.resident_ctas(4, tree) == (None, "")
@@ -130,7 +130,7 @@ def test_tables_read_the_committed_runs():
 
 
 def _stages_run(device, date, rows, spread=0.004):
-    """A pelib.energy stages run as the command writes it: entries, verification, bursts with p10/p90, summary."""
+    """A pelib.measure.energy stages run as the command writes it: entries, verification, bursts with p10/p90, summary."""
     names = [r["entry"] for r in rows]
     return {"env": {"device": device, "date": date, "sm_count": 132}, "evidence": f"measured ({device}, {date[:10]})",
             "problem": "siglip2", "copy": {"gbps": 4200.0},
@@ -145,7 +145,7 @@ def _stages_run(device, date, rows, spread=0.004):
 
 
 def test_estimates_show_the_stages_run_beside_them(tree):
-    """Once a pelib.energy stages run is committed, each sub-stage shows its header's range (a relative one
+    """Once a pelib.measure.energy stages run is committed, each sub-stage shows its header's range (a relative one
     applied to 06 of that run), its measured burst time, launch clock, joules against cuBLAS fast accumulation
     and the verdict."""
     d = tree / "2026-12-02-h200"

@@ -25,14 +25,13 @@ def _module(path: Path) -> str:
 # module imports from its own floor or below. A module not named here is on the library floor; one that
 # runs stages (imports pelib.stage) is named on the floor above it.
 FLOORS = {
-    "ground": ("pelib.paths", "pelib.clock", "pelib.evidence", "pelib.cache", "pelib.elf", "pelib.sass",
-               "pelib.descriptors", "pelib.reference", "pelib.limits", "pelib.notebook", "pelib.device"),
+    "ground": ("pelib.paths", "pelib.clock", "pelib.evidence", "pelib.cache", "pelib.isa.elf", "pelib.isa.sass",
+               "pelib.isa.descriptors", "pelib.reference", "pelib.isa.limits", "pelib.notebook", "pelib.device"),
     "library": (),
     "stage": ("pelib.stage",),
-    "runs": ("pelib.sim_runs", "pelib.sim_catalog", "pelib.sim_proof", "pelib.numerics_proof", "pelib.sweep",
-             "pelib.hopper_perf", "pelib.blind", "pelib.calibrate", "pelib.energy", "pelib.variants", "pelib.readme",
-             "pelib.l2policy", "pelib.models.pipeline", "pelib.predict.__main__", "pelib.predict.blackwell",
-             "pelib.predict.fit", "pelib.predict.history", "pelib.predict.first_hour"),
+    "runs": ("pelib.sim.host", "pelib.sim.runs", "pelib.sim.catalog", "pelib.sim.proof", "pelib.measure",
+             "pelib.views.readme", "pelib.models.pipeline",
+             "pelib.predict"),   # the timing model replays a simulated run of the stage (pelib.sim.host)
     "views": ("pelib.views", "pelib.exercises"),   # exercises: the chapters' graded edits, drawn by views.sim
 }
 
@@ -187,6 +186,24 @@ def test_family_adapters_stay_small():
              if p.name not in ("__init__.py", "base.py")}
     assert set(sizes) == {"fp8.py", "nvfp4.py", "sm90.py"}, sizes
     assert sum(sizes.values()) <= 800, sizes
+
+
+def test_the_front_door_stays_small():
+    """At most 25 modules at pelib's top level (the front door); every other module lives in the package of its
+    job, and every package says in its docstring what it holds."""
+    top = sorted(p.stem for p in PELIB.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 25, f"{len(top)} top-level modules of pelib (at most 25): move one into its room: {top}"
+    for pkg in sorted(p.parent for p in PELIB.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text()))
+        assert doc and len(doc) > 20, f"pelib/{pkg.name}/__init__.py says nothing of what the package holds"
+
+
+def test_a_long_module_says_why():
+    """A module over 700 lines says why in its docstring ("Over 700 lines: ..."), or it is split."""
+    long = [p for p in sorted(PELIB.rglob("*.py")) if len(p.read_text().splitlines()) > 700]
+    bare = [str(p.relative_to(PELIB)) for p in long
+            if "Over 700 lines:" not in (ast.get_docstring(ast.parse(p.read_text())) or "")]
+    assert not bare, f"modules over 700 lines whose docstring gives no reason: {bare}"
 
 
 if __name__ == "__main__":  # python tests/test_imports.py: the figures the README quotes

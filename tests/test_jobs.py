@@ -1,4 +1,4 @@
-"""pelib.jobs: the worker protocol shared by pelib.sweep and pelib.hopper_perf, run on the CPU with job
+"""pelib.measure.jobs: the worker protocol shared by pelib.measure.sweep and pelib.measure.hopper_perf, run on the CPU with job
 kinds that stand in for kernels: one that passes, one whose launch faults (the worker exits 3 and a new
 one takes the next job), one that hangs (killed after the job timeout), one of an unknown kind."""
 from __future__ import annotations
@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+from pathlib import Path
 
-from pelib import hopper_perf, jobs, sweep
+from pelib.measure import hopper_perf, jobs, sweep
 
 WORKER = '''
 import sys, time
-from pelib import jobs
+from pelib.measure import jobs
 
 class KernelFault(RuntimeError):
     pass
@@ -39,7 +40,7 @@ if __name__ == "__main__":
 
 def test_a_fault_or_a_hang_ends_only_its_worker(tmp_path, monkeypatch):
     (tmp_path / "fake_runner.py").write_text(textwrap.dedent(WORKER))
-    src = os.path.dirname(os.path.dirname(jobs.__file__))
+    src = str(Path(jobs.__file__).parents[2])      # src/, jobs being src/pelib/measure/jobs.py
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), src]))
     todo = [{"kind": "passes", "n": 1}, {"kind": "faults"}, {"kind": "passes", "n": 2}, {"kind": "hangs"},
             {"kind": "passes", "n": 3}, {"kind": "teleport"}]
@@ -61,4 +62,45 @@ def test_the_runners_name_their_kinds():
     assert sweep.KINDS["variant"] is sweep.variant is hopper_perf.KINDS["variant"]
     assert set(hopper_perf.KINDS) == {"variant", "probe", "clock", "load", "baselines"}
     assert set(sweep.KINDS) == {"variant", "debug", "clock"}
-    assert sys.modules["pelib.jobs"] is jobs
+    assert sys.modules["pelib.measure.jobs"] is jobs
+
+
+def test_run_ncu_profiles_the_runner_it_names_and_parses_its_counters(tmp_path, monkeypatch):
+    """The one Nsight Compute call the runners share: the command it builds (clock control off, the kernel
+    regex, the runner re-invoked with --ncu-target and its own arguments after it) and the rows it returns."""
+    argv_file = tmp_path / "argv"
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\n"
+                    f"printf '%s\\n' \"$@\" > {argv_file}\n"
+                    "echo '\"ID\",\"Kernel Name\",\"dram__bytes_read.sum\",\"lts__t_bytes.sum\"'\n"
+                    "echo '\"\",\"\",\"byte\",\"byte\"'\n"
+                    "echo '\"0\",\"patch_embed_sm90\",\"1,024\",\"4,096\"'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(jobs, "tool", lambda name: str(fake))
+    res = jobs.run_ncu("pelib.measure.sweep", '["x", {}]', "k1|gemm", ["dram__bytes_read.sum"], 30, ncu_args=("-c", "2"),
+                       program_args=("--data", "D"))
+    assert res["ok"] and res["kernels"] == [{"kernel": "patch_embed_sm90", "dram__bytes_read.sum": "1,024 byte"}]
+    argv = argv_file.read_text().split("\n")
+    assert argv[:2] == ["--clock-control", "none"] and "regex:k1|gemm" in argv and argv[argv.index("-c") + 1] == "2"
+    i = argv.index("-m")
+    assert argv[i + 1:i + 6] == ["pelib.measure.sweep", "--ncu-target", '["x", {}]', "--data", "D"]
+    fake.write_text("#!/bin/sh\necho 'no kernels profiled' >&2\nexit 1\n")
+    bad = jobs.run_ncu("pelib.measure.sweep", "[]", "k", ["m"], 30)
+    assert not bad["ok"] and "exit 1" in bad["error"] and "no kernels profiled" in bad["error"]
+
+
+def test_a_runner_session_logs_to_its_folder(tmp_path, monkeypatch):
+    """jobs.session: the device check, the environment, the folder (--out, else $PE_GPU_RESULTS) and a log that
+    is printed and written, the banner first (what pelib.predict.blind and pelib.predict.probes start with)."""
+    from pelib import bench, device
+    info = type("I", (), {"name": "Fake GPU"})()
+    monkeypatch.setattr(bench, "runner_device", lambda prog, arch: info)
+    monkeypatch.setattr(bench, "environment", lambda i: {"device": i.name})
+    monkeypatch.setattr(device, "banner_text", lambda info=None: f"Evidence mode: {info.name}")
+    monkeypatch.setenv("PE_GPU_RESULTS", str(tmp_path / "env"))
+    run = jobs.session("python -m x", "sm_90a", None, "x.log")
+    run("one line")
+    run.close()
+    assert run.out_dir == tmp_path / "env" and run.env == {"device": "Fake GPU"} and run.info is info
+    assert run.path.read_text() == "Evidence mode: Fake GPU\none line\n"
+    assert jobs.session("python -m x", "sm_90a", str(tmp_path / "out"), "y.log").out_dir == tmp_path / "out"

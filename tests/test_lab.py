@@ -5,6 +5,7 @@ folder, on a copy of the chapter; headless Chromium (Debian's) drives it through
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -32,13 +33,21 @@ def _free_port() -> int:
 
 @pytest.fixture()
 def lab(tmp_path):
+    with running_lab(tmp_path, {CHAPTER: (REPO / "book" / "chapters" / CHAPTER).read_text()}) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def running_lab(tmp_path, files: dict):
+    """JupyterLab on 127.0.0.1 serving `files` ({name: text}) from a temporary folder: (url, root, tmp_path)."""
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"the JupyterLab test needs Chromium at {CHROMIUM}: apt-get install chromium")
     pytest.importorskip("jupyterlab", reason="needs JupyterLab (the book extra)")
     pytest.importorskip("jupytext", reason="needs jupytext (the book extra)")
     root = tmp_path / "chapters"
     root.mkdir()
-    shutil.copy(REPO / "book" / "chapters" / CHAPTER, root / CHAPTER)
+    for name, text in files.items():
+        (root / name).write_text(text)
     settings = tmp_path / "app-settings" / "overrides.d"
     settings.mkdir(parents=True)
     shutil.copy(REPO / "book" / "lab" / "overrides.json", settings / "pe-blackwell.json")

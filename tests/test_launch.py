@@ -9,7 +9,7 @@ import torch
 from pelib import launch as L
 from pelib.build import build
 from pelib.device import DeviceInfo, UnsupportedGPU
-from pelib.limits import SMEM_LIMIT
+from pelib.isa.limits import SMEM_LIMIT
 from pelib.tma import TensorMap, make_spec
 
 K = Path(__file__).parent / "kernels"

@@ -16,7 +16,7 @@ def params():
 
 @pytest.fixture(scope="module")
 def base(params):
-    return model.predict(params=params)
+    return model.outcome(params=params)
 
 
 def test_recorded_points_come_from_the_records():
@@ -72,7 +72,7 @@ def test_baseline_reproduces_point_a(base):
                                 {"early_release": False}])
 def test_period_is_the_largest_cycle_mean(params, kw):
     """Max-plus theory: the steady-state period is the largest mean over the dependency cycles."""
-    p = model.predict(params=params, **kw)
+    p = model.outcome(params=params, **kw)
     assert p.tile == pytest.approx(max(p.cycle_means.values()), rel=0.01)
 
 
@@ -80,7 +80,7 @@ def test_monotone_no_shorter_phase_lengthens_the_tile(params, base):
     rng = np.random.default_rng(1)
     for _ in range(12):
         dk, dp, d2 = (-float(x) for x in rng.integers(0, 600, 3))
-        p = model.predict(dk, dp, d2, params=params)
+        p = model.outcome(dk, dp, d2, params=params)
         assert p.tile <= base.tile + 1e-6
 
 
@@ -97,7 +97,7 @@ def test_kloop_minus_300_alone_regresses_only_under_the_linear_rule(params, base
     rule = model.linear_rule(kloop_delta=-300)
     assert rule.tile == pytest.approx(6995, abs=2)
     assert rule.tile > rule.base_tile
-    m = model.predict(kloop_delta=-300, params=params)
+    m = model.outcome(kloop_delta=-300, params=params)
     assert m.tile < base.tile
     assert 0.4 < (base.tile - m.tile) / 300 < 0.6
     assert m.ml_wait < base.ml_wait          # what the rule holds fixed
@@ -114,7 +114,7 @@ def test_f22_plus_f28_is_borderline_under_the_rule_and_a_gain_in_the_model(param
     rule = model.linear_rule(kloop_delta=-300, phase1_delta=-200)
     assert rule.deficit == pytest.approx(357)
     assert 0.97 < rule.speedup < 1.0
-    m = model.predict(kloop_delta=-300, phase1_delta=-200, params=params)
+    m = model.outcome(kloop_delta=-300, phase1_delta=-200, params=params)
     assert m.speedup(base) > 1.03
 
 
@@ -156,26 +156,26 @@ def test_early_release_is_neutral_as_f19a_recorded(params):
 
 
 def test_stage_count(params, base):
-    three = model.predict(stages=3, params=params)
+    three = model.outcome(stages=3, params=params)
     assert three.tile > base.tile and three.kloop_stalls > 0
-    assert model.predict(stages=2, params=params).binding.startswith("TMA ring")
-    five = model.predict(stages=5, params=params)
+    assert model.outcome(stages=2, params=params).binding.startswith("TMA ring")
+    five = model.outcome(stages=5, params=params)
     assert five.tile == pytest.approx(base.tile, abs=1)
     assert base.smem_fits and not five.smem_fits        # the notes: 5 stages leave too little for staging
 
 
 def test_epilogue_warps(params, base):
-    two = model.predict(epi_warps=2, params=params)
+    two = model.outcome(epi_warps=2, params=params)
     assert not two.feasible and "lane" in two.notes[0]
     share = params.tmem_share
     assert two.phase1 == pytest.approx(4129 * (2 - share), rel=1e-6)   # F23's 2-warp/4-warp ratio = 2 - s
-    assert model.predict(epi_warps=5, params=params).tile == pytest.approx(base.tile, abs=1)
-    eight = model.predict(epi_warps=8, params=params)
+    assert model.outcome(epi_warps=5, params=params).tile == pytest.approx(base.tile, abs=1)
+    eight = model.outcome(epi_warps=8, params=params)
     assert eight.feasible and eight.tile < base.tile and not eight.smem_fits
 
 
 def test_single_accumulator_serialises_the_loop(params, base):
-    one = model.predict(acc_buffers=1, params=params)
+    one = model.outcome(acc_buffers=1, params=params)
     assert one.tile == pytest.approx(2 * base.tile, rel=0.01)
 
 
@@ -186,7 +186,7 @@ def test_deterministic_result_does_not_depend_on_run_length(params):
 
 def test_bad_scenarios_are_rejected():
     with pytest.raises(model.ModelError, match="positive"):
-        model.predict(phase1_delta=-5000)
+        model.outcome(phase1_delta=-5000)
     with pytest.raises(model.ModelError, match="TMEM"):
         model.Scenario(acc_buffers=3)
     with pytest.raises(model.ModelError):
@@ -197,7 +197,7 @@ def test_dispersion_fitted_to_f25_spread_explains_part_of_the_handoff(params):
     sig = model.calibrate_dispersion()
     assert 0.02 < sig < 0.2
     noisy = model.calibrate("A", dispersion=sig)
-    p = model.predict(params=noisy)
+    p = model.outcome(params=noisy)
     assert p.tile_spread_avg == pytest.approx(615, rel=0.05)
     assert p.epi_wait == pytest.approx(1056, abs=2) and p.tma0_wait == pytest.approx(857, abs=2)
     # the slowest-of-8 release gating carries part of what the deterministic model calls handoff
@@ -263,4 +263,4 @@ def test_shared_memory_is_the_kernels_for_every_structure_offered():
             elif "NUM_EPI_WARPS" not in why:
                 assert bytes_ > limit and "227 KB" in why, (stages, warps, why)
     assert built >= 6
-    assert not model.predict(stages=6, epi_warps=2).smem_fits      # 232,584 B: over the 232,448 B limit
+    assert not model.outcome(stages=6, epi_warps=2).smem_fits      # 232,584 B: over the 232,448 B limit

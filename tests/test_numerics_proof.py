@@ -1,5 +1,5 @@
-"""pelib.numerics_proof: the GPU emulation kernel of the tensor core's rule (src/kernels/probes/blockfma_emulate.cu)
-run end to end in the simulator against pelib.blockfma, and the one GPU command up to its launches on a CPU."""
+"""pelib.measure.numerics_proof: the GPU emulation kernel of the tensor core's rule (src/kernels/probes/blockfma_emulate.cu)
+run end to end in the simulator against pelib.numerics.blockfma, and the one GPU command up to its launches on a CPU."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import blockfma as F
-from pelib import numerics_proof as N, problems, sim_proof
+from pelib.numerics import blockfma as F
+from pelib.measure import numerics_proof as N
+from pelib import problems
+from pelib.sim import proof as sim_proof
 
 TINY = problems.PatchEmbed(name="emu", m=128, n=128, k=128, positions=196, tile={"m": 64, "n": 64, "k": 32})
 
@@ -36,7 +38,7 @@ def _wild(seed=5):
 @pytest.mark.parametrize("comb_init", [False, True])
 @pytest.mark.parametrize("inputs", ["project", "wild"])
 def test_the_emulation_kernel_in_the_simulator_equals_pelib_blockfma(inputs, comb_init):
-    """The kernel's own source on the CPU (pelib.sim) prints what pelib.blockfma's H100 model and the stage's
+    """The kernel's own source on the CPU (pelib.sim) prints what pelib.numerics.blockfma's H100 model and the stage's
     epilogue print, on every output: the project's random operands and wild ones (subnormals, the largest
     values, NaN). The exact-sum model differs, so the comparison can fail."""
     t = TINY.make_inputs(seed=3) if inputs == "project" else _wild()
@@ -112,10 +114,11 @@ def test_the_book_views_name_their_evidence():
     assert "measured (NVIDIA H100 80GB HBM3, 2026-11-27)" in html.figure_text(fig)
     proof = V.random_proof_table(simulate=False)
     if not list((V.ROOT / "results").glob("*/numerics.json")):
-        assert proof.notes and "pelib.numerics_proof" in proof.notes[0]
+        assert proof.notes and "pelib.measure.numerics_proof" in proof.notes[0]
     b200 = V.b200_prediction_table()
-    assert b200.caption.startswith("predicted (unverified on a B200)") and "pelib.tcprobe_sm100 collect" in b200.caption
-    assert [r["fraction bits below R"] for r in b200.rows] == [F.B200_F8F6F4.frac_bits, F.B200_MXF4NVF4.frac_bits]
+    assert b200.caption.startswith("modelled (MMA-Sim, not yet run on a B200 here)")
+    assert "pelib.measure.tcprobe_sm100 collect" in b200.caption
+    assert [r["fraction bits below R"] for r in b200.rows] == [F.B200_F8F6F4.frac_bits, F.B200_MXF4NVF4.frac_bits2]
 
 
 def _as_simulated(path):
@@ -133,7 +136,7 @@ def test_a_second_gpus_run_joins_the_tables_as_it_is_committed(tmp_path):
     from pelib.views import numerics as V
     src = next((p for p in sorted((V.ROOT / "results").glob("*-h200/numerics.json"))), None)
     if src is None:
-        pytest.skip("no H200 run of pelib.numerics_proof is committed")
+        pytest.skip("no H200 run of pelib.measure.numerics_proof is committed")
     root = tmp_path / "results"
     h200, h100 = root / src.parent.name, root / "2026-11-28-h100"
     for d in (h200, h100):
@@ -161,7 +164,7 @@ def test_a_second_gpus_run_joins_the_tables_as_it_is_committed(tmp_path):
     assert (row["simulated ≠ H200"], row["simulated ≠ H100"]) == (0, 1) and len(stages.rows) == len(doc["random"]["jobs"])
     assert all(f"off the correctly rounded value, {c}" in stages.columns for c in ("H200", "H100"))
     assert "measured (NVIDIA H100 80GB HBM3, 2026-11-28)" in stages.caption
-    from pelib import readme   # the README's generated line per run (`make readme` after the commit)
+    from pelib.views import readme   # the README's generated line per run (`make readme` after the commit)
     lines = [ln for ln in readme.numerics_lines(root) if "random inputs" in ln]
     assert len(lines) == 2 and "NVIDIA H100 80GB HBM3 (2026-11-28" in lines[1]
     assert lines[1].endswith(f"`results/{h100.name}/{N.SUMMARY}`")

@@ -5,16 +5,17 @@ import pytest
 import torch
 
 from pelib import build as B
-from pelib import descriptors as D
+from pelib.isa import descriptors as D
 from pelib import emulate as E
-from pelib import problems, records, reference, sass
+from pelib import problems, records, reference
+from pelib.isa import sass
 from pelib.kinds import nvfp4 as K
 from pelib.kinds.base import KindError
 from pelib.models import overlap
 from pelib.views import nvfp4
 
 COUNTS = nvfp4.STAGE_COUNTS
-from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
+from pelib.isa.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 STAGE_BYTES = 2 * 128 * 128 + 2 * 2048   # A and B: 128 rows x 128 B of packed E2M1; SFA, SFB: 4 atoms of 512 B
 
 

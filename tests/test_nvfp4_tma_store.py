@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from pelib import emulate as E
-from pelib import problems, reference, results, sass
+from pelib import problems, reference, results
+from pelib.isa import sass
 from pelib.kinds import nvfp4 as K
 from pelib.kinds.base import KindError
 from pelib.views import gonogo as T, nvfp4
@@ -18,7 +19,7 @@ COUNTS = nvfp4.STAGE_COUNTS
 
 def ex_of(stages, ring=1):
     return T.tma_store_stage(stages, ring).exports
-from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
+from pelib.isa.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 STAGE_BYTES = 2 * 128 * 128 + 2 * 2048   # one ring stage: A, B (128 rows x 128 B) and SFA, SFB (4 atoms of 512 B)
 STAGING_BYTES = 128 * 128 * 2      # the FP16 output tile
 STAGING_KEYS = {"stage_smem_offset", "stage_box_cols", "stage_box_rows", "stage_swizzle", "out_swizzle",

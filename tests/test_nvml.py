@@ -1,13 +1,13 @@
-"""pelib.nvml: the ctypes calls, their errors and the summaries, against a stand-in for libnvidia-ml."""
+"""pelib.measure.nvml: the ctypes calls, their errors and the summaries, against a stand-in for libnvidia-ml."""
 import ctypes
 
 import pytest
 
-from pelib import nvml
+from pelib.measure import nvml
 
 
 class FakeNvml:
-    """The NVML functions pelib.nvml calls, each returning an nvmlReturn_t and writing through byref."""
+    """The NVML functions pelib.measure.nvml calls, each returning an nvmlReturn_t and writing through byref."""
 
     def __init__(self, gpus=1, fail=None):
         self.gpus, self.fail, self.energy, self.shutdowns = gpus, fail or {}, 1000, 0

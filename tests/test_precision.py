@@ -1,11 +1,11 @@
-"""pelib.precision: exact emulation of the two F22 epilogue paths and the precision gate."""
+"""pelib.numerics.precision: exact emulation of the two F22 epilogue paths and the precision gate."""
 import math
 from fractions import Fraction
 
 import pytest
 import torch
 
-from pelib import precision as P
+from pelib.numerics import precision as P
 
 
 def _bf16(vals):

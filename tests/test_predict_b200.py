@@ -169,7 +169,8 @@ def test_a_predicted_run_is_drawn_on_a_cycles_axis(monkeypatch, tmp_path):
 # ---- the first hour on a B200: everything up to the launch --------------------------------------------------
 
 def test_first_hour_runs_up_to_the_launch(monkeypatch, tmp_path, capsys):
-    from pelib import bench, device, jobs
+    from pelib import bench, device
+    from pelib.measure import jobs
     from pelib.predict import first_hour
     info = SimpleNamespace(name="NVIDIA B200", sm_count=148, arch="sm_100a")
     monkeypatch.setattr(device, "require", lambda arch, info_=None: info if arch == "sm_100a" else None)
@@ -204,3 +205,20 @@ def test_the_committed_price_example():
     t = vp.price_table(doc=doc)
     assert evidence.kinds_in(t.caption) == ["compiled", "simulated", "predicted"]
     assert [r["step"] for r in t.rows][:4] == ["compiled", "simulated, seed 0", "simulated, seed 1", "simulated, seed 2"]
+
+
+def test_the_predicted_picture_keeps_the_simulators_names():
+    """fp8/06_stages predicted: the simulator's own events at predicted cycles, so its barriers keep their names
+    (full, empty, mma_done) and its MMAs their completions; nothing is named by a source line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from pelib.views import predict as vp
+    p = vp._b200_run("fp8/06_stages")
+    ev = p.events()
+    assert ev and all(e["cycles"] is not None and e["label"] == p.evidence for e in ev)
+    assert {"full", "empty", "mma_done"} <= {e["barrier"] for e in ev}
+    assert {"mma", "mma_done", "tma_load", "complete_tx"} <= {e["kind"] for e in ev}
+    assert [e["cycles"] for e in ev] == sorted(e["cycles"] for e in ev)
+    ax = vp.b200_picture("06_stages")
+    names = " ".join(s.name for s in ax.protocol_spans.spans)
+    assert "full[" in names and "empty[" in names and "mma_done" in names and "bar@" not in names

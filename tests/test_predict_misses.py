@@ -50,3 +50,24 @@ def test_chapter_views_say_predicted_and_measured():
     fig = pv.scatter()
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and "predicted" in ax.get_title()
+
+
+def test_a_summary_lines_sign_is_its_tables():
+    """The worst build's error keeps the sign its table row prints (the summary's "worst" is a size)."""
+    import re
+    line = pv.summary_line()
+    for chip in ("h100", "h200"):
+        d = pv.blind_comparison(chip)
+        m = re.search(chip.upper() + r": mean absolute error [\d.]+%, worst ([+-][\d.]+)% \(([^)]+)\)", line)
+        assert m, line
+        row = max(d["rows"], key=lambda r: abs(r["error_cycles"]))
+        assert row["stage"].endswith(m.group(2))
+        assert m.group(1) == f"{row['error_cycles'] * 100:+.1f}"           # the table's sign and digits
+        assert abs(row["error_cycles"]) == pytest.approx(d["summary"]["worst"])
+    v2 = pv.v2_table()
+    if v2 is not None:
+        for chip, note in zip(("h100", "h200"), v2.notes):
+            d2 = pv._run_doc(chip, pv.V2_FILES[1])
+            row = max(d2["rows"], key=lambda r: abs(r["error_cycles"]))
+            m = re.search(r"v2 MAE [\d.]+%, worst ([+-][\d.]+)% \(([^)]+)\)", note)
+            assert m and m.group(1) == f"{row['error_cycles'] * 100:+.1f}" and row["stage"].endswith(m.group(2))

@@ -1,11 +1,12 @@
-"""The README's generated blocks are what `python -m pelib.readme` writes, today and a year from now, so
+"""The README's generated blocks are what `python -m pelib.views.readme` writes, today and a year from now, so
 they cannot rot; nothing in pelib reads the calendar except through pelib.clock."""
 import ast
 import re
 
 import pytest
 
-from pelib import clock, facts, readme
+from pelib import clock, facts
+from pelib.views import readme
 from pelib.paths import ROOT, SRC
 
 README = ROOT / "README.md"

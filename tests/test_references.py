@@ -19,13 +19,17 @@ TOKEN = re.compile(rf"(?<![\w/.\-])((?:\.?[\w\-]+/)*[\w\-.]*\w\.{EXT})(?![\w/])"
 
 # A public source's file is cited with its project on the same line or within two lines of it.
 PROJECTS = re.compile(r"CUTLASS|cutlass|DeepGEMM|deep_gemm|learn-cuda|gau-nernst|fast\.cu|hopperian|"
-                      r"ThunderKittens|MATLAB-tensor-core|CCCL|PTX ISA|CuAssembler")
+                      r"ThunderKittens|MATLAB-tensor-core|CCCL|PTX ISA|CuAssembler|MMA-Sim|github\.com/[\w\-.]+/[\w\-.]+")
 
 # Names of files pelib writes or a command's argument (not citations): each with what it is.
 WRITTEN = {
+    "out_dir/sim_proof_random.npz": "the random-input bytes pelib.measure.energy writes beside its report",
+    "edit.cu": "an exercise answer's file, the argument of Exercise.check",
+    "energy-headline.json": "the report pelib.measure.energy headline writes",
+    "DIR/tcprobe_sm100.json": "the summary python -m pelib.measure.tcprobe_sm100 collect --out DIR writes",
     "meta.json": "the compile cache's entry metadata (pelib.cache)",
-    "run.json": "a cached simulated run (pelib.sim_runs)",
-    "record.json": "a cached simulated random-input job (pelib.sim_proof.simulate_random)",
+    "run.json": "a cached simulated run (pelib.sim.runs)",
+    "record.json": "a cached simulated random-input job (pelib.sim.proof.simulate_random)",
     "jobs.json": "sim_proof's job list, written for its workers",
     "out.json": "the --trace / -o argument of a command",
     "OUT.json": "the --trace argument's metavar",
@@ -33,12 +37,12 @@ WRITTEN = {
     "records.npz": "a TIMING run's records beside its trace",
     ".records.npz": "the suffix of those records",
     "agreement.cu": "the temporary file how_we_know.md compiles its descriptor static_asserts from",
-    "tcprobe.json": "the summary pelib.tcprobe collect writes",
-    "tcprobe-directed.npz": "a data file pelib.tcprobe collect writes (directed vector classes)",
-    "tcprobe-random.npz": "a data file pelib.tcprobe collect writes (random vector classes)",
-    "tcprobe-chains.npz": "a data file pelib.tcprobe collect writes (chained instructions)",
-    "tcprobe-shapes.npz": "a data file pelib.tcprobe collect writes (N = 128 and 192)",
-    "tcprobe-e5m2.npz": "a data file pelib.tcprobe collect writes (E5M2 operands)",
+    "tcprobe.json": "the summary pelib.measure.tcprobe collect writes",
+    "tcprobe-directed.npz": "a data file pelib.measure.tcprobe collect writes (directed vector classes)",
+    "tcprobe-random.npz": "a data file pelib.measure.tcprobe collect writes (random vector classes)",
+    "tcprobe-chains.npz": "a data file pelib.measure.tcprobe collect writes (chained instructions)",
+    "tcprobe-shapes.npz": "a data file pelib.measure.tcprobe collect writes (N = 128 and 192)",
+    "tcprobe-e5m2.npz": "a data file pelib.measure.tcprobe collect writes (E5M2 operands)",
     "predictions-sm90.json": "the blind predictions python -m pelib.predict --all-sm90 writes",
     "prediction-vs-measured.json": "the comparison python -m pelib.predict --compare writes",
     "DIR/prediction-vs-measured.json": "the same, in the folder python -m pelib.predict.first_hour's --out names",
@@ -47,13 +51,13 @@ WRITTEN = {
     "measured-b200.json": "the same, by its name",
     "PRED.json": "python -m pelib.predict --compare's metavar (a predictions file)",
     "MEAS.json": "python -m pelib.predict --measured's metavar (a measurement)",
-    "numerics.json": "the summary pelib.numerics_proof writes",
+    "numerics.json": "the summary pelib.measure.numerics_proof writes",
     "DIR/numerics.json": "the same, in the folder its --out names",
-    "sim_proof_random.npz": "the random-input stage outputs pelib.sim_proof's random jobs write",
-    "tcprobe_sm100.json": "the summary pelib.tcprobe_sm100 collect writes",
-    "tcprobe_sm100-f8f6f4.npz": "a data file pelib.tcprobe_sm100 collect writes (kind::f8f6f4, E4M3)",
-    "tcprobe_sm100-e5m2.npz": "a data file pelib.tcprobe_sm100 collect writes (kind::f8f6f4, E5M2)",
-    "tcprobe_sm100-mxf4nvf4.npz": "a data file pelib.tcprobe_sm100 collect writes (kind::mxf4nvf4)",
+    "sim_proof_random.npz": "the random-input stage outputs pelib.sim.proof's random jobs write",
+    "tcprobe_sm100.json": "the summary pelib.measure.tcprobe_sm100 collect writes",
+    "tcprobe_sm100-f8f6f4.npz": "a data file pelib.measure.tcprobe_sm100 collect writes (kind::f8f6f4, E4M3)",
+    "tcprobe_sm100-e5m2.npz": "a data file pelib.measure.tcprobe_sm100 collect writes (kind::f8f6f4, E5M2)",
+    "tcprobe_sm100-mxf4nvf4.npz": "a data file pelib.measure.tcprobe_sm100 collect writes (kind::mxf4nvf4)",
 }
 
 
@@ -90,7 +94,8 @@ def dangling(paths, names=None, lab_notes=None) -> list[str]:
                     continue
                 if (_exists(tok, path) if "/" in tok else tok in names) or tok in lab_notes or tok in WRITTEN:
                     continue
-                if "/" in tok and tok.startswith(REPO_FOLDERS):
+                near = " ".join(lines[max(0, i - 2):i + 3])
+                if "/" in tok and tok.startswith(REPO_FOLDERS) and not re.search(r"github\.com/[\w\-.]+/[\w\-.]+|MMA-Sim", near):
                     out.append(f"{_rel(path)}:{i + 1}: {tok}")   # a repo path that is not there
                     continue
                 if not PROJECTS.search(" ".join(lines[max(0, i - 2):i + 3])):

@@ -1,10 +1,10 @@
-"""pelib.sass_account: loops, fast paths and the per-tile instruction account of the MMA warp."""
+"""pelib.isa.sass_account: loops, fast paths and the per-tile instruction account of the MMA warp."""
 import pytest
 
 from pelib import build as B
 from pelib.views import fp8 as P
 from pelib import records
-from pelib import sass_account as SA
+from pelib.isa import sass_account as SA
 
 # A hand-written disassembly in nvdisasm's format: a tile loop around a K-loop; the K-loop's wait
 # has an inline retry loop (jumped over when the first try passes), the tile loop's wait an

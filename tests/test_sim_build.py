@@ -1,4 +1,4 @@
-"""pelib.sim_build: the host compiler it names or finds, cache keys that hold what built a library, a cached
+"""pelib.sim.build: the host compiler it names or finds, cache keys that hold what built a library, a cached
 library that fails to load, its temporary folders, and floating-point contraction pinned off."""
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pelib import sass, sim_build
+from pelib.isa import sass
+from pelib.sim import build as sim_build, host as sim_host
 from pelib.stage import Stage, all_stages
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -78,7 +79,8 @@ def test_the_key_holds_the_resolved_compiler_and_its_flags(fresh_probe):
 BROKEN_ENGINE = textwrap.dedent("""
     import os, subprocess, sys, warnings, ctypes
     from pathlib import Path
-    from pelib import cache, sim_build
+    from pelib import cache
+    from pelib.sim import build as sim_build, host as sim_host
     root = Path(sys.argv[1])
     sim_build._CACHE_DIR = root / "cache"
     # 1. what the issue did: PELIB_SIM_CXX=gcc. Now refused before anything is built.
@@ -116,7 +118,7 @@ BROKEN_ENGINE = textwrap.dedent("""
     assert sim_build.engine_build().path.read_bytes() != lib.read_bytes()
     # 4. a stage simulated: its slot copies leave nothing in the temporary folder
     from pelib.stage import Stage
-    assert Stage("nvfp4/00_single_stage").run("sim", "sim")["ok"]
+    assert sim_host.run(Stage("nvfp4/00_single_stage"), "sim")["ok"]
     left = sorted(p.name for p in Path(os.environ["TMPDIR"]).glob("pelib-sim-*"))
     assert not left, left
     print("OK")

@@ -1,4 +1,4 @@
-"""The catalog of planted bugs (pelib.sim_catalog), the exact-arithmetic inputs it runs on, and the simulator
+"""The catalog of planted bugs (pelib.sim.catalog), the exact-arithmetic inputs it runs on, and the simulator
 against the committed H100 proof.
 
 CPU only: every mutation applies (its find text occurs once) and NVRTC-compiles for its arch; exact inputs
@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 import pytest
 
-from pelib import reference, sim_catalog as C
+from pelib import reference
+from pelib.sim import catalog as C
 from pelib.kinds import base as kbase
 from pelib.stage import Stage
 
@@ -154,18 +155,18 @@ def test_agreement_rules():
 # ---- the committed H100 proof (results/2026-11-24-h100/sim_proof.json) --------------------------------------
 
 def test_committed_proof_is_whole_and_its_bytes_are_the_reference():
-    """The JSON covers every sm90 stage file and every sm90 mutation (or pelib.sim_proof.AWAITING_GPU names it:
+    """The JSON covers every sm90 stage file and every sm90 mutation (or pelib.sim.proof.AWAITING_GPU names it:
     added after the proof was measured); each stored output hashes to its name; the stages' GPU output is the
     CPU torch reference of the same exact inputs, bit for bit."""
-    from pelib import sim_proof as P
+    from pelib.sim import proof as P
     doc = P.load_proof()
     assert doc["name"].startswith("NVIDIA H100") and doc["driver"] and doc["date"] and doc["git"]
     recorded = set(doc["stages"]) | set(doc["mutations"])
     jobs = {s.key for s in P.sm90_stages()} | {m.id for m in P.sm90_mutations()}
     assert recorded <= jobs, f"the proof records jobs that no longer exist: {sorted(recorded - jobs)}"
     assert jobs - recorded == set(P.AWAITING_GPU), (
-        "every sm90 stage and mutation has an H100 record or is listed in pelib.sim_proof.AWAITING_GPU (emptied "
-        f"once `python -m pelib.sim_proof --device gpu --out <folder>` recorded it): {sorted(jobs - recorded)}")
+        "every sm90 stage and mutation has an H100 record or is listed in pelib.sim.proof.AWAITING_GPU (emptied "
+        f"once `python -m pelib.sim.proof --device gpu --out <folder>` recorded it): {sorted(jobs - recorded)}")
     s = Stage("sm90/01_warp_specialized")
     prob = s.problem(P.PROBLEM)
     t = s.inputs(prob, P.SEED, "sim", exact=True)
@@ -194,8 +195,8 @@ def test_committed_proof_is_whole_and_its_bytes_are_the_reference():
 
 def test_committed_proof_ran_todays_mutations():
     """Each mutation in the committed GPU proof was built with the catalog's defines and today's patch: a
-    changed mutation needs a new GPU run (python -m pelib.sim_proof --device gpu)."""
-    from pelib import sim_proof as P
+    changed mutation needs a new GPU run (python -m pelib.sim.proof --device gpu)."""
+    from pelib.sim import proof as P
     doc = P.load_proof()
     for mid, r in doc["mutations"].items():
         m = C.mutation(mid)
@@ -204,12 +205,12 @@ def test_committed_proof_ran_todays_mutations():
 
 
 def test_gpu_proof_launches_every_sm90_job_at_the_simulators_grid(fake_gpu, monkeypatch):
-    """`python -m pelib.sim_proof --device gpu`, on a CPU up to the launch: every sm90 stage and mutation builds
+    """`python -m pelib.sim.proof --device gpu`, on a CPU up to the launch: every sm90 stage and mutation builds
     (NVRTC, with the bounded waits that print their tag), binds its exact inputs and launches with the grid
     the simulator runs (launch_config at the kind's SIM_SM_COUNT: a persistent stage's loops wrap on the GPU as
     they do in the simulator), and its outcome is recorded (here the stand-in launch leaves the output
     poisoned, so it reads as wrong)."""
-    from pelib import sim_proof as P
+    from pelib.sim import proof as P
     plans, _ = fake_gpu
     monkeypatch.setattr(Stage, "inputs", lambda self, problem="small", seed=0, device="gpu", info=None, exact=False:
                         self.kind.inputs(self.problem(problem), seed, "cpu", exact=exact))
@@ -231,7 +232,7 @@ def test_gpu_proof_launches_every_sm90_job_at_the_simulators_grid(fake_gpu, monk
 import multiprocessing   # noqa: E402
 from concurrent.futures import ProcessPoolExecutor   # noqa: E402
 
-from pelib import sim, sim_proof as P   # noqa: E402
+from pelib.sim import engine as sim, proof as P   # noqa: E402
 
 
 def _compiler_missing() -> str | None:

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import build as nvrtc, launch as L, sim, sim_build, tma
-from pelib.limits import SMEM_LIMIT
+from pelib import build as nvrtc, launch as L, tma
+from pelib.sim import engine as sim, build as sim_build, host as sim_host
+from pelib.isa.limits import SMEM_LIMIT
 from pelib.paths import KERNELS
 from pelib.stage import Stage
 
@@ -80,7 +81,7 @@ def test_events_carry_their_meaning():
     mbarrier_init writes them; roles, tiles, ring slots and accumulators come from the stage's phase marks; an
     issue and its completion share an op id and a barrier phase."""
     from pelib import timing
-    r = Stage("fp8/09_persistent_megakernel").run("sim", "sim", sim_seed=0, time=False)
+    r = sim_host.run(Stage("fp8/09_persistent_megakernel"), "sim", sim_seed=0)
     ev = r["report"].events
     assert ev and all(tuple(e) == sim.EVENT_KEYS for e in ev)
     assert [e["seq"] for e in ev] == list(range(len(ev)))
@@ -129,7 +130,7 @@ def test_events_carry_their_meaning():
 def test_sm90_roles_and_barrier_names():
     """sm90 06: the producer warp and the consumer warpgroups (wgmma and epilogue) as the stage marks them;
     turn[0] and turn[1], initialized at two sites, are one array with indices 0 and 1."""
-    ev = Stage("sm90/06_permuted_b").run("sim", "sim", sim_seed=0, time=False)["report"].events
+    ev = sim_host.run(Stage("sm90/06_permuted_b"), "sim", sim_seed=0)["report"].events
     roles = {(e["cta"], e["warp"]): e["role"] for e in ev if e["warp"] >= 0}
     assert roles[(0, 0)] == "producer" and roles[(0, 4)] == "mma+epilogue" and roles[(0, 11)] == "mma+epilogue"
     assert {e["index"] for e in ev if e["barrier"] == "turn"} == {0, 1}
@@ -265,21 +266,21 @@ def test_a_division_by_zero_is_a_report():
 
 
 def test_out_of_bounds_epilogue_is_a_report_and_the_process_lives():
-    """sm90/00 with its raw-pointer epilogue guard `row >= M` mutated to `row > M` (pelib.sim_catalog): the store
+    """sm90/00 with its raw-pointer epilogue guard `row >= M` mutated to `row > M` (pelib.sim.catalog): the store
     one row past the output is reported with the tensor, the element and the line, before it lands; the same
     process then simulates the unmutated stage (before: a clean report, then "double free or corruption")."""
-    from pelib import sim_catalog as C
+    from pelib.sim import catalog as C
     m = C.mutation("sm90-00-row-guard-off-by-one")
     with C.patched(C.stage_of(m), m) as s:
         with pytest.raises(sim.SimMisuse) as e:
-            s.run("sim", "sim", sim_seed="eager", time=False)
+            sim_host.run(s, "sim", sim_seed="eager")
     msg = str(e.value)
     assert "out-of-bounds global access" in msg and "of `c`" in msg and "past its end" in msg, msg
     if shutil.which("addr2line"):
         rec = e.value.report.misuse[0]
         assert rec["file"].endswith("00_tma_wgmma.cu"), rec
         assert "f32x2_to_bf16x2" in s.path.read_text().splitlines()[rec["line"] - 1], rec
-    assert Stage("sm90/00_tma_wgmma").run("sim", "sim", time=False)["ok"]
+    assert sim_host.run(Stage("sm90/00_tma_wgmma"), "sim")["ok"]
 
 
 def test_capped_lists_say_so():
@@ -411,6 +412,32 @@ def test_tcgen05_st_racing_the_columns_is_a_hazard_on_every_schedule(define, say
     yet known complete writes or a tcgen05.ld not yet waited for reads; on every schedule."""
     with pytest.raises(sim.SimHazard, match=says):
         tmem_launch(seed, **{define: 1})[0].run()
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS)
+@pytest.mark.parametrize("define,says", [
+    ("NO_BEFORE_MMA", r"tcgen05.mma writes TMEM columns 0..31 of CTA 0 while tcgen05.(ld|st) issued at \S*sim_tmem.cu:\d+ "
+                      r".*its warp waited for it \(tcgen05.wait::(ld|st)\), but released the columns .*no "
+                      r"tcgen05.fence::before_thread_sync"),
+    ("NO_AFTER_MMA", r"tcgen05.mma writes TMEM columns 0..31 of CTA 0 while tcgen05.(ld|st) issued at .*this thread's "
+                     r"wait observed it, but no tcgen05.fence::after_thread_sync since"),
+    ("NO_AFTER_LD", r"tcgen05.ld reads TMEM columns 0..31 of CTA 0, which tcgen05.mma issued at \S*sim_tmem.cu:\d+ .*"
+                    r"this thread's wait observed it, but no tcgen05.fence::after_thread_sync since"),
+])
+def test_a_missing_tcgen05_fence_is_a_hazard_on_every_schedule(define, says, seed):
+    """PTX ISA 9.7.16.6.3: tcgen05 operations are ordered across a thread synchronisation only through
+    tcgen05.fence::before_thread_sync in the thread before it and ::after_thread_sync in the thread after it;
+    each fence left out is a hazard at the tcgen05 operation it would have ordered, naming the fence."""
+    with pytest.raises(sim.SimHazard, match=says):
+        tmem_launch(seed, **{define: 1})[0].run()
+
+
+@pytest.mark.parametrize("seed", sim.STANDARD_SEEDS)
+def test_a_tcgen05_fence_moved_but_still_ordering_is_clean(seed):
+    """The fence after the bar.sync issued only by the MMA's thread, right before its MMA: still orders it."""
+    plan, out = tmem_launch(seed, AFTER_IN_MMA_THREAD=1)
+    rep = plan.run()
+    assert rep.ok and not rep.hazards
 
 
 # ---- plain accesses: a data race is a hazard (PTX ISA 8.7.1) --------------------------------------------------

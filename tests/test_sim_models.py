@@ -2,7 +2,7 @@
 
 A small C ABI (src/kernels/sim/model/abi.cpp) is compiled once per session with the host C++ compiler and
 called through ctypes. Each model is compared byte for byte with pelib.emulate (TMA boxes and swizzles,
-operand reads through GMMA/UMMA descriptors, TMEM maps) and pelib.descriptors (descriptor decode), and the
+operand reads through GMMA/UMMA descriptors, TMEM maps) and pelib.isa.descriptors (descriptor decode), and the
 MMA results with torch matmul, on random data.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import blockfma as F
-from pelib import descriptors as D
+from pelib.numerics import blockfma as F
+from pelib.isa import descriptors as D
 from pelib import emulate as E
-from pelib import sim_tensormap as ST
+from pelib.sim import tensormap as ST
 from pelib import tma
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -268,7 +268,7 @@ def _gmma(lib, smem, adesc, bdesc, n, scale_d, acc, model=None):
              int(scale_d), acc.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
     else:
         call(lib, "pe_sim_gmma_f8", ptr(smem), SMEM, BASE, ctypes.c_uint64(adesc), ctypes.c_uint64(bdesc), n, 0,
-             int(scale_d), acc.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), (ctypes.c_int32 * 5)(*F.cxx_params(model)))
+             int(scale_d), acc.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), (ctypes.c_int32 * 6)(*F.cxx_params(model)))
 
 
 def _frag_to_tile(acc, n):
@@ -288,7 +288,7 @@ def _fp8(rng, shape, small):
 def test_gmma_e4m3_k_loop_matches_torch(lib, n, small):
     """A 64 x N x 128 product as the sm90 stages issue it: TMA (SW128, 128-B K rows) loads A and B, four
     wgmma K-steps advance the descriptors by 32 B inside the swizzle atom, scale_d = 0 on the first. The
-    default arithmetic is the Hopper block FMA: bit for bit pelib.blockfma's H100 model of the same bytes,
+    default arithmetic is the Hopper block FMA: bit for bit pelib.numerics.blockfma's H100 model of the same bytes,
     within its truncation of torch; the exact accumulation is torch's sum rounded per instruction."""
     rng = np.random.default_rng(n)
     K = 128
@@ -512,7 +512,7 @@ def test_umma_f8f6f4_matches_torch(lib, cta_group, n, small):
         bits = got.copy()
         got = got.view(np.float32).astype(np.float64)
         want = ref[128 * v:128 * v + 128]
-        if not small:   # the predicted Blackwell block FMA, bit for bit pelib.blockfma's (pelib.emulate's) model
+        if not small:   # the predicted Blackwell block FMA, bit for bit pelib.numerics.blockfma's (pelib.emulate's) model
             rows = slice(128 * v, 128 * v + 128)
             model = np.zeros((128, n), np.uint32)
             for s in range(K // 32):
@@ -656,9 +656,11 @@ def test_umma_mxf4nvf4_block16_matches_torch(lib, exact):
         assert np.array_equal(got, ref)
     else:
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-        # the predicted mxf4nvf4 block FMA (every product a b s_a s_b exact), bit for bit pelib.blockfma's
-        ea = F.window_exponents(a, "e2m1") + np.repeat(F.window_exponents(sfa, "ue4m3"), 16, axis=1)
-        eb = F.window_exponents(b, "e2m1") + np.repeat(F.window_exponents(sfb, "ue4m3"), 16, axis=1)
+        # the modelled mxf4nvf4 block FMA (MMA-Sim's rule), bit for bit pelib.numerics.blockfma's
+        ea = F.scaled_windows(F.B200_MXF4NVF4, F.window_exponents(a, "e2m1"),
+                              np.repeat(F.window_exponents(sfa, "ue4m3"), 16, axis=1))
+        eb = F.scaled_windows(F.B200_MXF4NVF4, F.window_exponents(b, "e2m1"),
+                              np.repeat(F.window_exponents(sfb, "ue4m3"), 16, axis=1))
         model = np.zeros((M, N), np.uint32)
         for k in range(4):
             ks = slice(64 * k, 64 * k + 64)

@@ -1,14 +1,16 @@
 """The tensor core's block FMA in one rule, two implementations: the simulator's C++ (src/kernels/sim/model/
-blockfma.h, through the engine library) and pelib.blockfma, checked bit for bit against each other and
+blockfma.h, through the engine library) and pelib.numerics.blockfma, checked bit for bit against each other and
 against the H100's own output bits on every probe vector committed in results/2026-11-27-h100
-(pelib.tcprobe: 2,867,200 FP32 results of wgmma.m64nNk32 E4M3 and E5M2, directed and random classes)."""
+(pelib.measure.tcprobe: 2,867,200 FP32 results of wgmma.m64nNk32 E4M3 and E5M2, directed and random classes)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pelib import blockfma as F
-from pelib import sim, tcprobe as P, tcvectors as V
+from pelib.numerics import blockfma as F
+from pelib.sim import engine as sim
+from pelib.measure import tcprobe as P
+from pelib.numerics import tcvectors as V
 from pelib.paths import ROOT
 
 PROBE_DIR = ROOT / "results" / "2026-11-27-h100"
@@ -40,7 +42,7 @@ def test_the_simulators_model_prints_the_h100s_bits_on_every_probe_output(probe)
 
 
 def test_python_and_cxx_agree_bit_for_bit_on_a_subsample_of_every_class(probe):
-    """pelib.blockfma (what pelib.emulate runs) and the C++ model on the first 4 rows of the first tile of
+    """pelib.numerics.blockfma (what pelib.emulate runs) and the C++ model on the first 4 rows of the first tile of
     every class: equal to each other and to the GPU; the exact sums of both equal too."""
     for name, arr in probe.items():
         c = _cls(name)
@@ -54,19 +56,23 @@ def test_python_and_cxx_agree_bit_for_bit_on_a_subsample_of_every_class(probe):
 
 
 def test_the_cxx_defaults_are_the_python_presets():
-    """model/blockfma.h's constants (WGMMA_F8_H100, UMMA_F8F6F4_B200, UMMA_MXF4NVF4_B200) are pelib.blockfma's
+    """model/blockfma.h's constants (WGMMA_F8_H100, UMMA_F8F6F4_B200, UMMA_MXF4NVF4_B200) are pelib.numerics.blockfma's
     tensor_core models; a launch sets the engine's from Python, the model ABI starts with the constants."""
     want = {k: F.cxx_params(m) for k, m in F.mma_models("tensor_core").items()}
     assert sim.engine_accumulation(defaults=True) == want
-    assert want["wgmma_f8"] == [13, 13, -133, 32, 0] and want["umma_f8f6f4"][:2] == [25, 23]
+    assert want["wgmma_f8"] == [13, 13, -133, 32, 0, 0] and want["umma_f8f6f4"][:2] == [25, 23]
+    assert want["umma_mxf4nvf4"] == [35, 23, -139, 64, 0, 16]   # MMA-Sim's G = 16, F = 35, e_zero = -139
 
 
 def test_accumulation_choices_and_what_they_refuse(monkeypatch):
     assert sim.current_accumulation()[0] == "tensor_core"
     with sim.accumulation("exact") as label:
         assert label == "exact" and sim.current_accumulation()[1]["wgmma_f8"] is F.EXACT_SUM
-    with sim.accumulation(umma_mxf4nvf4=F.B200_MXF4NVF4.with_(frac_bits=37)) as label:
+    with sim.accumulation(umma_mxf4nvf4=F.B200_MXF4NVF4_GUESS.with_(frac_bits=37)) as label:
         assert sim.current_accumulation()[1]["umma_mxf4nvf4"].frac_bits == 37 and "umma_mxf4nvf4" in label
+    with pytest.raises(sim.SimError, match="empty_group"):   # groups only as MMA-Sim's rule
+        with sim.accumulation(umma_mxf4nvf4=F.B200_MXF4NVF4.with_(empty_group="sum_zero")):
+            pass
     with pytest.raises(sim.SimError, match="one of .'tensor_core', 'exact'"):
         with sim.accumulation("fast"):
             pass

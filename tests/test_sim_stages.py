@@ -1,13 +1,14 @@
 """Every stage file, byte for byte the source NVRTC compiles, run end to end on the CPU simulator (pelib.sim)
 at its family's test size (problem 'sim': several K blocks, more tiles than the persistent grid's CTAs or
 clusters), through the same host path as on a GPU (Stage.run: tensor maps, launch shape, argument binding,
-pelib.verify's tolerances), with the standard schedules each (pelib.sim.STANDARD_SEEDS: asynchronous operations
+pelib.verify's tolerances), with the standard schedules each (pelib.sim.engine.STANDARD_SEEDS: asynchronous operations
 completing as late as allowed, as early as allowed, and a random interleaving); on exact-arithmetic inputs the
 output is the reference bit for bit. A failure names the seed: --sim-seed <seed> reproduces it."""
 import pytest
 import torch
 
-from pelib import sim, stages
+from pelib.sim import engine as sim, host as sim_host
+from pelib import stages
 from pelib.kinds.nvfp4 import max_stages_that_fit
 from pelib.stage import Stage
 
@@ -29,7 +30,7 @@ def run_sim(key, defines, seed, exact=False):
     s = Stage(key, defines)
     data = seed if isinstance(seed, int) else SEEDS.index(seed) + 10   # the inputs' seed: an integer
     t = s.inputs("sim", data, "sim", exact=exact) if exact else None
-    r = s.run("sim", "sim", seed=data, sim_seed=seed, time=False, inputs=t)
+    r = sim_host.run(s, "sim", seed=data, sim_seed=seed, inputs=t)
     assert r["ok"], f"{s.label} seed {seed} (--sim-seed {seed}): {r['verify']}"
     assert r["sim"].ok and r["sim"].seed == seed
     return s, r, t
@@ -102,11 +103,12 @@ def test_exact_inputs_bit_identical(key, defines):
 
 
 def test_command_line_runs_the_simulator_and_writes_its_trace(tmp_path, capsys):
-    """python -m pelib.stage <stage> --device sim --trace out.json: the family's test size, verified, and the
-    event log as a Chrome trace whose ruler is simulated order, not time."""
+    """python -m pelib.stage <stage> --device sim --trace out.json (pelib.sim.host's command line, which
+    pelib.stage hands it to): the family's test size, verified, and the event log as a Chrome trace whose
+    ruler is simulated order, not time."""
     import json
 
-    from pelib.stage import main
+    from pelib.sim.host import main
     out = tmp_path / "trace.json"
     assert main(["sm90/06_permuted_b", "--device", "sim", "--trace", str(out)]) == 0
     text = capsys.readouterr().out
@@ -120,7 +122,7 @@ def test_timing_build_runs_in_the_simulator():
     """The TIMING build's records, decoded by pelib.timing as on a GPU; its clock is the simulated counter
     (an order, labelled as such), never a time."""
     from pelib import timing
-    tm = Stage("fp8/09_persistent_megakernel").run_timing("sim", "sim")
+    tm = sim_host.run_timing(Stage("fp8/09_persistent_megakernel"), "sim")
     assert tm.recorded.any()
     assert (tm.end[tm.recorded] >= tm.start[tm.recorded]).all()
     assert tm.meta["clock"] == timing.SIM_ORDER and tm.meta["evidence"].startswith("simulated")
@@ -131,6 +133,6 @@ def test_timing_build_runs_in_the_simulator():
 
 
 def test_result_says_simulated():
-    r = Stage("nvfp4/00_single_stage").run("sim", "sim", time=False)
+    r = sim_host.run(Stage("nvfp4/00_single_stage"), "sim")
     assert r["ok"] and r["evidence"].startswith("simulated") and "ms" not in r
     assert r["report"].events and r["report"].stats["steps"] > 0

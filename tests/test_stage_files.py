@@ -13,7 +13,7 @@ from pelib.paths import KERNELS
 VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_in_kernel", "grid_kind",
               "tile_m", "tile_n", "block_k", "pipeline_stages", "epi_warps", "barrier_bytes", "wait_kind")
 TMAP_FIELDS = ("box_rows", "box_cols", "swizzle", "elem_bytes")
-from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
+from pelib.isa.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 
 STAGE_FILES = stages.all_stages()
 IDS = [str(p.relative_to(KERNELS)) for p in STAGE_FILES]
@@ -289,7 +289,7 @@ def test_steady_state_loops_hold_no_cache_invalidate_or_gpu_fence(path):
     """The K-loop, the epilogue loop and the producer's loop of every sm_100a stage: no CCTL.IVALL (a
     cluster-scope acquire's L1 invalidate) and no MEMBAR.ALL.GPU (a cluster-scope release's wait for
     every outstanding global store). Set-up and teardown (barrier.cluster) may hold them."""
-    from pelib import sass_account as SA
+    from pelib.isa import sass_account as SA
 
     b = B.build(path, "sm_100a")
     ins = SA.parse(b.sass)
@@ -308,7 +308,7 @@ WAIT_BUILD_STAGES = ("nvfp4/01_pipelined.cu", "fp8/00_ws_cta1.cu", "fp8/01_cta2.
 def test_wait_builds(path):
     """PE_WAIT_KIND 0 (the default) calls the printf on a timeout, 1 traps without a call, 2 spins
     unbounded; each exports the kind it was built with."""
-    from pelib import sass_account as SA
+    from pelib.isa import sass_account as SA
 
     builds = {k: B.build(path, "sm_100a", {"PE_WAIT_KIND": k} if k else None) for k in (0, 1, 2)}
     assert [b.exports["wait_kind"] for b in builds.values()] == [0, 1, 2]

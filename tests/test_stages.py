@@ -9,13 +9,14 @@ import math
 import numpy as np
 import pytest
 
-from pelib import sim, stages, tma
+from pelib.sim import engine as sim, host as sim_host
+from pelib import stages, tma
 from pelib.kinds.base import KindError
-from pelib.stage import Stage, StageError, all_stages, parse_signature
+from pelib.stage import Stage, StageError, Timed, all_stages, parse_signature
 
 ALL = all_stages()
 IDS = [s.key for s in ALL]
-from pelib.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
+from pelib.isa.limits import SMEM_LIMIT  # common/limits.cuh, checked against the CUDA guide in test_evidence
 
 
 @pytest.fixture(scope="module", params=ALL, ids=IDS)
@@ -167,16 +168,31 @@ def test_problem_that_does_not_tile_is_refused():
 
 
 def test_sim_device_plans_the_same_launch(stage):
-    """device='sim' gives pelib.sim's plan with the launch shape and the arguments a GPU launch binds
+    """pelib.sim.host.plan gives pelib.sim's plan with the launch shape and the arguments a GPU launch binds
     (tests/test_sim_stages.py runs them)."""
     prob, t = small_inputs(stage)
-    plan = stage.plan(prob, t, device="sim", sim_seed=3)
+    plan = sim_host.plan(stage, prob, t, seed=3)
     ex = stage.exports
     assert isinstance(plan, sim.SimPlan) and plan.config is not None and plan.seed == 3
     assert plan.block == (ex.num_threads, 1, 1) and plan.smem == ex.smem_bytes
     assert plan.cluster == plan.config.cluster and plan.grid == plan.config.grid
     assert plan.grid[0] % ex.cluster_x == 0
 
+
+
+def test_the_simulator_is_its_own_call():
+    """Stage runs on the GPU or compiles; a simulated run, plan or TIMING run is pelib.sim.host's, and the
+    refusal names it."""
+    s = Stage("fp8/06_stages")
+    prob, t = small_inputs(s)
+    with pytest.raises(StageError, match=r"pelib\.sim\.host\.run\(stage"):
+        s.run("sim", "sim")
+    with pytest.raises(StageError, match=r"pelib\.sim\.host\.plan\(stage"):
+        s.plan(prob, t, "sim")
+    with pytest.raises(StageError, match=r"pelib\.sim\.host\.run_timing\(stage"):
+        s.run_timing("sim", "sim")
+    with pytest.raises(StageError, match="one of"):
+        s.run("small", "tpu")
 
 # ---- emulated -----------------------------------------------------------------------------------------
 
@@ -200,7 +216,7 @@ def test_timed_run_through_a_fake_plan(stage, fake_gpu):
     t = stage.inputs(prob)
     ref = stage.kind.reference(prob, t)
     state["fill"] = lambda: t["out"].copy_(ref)
-    res = stage.run(prob, inputs=t, ref=ref, iters=3, warmup=1)
+    res = stage.run(prob, inputs=t, ref=ref, time=Timed(iters=3, warmup=1))
     assert res["ok"] is True and res["ms"] > 0, res.get("verify")
     p = plans[-1]
     assert p.runs == 1 + 1 + 3 and p.waits >= 2
@@ -211,7 +227,7 @@ def test_timed_run_through_a_fake_plan(stage, fake_gpu):
 # ---- what is committed about it, and the command line ----------------------------------------------------
 
 def test_stage_times_read_every_kind_of_committed_run(tmp_path):
-    """results.stage_times: stage lists, pelib.hopper_perf runs and sweeps, at their defaults and verified only,
+    """results.stage_times: stage lists, pelib.measure.hopper_perf runs and sweeps, at their defaults and verified only,
     the newest run per chip, with cuBLAS's GEMM of the same run folder; Stage.table shows them per chip."""
     import json
 
@@ -232,6 +248,10 @@ def test_stage_times_read_every_kind_of_committed_run(tmp_path):
                      {"stage": "sm90/06_permuted_b", "defines": {}, "ok": True, "median_ms": 0.4, "label": "06 [again]"}],
         "baselines": {"cublas_gemm": {"median_ms": 1.0}}}))
     (h200 / "broken.json").write_text("{")
+    # a broken committed file is an error that names it, never skipped for an older result (pelib.results)
+    with pytest.raises(results.ResultsFileError, match="broken.json"):
+        results.stage_times(tmp_path)
+    (h200 / "broken.json").unlink()
     t = results.stage_times(tmp_path)
     assert set(t) == {"sm90/06_permuted_b", "sm90/10_unrolled_kloop"}
     assert t["sm90/06_permuted_b"]["h100"] == {"ms": 1.0, "device": "H100", "date": "2026-01-02", "cublas_ms": 1.2,

@@ -1,4 +1,4 @@
-"""pelib.tcprobe and pelib.tcvectors: the wgmma numerics probe, its vectors, and the collection command end to end
+"""pelib.measure.tcprobe and pelib.numerics.tcvectors: the wgmma numerics probe, its vectors, and the collection command end to end
 in the simulator (whose wgmma arithmetic is model/blockfma.h's block FMA: h100tc_matlab must agree on every
 output, and under the exact accumulation the exact sum must)."""
 import json
@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from pelib import blockfma as F
-from pelib import launch, limits, sim, tcprobe as P, tcvectors as V
+from pelib.numerics import blockfma as F
+from pelib import launch
+from pelib.isa import limits
+from pelib.sim import engine as sim
+from pelib.measure import tcprobe as P
+from pelib.numerics import tcvectors as V
 from pelib.build import build
 
 from conftest import FakeCudaTensor, fake_info
@@ -129,7 +133,7 @@ def test_the_simulated_probe_equals_the_measured_rule_on_every_output(simulated)
 
 
 def test_the_exact_accumulation_option_is_the_exact_sum(tmp_path):
-    """pelib.sim.accumulation("exact"): the simulator's wgmma sums each instruction exactly (the old model)."""
+    """pelib.sim.engine.accumulation("exact"): the simulator's wgmma sums each instruction exactly (the old model)."""
     with sim.accumulation("exact"):
         s = P.collect(tmp_path, device="sim", quick=True, classes=["carry_out", "chain4", "e5m2_specials"],
                       models=(F.EXACT_SUM, F.H100TC_MATLAB))
@@ -215,7 +219,7 @@ def test_bad_requests_say_what_to_do(builds, tmp_path, monkeypatch):
 @pytest.mark.gpu
 def test_the_probe_on_a_hopper(tmp_path):
     """On an H100/H200: every quick job runs, writes every output, and the repeats print the same bits
-    (what the models say is data, not a pass/fail: `python -m pelib.tcprobe collect` records it)."""
+    (what the models say is data, not a pass/fail: `python -m pelib.measure.tcprobe collect` records it)."""
     from pelib import device
     if device.current().cc != (9, 0):
         pytest.skip("the probe issues sm_90a wgmma: H100 or H200 only")

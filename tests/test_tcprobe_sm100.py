@@ -1,15 +1,16 @@
-"""pelib.tcprobe_sm100: the Blackwell tcgen05 numerics probe (src/kernels/probes/tcgen05_numerics.cu) compiled for
-sm_100a, run end to end in the simulator (whose tcgen05.mma computes the predicted models, so they must agree on
+"""pelib.measure.tcprobe_sm100: the Blackwell tcgen05 numerics probe (src/kernels/probes/tcgen05_numerics.cu) compiled for
+sm_100a, run end to end in the simulator (whose tcgen05.mma computes the modelled rules, so they must agree on
 every output), and up to the launch on a stand-in B200: the command "The first hour on a B200" gives a reader."""
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
 import pytest
 
-from pelib import blockfma as F
-from pelib import tcprobe_sm100 as P
+from pelib.numerics import blockfma as F
+from pelib.measure import tcprobe_sm100 as P
 
 SIM_CLASSES = ["two_products", "carry_out", "chain4", "e5m2_specials", "mxf4_spread", "mxf4_two_products",
                "mxf4_chain4"]
@@ -47,9 +48,9 @@ def simulated(tmp_path_factory):
     return out, P.collect(out, device="sim", quick=True, classes=SIM_CLASSES)
 
 
-def test_the_simulated_probe_prints_the_predicted_models(simulated):
-    """The simulator's tcgen05.mma (model/umma.h under the predicted accumulation) equals pelib.blockfma's
-    predicted models on every output, TMEM lanes 0-63 and 64-127 agree, and the alternatives differ (so the
+def test_the_simulated_probe_prints_the_modelled_rules(simulated):
+    """The simulator's tcgen05.mma (model/umma.h under the default accumulation) equals pelib.numerics.blockfma's
+    modelled rules (MMA-Sim's, not yet run on a B200 here) on every output, TMEM lanes 0-63 and 64-127 agree, and the alternatives differ (so the
     B200's run can tell them apart)."""
     out, s = simulated
     assert s["evidence"] == "simulated" and s["unwritten"] == 0 and not s["errors"]
@@ -68,7 +69,7 @@ def test_the_simulated_probe_prints_the_predicted_models(simulated):
 
 def test_up_to_the_launch_on_a_b200(monkeypatch, tmp_path):
     """On a stand-in B200 the GPU path builds, packs (a, b, sfa, sfb, d, out, steps, flags) and launches one
-    CTA of 128 threads per tile; the stand-in writes the predicted model's bits, which score 0."""
+    CTA of 128 threads per tile; the stand-in writes the modelled rule's bits, which score 0."""
     from conftest import fake_info
     from pelib import device, launch
     launched = []
@@ -89,7 +90,28 @@ def test_up_to_the_launch_on_a_b200(monkeypatch, tmp_path):
     assert s["evidence"] == "measured" and "B200" in s["device"]
     assert [(g, b) for _, _, g, b in launched] == [((1, 1, 1), (128, 1, 1))] * 2
     assert [type(x).__name__ for x in launched[0][1][6:]] == ["uint32", "uint32"]
-    assert s["mismatch_total"]["f8f6f4:b200tc_f8f6f4"] == 0 and s["mismatch_total"]["mxf4nvf4:b200_mxf4nvf4_guess"] == 0
+    assert s["mismatch_total"]["f8f6f4:b200tc_f8f6f4"] == 0 and s["mismatch_total"]["mxf4nvf4:b200_mxf4nvf4_mmasim"] == 0
+
+
+def test_every_pair_of_mxf4_candidates_is_told_apart_by_a_class():
+    """A reader's B200 run picks one kind::mxf4nvf4 candidate: for every pair of MXF4_MODELS some probe class has
+    outputs on which the two differ (8 rows of A of each class's first quick tile: 1,024 outputs a class). The
+    classes that separate MMA-Sim's rule from its neighbours: a group that sums to zero under a large scale, and
+    D far below the products."""
+    outs = {}
+    for job in P.jobs(quick=True):
+        if job.kind != "mxf4nvf4":
+            continue
+        arr = P.job_inputs(job)
+        rows = {k: v[:1, :8] if k in ("a", "sfa_rows", "d") else v[:1] for k, v in arr.items()}
+        sub = P.Job(job.name, job.kind, job.cls, 1)
+        outs[job.name] = {m.name: P.evaluate(m, sub, rows) for m in P.MXF4_MODELS}
+    names = [m.name for m in P.MXF4_MODELS]
+    assert len(set(names)) == len(names) and names[0] == F.B200_MXF4NVF4.name
+    apart = {(x, y): [c for c, o in outs.items() if (o[x] != o[y]).any()] for x, y in itertools.combinations(names, 2)}
+    assert all(apart.values()), [p for p, c in apart.items() if not c]
+    for other in ("mxf4_groups_zero_sum_dropped", "b200_mxf4nvf4_guess", "mxf4_groups_34bits"):
+        assert "mxf4_group_sums_zero" in apart[(F.B200_MXF4NVF4.name, other)], other
 
 
 def test_an_hopper_is_refused(monkeypatch, tmp_path):

@@ -9,7 +9,7 @@ take) fails here, for every family, because every family runs through the one pe
 """
 from __future__ import annotations
 
-from pelib.stage import Stage
+from pelib.stage import Stage, Timed
 
 # The timed run of every stage file through a fake plan is tests/test_stages.py::test_timed_run_through_a_fake_plan.
 
@@ -20,7 +20,7 @@ def test_a_wrong_output_is_not_timed(fake_gpu):
     s = Stage("fp8/06_stages")
     inputs = s.inputs("small")
     state["fill"] = lambda: inputs["out"].zero_()
-    res = s.run("small", inputs=inputs, iters=3)
+    res = s.run("small", inputs=inputs, time=Timed(iters=3))
     assert res["ok"] is False and "ms" not in res and plans[-1].runs == 1
 
 

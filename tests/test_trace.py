@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pelib import events, paths, timing
+from pelib.sim import host as sim_host
 from pelib import stage as stage_mod
 
 H100 = paths.RESULTS / "2026-11-24-h100"
@@ -177,7 +178,7 @@ def test_cli_trace_gpu_writes_trace_and_records(tmp_path, monkeypatch, capsys):
     """The GPU path up to the launch: Stage.run and Stage.run_timing stand in for the GPU (the committed
     records come back from the TIMING run); the CLI writes the trace and the records beside it."""
     t = timing.load(RECORDS)
-    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20: {
+    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, time=True, launch=None: {
         "ok": True, "problem": problem, "label": self.label})
     monkeypatch.setattr(stage_mod.Stage, "run_timing", lambda self, problem: t)
     monkeypatch.setattr(stage_mod.bench, "environment", lambda info=None: {
@@ -193,13 +194,24 @@ def test_cli_trace_gpu_writes_trace_and_records(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_trace_sim_writes_the_event_log(tmp_path, monkeypatch):
-    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20, sim_seed=0: {
-        "ok": True, "problem": problem, "label": self.label, "events": _sim_events()})
+    monkeypatch.setattr(sim_host, "run", lambda stage, problem, sim_seed=0, grid=None: {
+        "ok": True, "problem": problem, "label": stage.label, "events": _sim_events()})
     out = tmp_path / "s.json"
-    assert stage_mod.main(["fp8/01_warp_specialized", "--device", "sim", "--trace", str(out)]) == 0
+    assert sim_host.main(["fp8/01_warp_specialized", "--device", "sim", "--trace", str(out)]) == 0
     tr = json.loads(out.read_text())
     assert tr["otherData"]["evidence"] == "simulated order, not time" and timing.check_trace(tr) == []
 
+
+
+def test_stage_cli_hands_sim_and_predict_to_their_host_modules(monkeypatch):
+    """pelib.stage imports neither the simulator nor the timing model: --device sim / predict run the same
+    arguments through python -m pelib.sim.host / pelib.predict.host, and the exit status is theirs."""
+    calls = []
+    monkeypatch.setattr(stage_mod.subprocess, "call", lambda cmd: calls.append(cmd) or 3)
+    assert stage_mod.main(["fp8/06_stages", "--device", "sim", "--sim-seed", "2"]) == 3
+    assert stage_mod.main(["sm90/06_permuted_b", "--device", "predict"]) == 3
+    assert [c[1:3] for c in calls] == [["-m", "pelib.sim.host"], ["-m", "pelib.predict.host"]]
+    assert calls[0][3:] == ["fp8/06_stages", "--device", "sim", "--sim-seed", "2"]
 
 # ---- the protocol picture (pelib.views.protocol): the same spans, labelled by their evidence ---------------
 
@@ -255,10 +267,10 @@ def test_committed_simulator_trace_of_fp8_09():
 
 def test_cli_sweep_with_trace_writes_one_file_per_position(tmp_path, monkeypatch, capsys):
     """--sweep NUM_STAGES=2,3 --trace t.json wrote both traces to t.json: the first was lost without a word."""
-    monkeypatch.setattr(stage_mod.Stage, "run", lambda self, problem, device, iters=20, sim_seed=0: {
-        "ok": True, "problem": problem, "label": self.label, "events": _sim_events()})
+    monkeypatch.setattr(sim_host, "run", lambda stage, problem, sim_seed=0, grid=None: {
+        "ok": True, "problem": problem, "label": stage.label, "events": _sim_events()})
     out = tmp_path / "t.json"
-    assert stage_mod.main(["fp8/06_stages", "--device", "sim", "--sweep", "NUM_STAGES=2,3", "--trace", str(out)]) == 0
+    assert sim_host.main(["fp8/06_stages", "--device", "sim", "--sweep", "NUM_STAGES=2,3", "--trace", str(out)]) == 0
     said = capsys.readouterr().out
     assert not out.exists()
     for n in (2, 3):

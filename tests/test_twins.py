@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pelib import sim_build
+from pelib.sim import build as sim_build
 
 KERNELS = Path(__file__).resolve().parents[1] / "src" / "kernels"
 COMMON, TWINS = KERNELS / "common", KERNELS / "sim" / "common"

@@ -1,9 +1,10 @@
-"""pelib.variants: compiled facts when a variant kernel exists, PENDING when it does not."""
+"""pelib.measure.variants: compiled facts when a variant kernel exists, PENDING when it does not."""
 from pathlib import Path
 
 import pytest
 
-from pelib import gonogo, variants as V
+from pelib import gonogo
+from pelib.measure import variants as V
 from pelib.paths import KERNELS
 
 HERE = Path(__file__).resolve().parent / "kernels"

@@ -1,9 +1,9 @@
-"""pelib.sim_runs and pelib.views.sim: running, caching and classifying simulated runs, and what the
+"""pelib.sim.runs and pelib.views.sim: running, caching and classifying simulated runs, and what the
 chapters show where no B200 is present.
 
 A run goes through Stage.run(device='sim'), the stage's own host path (build, exports, launch
-configuration, tensor-map specs, argument binding, poison, verify) up to pelib.sim.prepare. Here
-pelib.sim.prepare is replaced by a stand-in whose plan writes the torch reference into the output (or a
+configuration, tensor-map specs, argument binding, poison, verify) up to pelib.sim.engine.prepare. Here
+pelib.sim.engine.prepare is replaced by a stand-in whose plan writes the torch reference into the output (or a
 wrong one, or raises pelib.sim's deadlock) and reports an event log in the schema of pelib.events
 (tests/sim_events.py); the tables and pictures are checked against what the stand-in planted. The same
 functions on the real simulator are tested in tests/test_views_sim_real.py.
@@ -15,7 +15,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from pelib import events, evidence, sim, sim_build, sim_catalog, sim_runs  # noqa: E402
+from pelib import events, evidence
+from pelib.sim import engine as sim, build as sim_build, catalog as sim_catalog, runs as sim_runs  # noqa: E402
 from pelib.stage import Stage  # noqa: E402
 from pelib.views import figure_text, protocol, sim as views_sim  # noqa: E402
 
@@ -31,7 +32,7 @@ class _Report:
 
 @pytest.fixture
 def fake_sim(monkeypatch, tmp_path):
-    """pelib.sim.prepare stood in for: its plan's run() writes state['fill'](tensors) into the output and
+    """pelib.sim.engine.prepare stood in for: its plan's run() writes state['fill'](tensors) into the output and
     reports persistent_log(); with state['bug'] it raises pelib.sim's SimDeadlock carrying the report. The
     run cache is a folder of this test's own."""
     state = {"bug": None, "fill": "reference", "prepared": []}
@@ -106,6 +107,20 @@ def test_a_wrong_output_is_reported_not_passed(fake_sim):
     assert run.outcome == "wrong output" and run.verified is False and run.n_bad > 0
     assert views_sim.run_table([run]).rows[0]["verified vs torch"] == "FAIL"
     assert "Not every seed ran clean" in views_sim.run_table([run]).notes[0]
+
+
+def test_the_compact_table_is_one_row_per_stage_and_keeps_a_bad_seed(fake_sim):
+    clean = [sim_runs.simulate("fp8/00_ws_cta1", seed=k) for k in (0, 1)]
+    t = views_sim.run_table(clean, compact=True)
+    assert [r["stage"] for r in t.rows] == [clean[0].label]
+    assert t.rows[0]["seeds"] == ", ".join(str(x) for r in clean for x in (r.seeds or [r.seed]))
+    assert t.rows[0]["verified vs torch"] == "PASS at every seed"
+    assert t.rows[0]["the simulator's report"] == "no deadlock, no hazard, no misuse at every seed"
+    fake_sim["bug"] = "acc_empty_short"
+    hung = sim_runs.simulate("fp8/00_ws_cta1", seed=2)
+    row = views_sim.run_table(clean + [hung], compact=True).rows[0]
+    assert row["the simulator's report"].startswith("seed 2: deadlock:")     # a bad seed is not averaged away
+    assert "— (seed 2)" in row["verified vs torch"] and "PASS (seed 0)" in row["verified vs torch"]
 
 
 def test_a_deadlock_is_the_outcome_with_its_wait_site(fake_sim):
@@ -266,3 +281,15 @@ def test_the_persistent_chapter_checks_its_protocol_on_the_stages_own_source(fak
     assert {r["as expected"] for r in t.rows} == {"yes"} and evidence.kinds_in(t.caption) == ["simulated"]
     clean = [r for r in t.rows if r["expected"].startswith("runs clean")]
     assert clean and all(r["the simulator said"] == "finished, verified" for r in clean)   # benign edits stay clean
+
+
+def test_a_long_report_fits_its_table_cell_and_stays_whole_in_the_run():
+    # a hazard report of several hundred characters: the table cell holds it to the page's cell width at a
+    # word, the run keeps it whole (the rendered page refuses a cell over 400 characters)
+    entry = ("hazard: tcgen05.cp reads [0x8000, 0x8200) of CTA 1, which TMA load issued at 00_single_stage.cu:172 "
+             + "by CTA 1 warp 0 lane 0 before its barrier phase completed " * 8)
+    run = sim_runs.SimRun(stage="nvfp4/00_single_stage", label="", problem="sim", seed=0, outcome="hazard",
+                          stopped=entry, hazards=[entry, entry, entry])
+    cell = views_sim.run_table([run]).rows[0]["the simulator's report"]
+    assert len(cell) <= 400 and cell.startswith("hazard: ") and cell.endswith("…")
+    assert len(views_sim._said(run, whole=True)) > 400          # an exercise's verdict is never cut

@@ -1,4 +1,4 @@
-"""pelib.sim_runs and the protocol picture on the real simulator: a stage's own source run on pelib.sim,
+"""pelib.sim.runs and the protocol picture on the real simulator: a stage's own source run on pelib.sim,
 its tables, its picture, its happens-before graph.
 
 Skipped, saying why, where no host C++ compiler is present; tests/test_views_sim.py covers the same
@@ -10,7 +10,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from pelib import events, evidence, sim_runs, timing  # noqa: E402
+from pelib import events, evidence, timing
+from pelib.sim import runs as sim_runs  # noqa: E402
 from pelib.views import figure_text, protocol, sim  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Time kernels with CUDA events (warm-up, L2 flush, median and p10/p90) and write JSON results.
 
-The stages are benchmarked by `python -m pelib.sweep` (`make bench`), which enumerates the stage files;
+The stages are benchmarked by `python -m pelib.measure.sweep` (`make bench`), which enumerates the stage files;
 `python -m pelib.bench [names...]` runs the few built-in device benchmarks registered here (the copy
 bandwidth the memory floor is measured against) and writes one JSON file under results/<date>-<device>/.
 """
@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
@@ -47,7 +48,7 @@ def register(name: str, arch: str | None = None):
 
 
 def registry() -> dict[str, Benchmark]:
-    """The built-in benchmarks (the stages are enumerated from their files by pelib.sweep)."""
+    """The built-in benchmarks (the stages are enumerated from their files by pelib.measure.sweep)."""
     return dict(_REGISTRY)
 
 
@@ -200,7 +201,7 @@ def derived(problem, ms: float, copy_gb_s: float | None = None) -> dict:
 
 
 def compare_rows(ours: dict, baselines, copy_gb_s: float, problem) -> list[dict]:
-    """Rows of the comparison table: ours first, then each baseline (pelib.baselines rows, or an older
+    """Rows of the comparison table: ours first, then each baseline (pelib.measure.baselines rows, or an older
     run's {name: row}) with our speed-up over it."""
     rows = []
     for r in [{"name": "ours: " + ours.get("stage", "best"), **ours, "status": "measured" if "median_ms" in ours
@@ -279,9 +280,54 @@ def write(report: dict, out_dir=None) -> "Path":
     git = results.label(str(env.get("git", ""))[:7], "env['git']")
     base = Path(out_dir) if out_dir else results.run_dir(env)
     path = results.inside(base / f"{stamp}-{dev}-{git}.json", base if out_dir else results.RESULTS)
+    if base.exists() and not base.is_dir():
+        raise results.ResultsPathError(f"out_dir={str(base)!r} is a file, not a folder: name a folder (it is made "
+                                       "if missing) or leave it out for results/<date>-<device>/")
     base.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    return path
+    return publish(path, json.dumps(report, indent=2, default=str) + "\n")
+
+
+def publish(path, text: str) -> "Path":
+    """Write `text` as `path`, or as `path` with -2, -3, ... before its suffix where that name is taken: the whole
+    file is written under a temporary name in the same folder, then linked to its name (link(2) fails where the
+    name exists, so no writer replaces another's report and no reader sees half a file); returns the name used."""
+    from pathlib import Path
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        for i in range(1, 10_000):
+            name = path if i == 1 else path.with_name(f"{path.stem}-{i}{path.suffix}")
+            try:
+                os.link(tmp, name)
+                return name
+            except FileExistsError:
+                continue
+            except OSError:   # a file system without hard links: an exclusive create of the name instead
+                try:
+                    with open(name, "x") as f:
+                        f.write(text)
+                    return name
+                except FileExistsError:
+                    continue
+        raise results.ResultsPathError(f"{path}: 9,999 reports of this run already; write elsewhere (out_dir)")
+    finally:
+        os.unlink(tmp)
+
+
+def runner_device(prog: str, arch: str, info=None):
+    """The device a GPU runner (python -m pelib.predict.blind, energy, predict.probes, sweep, hopper_perf) measures on, or
+    SystemExit(2) after one line saying what it needs and what is here: a runner without its GPU has nothing to
+    show, and a traceback of pelib.device.UnsupportedGPU is not an answer."""
+    info = info or _device.current()
+    try:
+        return _device.require(arch, info)
+    except _device.UnsupportedGPU:
+        here = info.describe() if info.present else (info.reason or "no CUDA GPU")
+        print(f"{prog}: measures on an {arch} GPU and found {here}: nothing run, nothing written (the book shows "
+              "the committed results; run this on that GPU)", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def format_results(report: dict) -> str:

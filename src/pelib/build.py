@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from . import cache as _cache, elf, sass as _sass
+from . import cache as _cache
+from .isa import elf, sass as _sass
 from .paths import KERNELS
 
 ARCHS = ("sm_100a", "sm_90a")
@@ -386,7 +387,7 @@ def _can_say_no_cache() -> bool:
 
 
 def facts_missing(cubin: bytes, log: str) -> list[str]:
-    """The cubin's entry functions (pelib.elf) that the ptxas log reports no facts for: a build always carries them."""
+    """The cubin's entry functions (pelib.isa.elf) that the ptxas log reports no facts for: a build always carries them."""
     return sorted(set(elf.entry_functions(cubin)) - set(parse_ptxas(log)))
 
 

@@ -250,14 +250,17 @@ class Banner(str):
         pass
 
     def html(self) -> str:
-        """The banner as wrapped prose (not a <pre> line), with when and where the page ran."""
+        """The banner as one line of prose (not a <pre> block): the mode, why, and when the page ran; a
+        line too long for the column ends in an ellipsis and the whole text is its tooltip."""
         import html as _html
 
         head, _, rest = self.partition(" — ")
-        when = (f"This page was executed on {clock.today()}; “here” is the machine that executed it. "
-                "Run the book yourself to see your GPU's mode.")
-        return (f'<div class="pe-banner"><span class="pe-mode">{_html.escape(head)}</span>'
-                f'{" — " + _html.escape(rest) if rest else ""}<br/><small>{when}</small></div>')
+        when = f"executed {clock.today()}"
+        full = (f"{self} ({when}; “here” is the machine that executed the page: run the book yourself to see "
+                "your GPU's mode)")
+        return (f'<div class="pe-banner" title="{_html.escape(full)}"><span class="pe-mode">'
+                f'{_html.escape(head.removeprefix("Evidence mode: "))}</span>'
+                f'{" — " + _html.escape(rest) if rest else ""} · {when}</div>')
 
 
 def _in_ipython() -> bool:

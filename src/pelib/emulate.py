@@ -24,10 +24,13 @@ sm100_blockscaled_layout.hpp (SfKMajorAtom), include/cute/arch/copy_sm100.hpp
 tcgen05_programming.rst (2-CTA split); DeepGEMM sm100_fp8_fp4_gemm_1d1d.cuh (UTCCP SF layout).
 
 What is proven on Hopper hardware (tests/test_gpu_emulate.py): TMA load/store with every swizzle,
-GMMA descriptor reads with the K-advance; and the arithmetic of each wgmma, pelib.blockfma's rule (0 of
+GMMA descriptor reads with the K-advance; and the arithmetic of each wgmma, pelib.numerics.blockfma's rule (0 of
 2,867,200 probe outputs differ on an H100 and an H200, results/2026-11-27-h100/tcprobe.json). TMEM,
-tcgen05.ld/cp, the 2-CTA split and tcgen05.mma's arithmetic (predicted) are modelled from the sources above
+tcgen05.ld/cp, the 2-CTA split and tcgen05.mma's arithmetic (MMA-Sim's rule, not yet run on a B200 here) are modelled from the sources above
 only.
+
+Over 700 lines: one data path from the spec, piece by piece (swizzle, TMA, descriptors, TMEM, scale factors),
+each piece a function a test pokes.
 """
 from __future__ import annotations
 
@@ -37,9 +40,9 @@ from typing import Callable
 
 import numpy as np
 
-from . import blockfma as F
-from . import descriptors as D
-from . import limits
+from .numerics import blockfma as F
+from .isa import descriptors as D
+from .isa import limits
 
 __all__ = [
     "EmulationError", "swizzle_addr", "swizzle_repeat", "SmemImage", "TensorMap2D", "tma_load_2d",
@@ -485,6 +488,12 @@ def sf_to_blocked(sf: np.ndarray) -> np.ndarray:
     return out
 
 
+def _pad_sf_rows(sf: np.ndarray) -> np.ndarray:
+    """Scale-factor rows padded with zero rows to a multiple of 128 (the blocked atom's rows)."""
+    pad = -sf.shape[0] % 128
+    return sf if not pad else np.concatenate([sf, np.zeros((pad, sf.shape[1]), dtype=sf.dtype)])
+
+
 def tcgen05_cp_32x128b_warpx4(smem: SmemImage, desc, tmem: Tmem, col: int, *, arch: str = "sm_100a") -> None:
     """tcgen05.cp.cta_group::1.32x128b.warpx4: 32 rows x 16 B from shared memory to TMEM columns col..col+3
     of every 32-lane quarter (broadcast to the four warps' lanes; CUTLASS SM100_UTCCP_4x32dp128bit_1cta).
@@ -564,6 +573,8 @@ EXPORT_NAMES = {
     "sfa_smem_offset / sfb_smem_offset": "block-scaled: stage-0 SFA / SFB bytes in smem (blocked layout)",
     "sfa_tmem_col / sfb_tmem_col": "block-scaled: TMEM column of the SFA / SFB copy for K-step 0",
     "sf_tmem_step_cols": "block-scaled: TMEM columns between the scale copies of consecutive K-steps (4)",
+    "sfb_mma_shift_cols": "block-scaled: columns the MMA's SFB address lies past the copy's (a tile narrower "
+                          "than its 128-row SF block: row r of the block is in column r / 32)",
     "sfa_stage_stride / sfb_stage_stride": "block-scaled: smem bytes between the SF tiles of consecutive stages",
     "aliases": "num_ab_stage = num_stages; a_stage_bytes / b_stage_bytes = a_stage_stride / b_stage_stride; "
                "stage_bytes sets all four stage strides (A, B, SFA, SFB) at once",
@@ -655,6 +666,7 @@ class TileParams:
     sfa_tmem_col: int | None = None
     sfb_tmem_col: int | None = None
     sf_tmem_step_cols: int = 4
+    sfb_mma_shift_cols: int = 0
     sfa_stage_stride: int = 0
     sfb_stage_stride: int = 0
     stage_smem_offset: int | None = None
@@ -858,10 +870,10 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
     For each K tile: TMA loads of the boxes into each CTA's shared-memory image, the stage's
     descriptors advanced per K-step, the operand bytes read through them, the MMA into TMEM (or
     wgmma registers), then the epilogue's TMEM loads (and staging + TMA store if the stage stages).
-    Each MMA instruction adds its products to the FP32 accumulator as pelib.blockfma's model of that MMA
+    Each MMA instruction adds its products to the FP32 accumulator as pelib.numerics.blockfma's model of that MMA
     does (`accumulation`: "tensor_core", the block FMA the simulator runs by default: wgmma FP8 measured on
-    an H100, tcgen05 f8f6f4 and mxf4nvf4 predicted; "exact": each instruction's exact sum rounded once; or
-    a dict of models by pelib.blockfma.MMA_KINDS); kind::f16 sums exactly in float64. acc_init: the FP32
+    an H100, tcgen05 f8f6f4 and mxf4nvf4 modelled (MMA-Sim's hardware-validated rules, not yet run on a B200 here); "exact": each instruction's exact sum rounded once; or
+    a dict of models by pelib.numerics.blockfma.MMA_KINDS); kind::f16 sums exactly in float64. acc_init: the FP32
     accumulator before the first instruction (a stage that starts it from a bias), else the first
     instruction does not read D. Returns D (float64; NaN where the epilogue wrote nothing), and the
     TileReport if asked.
@@ -945,8 +957,10 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
         for name in ("sfa_smem_offset", "sfb_smem_offset", "sfa_tmem_col", "sfb_tmem_col"):
             if getattr(p, name) is None:
                 raise EmulationError(f"a block-scaled stage must export {name}")
-        sfa_bl = sf_to_blocked(_as_bytes2d(sfa))
-        sfb_bl = sf_to_blocked(_as_bytes2d(sfb))
+        # a tile narrower than 128 rows (nvfp4/03's 64-wide B) comes with its rows only: the blocked layout's
+        # 128-row atom is padded with rows this tile never reads
+        sfa_bl = sf_to_blocked(_pad_sf_rows(_as_bytes2d(sfa)))
+        sfb_bl = sf_to_blocked(_pad_sf_rows(_as_bytes2d(sfb)))
         kbt = K // p.sf_vec
         n_sf_step = kel_step // p.sf_vec
         sf_fmt = "ue4m3" if p.kind == "mxf4nvf4" else "ue8m0"
@@ -972,9 +986,11 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
                 for op, bl, rows0, off in (("a", sfa_bl, m0, p.sfa_smem_offset + stage * p.sfa_stage_stride),
                                            ("b", sfb_bl, n0, p.sfb_smem_offset + stage * p.sfb_stage_stride)):
                     rows = tile_m if op == "a" else tile_n
-                    for r128 in range(rows // 128):
+                    # a tile narrower than 128 rows takes the atoms of the 128-row block holding it (the
+                    # blocked layout has no smaller atom); the MMA's SF address then selects its rows
+                    for r128 in range(-(-rows // 128)):
                         for ka in range(p.block_k // p.sf_vec // 4):
-                            src = sf_blocked_offset((rows0 + 128 * r128), kt * p.block_k // p.sf_vec + 4 * ka, kbt)
+                            src = sf_blocked_offset((rows0 - rows0 % 128 + 128 * r128), kt * p.block_k // p.sf_vec + 4 * ka, kbt)
                             dst = smem_base + off + (r128 * (p.block_k // p.sf_vec // 4) + ka) * 512
                             sm.write(dst + np.arange(512), bl[src:src + 512])
         if p.block_scaled:  # MMA warp: the stage's scale factors to TMEM first (all atoms), then the MMAs
@@ -1023,15 +1039,16 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
                 atom, sf_id = divmod(ksf, 4)
                 sa = decode_values(_mma_scale_bytes(tm, p.sfa_tmem_col + atom * p.sf_tmem_step_cols, tile_m,
                                                     sf_id, n_sf_step), sf_fmt)
-                sb = decode_values(_mma_scale_bytes(tm, p.sfb_tmem_col + atom * p.sf_tmem_step_cols, tile_n,
+                sb = decode_values(_mma_scale_bytes(tm, p.sfb_tmem_col + p.sfb_mma_shift_cols + atom * p.sf_tmem_step_cols, tile_n,
                                                     sf_id, n_sf_step), sf_fmt)
                 av = av * np.repeat(sa, p.sf_vec, axis=1)
                 bv = bv * np.repeat(sb, p.sf_vec, axis=1)
                 if model is not None:
                     sfa_b = _mma_scale_bytes(tm, p.sfa_tmem_col + atom * p.sf_tmem_step_cols, tile_m, sf_id, n_sf_step)
-                    sfb_b = _mma_scale_bytes(tm, p.sfb_tmem_col + atom * p.sf_tmem_step_cols, tile_n, sf_id, n_sf_step)
-                    ae = ae + np.repeat(F.window_exponents(sfa_b, sf_fmt), p.sf_vec, axis=1)
-                    be = be + np.repeat(F.window_exponents(sfb_b, sf_fmt), p.sf_vec, axis=1)
+                    sfb_b = _mma_scale_bytes(tm, p.sfb_tmem_col + p.sfb_mma_shift_cols + atom * p.sf_tmem_step_cols, tile_n, sf_id, n_sf_step)
+                    # the model's windows: MMA-Sim's kind::mxf4nvf4 rule takes the scales' exponents alone
+                    ae = F.scaled_windows(model, ae, np.repeat(F.window_exponents(sfa_b, sf_fmt), p.sf_vec, axis=1))
+                    be = F.scaled_windows(model, be, np.repeat(F.window_exponents(sfb_b, sf_fmt), p.sf_vec, axis=1))
             if model is not None:   # per instruction, into the FP32 accumulator
                 acc_bits = F.mma(model, av, ae, bv, be, acc_bits, scale_d=issued or acc_init is not None)
             else:

@@ -9,8 +9,7 @@ Two sources speak this schema: the simulator's event log (pelib.sim, SimReport.e
 stamp, never a time) and measured clock64 records (pelib.timing.Timing.events(): phase_begin/phase_end
 with `seq` the cycle count since the CTA's first record). Chrome's trace (pelib.timing.chrome_trace), the
 book's protocol pictures (pelib.views.protocol) and the timing model (pelib.predict) read their spans and
-the graph from here, so they cannot disagree. Logs that name barriers only by shared-memory offset (the
-simulator before its events carried names) are converted by `from_offsets`, from what each barrier does.
+the graph from here, so they cannot disagree.
 """
 from __future__ import annotations
 
@@ -21,16 +20,69 @@ from functools import lru_cache
 from .paths import KERNELS
 
 # The schema: every event has these keys (None where they do not apply). seq, cta, warp and kind are required.
-KEYS = ("seq", "cta", "cluster", "rank", "warp", "lane", "role", "kind", "barrier", "index", "addr", "phase",
-        "parity", "tag", "bytes", "op", "slot", "acc", "tile", "what", "file", "line")
+KEYS = ("seq", "cta", "cluster", "rank", "warp", "lane", "role", "kind", "barrier", "index", "addr", "bar_cta", "phase",
+        "parity", "tag", "bytes", "op", "slot", "acc", "tile", "what", "file", "line", "tensor", "dests", "coord")
 REQUIRED = ("seq", "cta", "warp", "kind")
-# kind -> what it is in a picture. An async unit (TMA, tensor core) records its completions with warp -1.
-KINDS = {"wait_begin": "wait", "wait_end": "wait", "arrive": "completion", "expect_tx": "issue",
-         "complete_tx": "completion", "tma_load": "issue", "tma_load_done": "completion",
-         "tma_store": "issue", "tma_store_done": "completion", "mma": "issue", "mma_done": "completion",
-         "commit": "issue", "tmem_alloc": "issue", "tmem_dealloc": "completion", "tmem_ld": "issue",
-         "tmem_cp": "issue", "bar_sync": "wait", "cluster_sync": "wait", "exit": "completion",
-         "phase_begin": "phase", "phase_end": "phase", "tmem_st": "issue"}
+# The one table of event kinds: what each is in a picture (its category), how a picture marks it (marker,
+# colour, legend; None: drawn as a span or not at all) and how the timing model's replay prices it (PRICES).
+# An async unit (TMA, tensor core) records its completions with warp -1. The engine's kinds (pelib.sim.engine.EVENT_KINDS,
+# from the engine's own list) must all be here: tests/test_events.py fails on a kind this table lacks.
+@dataclass(frozen=True)
+class KindInfo:
+    category: str                     # wait, issue, completion, phase
+    style: tuple | None               # (marker, colour, legend text) of an instant in a protocol picture
+    price: str                        # how pelib.predict.replay prices it: one of PRICES
+
+
+PRICES = {
+    "wait": "an mbarrier wait: until its phase completes, plus the wake or pass cost",
+    "signal": "an arrive or expect_tx: mbarrier.arrive_cycles, then it counts toward its phase",
+    "landing": "an asynchronous completion that signals a barrier (a load's complete_tx, a commit's arrive)",
+    "tma_load": "a TMA load: tma.issue_cycles, one box through the issuing SM's TMA unit, a landing per destination",
+    "tma_store": "a TMA store: tma.issue_cycles (its bytes counted as traffic)",
+    "commit": "tcgen05.commit: its arrive once the thread's earlier tcgen05 operations complete",
+    "sync": "bar.sync / barrier.cluster: the last arrival plus bar_sync.cycles",
+    "tmem": "a TMEM allocation or release: tma.issue_cycles (an issue cost)",
+    "sass": "not a graph node: the replay prices the instruction from the SASS between events",
+    "repeat": "not a graph node: another event of the same operation stands for it",
+    "mark": "a phase mark: no instruction of its own",
+    "exit": "the thread's end",
+}
+KIND_TABLE = {
+    "wait_begin": KindInfo("wait", None, "wait"),
+    "wait_end": KindInfo("wait", None, "wait"),
+    "arrive": KindInfo("completion", ("|", "#34495e", "mbarrier arrive"), "signal"),
+    "expect_tx": KindInfo("issue", ("|", "#5dade2", "arrive.expect_tx"), "signal"),
+    "complete_tx": KindInfo("completion", None, "landing"),
+    "tma_load": KindInfo("issue", ("v", "#2e86c1", "TMA load issued"), "tma_load"),
+    "tma_load_done": KindInfo("completion", ("^", "#85c1e9", "TMA load landed"), "repeat"),
+    "tma_store": KindInfo("issue", ("P", "#e67e22", "TMA store"), "tma_store"),
+    "tma_store_done": KindInfo("completion", None, "repeat"),
+    "mma": KindInfo("issue", ("s", "#c0392b", "MMA issued"), "sass"),
+    "mma_done": KindInfo("completion", ("d", "#d7bde2", "MMA complete"), "repeat"),
+    "commit": KindInfo("issue", ("D", "#7d3c98", "tcgen05.commit"), "commit"),
+    "tmem_alloc": KindInfo("issue", ("<", "#95a5a6", "TMEM alloc"), "tmem"),
+    "tmem_dealloc": KindInfo("completion", (">", "#95a5a6", "TMEM dealloc"), "tmem"),
+    "tmem_ld": KindInfo("issue", ("o", "#27ae60", "tcgen05.ld (TMEM read)"), "sass"),
+    "tmem_cp": KindInfo("issue", ("o", "#a9dfbf", "tcgen05.cp"), "sass"),
+    "bar_sync": KindInfo("wait", ("_", "#7f8c8d", "bar.sync"), "sync"),
+    "cluster_sync": KindInfo("wait", ("*", "#7f8c8d", "cluster sync"), "sync"),
+    "exit": KindInfo("completion", None, "exit"),
+    "phase_begin": KindInfo("phase", None, "mark"),
+    "phase_end": KindInfo("phase", None, "mark"),
+    "tmem_st": KindInfo("issue", ("o", "#1e8449", "tcgen05.st (TMEM write)"), "sass"),
+}
+KINDS = {k: v.category for k, v in KIND_TABLE.items()}     # kind -> what it is in a picture
+
+
+def kinds_priced(*prices: str) -> tuple:
+    """The kinds the replay prices one of these ways (PRICES), in the table's order."""
+    bad = set(prices) - set(PRICES)
+    if bad:
+        raise KeyError(f"no price {sorted(bad)}; prices are {sorted(PRICES)}")
+    return tuple(k for k, v in KIND_TABLE.items() if v.price in prices)
+
+
 SIGNALS = ("arrive", "expect_tx", "complete_tx")            # what moves an mbarrier toward its next phase
 COMPLETES = {"tma_load": ("tma_load_done", "complete_tx"), "mma": ("mma_done",), "commit": ("arrive",),
              "tma_store": ("tma_store_done",)}            # an async issue and the events of its completion
@@ -80,8 +132,8 @@ def phase_id(name: str) -> int:
 
 def check(events) -> list[dict]:
     """The events as dicts with every key of KEYS (None where absent), in seq order, each checked (the
-    required keys, a known kind). A numpy structured array is converted; a log whose barriers are shared
-    offsets is named by from_offsets. Raises EventError naming the first bad event and the fix."""
+    required keys, a known kind, a barrier named by name with its offset in `addr`). A numpy structured array is
+    converted. Raises EventError naming the first bad event and the fix."""
     if hasattr(events, "dtype") and getattr(events.dtype, "names", None):
         events = [{k: (v.item() if hasattr(v, "item") else v) for k, v in zip(events.dtype.names, row)}
                   for row in events]
@@ -92,202 +144,79 @@ def check(events) -> list[dict]:
             raise EventError(f"event {n} lacks {missing}: every event has {REQUIRED} (pelib.events.KEYS)")
         if e["kind"] not in KINDS:
             raise EventError(f"event {n} has kind {e['kind']!r}, not one of the schema's {sorted(KINDS)}")
+        if isinstance(e.get("barrier"), int) and not isinstance(e["barrier"], bool):
+            raise EventError(f"event {n} names its barrier by the number {e['barrier']}: `barrier` is the barrier's "
+                             "name (\"full\", with `index`), its shared-memory offset goes to `addr`, a bar.sync's id "
+                             "to `tag` (the simulator's schema, pelib.sim.engine.event_schema())")
         out.append({**dict.fromkeys(KEYS), **e})
     out.sort(key=lambda e: e["seq"])
-    if any(isinstance(e["barrier"], int) and not isinstance(e["barrier"], bool) for e in out):
-        out = from_offsets(out)
+    return fill_roles(out)
+
+
+# What a warp does, by the first of these kinds it issues: the one rule for a warp's role where the stage's phase
+# marks name none (a role they give is kept as it is), for every log, and the timing model's (warp_classes).
+ROLE_BY_KIND = (("mma", "mma"), ("commit", "mma"), ("tma_load", "producer"), ("tmem_ld", "epilogue"),
+                ("tma_store", "epilogue"))
+
+
+def _issued(events) -> dict:
+    """{(cta, warp): the set of kinds it logged} of every warp (not the asynchronous units)."""
+    did: dict = {}
+    for e in events:
+        w = e["warp"]
+        if w is not None and w >= 0:
+            did.setdefault((e["cta"], w), set()).add(e["kind"])
+    return did
+
+
+def role_of(kinds) -> str | None:
+    """A warp's role from the kinds it issued (ROLE_BY_KIND), else None (a warp that only synchronised)."""
+    return next((r for k, r in ROLE_BY_KIND if k in kinds), None)
+
+
+def warp_roles(events) -> dict:
+    """{(cta, warp): role} of every warp in the log: the role its events carry (the stage's phase marks), else the
+    one ROLE_BY_KIND gives what it issues, else none (a warp that only synchronised)."""
+    named: dict = {}
+    for e in events:
+        w = e["warp"]
+        role = str(e.get("role") or "")
+        if w is not None and w >= 0 and role and role != f"warp {w}":
+            named.setdefault((e["cta"], w), role)
+    return {key: named.get(key) or role_of(kinds) for key, kinds in _issued(events).items()}
+
+
+def warp_classes(events) -> dict:
+    """{(cta, warp): "producer" | "consumer" | "mma" | "epilogue"}: ROLE_BY_KIND's role of what each warp issued
+    (never a name the phase marks give, so a TIMING build's warps are classed as its plain build's), an "mma" warp
+    split by its instruction: one that commits its MMAs (tcgen05.commit) is the tcgen05 issuer "mma", one that does
+    not a wgmma "consumer". Warps that only synchronised are left out. What pelib.predict's per-role phases use."""
+    out = {}
+    for key, kinds in _issued(events).items():
+        r = role_of(kinds)
+        if r == "mma" and "commit" not in kinds:
+            r = "consumer"
+        if r is not None:
+            out[key] = r
     return out
+
+
+def fill_roles(events: list[dict]) -> list[dict]:
+    """The events with each warp's role where the log names none (warp_roles), in place; returns them."""
+    roles = warp_roles(events)
+    for e in events:
+        w = e["warp"]
+        if w is not None and w >= 0 and (not e.get("role") or e["role"] == f"warp {w}"):
+            r = roles.get((e["cta"], w))
+            if r:
+                e["role"] = r
+    return events
 
 
 def bar_label(e: dict) -> str:
     """'full[0]', 'acc_empty[1]', 'mma_done': the barrier an event names, as the stage writes it."""
     b, i = e.get("barrier"), e.get("index")
     return "" if b in (None, "") else f"{b}[{i}]" if i is not None else str(b)
-
-
-# ---- logs that name barriers by offset ---------------------------------------------------------------------
-
-_BYTES_IN_TAG = ("tma_load", "tma_load_done", "complete_tx", "expect_tx")   # the older log kept bytes in "tag"
-
-
-def from_offsets(events: list[dict]) -> list[dict]:
-    """A log whose events name barriers by shared-memory offset, given names, slots, accumulators, roles and
-    async op ids from what the events do (no source text is read). A barrier's array is the offsets one call
-    site uses; its role: 'full' (completed by TMA bytes, waited on before the MMAs; the largest such array is
-    the ring), 'empty' (waited on by the TMA issuer before a fill), 'acc_full' (waited on by warps that read
-    TMEM, signalled by a commit), 'acc_empty' (waited on by the MMA issuer, signalled by the TMEM readers),
-    else 'bar@L<line>' (its first call site); a named barrier's id (bar.sync) goes to `tag`. An MMA's slot is
-    the ring slot its thread last waited full for, its accumulator the acc_empty it last waited for; a TMEM
-    load's the acc_full its warp last waited for. Roles come from what a warp issued: producer (TMA loads), MMA issuer, epilogue (TMEM loads, TMA stores)."""
-    ev = [dict(e) for e in events]
-    for e in ev:
-        if e["kind"] in _BYTES_IN_TAG and e["bytes"] is None:
-            e["bytes"], e["tag"] = e["tag"], None
-        if e["kind"] == "bar_sync" and isinstance(e["barrier"], int):
-            e["barrier"], e["tag"] = None, e["barrier"]        # a named barrier's id (bar.sync id), no mbarrier
-        elif isinstance(e["barrier"], int):
-            e["addr"], e["barrier"] = e["barrier"], None
-    did: dict = {}
-    for e in ev:
-        did.setdefault((e["cta"], e["warp"]), set()).add(e["kind"])
-    loaders = {k for k, v in did.items() if "tma_load" in v}
-    mma = {k for k, v in did.items() if "mma" in v}
-    readers = {k for k, v in did.items() if "tmem_ld" in v}
-    groups = _offset_groups(ev)
-    names = _group_names(ev, groups, loaders, mma, readers)
-    for e in ev:
-        if e["addr"] is not None and e["addr"] in names:
-            e["barrier"], e["index"] = names[e["addr"]]
-    _slots_and_accs(ev)
-    _ops(ev)
-    mma_warps: dict = {}
-    for c, w in mma:
-        mma_warps.setdefault(c, set()).add(w)
-    for e in ev:
-        if e["role"] is None or re.fullmatch(r"warp \d+", str(e["role"])):
-            k = (e["cta"], e["warp"])
-            mma_role = "MMA issuer" if len(mma_warps.get(k[0], ())) == 1 else f"consumer warpgroup {k[1] // 4}"
-            epilogue = did.get(k, set()) & {"tmem_ld", "tma_store"} and k not in mma
-            parts = (["producer"] if k in loaders else []) + ([mma_role] if k in mma else []) + \
-                (["epilogue"] if epilogue else [])
-            e["role"] = f"warp {e['warp']}: {' + '.join(parts)}" if parts else (
-                f"warp {e['warp']}" if e["warp"] >= 0 else "async unit")
-    return ev
-
-
-def _offset_groups(ev) -> list[list[int]]:
-    """Offsets joined when one call site (file, line) uses both: the elements of one barrier array."""
-    parent: dict = {}
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-    first: dict = {}
-    for e in ev:
-        a = e["addr"]
-        if a is None:
-            continue
-        find(a)
-        site = (e["file"], e["line"], e["kind"])
-        if site in first:
-            parent[find(a)] = find(first[site])
-        else:
-            first[site] = a
-    out: dict = {}
-    for a in list(parent):
-        out.setdefault(find(a), []).append(a)
-    return sorted(sorted(g) for g in out.values())
-
-
-def _group_names(ev, groups, loaders, mma, readers) -> dict:
-    """{offset: (name, index)} by what each group's barriers do (from_offsets)."""
-    of = {a: i for i, g in enumerate(groups) for a in g}
-    tx, waited_by, signalled_by, first_line, before_fill, waits = {}, {}, {}, {}, set(), {}
-    last_wait: dict = {}
-    for e in ev:
-        a = e["addr"]
-        who = (e["cta"], e["warp"])
-        if a is not None:
-            gi = of[a]
-            first_line.setdefault(gi, e["line"])
-            if e["kind"] == "complete_tx":
-                tx[gi] = True
-            elif e["kind"] == "wait_end":
-                waited_by.setdefault(gi, set()).add(who)
-                waits[gi] = waits.get(gi, 0) + 1
-                last_wait[who] = gi
-            elif e["kind"] in ("arrive", "commit") and e["warp"] >= 0:
-                signalled_by.setdefault(gi, set()).add((who, e["kind"]))
-        if e["kind"] in ("tma_load", "expect_tx") and who in last_wait:
-            before_fill.add(last_wait[who])
-    full = [gi for gi in range(len(groups)) if tx.get(gi) and waited_by.get(gi, set()) & mma]
-    full = max(full, key=lambda gi: (len(groups[gi]), waits.get(gi, 0)), default=None)
-    names = {}
-    for gi, g in enumerate(groups):
-        w, s = waited_by.get(gi, set()), signalled_by.get(gi, set())
-        if gi == full:
-            name = "full"
-        elif gi in before_fill and w & loaders and not tx.get(gi):
-            name = "empty"
-        elif w & readers and any(k == "commit" for _, k in s):
-            name = "acc_full"
-        elif w & mma and any(who in readers for who, _ in s):
-            name = "acc_empty"
-        else:
-            name = f"bar@L{first_line.get(gi)}"
-        names[gi] = name
-    out = {}
-    for gi, g in enumerate(groups):
-        array = names[gi] in ("full", "empty", "acc_full", "acc_empty") or len(g) > 1
-        for i, a in enumerate(g):
-            out[a] = (names[gi], i if array else None)
-    return out
-
-
-def _slots_and_accs(ev) -> None:
-    """Ring slot and accumulator of every event (from_offsets): from its barrier, else from what its
-    thread (MMA) or warp (TMEM load) last waited for."""
-    has_acc = any(e["barrier"] in ("acc_full", "acc_empty") for e in ev)
-    ring, acc_mma, acc_epi = {}, {}, {}
-    for e in ev:
-        b, i = e["barrier"], e["index"]
-        if b in ("full", "empty") and e["slot"] is None:
-            e["slot"] = i
-        if b in ("acc_full", "acc_empty") and e["acc"] is None:
-            e["acc"] = i
-        thread, warp = (e["cta"], e["warp"], e["lane"]), (e["cta"], e["warp"])
-        if e["kind"] == "wait_end":
-            if b == "full":
-                ring[thread] = i
-            elif b == "acc_empty":
-                acc_mma[thread] = i
-            elif b == "acc_full":
-                acc_epi[warp] = i
-        elif e["kind"] == "mma":
-            if e["slot"] is None:
-                e["slot"] = ring.get(thread)
-            if e["acc"] is None and has_acc:
-                e["acc"] = acc_mma.get(thread, 0)
-        elif e["kind"] == "tmem_ld" and e["acc"] is None and has_acc:
-            e["acc"] = acc_epi.get(warp, 0)
-
-
-def _ops(ev) -> None:
-    """Async op ids (from_offsets): an issue's seq, given to its completion events. A completion is matched
-    to the earliest pending issue of its call site (file, line), barrier, cluster and CTA (any CTA of the
-    cluster where none), first in, first out; a complete_tx belongs to the landing just before it (one
-    completion callback), and a landing or a commit's arrive with no pending issue left is another
-    destination of the op before it (a multicast). Exact where one site has one op in flight per barrier; same-sized loads of one site on one
-    barrier may swap ids."""
-    pending: dict = {}
-    prev = None
-    for e in ev:
-        k = e["kind"]
-        if k in COMPLETES and e["warp"] >= 0:
-            e["op"] = e["seq"]
-            pending.setdefault((k, e["file"], e["line"]), []).append(e)
-        elif e["warp"] < 0 and any(k in v for v in COMPLETES.values()):
-            same_site = prev is not None and (prev["file"], prev["line"]) == (e["file"], e["line"])
-            if k == "complete_tx" and same_site and prev["kind"] == "tma_load_done":
-                e["op"] = prev["op"]
-            else:
-                e["op"] = _match(pending, e)
-                if e["op"] is None and same_site and prev["kind"] == k and k in ("tma_load_done", "arrive"):
-                    e["op"] = prev["op"]
-        prev = e if e["warp"] < 0 else None
-
-
-def _match(pending: dict, e: dict):
-    for issue in (i for i, v in COMPLETES.items() if e["kind"] in v):
-        queue = [x for x in pending.get((issue, e["file"], e["line"]), []) if x["cluster"] == e["cluster"]]
-        for pick in ([x for x in queue if x["cta"] == e["cta"] and x["addr"] == e["addr"]],
-                     [x for x in queue if x["addr"] == e["addr"]]):
-            if pick:
-                pending[(issue, e["file"], e["line"])].remove(pick[0])
-                return pick[0]["op"]
-    return None
 
 
 # ---- spans: one rule for the trace, the pictures and the tables ------------------------------------------
@@ -635,37 +564,34 @@ def _commit_edges(ev) -> list[tuple]:
     return out
 
 
-def _bar_key(e: dict, waiters: dict):
-    """(cluster, CTA of the barrier, offset or name). The barrier's CTA is the event's `bar_cta` where the
-    log names it; else the CTA whose threads wait on it (a remote arrive names its barrier's offset only)."""
-    ident = e["addr"] if e["addr"] is not None else bar_label(e)
-    if e.get("bar_cta") is not None:
-        return (e["cluster"], e["bar_cta"], ident)
-    ctas = waiters.get((e["cluster"], ident), set())
-    owner = e["cta"] if e["cta"] in ctas or len(ctas) != 1 else next(iter(ctas))
-    return (e["cluster"], owner, ident)
+def barrier_of(e: dict) -> tuple:
+    """(the CTA the mbarrier lives in, its shared-memory offset, else its name): which barrier an event names. The
+    barrier's CTA is `bar_cta` (the simulator names it for every barrier event; a remote arrive's is another CTA of
+    the cluster), else the event's own CTA."""
+    return (e["cta"] if e.get("bar_cta") is None else e["bar_cta"], e["addr"] if e["addr"] is not None else bar_label(e))
+
+
+def phase_key(e: dict) -> tuple | None:
+    """(CTA, barrier, k): the mbarrier phase an event signals or observed complete (barrier_of and the log's
+    `phase`); None where it names none (a wait that passed a fresh barrier's parity 1 at once, a log without phases).
+    The one key the graph's barrier edges and the timing model's replay join signals and waits by."""
+    return None if e.get("phase") is None else barrier_of(e) + (e["phase"],)
 
 
 def _barrier_edges(ev) -> tuple[list, bool]:
-    """Signal -> wait_end edges: by phase where the log records barrier phases (a wait_end with none
-    observed a fresh barrier's parity-1 pass: no signal), else from the last signal before it."""
-    waiters: dict = {}
-    for e in ev:
-        if e["kind"] == "wait_end" and e["barrier"] is not None:
-            ident = e["addr"] if e["addr"] is not None else bar_label(e)
-            waiters.setdefault((e["cluster"], ident), set()).add(e.get("bar_cta", e["cta"]))
+    """Signal -> wait_end edges: by phase where the log records barrier phases (phase_key; a wait_end with none
+    observed a fresh barrier's parity-1 pass: no signal), else from the last signal on its barrier before it."""
     exact = any(e["phase"] is not None for e in ev if e["kind"] in SIGNALS)
     out, signals, last = [], {}, {}
     for i, e in enumerate(ev):
         if e["barrier"] is None and e["addr"] is None:
             continue
-        key = _bar_key(e, waiters)
         if e["kind"] in SIGNALS:
-            signals.setdefault((key, e["phase"]), []).append(i)
-            last[key] = i
+            signals.setdefault(phase_key(e), []).append(i)
+            last[barrier_of(e)] = i
         elif e["kind"] == "wait_end":
             if exact:
-                out += [(s, i, "barrier") for s in signals.get((key, e["phase"]), []) if e["phase"] is not None]
-            elif key in last:
-                out.append((last[key], i, "barrier"))
+                out += [(s, i, "barrier") for s in signals.get(phase_key(e), []) if e["phase"] is not None]
+            elif barrier_of(e) in last:
+                out.append((last[barrier_of(e)], i, "barrier"))
     return out, exact

@@ -7,7 +7,7 @@ and says what happened.
     ex.check(ex.start)          # the starting point: not yet, and the simulator's report
     ex.check(my_lines)          # the reader's version of those lines (or a path to a whole edited copy)
 
-Each exercise starts from a planted mistake (pelib.sim_catalog's, or one defined here in the same form:
+Each exercise starts from a planted mistake (pelib.sim.catalog's, or one defined here in the same form:
 a source patch whose find text occurs exactly once) and its solution is the stage's own lines: the
 reader finds the mistake. An exercise with goal "report" runs the other way (start from the stage,
 make the change, see the simulator name what breaks). An exercise with `exports` also asks the build
@@ -22,9 +22,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import build as _build, evidence, sim_catalog as cat
+from . import build as _build, evidence
+from .sim import catalog as cat
 from .facts import Table, evidence_label
-from .sim_catalog import P, Mutation
+from .sim.catalog import P, Mutation
 from .stage import Stage
 from .stages import resolve
 
@@ -121,12 +122,32 @@ class Exercise:
         return p
 
     def compose(self, attempt: str | Path) -> str:
-        """The whole stage file with the reader's attempt: a path to an edited copy, a whole file's text,
-        or the region's lines (which replace the region of the starting copy)."""
-        if isinstance(attempt, Path) or (isinstance(attempt, str) and "\n" not in attempt
-                                          and attempt.endswith(".cu") and Path(attempt).is_file()):
-            return Path(attempt).read_text()
-        text = str(attempt)
+        """The whole stage file with the reader's attempt: a path to an edited copy (any file name), a
+        whole file's text, or the region's lines (which replace the region of the starting copy). What is
+        none of these (an empty answer, a path to no file, a number, a list) is refused, saying so."""
+        if isinstance(attempt, (list, tuple)) and all(isinstance(x, str) for x in attempt):
+            raise ExerciseTypeError(f"{self.id}: the answer is a {type(attempt).__name__} of lines; pass one "
+                                    "string, e.g. '\\n'.join(lines), or a path to an edited copy")
+        if not isinstance(attempt, (str, Path)):
+            raise ExerciseTypeError(f"{self.id}: the answer is of type {type(attempt).__name__} ({attempt!r:.60}); pass "
+                                    "the edited lines as a string (start from ex.start) or a path to an edited "
+                                    "copy (ex.write(path) saves one)")
+        if isinstance(attempt, Path) or _looks_like_a_path(attempt):
+            p = Path(attempt).expanduser()
+            if not p.is_file():
+                raise ExerciseError(f"{self.id}: {str(attempt)!r} reads as a path, and there is no file there; "
+                                    "ex.write(path) saves a copy to edit, or pass the edited lines themselves")
+            text = p.read_text()
+        else:
+            text = attempt
+        if not text.strip():
+            raise ExerciseError(f"{self.id}: the answer is empty; pass the edited lines (start from ex.start) "
+                                "or a path to an edited copy")
+        added = sorted({ln.strip() for ln in text.split("\n") if _INCLUDE.match(ln)}
+                       - {ln.strip() for ln in self._original().split("\n") if _INCLUDE.match(ln)})
+        if added:
+            raise ExerciseError(f"{self.id}: the answer adds {added[0]!r}; an answer edits the stage's own code "
+                                "and includes nothing new (its headers are already included)")
         if text.lstrip().startswith("// Stage "):
             return text
         base = self.starting_file()
@@ -135,10 +156,12 @@ class Exercise:
         return "\n".join(lines[:a] + text.rstrip("\n").split("\n") + lines[b:])
 
     # ---- grading ----------------------------------------------------------------------------------
-    def check(self, attempt: str | Path | None = None, seeds=SEEDS, price: bool = True) -> "Grade":
+    def check(self, attempt: str | Path | None = None, seeds=SEEDS, price: bool = False) -> "Grade":
         """Compile the edited stage (NVRTC), run it on the simulator at each seed (stopping at the first that
-        fails), verify it against torch, and judge it against the goal; an edit that passes is priced on the
-        full problem (pelib.predict, about 5-15 s of one core) unless price=False."""
+        fails), verify it against torch, and judge it against the goal (a few seconds of one core on the
+        small problem); with price=True an edit that passes is also priced on the full problem
+        (pelib.predict, about 5-15 s more)."""
+        seeds = _seeds(self.id, seeds)
         text = self.compose(self.start if attempt is None else attempt)
         return grade(self, text, seeds, price)
 
@@ -150,8 +173,13 @@ class Exercise:
         return "\n".join(difflib.unified_diff(a, b, "start", "solution", n=1, lineterm=""))
 
     def solution_view(self) -> "Solution":
-        """The solution, folded: the diff from the starting lines and the check of the solution."""
+        """What the book shows under an exercise: the hint, folded, and where the solution is (ex.reveal(),
+        or for a 'correct' exercise the stage file's own lines); the solution itself is not on the page."""
         return Solution(self)
+
+    def reveal(self) -> "Solution":
+        """The solution, in a place of its own: the diff from the starting lines and its check."""
+        return Solution(self, reveal=True)
 
     # ---- display ------------------------------------------------------------------------------------
     def _repr_html_(self) -> str:
@@ -176,6 +204,45 @@ class Exercise:
 
 
 _PLANTED = re.compile(r"\s*//\s*planted:.*$")
+_INCLUDE = re.compile(r"\s*#\s*include\b")
+_PATHLIKE = re.compile(r"^(?:~|\.{1,2})?[\w./\\~-]*\.(?:cu|cuh|txt|c|cpp|h|md)$|^(?:/|~/|\./|\.\./)\S*$")
+
+
+class ExerciseTypeError(ExerciseError, TypeError):
+    """An answer of a type an exercise cannot grade (not a string or a path)."""
+
+
+def _looks_like_a_path(text: str) -> bool:
+    """One line, no spaces or code punctuation, shaped like a file name or a path: 'edit.cu',
+    '/tmp/answer.txt', './copy'. Code never matches (it has spaces, ';' or parentheses)."""
+    s = text.strip()
+    return "\n" not in s and bool(s) and not re.search(r"[\s;(){}=<>]", s) and bool(_PATHLIKE.match(s))
+
+
+# the simulator's seeds: integers the scheduler takes as a 64-bit value, or a named schedule
+_SEED_MAX = 2 ** 63
+
+
+def _seeds(eid: str, seeds) -> tuple:
+    """The seeds to check at, as given, or ExerciseError naming what is wrong: none at all (a check on no
+    seed would simulate nothing and pass anything), a seed that is neither a small integer nor a named
+    schedule."""
+    from .sim.engine import SCHEDULES   # the named schedules the simulator takes (lazy, eager)
+
+    if isinstance(seeds, (int, str)):
+        seeds = (seeds,)
+    try:
+        seeds = tuple(seeds)
+    except TypeError:
+        raise ExerciseError(f"{eid}: seeds={seeds!r}; give a tuple of seeds, e.g. seeds=(0, 1, 2)") from None
+    if not seeds:
+        raise ExerciseError(f"{eid}: seeds=() checks nothing (no run, so nothing could fail); give at least one "
+                            f"seed, e.g. seeds={SEEDS}")
+    for s in seeds:
+        if isinstance(s, bool) or not (isinstance(s, int) and 0 <= s < _SEED_MAX or s in SCHEDULES):
+            raise ExerciseError(f"{eid}: seed {s!r}; a seed is an integer 0 .. 2**63 - 1 or one of "
+                                f"{sorted(SCHEDULES)}")
+    return seeds
 
 
 def _unmark(text: str) -> str:
@@ -191,21 +258,36 @@ def _unmark(text: str) -> str:
 
 
 class Solution:
-    """An exercise's solution as the book shows it: closed until the reader opens it."""
+    """An exercise's hint and solution, kept apart: by default the hint (folded) and a line saying where the
+    solution is; with reveal=True the solution alone (the diff from the starting lines and its check)."""
 
-    def __init__(self, ex: "Exercise"):
+    def __init__(self, ex: "Exercise", reveal: bool = False):
         self.ex = ex
+        self.reveal = reveal
+
+    def where(self) -> str:
+        """Where the solution is, in one sentence."""
+        ex = self.ex
+        n = ex.solution.count("\n")
+        own = (f" It is also the stage's own lines {ex.first_line}–{ex.first_line + n} of src/kernels/{ex.stage}.cu."
+               if ex.goal == "correct" else "")
+        return f"The solution: ex.reveal() shows it, as a diff from the starting lines, and checks it.{own}"
 
     def _repr_html_(self) -> str:
         e = html.escape
+        if not self.reveal:
+            hint = (f'<details class="pe-hint"><summary>Hint: {e(self.ex.title)}</summary><p>{e(self.ex.hint)}</p>'
+                    '</details>') if self.ex.hint else ""
+            return f'<div class="pe-hint-and-where">{hint}<p class="pe-solution-where">{e(self.where())}</p></div>'
         diff = "\n".join(f'<span class="{"gd" if ln.startswith("-") else "gi" if ln.startswith("+") else ""}">{e(ln)}</span>'
                          for ln in self.ex.solution_diff().split("\n")[2:])
-        hint = f"<p>Hint: {e(self.ex.hint)}</p>" if self.ex.hint else ""
-        return (f'<details class="pe-solution"><summary>Hint and solution: {e(self.ex.title)}</summary>{hint}'
+        return (f'<div class="pe-solution"><div class="pe-solution-title">Solution: {e(self.ex.title)}</div>'
                 f'<div class="highlight-diff"><div class="highlight"><pre>{diff}</pre></div></div>'
-                f'{self.ex.check(self.ex.solution)._repr_html_()}</details>')
+                f'{self.ex.check(self.ex.solution)._repr_html_()}</div>')
 
     def __repr__(self) -> str:
+        if not self.reveal:
+            return (f"Hint: {self.ex.hint}\n" if self.ex.hint else "") + self.where()
         return self.ex.solution_diff()
 
 
@@ -220,7 +302,7 @@ class Grade:
     passed: bool
     verdict: str
     compiled: str = ""                 # "" if it compiled, else the compiler's first error line
-    runs: list = field(default_factory=list)   # pelib.sim_runs.SimRun per seed run
+    runs: list = field(default_factory=list)   # pelib.sim.runs.SimRun per seed run
     exports: dict = field(default_factory=dict)
     predicted: str = ""
     evidence: str = ""
@@ -228,10 +310,15 @@ class Grade:
     def as_row(self) -> dict:
         return {"exercise": self.exercise, "passed": "yes" if self.passed else "no", "verdict": self.verdict}
 
-    def table(self) -> Table:
+    def table(self, *, beside_verdict: bool = False) -> Table:
+        """The steps, each run's words whole; beside_verdict (the page, which prints the verdict above the
+        table): a run whose words the verdict already holds says so instead of repeating them."""
         rows = [{"step": "compile (NVRTC)", "result": "compiled" if not self.compiled else f"failed: {self.compiled}"}]
         for r in self.runs:
-            rows.append({"step": f"simulate, seed {r.seed}", "result": _said(r)})
+            said = _said(r)
+            if beside_verdict and r.outcome != "ok" and said in self.verdict:
+                said = f"{r.outcome}: in full in the verdict above"
+            rows.append({"step": f"simulate, seed {r.seed}", "result": said})
         if self.exports:
             rows.append({"step": "exports", "result": ", ".join(f"{k} = {v}" for k, v in self.exports.items())})
         rows.append({"step": "predicted time", "result": self.predicted})
@@ -240,7 +327,7 @@ class Grade:
     def _repr_html_(self) -> str:
         cls = "pe-grade pe-grade-pass" if self.passed else "pe-grade pe-grade-fail"
         head = ("Passed: " if self.passed else "Not yet: ") + self.verdict
-        return f'<div class="{cls}"><div class="pe-grade-verdict">{html.escape(head)}</div>{self.table()._repr_html_()}</div>'
+        return f'<div class="{cls}"><div class="pe-grade-verdict">{html.escape(head)}</div>{self.table(beside_verdict=True)._repr_html_()}</div>'
 
     def __repr__(self) -> str:
         return ("PASSED: " if self.passed else "NOT YET: ") + self.verdict + "\n" + repr(self.table())
@@ -252,7 +339,7 @@ def _said(run) -> str:
 
     if run.outcome == "ok":
         return f"verified against torch ({run.n:,} outputs), no deadlock, hazard or misuse" if run.n else "verified"
-    return sim.clean(sim._said(run))
+    return sim.clean(sim._said(run, whole=True))   # a verdict is never cut
 
 
 def _price(stage: Stage) -> str:
@@ -261,17 +348,41 @@ def _price(stage: Stage) -> str:
     from . import stage as _stage  # the device list says whether Stage.run can predict in this tree
 
     if "predict" not in getattr(_stage, "DEVICES", ()):
-        return "not in this tree yet (pelib.predict: Stage.run(device='predict') will price the edit here)"
+        return "not in this tree yet (pelib.predict: pelib.predict.predict will price the edit here)"
     from .predict import model, price  # the timing model, loaded only for an edit that passed
-    p = model.predict(stage, "h100" if stage.arch.startswith("sm_90") else "b200", tiles=price.TILES)
+    p = model.predict(stage, "h200" if stage.arch.startswith("sm_90") else "b200", tiles=price.TILES)
     return f"{p.ms:.4f} ms on the full problem; {p.sentence} ({p.evidence})"
 
 
-def grade(ex: Exercise, text: str, seeds=SEEDS, price: bool = True) -> Grade:
+_COMPILER_LINE = re.compile(r"\(\d+\): (?:catastrophic )?error")
+
+
+def compiler_error(log: str, stage: str | None = None) -> str:
+    """The compiler's own first error line, 'fp8/01_cta2.cu(186): error: identifier "x" is undefined', its
+    file cut to the stage's name (the line number is the reader's: the edited copy keeps the file's lines),
+    with how many more errors followed; where the log has no such line, its first line that says error."""
+    from .views import sim  # the report's path shortening, shared with the simulator's text
+
+    lines = [ln.strip() for ln in str(log).splitlines() if ln.strip()]
+    errs = [ln for ln in lines if _COMPILER_LINE.search(ln)]
+    if errs:
+        more = f" (and {len(errs) - 1} more error{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
+        said = sim.clean(errs[0])
+        if stage:   # the edited copy is compiled from a temporary folder: name it as the reader knows it
+            said = re.sub(rf"^(?:\S*/)?{re.escape(Path(stage).name)}\.cu\(", f"{stage}.cu(", said)
+        return said + more
+    first = next((ln for ln in lines if "error" in ln.lower() and "NVRTC_ERROR" not in ln), None)
+    return sim.clean(first or (lines[0] if lines else "the compiler said nothing"))
+
+
+def grade(ex: Exercise, text: str, seeds=SEEDS, price: bool = False) -> Grade:
     """Grade one whole edited stage file for exercise `ex` (see Exercise.check)."""
-    from . import sim_runs  # the simulator's runs, cached by content
+    from .sim import runs as sim_runs  # the simulator's runs, cached by content
     from .views import sim  # a view's wording of a run
 
+    seeds = tuple(seeds)
+    if not seeds:   # a grade over no run would pass having simulated nothing
+        raise sim_runs.SimRunError(f"{ex.id}: seeds=() grades nothing; pass at least one seed (the default: {SEEDS})")
     original = ex._original()
     mut = ex.mutation
     if text == original:
@@ -287,8 +398,8 @@ def grade(ex: Exercise, text: str, seeds=SEEDS, price: bool = True) -> Grade:
         try:
             b = stage.build
         except _build.BuildError as e:
-            first = next((ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()), str(e).splitlines()[0])
-            return Grade(ex.id, ex.stage, False, "it does not compile", compiled=sim.clean(first)[:300], evidence=ev)
+            said = compiler_error(str(e), ex.stage)
+            return Grade(ex.id, ex.stage, False, f"it does not compile: {said}", compiled=said, evidence=ev)
         exported = {k: b.exports.get(k) for k in ex.exports}
         label = "" if cm is None else f"exercise:{ex.id}@{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         runs = []
@@ -319,14 +430,14 @@ def grade(ex: Exercise, text: str, seeds=SEEDS, price: bool = True) -> Grade:
             return g
         g.passed = True
         g.verdict = f"compiled, verified against torch on seeds {', '.join(str(r.seed) for r in runs)}, no report"
-        g.predicted = _price(stage) if price else "not asked (price=False)"
+        g.predicted = _price(stage) if price else "not asked (check(..., price=True) prices it on the full problem)"
         return g
     finally:
         if cm is not None:
             cm.__exit__(None, None, None)
 
 
-# ---- the mistakes only the exercises plant (the same form as pelib.sim_catalog's) -----------------------
+# ---- the mistakes only the exercises plant (the same form as pelib.sim.catalog's) -----------------------
 
 M = Mutation
 OWN = (
@@ -381,6 +492,15 @@ EXERCISES: tuple[Exercise, ...] = (
              "simulator reports the transaction count going below zero. Fix the count.",
              "nvfp4-01-expect-tx-sf-short", ("PE_DEVICE void load_ktile(", "tma_load_2d(stage + OFF_B"),
              hint="Which boxes does one slot's load deliver?"),
+    Exercise("nvfp4-04-split-k-order", "nvfp4_beyond_lab", "the order of the split-K reduction",
+             "In stage 04 the CTAs of a cluster push their partial accumulators into rank 0's shared memory and "
+             "rank 0 adds them. The reduction looks as if it needs no barrier: rank 0 only reads its own shared "
+             "memory. Take out the cluster barrier between the pushes and the reduction and see what the "
+             "simulator says.",
+             "nvfp4-04-reduce-before-partials-arrive",
+             ("  cluster_wait();             // every peer has started", "if (rank == 0) store_tile_reduced("),
+             goal="report",
+             hint="What makes a peer's st.shared::cluster happen before rank 0's load of the same word?"),
     Exercise("fp8-problem-comb-row", "fp8_problem", "which comb row",
              "Each output row m adds the positional-embedding row of its patch position. This copy of stage 00 "
              "adds the wrong row; the output is wrong on every seed. Find it.",

@@ -85,12 +85,26 @@ def _same_device(problem: str, tensors: Mapping[str, torch.Tensor]) -> torch.dev
     return next(iter(devs.values()))
 
 
+class _Tiled:
+    """What every problem derives from its M, N, K and the kernel's tile."""
+
+    @property
+    def tiles(self) -> int:
+        """Output tiles of the kernel's tile shape."""
+        return (self.m // self.tile["m"]) * (self.n // self.tile["n"])
+
+    @property
+    def flops(self) -> int:
+        """2·M·N·K (an epilogue's M·N adds are left out, as in the lab notes' TFLOPS)."""
+        return 2 * self.m * self.n * self.k
+
+
 # ---------------------------------------------------------------------------------------------
 # FP8 patch embed
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class PatchEmbed:
+class PatchEmbed(_Tiled):
     """out[m, n] = bf16( sum_k a[m,k] b[n,k] + comb[m % positions, n] ); a, b FP8 E4M3, comb BF16."""
 
     name: str
@@ -108,17 +122,7 @@ class PatchEmbed:
         if self.positions <= 0:
             raise ProblemError(f"{self.name}: positions={self.positions} must be positive")
 
-    # -- sizes -------------------------------------------------------------------------------
-    @property
-    def tiles(self) -> int:
-        """Output tiles of the kernel's tile shape."""
-        return (self.m // self.tile["m"]) * (self.n // self.tile["n"])
-
-    @property
-    def flops(self) -> int:
-        """2·M·N·K (the epilogue's M·N adds are left out, as in the lab notes' TFLOPS)."""
-        return 2 * self.m * self.n * self.k
-
+    # -- sizes (tiles, flops: _Tiled) ----------------------------------------------------------
     @property
     def min_bytes(self) -> int:
         """Each operand read once, the output written once: A, B (FP8), comb (BF16), out (BF16)."""
@@ -193,7 +197,7 @@ def patch_embed(name: str = "siglip2") -> PatchEmbed:
 
 
 @dataclass(frozen=True)
-class NvFp4Gemm:
+class NvFp4Gemm(_Tiled):
     """out[m, n] = fp16( gsa·gsb · sum_k (e2m1(a)·sfa)[m,k] (e2m1(b)·sfb)[n,k] ), A and B K-major."""
 
     name: str
@@ -209,14 +213,6 @@ class NvFp4Gemm:
         _check_tile(self.name, {"m": self.m, "n": self.n, "k": self.k}, self.tile)
         if self.k % (2 * SF_VEC):
             raise ProblemError(f"{self.name}: K={self.k} must be a multiple of {2 * SF_VEC}")
-
-    @property
-    def tiles(self) -> int:
-        return (self.m // self.tile["m"]) * (self.n // self.tile["n"])
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
 
     @property
     def min_bytes(self) -> int:

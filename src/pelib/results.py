@@ -1,7 +1,7 @@
 """The committed measured results: one tree, results/<YYYY-MM-DD>-<device>/, one folder per run.
 
 Nothing here runs a GPU: it reads what a run left behind (benchmark JSON, Hopper-twin sweeps, the GPU
-tests' summaries) and says so when there is none. A sweep (`python -m pelib.sweep`) is
+tests' summaries) and says so when there is none. A sweep (`python -m pelib.measure.sweep`) is
 {"env": {device, date, ...}, "facts": [...], "variants": [{"stage" or "key", "defines", "label", "ok",
 "median_ms", ...}], "baselines": {...}}; a variant that failed has "error" and no "median_ms".
 """
@@ -25,6 +25,11 @@ _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 class ResultsPathError(ValueError):
     """A run's date, device or label would not name a file inside the results tree; the message says which."""
+
+
+class ResultsFileError(ValueError):
+    """A committed result file cannot be read (truncated, not JSON, not the shape its kind has, dated unlike its
+    folder); the message names the file and the fix. A ValueError, as json's errors are."""
 
 
 def iso_date(value, what: str = "date") -> str:
@@ -83,10 +88,19 @@ def chip_slug(device) -> str:
     return re.sub(r"^nvidia-", "", device_slug(device)).split("-")[0] or "none"
 
 
-def is_run(path: Path) -> bool:
-    """True for a well-formed run folder: a directory named <ISO date>-<chip> (results/2026-11-24-h100)."""
+def _within(path: Path, root: Path) -> bool:
+    try:
+        p, r = Path(path).resolve(), Path(root).resolve()
+    except OSError:
+        return False
+    return p == r or r in p.parents
+
+
+def is_run(path: Path, root: Path | None = None) -> bool:
+    """True for a well-formed run folder: a directory named <ISO date>-<chip> (results/2026-11-24-h100), itself
+    in the tree: a symbolic link, or a folder that resolves outside `root` (the results tree), is never read."""
     m = RUN_NAME.fullmatch(path.name)
-    if not m or not path.is_dir():
+    if not m or path.is_symlink() or not path.is_dir() or not _within(path, root or path.parent):
         return False
     try:
         dt.date.fromisoformat(m.group(1))
@@ -99,12 +113,14 @@ def runs(root: Path | None = None) -> list[Path]:
     """The run folders, oldest first (their names start with the date); folders that are not well-formed runs
     (a 'None-h100' that a run without a date wrote, notes) are not runs and are never the newest."""
     d = root or RESULTS
-    return sorted(p for p in d.iterdir() if is_run(p)) if d.is_dir() else []
+    return sorted(p for p in d.iterdir() if is_run(p, d)) if d.is_dir() else []
 
 
 def files(pattern: str, root: Path | None = None) -> list[Path]:
-    """Every committed file matching `pattern` in any run, oldest run first, then by name."""
-    return [f for r in runs(root) for f in sorted(r.glob(pattern))]
+    """Every committed file matching `pattern` in any run, oldest run first, then by name (a symbolic link, or
+    a file that resolves outside its run folder, is not a committed file)."""
+    return [f for r in runs(root) for f in sorted(r.glob(pattern))
+            if not f.is_symlink() and f.is_file() and _within(f, r)]
 
 
 def latest(pattern: str, root: Path | None = None) -> Path | None:
@@ -113,12 +129,38 @@ def latest(pattern: str, root: Path | None = None) -> Path | None:
     return fs[-1] if fs else None
 
 
-def load(path) -> dict:
-    """A result JSON with its file name under "_file" and its path under "_path"."""
+def _shown(p: Path) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(RESULTS.resolve().parent))
+    except (ValueError, OSError):
+        return str(p)
+
+
+def load(path, *, named: bool = True) -> dict:
+    """A result JSON with its file name under "_file" and its path under "_path" (named=False: as the file has
+    it); ResultsFileError naming the file where it cannot be read or is not JSON (truncated, half-written,
+    emptied)."""
     p = Path(path)
-    data = json.loads(p.read_text())
-    if isinstance(data, dict):
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ResultsFileError(f"{_shown(p)} cannot be read as a result ({type(e).__name__}: {e}): a truncated or "
+                               "half-written file; restore it (git checkout -- <file>) or run again to rewrite it") \
+            from None
+    if named and isinstance(data, dict):
         data["_file"], data["_path"] = p.name, str(p)
+    return data
+
+
+def check_dated(p: Path, data: dict) -> dict:
+    """`data` of a file in a run folder, refused (ResultsFileError) where the date it records is not its
+    folder's (results/2026-11-24-h100/ holds runs of 2026-11-24 only: a sweep dated 9999-12-31 is no newer)."""
+    date = str((data.get("env") or {}).get("date") or data.get("date") or "") if isinstance(data, dict) else ""
+    m = RUN_NAME.fullmatch(Path(p).parent.name)
+    if date and m and date[:10] != m.group(1):
+        raise ResultsFileError(f"{_shown(p)} records the date {date[:10]}, but its folder is of {m.group(1)}: a run "
+                               f"is filed under results/<its date>-<chip>/; move the file to that folder or fix its "
+                               "date")
     return data
 
 
@@ -133,19 +175,26 @@ def latest_sweep(root: Path | None = None, having=()) -> dict | None:
     """The newest readable sweep (by its env date, then file name); None if there is none. With `having`,
     [(stage, defines, defaults)], the newest that ran every one of those entries (a run of the stage
     files at their defaults does not replace the last run of the variants a chapter quotes)."""
-    best = None
+    best, broken = None, []
     for p in sweep_files(root):
         try:
-            data = load(p)
-        except (OSError, ValueError):   # a half-written or broken file is not a result
-            continue
-        if not isinstance(data, dict) or not isinstance(data.get("variants"), list):
+            data = check_dated(p, load(p))
+            if not isinstance(data, dict) or not isinstance(data.get("variants"), list):
+                raise ResultsFileError(f"{_shown(p)} is not a sweep (no list of \"variants\"): restore it "
+                                       "(git checkout -- <file>) or run python -m pelib.measure.sweep again")
+        except ResultsFileError as e:
+            broken.append((p, e))
             continue
         if having and not all(find_variant(data, st, d, df) for st, d, df in having):
             continue
         key = (str(data.get("env", {}).get("date", "")), p.name)
         if best is None or key > best[0]:
-            best = (key, data)
+            best = (key, data, p)
+    # a broken file in a run folder as new as the one chosen could be the newer result: an error naming it,
+    # never a silent fall-back to an older (perhaps another chip's) sweep
+    for p, e in broken:
+        if best is None or p.parent.name[:10] >= best[2].parent.name[:10]:
+            raise e
     return best[1] if best else None
 
 
@@ -153,7 +202,7 @@ def load_sweep(path=None) -> dict:
     """One committed sweep (the newest by default); FileNotFoundError saying how to make one."""
     rep = load(path) if path else latest_sweep()
     if rep is None:
-        raise FileNotFoundError(f"no {SWEEP_GLOB} under {RESULTS}: run `python -m pelib.sweep` on an H100 "
+        raise FileNotFoundError(f"no {SWEEP_GLOB} under {RESULTS}: run `python -m pelib.measure.sweep` on an H100 "
                                 "and commit the run folder")
     return rep
 
@@ -255,8 +304,8 @@ def variant_result(stage: str, defines: dict | None, what: str = "", sweep: dict
 
 
 def baseline_list(baselines) -> list[dict]:
-    """A run's baselines as pelib.baselines writes them: [{name, status, median_ms, reason, ...}]. Runs
-    before pelib.baselines stored {name: row}, a row with "error" where it failed: converted here."""
+    """A run's baselines as pelib.measure.baselines writes them: [{name, status, median_ms, reason, ...}]. Runs
+    before pelib.measure.baselines stored {name: row}, a row with "error" where it failed: converted here."""
     if isinstance(baselines, list):
         return baselines
     out = []
@@ -290,16 +339,15 @@ def _timed_entries(data: dict) -> list[dict]:
 
 def stage_times(root: Path | None = None) -> dict[str, dict[str, dict]]:
     """{stage key: {chip: {ms, device, date, cublas_ms, file}}}: each stage at its default defines, verified,
-    from the newest run on each chip (h100, h200) whose files time it (sweeps, pelib.hopper_perf runs,
+    from the newest run on each chip (h100, h200) whose files time it (sweeps, pelib.measure.hopper_perf runs,
     stage lists; inside a folder, by the date each file records), with cuBLAS's GEMM-only time of the same run folder where it has one."""
     out: dict[str, dict[str, dict]] = {}
     for run in runs(root):                     # oldest first: a newer run overwrites
         found, cublas, dated = {}, None, []
         for p in sorted(run.glob("*.json")):
-            try:
-                data = load(p)
-            except (OSError, ValueError):      # a half-written or broken file is not a result
+            if p.is_symlink() or not _within(p, run):
                 continue
+            data = check_dated(p, load(p))     # a broken file is an error naming it, not a skipped result
             if isinstance(data, dict):
                 dated.append((str((data.get("env") or {}).get("date") or data.get("date") or ""), p, data))
         for _, p, data in sorted(dated, key=lambda x: x[0]):   # a folder's runs by their date: newer overwrites

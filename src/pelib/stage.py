@@ -4,17 +4,26 @@
     s.exports.pipeline_stages, s.exports.smem_bytes      # the export vocabulary of common/export.cuh
     s.launch_config(problem)                             # grid, block, cluster, shared memory
     s.run("small")                                       # poison, launch, verify, only then time
+    s.run("small", time=Timed(iters=5), launch=LaunchOptions(grid=132))
+
+The simulator runs a stage through pelib.sim.host (sim_host.run(stage, "sim")) and the timing model
+through pelib.predict: both stand above Stage, so this module imports neither, and its command line hands
+--device sim and --device predict to pelib.sim.host and pelib.predict.host.
 
 Everything a launch needs comes from the stage: the kernel's parameter list (parsed from the source,
 arguments bound by name), the tensor-map boxes and swizzles and the launch shape (from the cubin's
 exports). What only one family needs (scale-factor maps, the epilogue column map, the permuted-B
 view, its problems and reference) is in pelib.kinds. `python -m pelib.stage` is the command line.
+
+Over 700 lines: the front door: Stage and its command line (python -m pelib.stage); the simulator's and the
+timing model's hosts are apart.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -22,10 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bench, build as _build, clock, device as _device, kinds, launch, records, results, sim, sim_budget
+from . import bench, build as _build, clock, device as _device, kinds, launch, records, results
 from . import sol, stages
-from . import evidence as _evidence, timing as _timing, tma, verify as _verify
-from . import predict as _predict
+from . import timing as _timing, tma, verify as _verify
 from .facts import Table, evidence_label
 from .paths import KERNELS
 
@@ -33,8 +41,31 @@ ARCH_OF = {"sm90": "sm_90a"}            # every other family builds for sm_100a
 TARGET_GPU = {"sm_100a": "B200", "sm_90a": "H100 SXM"}   # whose SM count a launch assumes without that GPU here
 GRID_KINDS = {0: "one CTA or cluster per tile", 1: "persistent: resident clusters, static schedule",
               2: "persistent by column block: a multiple of N / tile_n CTAs"}
-DEVICES = ("gpu", "sim", "compile", "predict")
-EVIDENCE_SIM = _evidence.simulated()   # 'simulated (pelib.sim)'; its clock orders events, never a time
+DEVICES = ("gpu", "sim", "compile", "predict")   # the command line's; Stage.run runs 'gpu' and 'compile'
+OFF_STAGE = {"sim": "pelib.sim.host.run(stage, problem='sim', *, seed, verify, inputs, ref, spec_hook, hook, grid, "
+                    "sim_seed)",
+             "predict": "pelib.predict.predict(stage, gpu, calibration=None, clock=None, problem='full')"}
+HANDED_OVER = {"sim": "pelib.sim.host", "predict": "pelib.predict.host"}   # whose main runs the device's CLI
+SIM_PLAN = "pelib.sim.host.plan(stage, problem, tensors, timing=None, grid=None, spec_hook=None, seed=0)"
+SIM_TIMING = "pelib.sim.host.run_timing(stage, problem='sim', *, seed, inputs, spec_hook, hook, grid, sim_seed)"
+
+
+@dataclass(frozen=True)
+class Timed:
+    """How Stage.run times a verified launch (bench.time_fn): `iters` timed launches after `warmup` untimed."""
+
+    iters: int = 20
+    warmup: int = 3
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What a run changes about its launch: `spec_hook(specs) -> specs` the tensor maps (Stage.plan), `hook(inputs)`
+    a context entered around the launches (e.g. an L2 access-policy window over B), `grid` a persistent grid's CTAs."""
+
+    spec_hook: object = None
+    hook: object = None
+    grid: int | None = None
 # The export vocabulary every stage publishes (src/kernels/common/export.cuh).
 VOCABULARY = ("smem_bytes", "smem_limit", "num_threads", "cluster_x", "cluster_in_kernel", "grid_kind",
               "tile_m", "tile_n", "block_k", "pipeline_stages", "epi_warps", "barrier_bytes")
@@ -227,6 +258,12 @@ class Stage:
         """The same stage with some defines added or changed."""
         return Stage(self.path, {**self.defines, **defines})
 
+    def without_defines(self, *names: str) -> "Stage":
+        """The same stage without the defines `names` (those it lacks are ignored)."""
+        if not any(n in self.defines for n in names):
+            return self
+        return Stage(self.path, {k: v for k, v in self.defines.items() if k not in names})
+
     # ---- what the file says ----------------------------------------------------------------------
     @cached_property
     def source(self) -> str:
@@ -378,67 +415,31 @@ class Stage:
                 out.append(_SCALARS[typ](scalars[name]))
         return tuple(out)
 
-    def sim_config(self, problem="sim", grid: int | None = None) -> LaunchConfig:
-        """The simulated launch: a persistent grid sized for the kind's few simulated SMs, so its loops wrap
-        on a test-size problem."""
-        return self.launch_config(problem, info=_device.DeviceInfo(False, "simulated"), grid=grid,
-                                  sm_count=getattr(self.kind, "SIM_SM_COUNT", None))
-
-    def sim_estimate(self, problem="sim", grid: int | None = None, *, config: LaunchConfig | None = None,
-                     verify: bool = True, inputs: bool = True) -> sim_budget.Estimate:
-        """The floor of a simulated run's scheduler steps and host memory (pelib.sim_budget), from the launch
-        (`config`, else sim_config(problem, grid))."""
-        prob = self.problem(problem)
-        cfg = config or self.sim_config(prob, grid)
-        return sim_budget.estimate(cfg, prob, block_k=self.exports.block_k, tmem=self.arch == "sm_100a",
-                                   verify=verify, inputs=inputs,
-                                   label=self.key + (" " + self.label.split(" ", 1)[1] if self.defines else ""))
-
-    def sim_check(self, problem, cfg: LaunchConfig, *, verify: bool = True, inputs: bool = True):
-        """Refuse (pelib.sim_budget.SimTooLarge) a simulated run that cannot fit, naming the smaller problem."""
-        prob = self.problem(problem)
-        est = self.sim_estimate(prob, config=cfg, verify=verify, inputs=inputs)
-        test = self.problem("sim")
-        fixes = (f"Simulate a test-size problem: --problem sim ({test.m} x {test.n} x {test.k}; Stage.run('sim', "
-                 f"'sim')) exercises the same protocol, indexing and data path; time the full problem on a GPU")
-        if cfg.persistent and 4 * est.engine_bytes > est.bytes:
-            fixes += (f"; or give the persistent grid fewer resident CTAs (--grid, a multiple of {cfg.unit}; now "
-                      f"{cfg.ctas:,})")
-        return sim_budget.check(est, fixes=fixes)
-
     def plan(self, problem, tensors: dict, device: str = "gpu", timing=None, info=None, grid: int | None = None,
-             spec_hook=None, sim_seed: int = 0):
-        """A checked launch: pelib.launch.LaunchPlan (device='gpu') or pelib.sim's plan (device='sim').
+             spec_hook=None):
+        """A checked launch on the GPU: pelib.launch.LaunchPlan (the simulator's is pelib.sim.host.plan).
         `spec_hook(specs) -> specs` may change the tensor maps first (a host-side change such as F21's L2
-        promotion). `sim_seed` picks the simulated interleaving (the seed's one channel)."""
+        promotion)."""
+        if device != "gpu":
+            raise StageError(f"device={device!r}: Stage.plan launches on 'gpu'" + (
+                f"; plan a simulated launch with {SIM_PLAN}" if device == "sim" else ""))
         prob = self.problem(problem)
-        hook = spec_hook or (lambda specs: specs)
-        if device not in ("gpu", "sim"):
-            raise StageError(f"device={device!r}: plan() launches on 'gpu' or 'sim'")
         # the inputs' shapes, dtypes, device and contiguity, on every back end: a kernel indexes them
         # densely from the problem's M, N and K, so a short or strided output is written past its end
-        prob.validate(tensors, device="cpu" if device == "sim" else f"cuda:{(info or _device.current()).ordinal}")
-        if device == "sim":
-            cfg = self.sim_config(prob, grid)
-            self.sim_check(prob, cfg, verify=False, inputs=False)
-            specs = hook(self.tensor_map_specs(prob, tensors))
-            maps = {k: tma.TensorMap(s, cumap=None, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
-            defines = self.defines if timing is None else {**self.defines, "TIMING": 1}
-            plan = sim.prepare(self.build if timing is None else self.timing_build(),
-                               self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
-                               cluster=cfg.cluster, smem=cfg.smem, kernel=self.build.kernel, arch=self.arch,
-                               defines=defines, seed=sim_seed, timing=timing is not None,
-                               names=tuple(name for _, name in self.signature))
-            plan.config = cfg
-            return plan
+        prob.validate(tensors, device=f"cuda:{(info or _device.current()).ordinal}")
         cfg = self.launch_config(prob, info=info, grid=grid)
-        specs = hook(self.tensor_map_specs(prob, tensors))
+        specs = self.hooked_specs(prob, tensors, spec_hook)
         maps = {k: tma.encode(s, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
         plan = launch.prepare(self.build if timing is None else self.timing_build(),
                               self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
                               cluster=cfg.launch_cluster, smem=cfg.smem, kernel=self.build.kernel, info=info)
         plan.config = cfg
         return plan
+
+    def hooked_specs(self, prob, tensors: dict, spec_hook=None) -> dict:
+        """The tensor maps' specs bound to `tensors`, after `spec_hook(specs) -> specs` (if given)."""
+        specs = self.tensor_map_specs(prob, tensors)
+        return spec_hook(specs) if spec_hook else specs
 
     # ---- run -------------------------------------------------------------------------------------
     def inputs(self, problem="small", seed: int = 0, device: str = "gpu", info=None, exact: bool = False) -> dict:
@@ -459,88 +460,90 @@ class Stage:
                                    label=f"{self.key} {self.label.split(' ', 1)[1] if self.defines else ''} "
                                          f"on {prob.name}".replace("  ", " "))
 
-    def run(self, problem="small", device: str = "gpu", *, seed: int = 0, verify: bool = True, time: bool = True,
-            iters: int = 20, warmup: int = 3, inputs: dict | None = None, ref=None, spec_hook=None,
-            hook=None, grid: int | None = None, sim_seed: int = 0, gpu: str | None = None, calibration=None,
-            clock="timed") -> dict:
+    def run(self, problem="small", device: str = "gpu", *, seed: int = 0, verify: bool = True,
+            time: bool | Timed = True, inputs: dict | None = None, ref=None, launch: LaunchOptions | None = None) -> dict:
         """llm.c's order: poison the output, launch, verify against the torch reference, and only then time.
 
-        device='gpu' launches through pelib.launch (the stage's GPU only), 'sim' through pelib.sim (the
-        CPU model: protocol and data, never a time; `sim_seed` picks its interleaving and the result carries the
-        plan, whose report holds the event log), 'compile' only builds and configures. `spec_hook`
-        changes the tensor maps (see plan); `hook(inputs)`, if given, returns a context entered around the
-        launches (e.g. an L2 access-policy window over B). Returns a result dict with the launch config,
-        the verification report, and the timing statistics (measured)."""
-        if device not in DEVICES:
-            raise StageError(f"device={device!r}: one of {DEVICES}")
-        if device == "predict":   # pelib.predict: the simulated graph replayed with `gpu`'s calibrated costs
-            gpu = gpu or ("h100" if self.arch.startswith("sm_90") else "b200")   # the stage's own GPU by default
-            p = _predict.predict(self, gpu, calibration, clock, seed=sim_seed, problem=problem)
-            return {"stage": self.key, "label": self.label, "defines": dict(self.defines), "problem": problem,
-                    "ok": None, "device": f"pelib.predict ({p.gpu_device})", "prediction": p, "ms": p.ms,
-                    "cycles": p.cycles, "evidence": p.evidence}
+        device='gpu' launches through pelib.launch (the stage's GPU only), 'compile' only builds and configures
+        (the simulator's run is pelib.sim.host.run, the timing model's pelib.predict.predict). `time` is True
+        (Timed()'s defaults), False, or a Timed; `launch` (LaunchOptions) changes the tensor maps, enters a
+        context around the launches, or sizes the grid. Returns a result dict with the launch config, the
+        verification report, and the timing statistics (measured)."""
+        if device not in ("gpu", "compile"):
+            self.refuse(device, "Stage.run runs or compiles")
         prob = self.problem(problem)
-        res = {"stage": self.key, "label": self.label, "defines": dict(self.defines), "problem": prob.name,
-               "ok": None}
+        res = self.result_head(prob)
         if device == "compile":
             cfg = self.launch_config(prob)
             return {**res, "config": cfg, "launch": cfg.as_dict(), "facts": self.facts_row(),
                     "evidence": evidence_label(self.build)}
-        info = _device.require(self.arch) if device == "gpu" else None
-        if device == "sim":   # before a tensor is made: the full problem is refused in seconds, not by the OOM killer
-            self.sim_check(prob, self.sim_config(prob, grid), verify=verify, inputs=inputs is None)
+        lo = launch or LaunchOptions()
+        timed = Timed() if time is True else time or None
+        info = _device.require(self.arch)
         t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
-        plan = self.plan(prob, t, device, info=info, spec_hook=spec_hook, grid=grid, sim_seed=sim_seed)
-        cfg = getattr(plan, "config", None)
-        if device == "sim":
-            res["plan"] = plan
-        res.update(device=info.describe() if info else "pelib.sim (CPU model)",
-                   evidence=f"measured ({info.name})" if info else EVIDENCE_SIM,
-                   config=cfg, launch=cfg.as_dict() if cfg else None)
-        with hook(t) if hook else _nothing():
+        plan = self.plan(prob, t, device, info=info, spec_hook=lo.spec_hook, grid=lo.grid)
+        cfg = plan.config
+        res.update(device=info.describe(), evidence=f"measured ({info.name})", config=cfg, launch=cfg.as_dict())
+        with lo.hook(t) if lo.hook else _nothing():
             if verify:
-                _verify.poison(t["out"])
-                plan.run()
-                plan.wait()
-                if device == "sim":
-                    res["sim"] = res["report"] = plan.report
-                rep = self.check(prob, t, ref)
-                res.update(ok=rep.ok, verify=rep, max_abs=rep.max_abs, n_bad=rep.n_bad)
-            if device == "sim":   # the simulator's report: deadlock, hazards, misuse, seeds, the event log
-                res["report"] = getattr(plan, "report", None)
-            if time and device == "gpu" and res["ok"] is not False:
-                times = bench.time_fn(plan.run, iters=iters, warmup=warmup, wait=plan.wait)
+                self.launch_verified(plan, prob, t, ref, res)
+            if timed and res["ok"] is not False:
+                times = bench.time_fn(plan.run, iters=timed.iters, warmup=timed.warmup, wait=plan.wait)
                 r = bench.result(f"{self.key}", times, flops=prob.flops, bytes_moved=prob.min_bytes)
                 res.update({k: r[k] for k in ("median_ms", "p10_ms", "p90_ms", "n", "tflops", "gbps") if k in r})
                 res["ms"] = r["median_ms"]
         return res
 
+    def refuse(self, device: str, what: str):
+        """A StageError for a device this call does not run, naming the call that does."""
+        if device in OFF_STAGE:
+            raise StageError(f"{self.label}: {what}; device={device!r} is its own call: {OFF_STAGE[device]}")
+        raise StageError(f"device={device!r}: one of {DEVICES}")
+
+    def result_head(self, prob) -> dict:
+        """The head of every run's result dict: the stage, its defines and problem, no verdict yet."""
+        return {"stage": self.key, "label": self.label, "defines": dict(self.defines), "problem": prob.name,
+                "ok": None}
+
+    def launch_verified(self, plan, prob, tensors: dict, ref, res: dict, after=None) -> None:
+        """The output poisoned, the plan launched and waited for, `after(plan)` (if given), then the output
+        checked (self.check) into res: ok, verify, max_abs, n_bad."""
+        _verify.poison(tensors["out"])
+        plan.run()
+        plan.wait()
+        if after:
+            after(plan)
+        rep = self.check(prob, tensors, ref)
+        res.update(ok=rep.ok, verify=rep, max_abs=rep.max_abs, n_bad=rep.n_bad)
+
     def run_timing(self, problem="small", device: str = "gpu", *, seed: int = 0, inputs: dict | None = None,
-                   spec_hook=None, hook=None, grid: int | None = None, sim_seed: int = 0):
-        """The TIMING=1 build launched once after a warm-up; its clock64 records decoded (pelib.timing)."""
+                   launch: LaunchOptions | None = None):
+        """The TIMING=1 build launched once after a warm-up; its clock64 records decoded (pelib.timing)
+        (the simulator's is pelib.sim.host.run_timing)."""
+        if device != "gpu":
+            raise StageError(f"device={device!r}: Stage.run_timing launches on 'gpu'" + (
+                f"; a simulated TIMING run is {SIM_TIMING}" if device == "sim" else ""))
+        lo = launch or LaunchOptions()
         prob = self.problem(problem)
-        info = _device.require(self.arch) if device == "gpu" else None
-        if device == "sim":   # before a tensor is made (as run() does)
-            self.sim_check(prob, self.sim_config(prob, grid), verify=False, inputs=inputs is None)
+        info = _device.require(self.arch)
         t = inputs if inputs is not None else self.inputs(prob, seed, device, info)
-        tb = self.timing_build()
-        cfg = self.launch_config(prob, info=info or _device.DeviceInfo(False, "simulated"), grid=grid,
-                                 sm_count=None if info else getattr(self.kind, "SIM_SM_COUNT", None))
-        lay = _timing.layout(tb, cfg.ctas)
-        buf = _timing.alloc(lay, device=t["out"].device)     # beside the inputs (the GPU's, or the CPU's for sim)
-        plan = self.plan(prob, t, device, timing=buf, info=info, grid=cfg.grid[0], spec_hook=spec_hook,
-                         sim_seed=sim_seed)
-        with hook(t) if hook else _nothing():
+        cfg = self.launch_config(prob, info=info, grid=lo.grid)
+        return self.timing_launch(t, cfg, lambda buf: self.plan(prob, t, device, timing=buf, info=info,
+                                                                grid=cfg.grid[0], spec_hook=lo.spec_hook), lo.hook)
+
+    def timing_launch(self, tensors: dict, cfg: LaunchConfig, plan_of, hook=None):
+        """`cfg`'s grid of the TIMING=1 build, planned by plan_of(buffer), launched once after a warm-up; its
+        records decoded (pelib.timing)."""
+        lay = _timing.layout(self.timing_build(), cfg.ctas)
+        buf = _timing.alloc(lay, device=tensors["out"].device)   # beside the inputs (the GPU's, or the CPU's for sim)
+        plan = plan_of(buf)
+        with hook(tensors) if hook else _nothing():
             plan.run()          # warm-up: caches, TLBs, the module load
             plan.wait()
             buf.zero_()
             plan.run()
             plan.wait()
-        tm = _timing.decode(buf, lay)
-        if device == "sim":   # the simulated per-SM counter orders events; it is never a time
-            tm.meta.update(stage=self.key, device="pelib.sim (CPU model)", clock=_timing.SIM_ORDER,
-                           evidence=EVIDENCE_SIM)
-        return tm
+        return _timing.decode(buf, lay)
 
     # ---- emulated ------------------------------------------------------------------------------
     def emulate_tile(self, inputs: dict, m0: int = 0, n0: int = 0, **kw):
@@ -672,7 +675,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--calibration", default=None, help="--device predict: a calibration JSON file "
                     "(default: the GPU's committed one)")
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--sim-seed", type=lambda v: int(v) if v.lstrip("-").isdigit() else v, default=0,
+    ap.add_argument("--sim-seed", type=lambda v: int(v) if v.lstrip("-").isdigit() else v, default=None,
                     help="the simulator's scheduler seed: an integer, or lazy / eager (--device sim; default 0)")
     ap.add_argument("--grid", type=_ctas, default=None, metavar="CTAS",
                     help="CTAs of a persistent grid (default: one wave on the GPU, the kind's few SMs on sim)")
@@ -694,25 +697,47 @@ def _ctas(v: str) -> int:
     return n
 
 
-def main(argv=None) -> int:
+def main(argv=None, runners: dict | None = None) -> int:
+    """python -m pelib.stage. `runners` {device: fn(stage, args, trace) -> result dict, or a bool once it has
+    printed its own} runs a device Stage does not: pelib.sim.host.main passes 'sim', pelib.predict.host.main 'predict'."""
     ap = parser()
     a = ap.parse_args(argv)
     if a.table:
+        given = [f for f, v in (("-D", a.defines), ("--device", a.device), ("--sweep", a.sweep)) if v]
+        if given:   # the table is of the files at their defaults: a flag it does not read is refused, not dropped
+            ap.error(f"--table lists every stage file at its defaults and reads no {'/'.join(given)}: drop "
+                     f"{'them' if len(given) > 1 else 'it'}, or run the stage itself")
         print(table([Stage(a.stage)] if a.stage else None).to_markdown(), end="")
         return 0
     if not a.stage:
         ap.error("name a stage (family/name) or pass --table")
     base = Stage(a.stage, _defines(a.defines))
     device = a.device or ("gpu" if _device.can_run(base.arch) else "compile")
+    swept = set(_sweep(a.sweep)[0]) if a.sweep else set()
+    if swept & set(base.defines):
+        ap.error(f"-D {', '.join(sorted(swept & set(base.defines)))} and --sweep set the same define: the sweep's "
+                 "values would replace it; give it in one of them")
+    if a.sim_seed is not None and device != "sim":
+        ap.error(f"--sim-seed picks the simulator's interleaving: --device sim reads it, --device {device} does not")
+    if a.grid is not None and device == "predict":
+        ap.error("--grid sizes a run's persistent grid: --device predict launches the grid the GPU would "
+                 "(its resident clusters), so it reads no --grid")
+    if device != "predict" and (a.gpu or a.calibration):
+        ap.error(f"--gpu / --calibration choose the costs of a prediction: --device {device} reads neither "
+                 "(add --device predict)")
     if a.problem is None:   # the simulator's default is its family's test size
         a.problem = {"sim": "sim", "predict": "full"}.get(device, "small")
-    print(_device.banner_text(base.arch))
-    ok = True
     positions = _sweep(a.sweep)
     try:
         traces = trace_paths(a.trace, positions)
     except StageError as e:
         ap.error(str(e))
+    if device in OFF_STAGE and device not in (runners or {}):
+        # the simulator and the timing model stand above Stage (they run it), so their command line is
+        # their host module's (pelib.sim.host, pelib.predict.host): the same arguments, in a process of its own
+        return subprocess.call([sys.executable, "-m", HANDED_OVER[device], *(sys.argv[1:] if argv is None else argv)])
+    print(_device.banner_text(base.arch))
+    ok = True
     for d, trace in zip(positions, traces):
         s = base.with_defines(**d)
         why = s.check_compiles()
@@ -721,20 +746,18 @@ def main(argv=None) -> int:
             ok = False
             continue
         print(Table([s.facts_row()], f"{s.key} — {evidence_label(s.build)}"))
-        if device == "predict":
-            res = s.run(a.problem, device, gpu=a.gpu, calibration=a.calibration)
-            print(_predict.report(res["prediction"]))
-            if trace:
-                _predict.trace(res["prediction"], trace)
-                print(f"wrote {trace} (predicted cycles)")
-            continue
-        run_kw = {"sim_seed": a.sim_seed} if device == "sim" else {}
-        try:
-            res = s.run(a.problem, device, iters=a.iters, **run_kw, **({"grid": a.grid} if a.grid is not None else {}))
-        except (sim_budget.SimTooLarge, launch.LaunchError) as e:   # a launch no GPU (or no simulator) takes
-            print(f"refused: {e}")
-            ok = False
-            continue
+        if device in OFF_STAGE:
+            res = runners[device](s, a, trace)
+            if isinstance(res, bool):   # it printed its own report (a prediction) or its refusal
+                ok &= res
+                continue
+        else:
+            try:
+                res = s.run(a.problem, device, time=Timed(iters=a.iters), launch=LaunchOptions(grid=a.grid))
+            except launch.LaunchError as e:   # a launch no GPU takes
+                print(f"refused: {e}")
+                ok = False
+                continue
         if res.get("config") is not None:
             print(f"launch on {res['problem']}: {res['config'].describe()}")
         if "verify" in res:

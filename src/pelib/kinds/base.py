@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import emulate as E, problems, reference, sass
+from .. import emulate as E, problems, reference
+from ..isa import sass
 
 
 class KindError(ValueError):

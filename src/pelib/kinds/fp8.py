@@ -3,7 +3,7 @@
 What the generic host path cannot know: which TMEM lanes and columns each epilogue warp drains
 (the exported column map: a 5th/6th warp splits a lane quarter by columns), the fused epilogue's
 arithmetic (FP32 add and one BF16 rounding, or F22's BF16x2 add), the staging of the output
-(padded rows of pelib.staging, or F24's swizzled staging and 3-D TMA store of pelib.banks), and
+(padded rows of pelib.layouts.staging, or F24's swizzled staging and 3-D TMA store of pelib.layouts.banks), and
 F24's `tmap_out`, a 3-D view of the output.
 """
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import banks, emulate, precision, problems, staging
+from ..layouts import banks, staging
+from .. import emulate, problems
+from ..numerics import precision
 from .base import Kind, KindError, bf16_bits, bf16_value
 
 

@@ -1,10 +1,7 @@
 """The NVFP4 block-scaled stages: the export relations, the scale-factor maps, alpha, the ring and 02's staging.
 
-The kernels (src/kernels/nvfp4/) take (tmap_a, tmap_b, tmap_sfa, tmap_sfb, out | tmap_c, alpha, M, N, K).
-A and B travel as packed E2M1 bytes; the scale factors as rows of 256 B of the blocked 512-B atoms; 02
-stores the FP16 output through tmap_c from a swizzled staging tile. Everything here is derived from the
-exports; `check_layout` names an export whose relations do not hold.
-"""
+The kernels take (tmap_a, tmap_b, tmap_sfa, tmap_sfb, out | tmap_c, alpha, M, N, K): packed E2M1 A and B, the
+scale factors as 256-B rows of the blocked 512-B atoms; everything is derived from the exports (check_layout)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +10,8 @@ import difflib
 import numpy as np
 import torch
 
-from .. import descriptors as D, emulate as E, problems, reference, verify
+from ..isa import descriptors as D
+from .. import emulate as E, problems, reference, verify
 from .base import EXACT_AB, EXACT_INT, Kind, KindError, check_exact
 
 E2M1_CODE = {0: 0, 1: 2, 2: 4, -1: 10, -2: 12}   # E2M1 codes of the small integers (reference.E2M1_VALUES)
@@ -82,8 +80,16 @@ def sf_box_row(block: int, kt: int, k: int, ex: dict) -> int:
     return (block * (k // ex["block_k"]) * per_ktile + kt * per_ktile) * ex["sf_rows_per_atom"]
 
 
-def tile_params(ex: dict, slot: int = 0) -> E.TileParams:
-    """pelib.emulate.TileParams of ring slot `slot` (its offsets, descriptors and TMEM scale columns)."""
+SF_BLOCK_ROWS = 128   # rows of one 512-B scale-factor atom (pelib.emulate.sf_blocked_offset's layout)
+
+
+def sfb_shift(ex: dict, n_blk: int) -> int:
+    """Columns the MMA's SFB address moves into its 128-row SF block for N tile `n_blk` (03's sfb_shift_cols)."""
+    return (n_blk * ex["tile_n"] % SF_BLOCK_ROWS) // 32 * ex.get("sfb_shift_cols_per_32", 0)
+
+
+def tile_params(ex: dict, slot: int = 0, n_blk: int = 0) -> E.TileParams:
+    """pelib.emulate.TileParams of ring slot `slot` (offsets, descriptors, TMEM scale columns) for N tile n_blk."""
     if not 0 <= slot < ex["pipeline_stages"]:
         raise KindError(f"ring slot {slot} of a {ex['pipeline_stages']}-stage ring")
     off, col = slot * ex["stage_bytes"], slot * ex["tmem_stage_cols"]
@@ -91,7 +97,8 @@ def tile_params(ex: dict, slot: int = 0) -> E.TileParams:
         ex, a_smem_offset=ex["a_smem_offset"] + off, b_smem_offset=ex["b_smem_offset"] + off,
         a_desc=D.smem_desc_advance(ex["a_desc"], off), b_desc=D.smem_desc_advance(ex["b_desc"], off),
         sfa_smem_offset=ex["sfa_smem_offset"] + off, sfb_smem_offset=ex["sfb_smem_offset"] + off,
-        sfa_tmem_col=ex["sfa_tmem_col"] + col, sfb_tmem_col=ex["sfb_tmem_col"] + col)
+        sfa_tmem_col=ex["sfa_tmem_col"] + col, sfb_tmem_col=ex["sfb_tmem_col"] + col,
+        sfb_mma_shift_cols=sfb_shift(ex, n_blk))
 
 
 def _np_bytes(t) -> np.ndarray:
@@ -108,7 +115,7 @@ def check_sf_loads(prob, ex: dict, sfa_mma, sfb_mma, m_blk: int, n_blk: int) -> 
     """Replay the kernel's SF TMA boxes (rows of 256 B at sf_box_row()) and check each K tile lands as the
     blocked atoms of that tile (what the MMA replay assumes is in shared memory)."""
     kt_bytes = sf_ktile_bytes(ex)
-    for name, flat, blk in (("sfa", sfa_mma, m_blk), ("sfb", sfb_mma, n_blk)):
+    for name, flat, blk in (("sfa", sfa_mma, m_blk), ("sfb", sfb_mma, n_blk * ex["tile_n"] // SF_BLOCK_ROWS)):
         g = np.ascontiguousarray(_np_bytes(sf_rows_view(flat, ex)))
         tm = E.TensorMap2D(8, (ex["sf_row_bytes"], g.shape[0]), (ex["sf_row_bytes"], ex["sf_box_rows"]), ex["sf_swizzle"])
         blocked = g.reshape(-1)
@@ -127,9 +134,8 @@ def c_box_coords(box: int, m_blk: int, n_blk: int, tile_m: int = 128, tile_n: in
 
 
 def staging_addresses(p, rows, cols, smem_base: int = 0):
-    """Physical shared addresses (..., out_elem_bytes) where 02's epilogue writes output (row, col) of the tile:
-    box (col // stage_box_cols) * row_boxes + row // stage_box_rows, rows of stage_box_cols elements inside
-    a box, then the stage_swizzle XOR of the address."""
+    """Shared addresses (..., out_elem_bytes) where 02's epilogue writes output (row, col): box (col // cols) *
+    row_boxes + row // rows, rows of stage_box_cols elements inside a box, then the stage_swizzle XOR."""
     rows, cols = np.asarray(rows), np.asarray(cols)
     eb, bc, br = p.out_elem_bytes, p.stage_box_cols, p.stage_box_rows
     box = (cols // bc) * (p.mma_m // br) + rows // br
@@ -138,8 +144,7 @@ def staging_addresses(p, rows, cols, smem_base: int = 0):
 
 
 def staging_layout_hash(p) -> int:
-    """02's staging_layout_hash() from the stage_* exports: h = h * 1000003 + offset of the 16-B chunk of
-    (row, col), rows 0..127, col = 0, 8, .., 120, modulo 2**64 (the kernel's constexpr loop)."""
+    """02's staging_layout_hash(): h = h * 1000003 + offset of the 16-B chunk (row, col = 0, 8, ..) mod 2**64."""
     r, c = np.meshgrid(np.arange(p.mma_m), np.arange(0, p.mma_n, 8), indexing="ij")
     h = 0
     for o in (staging_addresses(p, r, c)[..., 0] - p.stage_smem_offset).reshape(-1):
@@ -149,11 +154,9 @@ def staging_layout_hash(p) -> int:
 
 def emulate_staged_epilogue(p, acc, alpha: float, prob, m_blk: int = 0, n_blk: int = 0, report=None,
                             smem_base: int = 0) -> np.ndarray:
-    """02's epilogue from the summed accumulator on, through pelib.emulate's TMEM, SMEM and TMA models:
-    TMEM (FP32) -> tcgen05.ld per lane quarter, 32 columns at a time -> alpha and FP16 as the kernel rounds
-    -> st.shared at staging_addresses() -> one TMA store per box into a NaN-poisoned FP16 output of the whole
-    problem. Into `report` go: staging bytes a store reads that no thread wrote, output elements nobody
-    stored, bytes stored outside the tile, and a staging swizzle that differs from the map's."""
+    """02's epilogue through pelib.emulate's TMEM, SMEM and TMA models (tcgen05.ld, alpha, FP16, st.shared, one TMA
+    store a box into a NaN-poisoned output); `report` gets unwritten staging bytes a store reads, outputs nobody
+    stored, bytes stored outside the tile and a staging swizzle that differs from the map's."""
     report = report if report is not None else E.TileReport()
     tile_m, tile_n = acc.shape
     eb, bc, br, x = p.out_elem_bytes, p.stage_box_cols, p.stage_box_rows, p.epi_ld_x
@@ -204,8 +207,12 @@ class Nvfp4(Kind):
     family = "nvfp4"
     FULL = "k16384"
     CHECK_PROBLEMS = ("small", "ring")
+    # make bench (pelib.measure.sweep.timed_shapes) times these beside the full problem: the log's three shapes
+    TIMED_PROBLEMS = ("k7168", "k2048")
     EMULATED_TILE = (0, 1)
     MMA_OPCODES = ("UTCOMMA", "UTCCP", "UTMASTG")
+    # 05's simulated grid: one CTA walks all 4 tiles of 'sim' (64 wide), so both accumulators wrap
+    SIM_SM_COUNT = 1
     OWNERS = {"a": "a", "b": "b", "sfa": "sfa_mma", "sfb": "sfb_mma", "c": "out"}
 
     def problem(self, p):
@@ -222,18 +229,20 @@ class Nvfp4(Kind):
         issues = check_layout(ex)
         if issues:
             raise KindError(f"inconsistent NVFP4 exports of {stage.label}:\n  - " + "\n  - ".join(issues))
+        split = ex.get("split_k", 1)   # 04: the K tiles are shared by a cluster's CTAs
         bad = [f"{d}={v} is not a multiple of {t}" for d, v, t in
-               (("M", prob.m, ex.tile_m), ("N", prob.n, ex.tile_n), ("K", prob.k, ex.block_k)) if v % t]
+               (("M", prob.m, ex.tile_m), ("N", prob.n, ex.tile_n), ("K", prob.k, ex.block_k * split)) if v % t]
         if bad:
-            raise KindError(f"{prob.name}: " + "; ".join(bad) + " (the NVFP4 stages do whole tiles only: pad)")
+            why = (f"; K is shared by the {split} CTAs of a split-K cluster: a multiple of block_k x SPLIT_K, or "
+                   "build with a SPLIT_K that divides K / block_k" if split > 1 and prob.k % (ex.block_k * split) else "")
+            raise KindError(f"{prob.name}: " + "; ".join(bad) + " (the NVFP4 stages do whole tiles only: pad)" + why)
         if ex.smem_bytes > ex.smem_limit:
             raise KindError(f"{stage.label} needs {ex.smem_bytes} B of shared memory per block; sm_100 allows "
                             f"{ex.smem_limit} B (227 KB): use at most {max_stages_that_fit(ex)} stages")
 
     def exact_inputs(self, prob, seed: int, device) -> dict:
-        """Seeded small-integer inputs: a in [-2, 2], b in [-1, 1] as E2M1 codes, every block scale 1.0 and
-        both global scales 1.0 (alpha = 1). Every FP32 partial sum is an integer below 2^24; the FP16 output
-        is checked to be an integer within +-2048 (exact in FP16) where K alone does not prove it."""
+        """Seeded small integers (a in [-2, 2], b in [-1, 1]), every scale 1.0: each FP32 partial sum is an exact
+        integer; the FP16 output is checked to be within +-2048 (exact) where K alone does not prove it."""
         g = torch.Generator().manual_seed(int(seed))
         ra, rb = EXACT_AB
         lut = torch.zeros(5, dtype=torch.uint8)
@@ -298,12 +307,12 @@ class Nvfp4(Kind):
         return {"alpha": alpha}
 
     def grid_dims(self, stage, prob, tiles):
-        return (prob.n // stage.exports.tile_n, prob.m // stage.exports.tile_m, 1)
+        ex = stage.exports   # a split-K cluster (04) is split_k CTAs along x per output tile
+        return (prob.n // ex.tile_n * ex.get("split_k", 1), prob.m // ex.tile_m, 1)
 
     def emulate_tile(self, stage, inputs, m0=0, n0=0, *, prob=None, return_report=False, exports=None):
-        """One 128x128 output tile as the stage computes it, FP16 like its epilogue (as float64): K tile kt
-        through ring slot kt % NUM_STAGES, accumulated in FP64, then alpha and the FP16 rounding (02: the
-        staging tile and the TMA store). The SF boxes are replayed too (check_sf_loads)."""
+        """One tile_m x tile_n tile as the stage computes it (FP16, as float64): each CTA's K tiles through their
+        ring slots, summed, alpha and FP16 (02: staging and TMA store); the SF boxes replayed (check_sf_loads)."""
         ex = dict(exports or stage.exports)
         issues = check_layout(ex)
         if issues:
@@ -317,14 +326,17 @@ class Nvfp4(Kind):
         kt_bytes, kt_sf = bk // 2, bk // ex["sf_vec"]
         acc = np.zeros((tm, tn))
         reports = []
-        params = [tile_params(ex, s) for s in range(ex["pipeline_stages"])]
+        params = [tile_params(ex, s, n_blk) for s in range(ex["pipeline_stages"])]
+        per_cta = prob.k // bk // ex.get("split_k", 1)   # K tiles one CTA walks (04: a cluster shares K)
+        # B and its scales as the 128-row block holding the tile (a narrow tile's SF atoms cover the block)
+        nb0, nrows = (n0 - n0 % SF_BLOCK_ROWS, SF_BLOCK_ROWS) if tn < SF_BLOCK_ROWS else (n0, tn)
         for kt in range(prob.k // bk):
             # the K tile's own columns, so emulate_tile's K tile 0 is the kernel's K tile kt; the staged
             # epilogue runs once, below, on the whole sum
             ksl, ssl = slice(kt * kt_bytes, (kt + 1) * kt_bytes), slice(kt * kt_sf, (kt + 1) * kt_sf)
-            out, rep = E.emulate_tile(params[kt % len(params)].with_(stage_smem_offset=None),
-                                      a[m0:m0 + tm, ksl], bb[n0:n0 + tn, ksl], sfa=sfa[m0:m0 + tm, ssl],
-                                      sfb=sfb[n0:n0 + tn, ssl], return_report=True)
+            out, rep = E.emulate_tile(params[kt % per_cta % len(params)].with_(stage_smem_offset=None),
+                                      a[m0:m0 + tm, ksl], bb[nb0:nb0 + nrows, ksl], sfa=sfa[m0:m0 + tm, ssl],
+                                      sfb=sfb[nb0:nb0 + nrows, ssl], n0=n0 - nb0, return_report=True)
             acc += out
             reports.append(rep)
         alpha = _scalar(inputs.get("gsa", 1.0)) * _scalar(inputs.get("gsb", 1.0))
@@ -354,7 +366,8 @@ class Nvfp4(Kind):
         x = prob.make_inputs(seed)
         ref = self.reference(prob, x).double().numpy()
         mb, nb = tile
-        want = ref[mb * 128:(mb + 1) * 128, nb * 128:(nb + 1) * 128]
+        tm, tn = ex["tile_m"], ex["tile_n"]
+        want = ref[mb * tm:(mb + 1) * tm, nb * tn:(nb + 1) * tn]
         out = {"stage": stage.label, "problem": f"{prob.m}x{prob.n}x{prob.k}", "tile": tuple(tile)}
         try:
             got, reps = self.emulate_tile(stage, x, mb * ex["tile_m"], nb * ex["tile_n"], prob=prob,

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import blockfma, emulate, problems, tma
+from ..numerics import blockfma
+from .. import emulate, problems, tma
 from .base import Kind, KindError, bf16_bits, bf16_value
 
 # The verification shapes every stage runs (N = 768 suits every BLOCK_N of 128, 192 and 256; on a
@@ -72,20 +73,20 @@ def residue_schedule(m: int, n: int, block_n: int, grid: int, block_m: int = 64,
     g * NB .. g * NB + NB - 1, one per column block) takes the g-th of `groups` contiguous pieces of the
     comb-residue order, the first m_tiles % groups pieces one tile longer (residue_first in the kernels).
     In stage 09 a row group's clusters are its consecutive CTAs, so the order is the same."""
+    def rows(g, groups, m_tiles):
+        per, rem = divmod(m_tiles, groups)
+        first = g * per + min(g, rem)
+        return [residue_tile(j, m_tiles, period) for j in range(first, first + per + (g < rem))]
+    return _by_row_group(m, n, block_n, grid, block_m, rows)
+
+
+def _by_row_group(m: int, n: int, block_n: int, grid: int, block_m: int, rows) -> list[list[tuple[int, int]]]:
+    """Each CTA's (row tile, column block) list: CTA g * NB + nb is row group g's CTA of column block nb and
+    takes rows(g, groups, m_tiles); a CTA past the last whole row group takes none."""
     nbs = n // block_n
     groups, m_tiles = grid // nbs, -(-m // block_m)
-    per, rem = divmod(m_tiles, groups)
-
-    def first(g):
-        return g * per + min(g, rem)
-    out = []
-    for cta in range(grid):
-        if cta >= groups * nbs:
-            out.append([])
-            continue
-        g, nb = divmod(cta, nbs)
-        out.append([(residue_tile(j, m_tiles, period), nb) for j in range(first(g), first(g + 1))])
-    return out
+    return [[] if cta >= groups * nbs else [(r, cta % nbs) for r in rows(cta // nbs, groups, m_tiles)]
+            for cta in range(grid)]
 
 
 def window_tile(g: int, i: int, groups: int, m_tiles: int, period: int = RESIDUE_PERIOD) -> int:
@@ -115,16 +116,8 @@ def window_schedule(m: int, n: int, block_n: int, grid: int, block_m: int = 64,
                     period: int = RESIDUE_PERIOD) -> list[list[tuple[int, int]]]:
     """Stage 07a: for each CTA, the (row tile, column block) it computes, in order (the row groups and
     column blocks of resident_b_schedule, the windowed comb-residue order of window_tile)."""
-    nbs = n // block_n
-    groups, m_tiles = grid // nbs, -(-m // block_m)
-    out = []
-    for cta in range(grid):
-        if cta >= groups * nbs:
-            out.append([])
-            continue
-        g, nb = divmod(cta, nbs)
-        out.append([(window_tile(g, i, groups, m_tiles, period), nb) for i in range(window_count(g, groups, m_tiles, period))])
-    return out
+    return _by_row_group(m, n, block_n, grid, block_m, lambda g, groups, m_tiles: [
+        window_tile(g, i, groups, m_tiles, period) for i in range(window_count(g, groups, m_tiles, period))])
 
 
 def schedule(stage, m: int, n: int, grid: int) -> list[list[tuple[int, int]]]:
@@ -218,7 +211,7 @@ class Sm90(Kind):
         return ex.tile_m              # a cluster multicasts operands; each CTA still writes its own tile
 
     def model_reference(self, stage, inputs, m0, n0, shape, overrides=None, accumulation="tensor_core", **kw):
-        """Rows m0.., columns n0.. of the output as pelib.blockfma computes them from the global A and B (wgmma
+        """Rows m0.., columns n0.. of the output as pelib.numerics.blockfma computes them from the global A and B (wgmma
         k32 instructions in K order, the FP32 accumulator from 0 or, for comb_init, from comb), then the
         stage's epilogue (+ comb in FP32, BF16 round to nearest even): what the replay must print."""
         if overrides:
@@ -244,7 +237,7 @@ class Sm90(Kind):
         or B_PERM_TMA=0's in-SMEM swap): shared row r holds B row permuted_b_rows[r], so the replay
         loads B in that order and the epilogue writes accumulator column r to output column
         permuted_b_rows[r] (each lane's four pairs of a 32-column group are eight neighbouring columns).
-        Each wgmma adds into the FP32 accumulator by pelib.blockfma's model (the tensor core's block FMA,
+        Each wgmma adds into the FP32 accumulator by pelib.numerics.blockfma's model (the tensor core's block FMA,
         or `accumulation`), so the order of additions shows: the epilogue adds comb in FP32 (round to
         nearest) after the last wgmma and converts to BF16 (round to nearest even), while stage 08
         (comb_init) starts the accumulators from comb, the first wgmma's D, and only converts. The tile

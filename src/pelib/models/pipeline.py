@@ -1,7 +1,7 @@
 """The producer/consumer equilibrium of the persistent FP8 megakernel, as a per-tile discrete-event model.
 
 Everything this module outputs is evidence kind "modelled": it is calibrated on the lab notes'
-clock64 phases (recorded) and predicts what a B200 run would show, never what one did show.
+clock64 phases (recorded) and models what a B200 run would show, never what one did show.
 
 The kernel it models (fp8-megakernel-future-proposals-F21-F28.md, fp8-megakernel-w1-stall-isolation.md):
   W0   TMA producer: one load per K-stage into a ring of `stages` shared-memory slots; a slot is
@@ -15,7 +15,7 @@ The kernel it models (fp8-megakernel-future-proposals-F21-F28.md, fp8-megakernel
   TMEM holds `acc_buffers` (2) accumulators of 256 columns, so W1 may run one tile ahead.
 
 Each event time is a max of sums of phase durations, so the model is a max-plus system: its
-steady-state period is the largest mean over the dependency cycles (`Prediction.cycle_means`), and
+steady-state period is the largest mean over the dependency cycles (`Outcome.cycle_means`), and
 shortening any duration can never delay any event (monotonicity). That single fact is why it
 cannot reproduce the notes' "K-loop -300 alone regresses" (see `projections`).
 
@@ -42,13 +42,15 @@ Assumptions (labelled as such wherever they show):
     by all readers (s = 1: pure bandwidth bound, more warps do not help; s = 0: no contention).
     A warp reads only its TMEM lane quarter (warp id % 4; PTX ISA 9.7.16.8.1, tcgen05 access
     restrictions), so with E >= 4 warps a quarter's 8 column blocks split over that quarter's warps;
-    fewer than 4 warps cannot reach all 128 lanes, and such a prediction is flagged infeasible (it is
+    fewer than 4 warps cannot reach all 128 lanes, and such an outcome is flagged infeasible (it is
     computed as if the split were even). Phase 2B per warp scales with its share.
   - Per-warp Phase 1 means follow F25's profile (W2..W5 = 4,252 / 4,288 / 4,424 / 4,392); the release
     waits for the slowest of the 2 x E warps. `dispersion` adds seeded per-tile lognormal noise
     (F25's per-tile spread), off by default.
   - Per-stage TMA latency inside the ring: 1,940 cycles (F21's DRAM latency estimate); a slot frees
     when W1 moves past its stage (the last MMA, issued ~173 cycles before, takes ~140: F28's estimates).
+
+Over 700 lines: one model: its scenario, calibration and the notes' projections share its parameters.
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ import numpy as np
 from .. import records
 from ..facts import Table
 from ..stage import Stage
-from .. import limits
+from ..isa import limits
 
 EVIDENCE = "modelled"
 TILE_ROWS = 32                   # rows of a TMEM lane quarter (one warp's row group)
@@ -93,7 +95,7 @@ def smem_bytes(stages: int, epi_warps: int) -> int:
 
 
 def smem_limit() -> int:
-    """The per-block limit (pelib.limits, from common/limits.cuh; stage 09 exports the same as smem_limit)."""
+    """The per-block limit (pelib.isa.limits, from common/limits.cuh; stage 09 exports the same as smem_limit)."""
     return SMEM_LIMIT
 
 
@@ -189,7 +191,7 @@ def f25_profile() -> tuple:
 
 
 # ---------------------------------------------------------------------------------------------
-# Scenario, parameters, prediction
+# Scenario, parameters, outcome
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -256,8 +258,8 @@ class Params:
 
 
 @dataclass(frozen=True)
-class Prediction:
-    """What the model predicts for one scenario: per-tile time and waits (cycles), labelled modelled."""
+class Outcome:
+    """What the model gives for one scenario: per-tile time and waits (cycles), labelled modelled."""
     scenario: Scenario
     params: Params
     tile: float                 # per-tile period (cycles)
@@ -293,10 +295,10 @@ class Prediction:
 
     @property
     def deficit(self) -> float:
-        """The notes' deficit at this prediction: (ml_wait + Phase 1) - (TMA0 + K-loop)."""
+        """The notes' deficit at this outcome: (ml_wait + Phase 1) - (TMA0 + K-loop)."""
         return self.ml_wait + self.phase1 - self.tma0_wait - self.kloop
 
-    def speedup(self, base: "Prediction") -> float:
+    def speedup(self, base: "Outcome") -> float:
         """Per-tile speed-up over `base` (> 1 is faster)."""
         return base.tile / self.tile
 
@@ -354,7 +356,7 @@ def _cycle_means(s: Scenario, p: Params, p1: np.ndarray, p2b: np.ndarray, kloop_
             "TMA ring (stages x latency)": ring}
 
 
-def simulate(s: Scenario, p: Params, tiles: int | None = None, warmup: int = 150, trace: bool = False) -> Prediction:
+def simulate(s: Scenario, p: Params, tiles: int | None = None, warmup: int = 150, trace: bool = False) -> Outcome:
     """Run the per-tile event simulation and return steady-state means over tiles warmup..tiles-1.
 
     tiles: 400 by default, 2,000 with dispersion (means of noisy phases need more tiles). The
@@ -442,7 +444,7 @@ def simulate(s: Scenario, p: Params, tiles: int | None = None, warmup: int = 150
     tr = None
     if trace:
         tr = {c: v.copy() for c, v in rec.items()} | {"p1start_w3": p1start_w3}
-    return Prediction(
+    return Outcome(
         scenario=s, params=p, tile=float(period),
         epi_wait=float(rec["epi_wait"][sl].mean()), tma0_wait=float(rec["tma0"][sl].mean()),
         kloop=kloop_eff, kloop_stalls=float(rec["stalls"][sl].mean()),
@@ -506,13 +508,13 @@ def calibrate_dispersion(target_spread: float | None = None, lo: float = 0.0, hi
 
 
 # ---------------------------------------------------------------------------------------------
-# Predictions and the notes' projections
+# Outcomes, and the notes' projections
 # ---------------------------------------------------------------------------------------------
 
-def predict(kloop_delta: float = 0.0, phase1_delta: float = 0.0, phase2b_delta: float = 0.0,
+def outcome(kloop_delta: float = 0.0, phase1_delta: float = 0.0, phase2b_delta: float = 0.0,
             tma0_delta: float = 0.0, *, stages: int = 4, epi_warps: int = 4, acc_buffers: int = 2,
             early_release: bool = True, base: str = "A", params: Params | None = None,
-            trace: bool = False) -> Prediction:
+            trace: bool = False) -> Outcome:
     """Per-tile time and waits for phase deltas (cycles) and a structure, from recorded point `base`."""
     pt = recorded_points()[base]
     s = Scenario(kloop=pt.inputs["kloop"] + kloop_delta, phase1=pt.inputs["phase1"] + phase1_delta,
@@ -526,8 +528,8 @@ def sensitivity(base: str = "A", step: float = 50.0, params: Params | None = Non
     out = {}
     for name in ("kloop", "phase1", "phase2b", "tma0"):
         kw = lambda d: {f"{name}_delta": d}  # noqa: E731
-        hi = predict(**kw(step), base=base, params=params).tile
-        lo = predict(**kw(-step), base=base, params=params).tile
+        hi = outcome(**kw(step), base=base, params=params).tile
+        lo = outcome(**kw(-step), base=base, params=params).tile
         out[name] = (hi - lo) / (2 * step)
     return out
 
@@ -569,8 +571,8 @@ class Projection:
     phase1_delta: float
     notes_claim: str
     rule: RuleProjection
-    model: Prediction
-    base: Prediction
+    model: Outcome
+    base: Outcome
     agrees: bool
     why: str
 
@@ -592,11 +594,11 @@ _WHY_MONOTONE = (
 
 def projections(params: Params | None = None) -> list[Projection]:
     """The notes' projections (F28 section) next to the linear rule and the model."""
-    base = predict(params=params)
+    base = outcome(params=params)
     out = []
 
     def add(name, dk, dp, claim, agrees_fn, why):
-        m = predict(kloop_delta=dk, phase1_delta=dp, params=params)
+        m = outcome(kloop_delta=dk, phase1_delta=dp, params=params)
         r = linear_rule(dk, dp)
         out.append(Projection(name, dk, dp, claim, r, m, base, agrees_fn(m, r), why))
 
@@ -605,7 +607,7 @@ def projections(params: Params | None = None) -> list[Projection]:
     add("F22 + F28: Phase 1 -200, K-loop -300", -300, -200, "borderline (near 1.0x, needs measurement)",
         lambda m, r: abs(m.speedup(base) - 1) < 0.01,
         "The rule puts this point at 1.8 % slower; the model finds both changes reach the tile with weight "
-        "1/acc_buffers (the accumulator loop is the binding cycle), so it predicts a clear gain. Both are "
+        "1/acc_buffers (the accumulator loop is the binding cycle), so it models a clear gain. Both are "
         "projections; the card rightly gates F28 on a measured post-F22 equilibrium.")
     add("F22 alone: Phase 1 -200", 0, -200, "shrinks the deficit (highest expected value)",
         lambda m, r: m.tile < base.tile,
@@ -615,10 +617,10 @@ def projections(params: Params | None = None) -> list[Projection]:
 
 def rule_validity(deltas=(-300, -200, -100, -50, -25, 25, 50, 100, 200, 300), params: Params | None = None) -> list[dict]:
     """The rule's epi_wait against the model's for deficit changes (Phase 1 deltas): where they agree."""
-    base = predict(params=params)
+    base = outcome(params=params)
     rows = []
     for d in deltas:
-        m = predict(phase1_delta=d, params=params)
+        m = outcome(phase1_delta=d, params=params)
         r = linear_rule(0, d)
         rows.append({"deficit change": d, "rule epi_wait": round(r.epi_wait), "model epi_wait": round(m.epi_wait),
                      "difference / model": round((r.epi_wait - m.epi_wait) / m.epi_wait, 3),
@@ -743,14 +745,14 @@ def calibration_report(params: Params | None = None) -> CalibrationReport:
 
 def sweep_table(stages=(3, 4, 5), epi_warps=(4, 8), phase1_deltas=(0, -200), kloop_deltas=(0, -300),
                 params: Params | None = None) -> list[dict]:
-    """A grid of predictions (the static fallback of the model widget)."""
-    base = predict(params=params)
+    """A grid of outcomes (the static fallback of the model widget)."""
+    base = outcome(params=params)
     rows = []
     for st in stages:
         for ew in epi_warps:
             for dp in phase1_deltas:
                 for dk in kloop_deltas:
-                    pr = predict(dk, dp, stages=st, epi_warps=ew, params=params)
+                    pr = outcome(dk, dp, stages=st, epi_warps=ew, params=params)
                     r = pr.row()
                     r.pop("scenario")
                     rows.append({"Phase 1 delta": dp, "K-loop delta": dk, **r,
@@ -775,21 +777,21 @@ CARD_CHANGES = (
 
 def card_projections(params: Params | None = None) -> list[dict]:
     """What each card's change does to the modelled tile (a projection: the cards' gates stay measured)."""
-    base = predict(params=params)
+    base = outcome(params=params)
     rows = []
     for card, change, kw, wall in CARD_CHANGES:
-        p = predict(params=params, **kw)
+        p = outcome(params=params, **kw)
         gain = 100 * (p.speedup(base) - 1)
         rows.append({"card": card, "change (model input)": change, "tile": round(p.tile),
                      "speed-up": f"{p.speedup(base):.3f}x", "wall-clock gain": f"{gain:+.2f} %",
-                     "card's wall-clock bar": "" if wall is None else f">= {wall:g} %" if wall else "> 0 %",
-                     "clears it (modelled)": "" if wall is None else ("yes" if gain >= wall and gain > 0 else "no"),
+                     "card's wall-clock bar": "none on the card" if wall is None else f">= {wall:g} %" if wall else "> 0 %",
+                     "clears it (modelled)": "(no bar)" if wall is None else ("yes" if gain >= wall and gain > 0 else "no"),
                      "feasible": "yes" if p.feasible else "no (TMEM lane quarters)", "evidence": EVIDENCE})
     return rows
 
 
-def as_dict(pred: Prediction) -> dict:
-    """A JSON-friendly view of a prediction (no trace)."""
+def as_dict(pred: Outcome) -> dict:
+    """A JSON-friendly view of an outcome (no trace)."""
     d = {k: v for k, v in asdict(pred).items() if k not in ("trace",)}
     d["binding"] = pred.binding
     return d

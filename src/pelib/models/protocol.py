@@ -2,7 +2,7 @@
 modelled mbarriers, for what the simulator shows only at a rare seed.
 
 The simulator (pelib.sim) runs a stage's own source and is the protocol checker of record: every stage
-at three scheduler seeds, every planted mistake of pelib.sim_catalog. It tries one interleaving per seed.
+at three scheduler seeds, every planted mistake of pelib.sim.catalog. It tries one interleaving per seed.
 A race whose window is narrow can pass three seeds: sm90/03c with its turns removed finishes correct at
 the seeds the tests run and goes wrong or deadlocks only at other seeds (tests/test_hopper.py). This model
 restates only the ping-pong protocol (producer, two consumer warpgroups taking turns, optionally a

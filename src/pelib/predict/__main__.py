@@ -1,10 +1,11 @@
-"""python -m pelib.predict: predict stages, every sm90 stage at once, fit on sm90/06, or compare.
+"""python -m pelib.predict: predict stages, every sm90 stage at once, build a calibration, or compare.
 
     python -m pelib.predict sm90/06_permuted_b --gpu h100 [--calibration FILE] [--clock timed|sustained|GHz]
     python -m pelib.predict --all-sm90 --gpu h100,h200 --calibration FILE1,FILE2 --out OUT1,OUT2
-      (every entry of pelib.blind.entries(), each simulated once for both chips; OUT: results/<date>-<device>/predictions-sm90.json)
-    python -m pelib.predict --fit --gpu h100 --calibration FILE --out FILE      # the fitted constants (sm90/06 only)
-      (FILE may be pelib.calibrate's measured calibration: its constants replace the committed ones first)
+      (every entry of pelib.predict.blind.entries(), each simulated once for both chips; OUT: results/<date>-<device>/predictions-sm90.json)
+    python -m pelib.predict --build-calibration --gpu h200 --calibration <the probes file> --out FILE
+      (the model's constants from pelib.predict.probes' measured file over the chip's provisional ones; nothing
+      is fitted on a stage's time)
     python -m pelib.predict --compare PRED.json --measured MEAS.json --out results/<date>-<device>/prediction-vs-measured.json
     python -m pelib.predict --b200-calibration --calibration <Hopper file> --out FILE   # public + one fitted clock
     python -m pelib.predict --history --gpu b200 [--calibration FILE] --out FILE        # FP8 00-09, the NVFP4 ring
@@ -19,15 +20,17 @@ import sys
 import time
 from pathlib import Path
 
-from .. import bench, blind as _blind
+from .. import bench
+from . import blind as _blind
 from ..stage import Stage
-from . import blackwell as _bw, calibration as _cal, compare as _compare, fit as _fit, measured as _measured
-from .model import PROTOCOL, TILES, PredictError, _cpu, clock_of, predict, prepare, report, solve, trace
+from . import blackwell as _bw, calibration as _cal, compare as _compare, measured as _measured
+from . import gate as _gate
+from .model import PROTOCOL, TILES, PredictError, _cpu, clock_of, default_clock, predict, prepare, report, solve, trace
 
-def sm90_builds() -> list[Stage]:
-    """What the blind run measures (pelib.blind.entries: every sm90 stage file at its defaults, 06 first,
+def sm90_builds(variants: bool | str = False) -> list[Stage]:
+    """What the blind run measures (pelib.predict.blind.entries: every sm90 stage file at its defaults, 06 first,
     and the unbounded wait build a production kernel ships of 06, 10 and 11), in its order."""
-    return [Stage(k, d) for k, d in _blind.entries()]
+    return [Stage(k, d) for k, d in _blind.entries(variants)]
 
 
 def model_version() -> str:
@@ -48,15 +51,6 @@ def files_read(cal) -> list[str]:
             if f not in out:
                 out.append(f)
     return out
-
-
-def default_clock(cal, clock):
-    """The clock the predictions are converted with: the one asked for, else sm90/06's own launch clock in the
-    timed regime (clock_ghz.launch06, what the blind run's cycles are measured at) where the calibration has
-    it, else the calibration's short-burst clock."""
-    if clock is not None:
-        return clock
-    return "launch06" if "clock_ghz.launch06" in cal.constants else "timed"
 
 
 def _one_build(job) -> list[dict]:
@@ -114,13 +108,13 @@ def predict_all(builds, gpus, calibrations, clock=None, log=print, jobs: int = 1
         meta = {"protocol": PROTOCOL, "gpu": g, "device": cal.device, "calibration": cal.path,
                 "calibration_label": cal.label(), "calibration_date": cal.date, "provisional": cal.provisional,
                 "clock": name, "clock_ghz": ghz,
-                "regime": "what pelib.blind measures: each entry's median of 20 launches (L2 flushed before each, "
+                "regime": "what pelib.predict.blind measures: each entry's median of 20 launches (L2 flushed before each, "
                           "after a warm-up), in cycles at the launch's own SM clock; ms here = cycles at clock_ghz",
                 "git": bench.git_revision(), "model_version": model_version(),
                 "files_read": files_read(cal),
                 "files_read_note": "of a run file holding several stages (hopper-perf.json, energy-limiter.json) the "
-                                   "model read sm90/06's entries only (clocks[key=06], summary[entry=06]: pelib.predict.fit)",
-                "entries": "pelib.blind.entries()",
+                                   "model read sm90/06's entries only (clocks[key=06], summary[entry=06]: its clock and the gate, pelib.predict.gate)",
+                "entries": "pelib.predict.blind.entries()" + _variant_set(builds),
                 "seconds": round(time.perf_counter() - t0, 1), "constants": cal.table()}
         docs.append({"schema": "pelib.predict.predictions/1", "meta": meta, "predictions": out})
     return docs
@@ -139,19 +133,41 @@ def not_blind(doc: dict, measured: list[str]) -> dict:
     return {**doc, "meta": meta}
 
 
+def _variant_set(builds) -> str:
+    """' with <the variant set>' the builds hold beyond the stage files (named as pelib.predict.blind names it)."""
+    base = {(s.key, json.dumps(s.defines, sort_keys=True)) for s in sm90_builds()}
+    extra = {(s.key, json.dumps(s.defines, sort_keys=True)) for s in builds} - base
+    if not extra:
+        return ""
+    for name, vs in _blind.VARIANT_SETS.items():
+        if extra == {(k, json.dumps(d, sort_keys=True)) for k, d in vs}:
+            return " with VARIANTS" if vs is _blind.VARIANTS else f" with VARIANT_SETS[{name!r}]"
+    return f" with {len(extra)} other builds"
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pelib.predict", description=__doc__.split("\n")[0])
     ap.add_argument("stages", nargs="*", help="family/name of the stages to predict")
     ap.add_argument("-D", dest="defines", action="append", metavar="K=V", help="a define (repeatable)")
-    ap.add_argument("--gpu", default="h100", help="h100, h200 or b200: whose calibration prices the stages "
+    ap.add_argument("--gpu", default="h200", help="h100, h200 or b200: whose calibration prices the stages "
                     "(--all-sm90: several, comma-separated, each with its --calibration and --out)")
     ap.add_argument("--calibration", help="a calibration JSON (default: the GPU's committed one; --all-sm90: one per "
                     "--gpu, comma-separated)")
     ap.add_argument("--clock", default=None, help="a clock regime of the calibration or a launch clock in GHz "
                     "(default: timed; --all-sm90: launch06 where the calibration has it)")
     ap.add_argument("--all-sm90", action="store_true", help="every sm90 stage in each wait build")
-    ap.add_argument("--fit", action="store_true", help="fit the free constants on sm90/06's committed record")
+    ap.add_argument("--variants", nargs="?", const=True, default=False, choices=[True, *_blind.VARIANT_SETS],
+                    help="--all-sm90: also pelib.predict.blind.VARIANTS, or the named set of VARIANT_SETS (a blind round)")
+    ap.add_argument("--fit", action="store_true", help=argparse.SUPPRESS)      # refused: nothing is fitted on a stage
+    ap.add_argument("--build-calibration", action="store_true", help="the model's calibration from --calibration "
+                    "(pelib.predict.probes' measured file) over --gpu's provisional constants, written to --out")
+    ap.add_argument("--transfer-from", metavar="CHIP", help="--build-calibration: a constant the probes left "
+                    "provisional is taken from CHIP's newest calibration where it was measured (kind transferred)")
+    ap.add_argument("--gate", action="store_true", help="the self-consistency gate: the model against its own probes "
+                    "and sm90/06's per-role phases on --gpu (pelib.predict.gate); exit status 1 unless it passes")
     ap.add_argument("--compare", metavar="PRED.json", help="compare a predictions file with --measured")
+    ap.add_argument("--traffic", metavar="COUNTERS", help="--compare: the predictions' DRAM and L2 bytes against the "
+                    "Nsight Compute counters of a committed energy-headline run instead of the times")
     ap.add_argument("--measured", metavar="MEAS.json", help="a measurement (blind, sweep or hopper_perf JSON); "
                     "several, comma-separated: a later file's entry counts where the earlier ones have none verified")
     ap.add_argument("--trace", metavar="OUT.json", help="the predicted run's Chrome trace (one stage)")
@@ -180,7 +196,32 @@ def main(argv=None) -> int:
     for o in (a.out or "").split(","):
         if o and Path(o).is_dir():
             ap.error(f"--out {o} is a folder: give the JSON file's path (e.g. {Path(o) / 'prediction-vs-measured.json'})")
+    if a.fit:
+        ap.error("--fit is gone: no constant of the timing model is fitted on a stage's time (the blind protocol, "
+                 "pelib.predict). Measure what is missing with python -m pelib.predict.probes and build the calibration "
+                 "from it: --build-calibration --gpu <chip> --calibration <probes file> --out <file>")
     try:
+        if a.build_calibration:
+            if not (a.calibration and a.out):
+                ap.error("--build-calibration needs --calibration (pelib.predict.probes' measured file) and --out")
+            out = _measured.build(a.calibration, a.gpu, a.transfer_from)
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text(json.dumps(out.to_json(), indent=1) + "\n")
+            left = sorted(n for n, c in out.constants.items() if c.get("kind") == "provisional")
+            print(f"wrote {a.out}: {out.label()}" + (f"; still provisional: {', '.join(left)}" if left else ""))
+            return 0
+        if a.gate:
+            g = _gate.gate(a.gpu, a.calibration)
+            print("\n".join(_gate.lines(g)))
+            if a.out:
+                Path(a.out).write_text(json.dumps(g, indent=1) + "\n")
+            return 0 if g["passed"] else 1
+        if a.compare and a.traffic:
+            doc = _compare.traffic(_compare.load_json(a.compare), _compare.load_json(a.traffic))
+            if a.out:
+                _compare.write(doc, a.out)
+            print(json.dumps(doc["summary"], indent=1))
+            return 0
         if a.compare:
             if not a.measured:
                 ap.error("--compare needs --measured MEAS.json")
@@ -191,7 +232,7 @@ def main(argv=None) -> int:
             print(json.dumps(doc["summary"], indent=1))
             return 0
         if a.b200_calibration:
-            out = _bw.b200_calibration(_measured.resolve(a.calibration, "h100"))
+            out = _bw.b200_calibration(_measured.resolve(a.calibration, "h200"))
             text = json.dumps(out.to_json(), indent=1) + "\n"
             Path(a.out).write_text(text) if a.out else print(text)
             return 0
@@ -202,7 +243,7 @@ def main(argv=None) -> int:
             if not len(gpus) == len(cals) == len(outs):
                 ap.error(f"--all-sm90 with {len(gpus)} GPUs needs as many --calibration and --out entries "
                          f"(comma-separated), got {len(cals)} and {len(outs)}")
-            docs = predict_all(sm90_builds(), gpus, [c or None for c in cals], _clock(a.clock), jobs=a.jobs)
+            docs = predict_all(sm90_builds(a.variants), gpus, [c or None for c in cals], _clock(a.clock), jobs=a.jobs)
             if a.after:
                 docs = [not_blind(d, a.after.split(",")) for d in docs]
             for doc, out in zip(docs, outs):
@@ -217,26 +258,17 @@ def main(argv=None) -> int:
             if a.out:
                 Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
             return 0
-        if a.fit:
-            if cal.curves:
-                out, rep = _fit.fit_grid(cal, a.gpu)
-            else:
-                out, rep = _fit.fit(cal, a.gpu, stage=Stage(_fit.STAGE, _fit.DEFINES), free=_fit.FREE)
-            print(json.dumps({k: v for k, v in rep.items() if k != "grid"}, indent=1))
-            if a.out:
-                Path(a.out).write_text(json.dumps(out.to_json(), indent=1) + "\n")
-            return 0
         if not a.stages:
-            ap.error("name a stage, or pass --all-sm90, --fit or --compare")
+            ap.error("name a stage, or pass --all-sm90, --build-calibration or --compare")
         for name in a.stages:
-            p = predict(Stage(name, _defines(a.defines)), a.gpu, cal, _clock(a.clock) or "timed")
+            p = predict(Stage(name, _defines(a.defines)), a.gpu, cal, _clock(a.clock))
             print(report(p))
             if a.trace:
                 trace(p, a.trace)
             if a.out:
                 Path(a.out).write_text(json.dumps(p.to_json(), indent=1) + "\n")
         return 0
-    except (PredictError, _cal.CalibrationError, _compare.CompareError, _fit.FitError) as e:
+    except (PredictError, _cal.CalibrationError, _compare.CompareError, _gate.GateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .. import records
 from ..stage import Stage
-from ..variants import HOST_ONLY, SKIPPED_BY_RULE, VARIANTS
+from ..measure.variants import HOST_ONLY, SKIPPED_BY_RULE, VARIANTS
 from . import calibration as _cal
 from .model import predict
 
@@ -83,7 +83,7 @@ def b200_calibration(hopper: _cal.Calibration) -> _cal.Calibration:
                                       "source": "one SM's TMA fill rate from L2, not transferred (an L2-fabric "
                                                 "property; the H100's measured rate is below what the lab's B200 "
                                                 "kernel sustained): the provisional default of pelib's Hopper "
-                                                "calibration; to be measured on a B200 (pelib.calibrate's TMA "
+                                                "calibration; to be measured on a B200 (pelib.predict.probes' TMA "
                                                 "throughput probe, the first hour's calibration)"}
     consts["tmem.ld_cycles"] = {"value": 64.0, "unit": "cycles", "kind": "provisional",
                                 "source": "a tcgen05.ld's latency to its wait::ld; no Hopper counterpart: to be measured "
@@ -159,7 +159,7 @@ def nvfp4_ring(cal, depths=(1, 2, 3, 4, 5), shape: str = RING_SHAPE, predict_fn=
 
 
 def card_predictions(cal, error_bar: float, predict_fn=None) -> list[dict]:
-    """Each go/no-go card with a variant kernel (pelib.variants): the variant and its base stage predicted on
+    """Each go/no-go card with a variant kernel (pelib.measure.variants): the variant and its base stage predicted on
     the B200, the predicted gain in wall clock, and the outcome against the model's error bar (the blind
     Hopper validation's mean absolute error): GO where the gain exceeds the bar, NO-GO where the loss does,
     otherwise "within the error bar". Host-side cards (F21, F26: tensor-map or stream attributes) and F25

@@ -9,7 +9,10 @@ A file (schema SCHEMA):
     {"schema": "pelib.predict.calibration/1", "chip": "h100", "device": "...", "date": "...",
      "provisional": true, "protocol": "...",
      "constants": {"<name>": {"value": v, "unit": "...", "kind": KIND, "source": "..."}, ...}}
-Optional "curves" (measured by pelib.calibrate, carried over by pelib.predict.measured): name -> points
+Optional "occupancy" (pelib.predict.probes' host query, carried over by pelib.predict.measured): a list of
+{"cluster", "threads", "smem", "registers", "active_clusters", "source"[, "stage"]}: how many clusters of that
+shape the GPU holds at once (cuOccupancyMaxActiveClusters), which the replay launches its grid with.
+Optional "curves" (measured by pelib.predict.probes, carried over by pelib.predict.measured): name -> points
 {"gbps", "cycles", "clock_ghz"}: "tma_load.sequential", "tma_load.scattered", "tma_load.l2" (a TMA A box's
 latency against the achieved load bandwidth); where present they replace the DRAM formula.
 Kinds: "measured" (a microbenchmark or committed run of this project, named), "public" (a cited
@@ -24,34 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import ROOT
+from . import costs as _costs
 
 SCHEMA = "pelib.predict.calibration/1"
 KINDS = ("measured", "public", "fitted", "transferred", "provisional")
 HERE = Path(__file__).resolve().parent / "calibrations"
-# What the model reads (name -> unit); a calibration must give every one.
-REQUIRED = {
-    "sm_count": "SMs",
-    "clock_ghz.timed": "GHz", "clock_ghz.sustained": "GHz",
-    "tensor.flop_per_clk_sm": "FLOP/clk/SM",
-    "wgmma.tail_cycles": "cycles",
-    "issue.cpi": "cycles/instruction",
-    "issue.slots_per_clk": "instructions/clk per sub-partition",
-    "mbarrier.arrive_cycles": "cycles", "mbarrier.wait_pass_cycles": "cycles", "mbarrier.wake_cycles": "cycles",
-    "bar_sync.cycles": "cycles",
-    "tma.issue_cycles": "cycles", "tma.l2_latency_cycles": "cycles", "tma.bytes_per_clk_sm": "B/clk",
-    "dram.bandwidth_gbps": "GB/s",
-    "l2.bytes": "B", "l2.demand_miss": "1",
-    "store.bytes_per_clk_sm": "B/clk", "store.drain_cycles": "cycles",
-    "ldg.latency_cycles": "cycles",
-    "launch.overhead_us": "us", "cta.launch_cycles": "cycles",
-}
-
-
-# Optional (1.0 where absent): the tensor pipe's service beside another warpgroup's epilogue over its service alone.
-OPTIONAL = {"tensor.beside_epilogue": "ratio", "clock_ghz.launch06": "GHz"}
-
-# The DRAM latency formula's constants: required where the calibration has no measured TMA latency curves.
-FORMULA = {"dram.latency_idle_ns": "ns", "dram.queue_factor": "1", "dram.scatter_penalty_ns": "ns"}
+# What the model reads (name -> unit), from the one table of costs (pelib.predict.costs): a calibration must give
+# every REQUIRED one; OPTIONAL ones have a default; FORMULA ones are required where it has no measured TMA curves.
+REQUIRED = _costs.names("always")
+OPTIONAL = _costs.names("optional")
+FORMULA = _costs.names("formula")
+CHIPS = {"h100": "sm_90a", "h200": "sm_90a", "b200": "sm_100a"}    # a chip's name -> the architecture it runs
 
 
 class CalibrationError(ValueError):
@@ -69,6 +55,8 @@ class Calibration:
     path: str = ""
     notes: list = field(default_factory=list)
     curves: dict = field(default_factory=dict)   # name -> [{"gbps", "cycles", "clock_ghz"}]: measured curves
+    occupancy: list = field(default_factory=list)   # [{"cluster", "threads", "smem", "registers", "active_clusters",
+                                                    #   "source"}]: resident clusters (cuOccupancyMaxActiveClusters)
 
     def curve(self, name: str) -> list[dict] | None:
         """A measured curve (latency in cycles at each point's clock against achieved GB/s), or None."""
@@ -85,6 +73,10 @@ class Calibration:
         self[name]
         return dict(self.constants[name])
 
+    def cost(self, name: str) -> float:
+        """A cost as the model reads it: its value, else pelib.predict.costs' default or fallback for it."""
+        return _costs.value(self, name)
+
     def get(self, name: str, default=None):
         return float(self.constants[name]["value"]) if name in self.constants else default
 
@@ -99,15 +91,28 @@ class Calibration:
             name = k.replace("__", ".")
             if name not in out:
                 raise CalibrationError(f"no constant {name!r} to replace")
+            bad = _costs.problems(name, v)
+            if bad:
+                raise CalibrationError("; ".join(bad))
             out[name]["value"] = float(v)
         return Calibration(self.chip, self.device, self.date, self.provisional, self.protocol, out, self.path,
-                           list(self.notes), self.curves)
+                           list(self.notes), self.curves, list(self.occupancy))
+
+    def with_occupancy(self, records: list) -> "Calibration":
+        """A copy whose occupancy records are `records` (checked as a file's are)."""
+        bad = check_occupancy(records, self.path or "calibration")
+        if bad:
+            raise CalibrationError("the occupancy records are not usable:\n  " + "\n  ".join(bad))
+        return Calibration(self.chip, self.device, self.date, self.provisional, self.protocol,
+                           {k: dict(v) for k, v in self.constants.items()}, self.path, list(self.notes), self.curves,
+                           [dict(r) for r in records])
 
     def label(self) -> str:
         """'provisional calibration, H100 ...' or 'calibration measured on <device> on <date>'."""
+        where = f", {self.path}" if self.path else ""
         if self.provisional:
-            return f"provisional calibration of {self.device} (public sources and committed runs; not measured)"
-        return f"costs measured on {self.device} on {self.date}"
+            return (f"provisional calibration of {self.device} (public sources and committed runs; not measured{where})")
+        return f"costs measured on {self.device} on {self.date}" + (f" ({self.path})" if self.path else "")
 
     def table(self) -> list[dict]:
         return [{"constant": n, "value": c["value"], "unit": c.get("unit", ""), "kind": c.get("kind", ""),
@@ -119,6 +124,8 @@ class Calibration:
                "constants": {k: dict(v) for k, v in self.constants.items()}}
         if self.curves:
             out["curves"] = {k: [dict(p) for p in v] for k, v in self.curves.items()}
+        if self.occupancy:
+            out["occupancy"] = [dict(r) for r in self.occupancy]
         if self.notes:
             out["notes"] = list(self.notes)
         return out
@@ -135,6 +142,12 @@ def check(doc: dict, where: str = "") -> list[str]:
         if k not in doc:
             bad.append(f"{where}: no {k!r}")
     consts = doc.get("constants") or {}
+    chip = str(doc.get("chip", ""))
+    if chip and chip not in CHIPS:
+        bad.append(f"{where}: chip {chip!r} is not one the model knows ({sorted(CHIPS)})")
+    for name, c in consts.items():
+        if isinstance(c, dict) and "value" in c:
+            bad += [f"{where}: {x}" for x in _costs.problems(name, c["value"])]
     need = dict(REQUIRED) if doc.get("curves") else {**REQUIRED, **FORMULA}
     for name, unit in need.items():
         c = consts.get(name)
@@ -153,7 +166,50 @@ def check(doc: dict, where: str = "") -> list[str]:
         if not isinstance(pts, list) or not pts or any(
                 not all(isinstance(p.get(k), (int, float)) for k in ("gbps", "cycles", "clock_ghz")) for p in pts):
             bad.append(f"{where}: curve {name!r} needs points with numeric gbps, cycles and clock_ghz")
+    bad += check_occupancy(doc.get("occupancy"), where)
     return bad
+
+
+OCCUPANCY_KEYS = ("cluster", "threads", "smem", "active_clusters")
+
+
+def check_occupancy(records, where: str = "") -> list[str]:
+    """What is wrong with a calibration's occupancy records (empty: nothing; None: no records)."""
+    if records is None:
+        return []
+    if not isinstance(records, list):
+        return [f"{where}: occupancy is a list of records {OCCUPANCY_KEYS + ('source',)}"]
+    bad = []
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            bad.append(f"{where}: occupancy record {i} is not an object")
+            continue
+        for k in OCCUPANCY_KEYS:
+            v = r.get(k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "smem" else 1):
+                bad.append(f"{where}: occupancy record {i}: {k} = {v!r}, give a whole number"
+                           f"{'' if k == 'smem' else ' of at least 1'}")
+        if not str(r.get("source", "")).strip():
+            bad.append(f"{where}: occupancy record {i} names no source")
+    return bad
+
+
+def occupancy_from_launches(doc: dict, where: str = "") -> list[dict]:
+    """Occupancy records from a run document whose entries carry their launch (pelib.predict.blind's, pelib.bench's):
+    every distinct (cluster, threads, smem) with the `active_clusters` the run's cuOccupancyMaxActiveClusters
+    query returned."""
+    env = doc.get("env") or {}
+    src = (f"cuOccupancyMaxActiveClusters, queried by the run {where or 'document'} on {env.get('device', '?')} "
+           f"({str(env.get('date', '?'))[:10]})")
+    out = {}
+    for e in doc.get("entries") or []:
+        ln = e.get("launch") or {}
+        if not ln.get("active_clusters"):
+            continue
+        key = (int((ln.get("cluster") or [1])[0]), int((ln.get("block") or [0])[0]), int(ln.get("smem") or 0))
+        out.setdefault(key, {"cluster": key[0], "threads": key[1], "smem": key[2],
+                             "active_clusters": int(ln["active_clusters"]), "stage": e.get("stage"), "source": src})
+    return [out[k] for k in sorted(out)]
 
 
 def from_json(doc: dict, path: str = "") -> Calibration:
@@ -162,28 +218,41 @@ def from_json(doc: dict, path: str = "") -> Calibration:
         raise CalibrationError("the calibration is not usable:\n  " + "\n  ".join(bad))
     return Calibration(doc["chip"], doc["device"], str(doc.get("date", "")), bool(doc.get("provisional")),
                        str(doc.get("protocol", "")), {k: dict(v) for k, v in doc["constants"].items()}, path,
-                       list(doc.get("notes") or []), {k: list(v) for k, v in (doc.get("curves") or {}).items()})
+                       list(doc.get("notes") or []), {k: list(v) for k, v in (doc.get("curves") or {}).items()},
+                       [dict(r) for r in doc.get("occupancy") or []])
 
 
 def load(which: str | Path) -> Calibration:
-    """A calibration by chip name ('h100', 'h200', 'b200': the committed file under
-    pelib/predict/calibrations) or by path."""
+    """A calibration by chip name ('h100', 'h200', 'b200', exactly: the newest measured one under
+    results/<date>-<chip>/, else the provisional file under pelib/predict/calibrations) or by path."""
     p = Path(which)
     if not p.suffix:
-        cands = sorted(HERE.glob(f"*{str(which).lower()}*.json"))
-        measured = [c for c in cands if "provisional" not in c.name]
+        chip = str(which).lower()
+        if chip not in CHIPS:
+            raise CalibrationError(f"no chip {which!r}: name one of {sorted(CHIPS)} exactly, or pass a calibration "
+                                   "file (--calibration <file>)")
+        # the newest measured calibration of the chip (results/<date>-<chip>/predict-calibration-<chip>.json, the
+        # model's constants from pelib.predict.probes' run); the provisional file only where none is committed
+        runs = sorted((ROOT / "results").glob(f"*-{chip}/predict-calibration-{chip}.json"), key=lambda c: c.parent.name)
+        cands = sorted(c for c in HERE.glob("*.json") if c.stem.split("-")[-1] == chip)
+        measured = runs + [c for c in cands if "provisional" not in c.name]
         pick = (measured or cands)
         if not pick:
             raise CalibrationError(f"no calibration for {which!r} under {HERE}: pass a calibration file "
                                    f"(--calibration <file>) or one of {available()}")
         p = pick[-1]
+    return from_json(read_json(p, f"pass one of {available()} or a path to a JSON file"), rel(p))
+
+
+def read_json(p: Path, missing: str) -> dict:
+    """A calibration file's JSON; CalibrationError where it is absent (`missing` says what to pass instead) or
+    is no JSON (a truncated copy?)."""
     if not p.is_file():
-        raise CalibrationError(f"no calibration file {p}: pass one of {available()} or a path to a JSON file")
+        raise CalibrationError(f"no calibration file {p} (no such file): {missing}")
     try:
-        doc = json.loads(p.read_text())
+        return json.loads(p.read_text())
     except json.JSONDecodeError as e:
-        raise CalibrationError(f"{p} is not JSON ({e}): a calibration is one JSON object") from None
-    return from_json(doc, rel(p))
+        raise CalibrationError(f"{p} is not JSON ({e}): a calibration is one JSON object (a truncated copy?)") from None
 
 
 def rel(path) -> str:

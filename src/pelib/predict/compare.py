@@ -14,6 +14,7 @@ import json
 import re
 from pathlib import Path
 
+from .. import problems as _problems
 from ..paths import KERNELS
 
 CLOCK_KEYS = ("launch_clock_ghz", "clock_ghz", "sm_clock_ghz")
@@ -125,7 +126,7 @@ def compare(pred: dict, meas: dict) -> dict:
         m = measured.get(key)
         if m is None:
             continue
-        if isinstance(m.get("cycles"), (int, float)) and m["cycles"] > 0:     # pelib.blind: ms x its launch clock
+        if isinstance(m.get("cycles"), (int, float)) and m["cycles"] > 0:     # pelib.predict.blind: ms x its launch clock
             mc = float(m["cycles"])
             clk, clk_src = mc / (float(m["median_ms"]) * 1e6), f"the launch's own clock ({m.get('clock_source', 'cycles')})"
         else:
@@ -153,17 +154,60 @@ def compare(pred: dict, meas: dict) -> dict:
                        "ranking_exact": _rank(pr) == _rank(mr), "kendall_tau": round(kendall_tau(pr, mr), 4),
                        "ranked": len(plain)},
            "phases_06": phases_06(pred, meas)}
+    out["define_effects"] = define_effects(rows)
+    out["summary"].update(effect_summary(out["define_effects"]), inversions_over_3pct=inversions(plain, 0.03),
+                          worst_signed=rows[errs.index(max(errs))]["error_cycles"])
     return out
+
+
+EFFECT_MIN = 0.03   # a define's measured effect the targets hold the model to (smaller ones are noise-level)
+
+
+def define_effects(rows: list[dict]) -> list[dict]:
+    """Each variant row (a build with defines) against its stage file at its defaults in the same comparison:
+    the measured and the predicted effect of the define in cycles, whether the sign is right, and whether the
+    predicted size is within half of the measured one (|pred - meas| <= |meas| / 2)."""
+    plain = {r["stage"]: r for r in rows if not r["defines"]}
+    out = []
+    for r in rows:
+        base = plain.get(r["stage"])
+        if not r["defines"] or base is None or r["defines"].startswith("PE_WAIT_KIND"):
+            continue
+        me = r["measured_cycles"] / base["measured_cycles"] - 1
+        pe = r["predicted_cycles"] / base["predicted_cycles"] - 1
+        out.append({"stage": r["stage"], "defines": r["defines"], "measured_effect": round(me, 4),
+                    "predicted_effect": round(pe, 4), "sign_right": (me > 0) == (pe > 0) if abs(me) >= EFFECT_MIN else None,
+                    "within_half": abs(pe - me) <= abs(me) / 2 if abs(me) >= EFFECT_MIN else None})
+    return out
+
+
+def effect_summary(effects: list[dict]) -> dict:
+    """How many defines of measured effect >= EFFECT_MIN the model gets the sign and half the size of."""
+    big = [e for e in effects if e["sign_right"] is not None]
+    return {"define_effects": len(effects), "effects_over_3pct": len(big),
+            "effects_sign_right": sum(e["sign_right"] for e in big),
+            "effects_within_half": sum(e["within_half"] for e in big)}
+
+
+def inversions(rows: list[dict], gap: float) -> int:
+    """Pairs of builds whose measured cycles differ by more than `gap` that the model orders the other way."""
+    n = 0
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            lo, hi = sorted((a["measured_cycles"], b["measured_cycles"]))
+            if hi / lo - 1 > gap and (a["measured_cycles"] - b["measured_cycles"]) * (a["predicted_cycles"] - b["predicted_cycles"]) < 0:
+                n += 1
+    return n
 
 
 def phases_06(pred: dict, meas: dict) -> dict | None:
     """sm90/06's predicted per-role phases against its measured clock64 record (both in cycles)."""
     rec = next((c.get("phases") for c in meas.get("clocks", []) if c.get("key") == "06" and c.get("ok")), None)
-    if rec is None:      # pelib.blind: the production build's entry carries its phases over every tile
+    if rec is None:      # pelib.predict.blind: the production build's entry carries its phases over every tile
         for e in meas.get("entries", []) if isinstance(meas.get("entries"), list) else []:
             if stage_of(e) == "sm90/06_permuted_b" and _defkey(e.get("defines")) == "PE_WAIT_KIND=2" and e.get("phases"):
                 rec = e["phases"].get("every_tile", e["phases"])
-                rec = rec.get("phases", rec)        # pelib.hopper_perf.clock_stats: {"phases": {name: {"avg", ..}}, ..}
+                rec = rec.get("phases", rec)        # pelib.measure.hopper_perf.clock_stats: {"phases": {name: {"avg", ..}}, ..}
     p = next((x for x in pred.get("predictions", []) if x["stage"] == "sm90/06_permuted_b" and x.get("timing_phases")),
              None)
     if not rec or p is None:
@@ -189,3 +233,45 @@ def write(doc: dict, path) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(doc, indent=1) + "\n")
     return p
+
+
+# ---- traffic: the model's bytes against Nsight Compute's -------------------------------------------------
+
+TRAFFIC_TOLERANCE = 0.10     # the issue's bar: the model's DRAM and L2 bytes within 10 % of the counters
+
+
+def traffic(pred: dict, ncu_doc: dict) -> dict:
+    """The model's DRAM read, DRAM write and L2 bytes of each stage file (a prediction document made with
+    traffic, pelib.predict --all-sm90) against the Nsight Compute counters of the same stage in a committed
+    energy-headline run (`ncu_per_tile`: dram__bytes_read/write.sum and lts__t_bytes.sum per output tile of the
+    run's `tile`, times the problem's tiles). The counters' lts__t_bytes is every request at the L2 slices, the
+    model's l2 the bytes between the SMs and L2: a row says both and which lie within TRAFFIC_TOLERANCE."""
+    t = ncu_doc.get("tile") or [64, 256]
+    by_entry = {r["entry"]: r for r in ncu_doc.get("ncu_per_tile", []) if r.get("entry")}
+    rows = []
+    for p in pred["predictions"]:
+        if p.get("defines") or not p.get("traffic"):
+            continue
+        entry = p["stage"].split("/")[-1].split("_")[0]
+        c = by_entry.get(entry)
+        if c is None:
+            continue
+        prob = _problems.patch_embed(ncu_doc.get("problem") or "siglip2")
+        tiles = (prob.m // t[0]) * (prob.n // t[1])
+        meas = {"dram_read": c["dram_read_B_per_tile"] * tiles, "dram_write": c["dram_write_B_per_tile"] * tiles,
+                "l2": c["l2_B_per_tile"] * tiles}
+        row = {"stage": p["stage"]}
+        for k in ("dram_read", "dram_write", "l2"):
+            got, want = p["traffic"].get(k), meas[k]
+            err = got / want - 1 if got is not None and want else None
+            row.update({f"{k}_predicted_GB": round(got / 1e9, 3), f"{k}_measured_GB": round(want / 1e9, 3),
+                        f"{k}_error": None if err is None else round(err, 4)})
+        rows.append(row)
+    within = {k: sum(1 for r in rows if r[f"{k}_error"] is not None and abs(r[f"{k}_error"]) <= TRAFFIC_TOLERANCE)
+              for k in ("dram_read", "dram_write", "l2")}
+    return {"schema": "pelib.predict.traffic/1", "tolerance": TRAFFIC_TOLERANCE, "rows": rows,
+            "summary": {"stages": len(rows), **{f"{k}_within": v for k, v in within.items()}},
+            "measurement": {"device": (ncu_doc.get("env") or {}).get("device"), "date": (ncu_doc.get("env") or {}).get("date"),
+                            "counters": "Nsight Compute dram__bytes_read.sum, dram__bytes_write.sum, lts__t_bytes.sum"},
+            "predictions": {k: pred.get("meta", {}).get(k) for k in ("calibration", "git", "model_version")}}
+

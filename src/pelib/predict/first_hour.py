@@ -7,7 +7,7 @@
      minutes on one core): DIR/predictions-b200.json in the schema pelib.predict.compare reads. They are
      written before any launch, so nothing measured can reach them.
   2. the measurement: every predicted entry (the FP8 history, the sweeps' other builds, the go/no-go
-     variants) verified and timed on the full problem by pelib.sweep's variant job, each in a worker
+     variants) verified and timed on the full problem by pelib.measure.sweep's variant job, each in a worker
      process (a trap or hang ends only that worker): DIR/measured-b200.json.
   3. the comparison (pelib.predict.compare): DIR/prediction-vs-measured.json, and the error table printed,
      recorded points beside. Measured cycles use the predictions' clock (the fitted one) unless an entry
@@ -25,13 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import bench, clock, device, jobs, sweep
+from .. import bench, clock, device
+from ..measure import jobs, sweep
 from ..stage import Stage
 from . import blackwell as _bw
 from . import compare as _compare
 from . import history as _history
 
-KINDS = {"variant": sweep.variant}      # the worker's job kind (pelib.jobs' protocol)
+KINDS = {"variant": sweep.variant}      # the worker's job kind (pelib.measure.jobs' protocol)
 ITERS = 20
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from .. import bench, clock, evidence, records
 from ..paths import ROOT
 from ..stage import Stage
-from ..variants import HOST_ONLY, SKIPPED_BY_RULE, VARIANTS
+from ..measure.variants import HOST_ONLY, SKIPPED_BY_RULE, VARIANTS
 from . import blackwell as _bw
 from . import calibration as _cal
 from . import measured as _measured

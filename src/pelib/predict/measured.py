@@ -1,19 +1,20 @@
-"""The model's constants from a measured calibration (pelib.calibrate's file, schema "pelib.calibration/1").
+"""The model's constants from a measured calibration (pelib.predict.probes' file, schema "pelib.calibration/1").
 
     cal = from_measured(json.load(open("results/<date>-h100/calibration-<device>.json")), path, base=load("h100"))
 
 Each constant of the model (pelib.predict.calibration.REQUIRED) is derived from the measured constants
 and curves as MAP says (kind "measured", the measured names in its source); the three TMA latency
 curves are carried over. What the probes do not measure stays as `base` has it (its kind kept: a
-"provisional" one keeps the calibration provisional, "fitted" ones are refitted on sm90/06 afterwards
-with pelib.predict.fit). `missing(doc)` lists the model's constants a measured file leaves open.
+"provisional" one keeps the calibration provisional; nothing is fitted). `build(path, chip)` is the
+whole calibration of a chip from a probes file. `missing(doc)` lists the constants a measured file leaves open.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from . import calibration as _cal
+from .. import results
+from . import calibration as _cal, costs as _costs
 
 MEASURED_SCHEMA = "pelib.calibration/1"
 A_BOX_FLOP = 2 * 64 * 256 * 32      # one wgmma m64n256k32 (FLOP)
@@ -48,12 +49,12 @@ def rejected(doc: dict) -> dict:
     if beside and alone and beside / alone < 1.0:
         out["wgmma.m64n256k32.cycles_beside_epilogue"] = (
             f"{beside:.4g} cycles per wgmma m64n256k32 beside the epilogue, {alone / beside:.3g}x faster than the pipe "
-            f"alone ({alone:.4g}): no rate of the tensor pipe; tensor.beside_epilogue is fitted on sm90/06 instead")
+            f"alone ({alone:.4g}): no rate of the tensor pipe; tensor.beside_epilogue keeps its default (1: no slow-down modelled), not fitted")
     if v("launch.overhead_us") is not None and _launches_of(doc, "launch.overhead_us") < 2:
         out["launch.overhead_us"] = (
             f"{v('launch.overhead_us'):.4g} us from one launch, the probe module's first, with no warm-up: its events "
             "bracket the host's first-launch work, which the timed stages (warmed up, each launch queued behind an L2 "
-            "flush) never see; launch.overhead_us is fitted on sm90/06 instead")
+            "flush) never see; launch.overhead_us stays provisional (not fitted): re-run the probes, whose launch family now times a burst")
     return out
 
 
@@ -112,7 +113,7 @@ def _derive(doc: dict) -> dict:
             "warp's own time, so a warp waits for its stores' drain at its SM's store rate")
     # the pipe beside an epilogue over the pipe alone; a ratio below 1 is no rate (one m64n256k32 is 128 cycles of
     # the pipe at its dense rate, NVIDIA H100 Tensor Core GPU Architecture, FP8 table): the probe's chain then timed
-    # something else, and the constant is left to the fit on sm90/06 (REJECTED says why)
+    # something else, and the cost keeps its default, 1 (rejected() says why)
     beside, alone = v("wgmma.m64n256k32.cycles_beside_epilogue"), v("wgmma.m64n256k32.sm_cycles_per_wgmma")
     if beside and alone and beside / alone >= 1.0:
         put("tensor.beside_epilogue", beside / alone, "wgmma.m64n256k32.cycles_beside_epilogue / .sm_cycles_per_wgmma "
@@ -150,7 +151,7 @@ def curves(doc: dict) -> dict:
 
 
 # The stream probe's loaded-latency curves (a dependent chase's latency while the other warps move read, write
-# or copy traffic at a controlled rate, pelib.calibrate's stream family): what a load waits in the memory
+# or copy traffic at a controlled rate, pelib.predict.probes' stream family): what a load waits in the memory
 # system at a given traffic, the traffic's mix of reads and writes included. Points whose streaming warps
 # covered less than MIN_COVERAGE of the chase's window are left out (their latency is diluted by idle time).
 STREAM_CURVES = ("dram.read", "dram.write", "dram.copy", "l2.read", "l2.write", "l2.copy")
@@ -171,7 +172,7 @@ def stream_curves(doc: dict) -> dict:
 
 
 def missing(doc: dict) -> list[str]:
-    """The model's constants a measured calibration leaves to the provisional or fitted ones."""
+    """The model's constants a measured calibration leaves to the provisional ones."""
     return sorted(set(_cal.REQUIRED) - set(_derive(doc)))
 
 
@@ -181,9 +182,10 @@ def from_measured(doc: dict, path: str, base: _cal.Calibration) -> _cal.Calibrat
     if not isinstance(doc, dict) or doc.get("schema") != MEASURED_SCHEMA:
         raise _cal.CalibrationError(f"{path}: not a measured calibration (schema {MEASURED_SCHEMA!r} expected, "
                                     f"got {doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r}): "
-                                    "pass the file `python -m pelib.calibrate` wrote")
+                                    "pass the file `python -m pelib.predict.probes` wrote")
     env = doc.get("env") or {}
-    consts = {k: dict(v) for k, v in base.constants.items()}
+    # a constant the cost table no longer has (l2.demand_miss, now counted from the schedule) is not carried over
+    consts = {k: dict(v) for k, v in base.constants.items() if k in _costs.COSTS}
     for name, (value, src) in _derive(doc).items():
         unit = _cal.REQUIRED.get(name, consts.get(name, {}).get("unit", ""))
         consts[name] = {"value": value, "unit": unit, "kind": "measured",
@@ -194,18 +196,70 @@ def from_measured(doc: dict, path: str, base: _cal.Calibration) -> _cal.Calibrat
             consts.pop(name, None)
     left = sorted(n for n, c in consts.items() if c.get("kind") == "provisional")
     out = _cal.Calibration(base.chip, str(env.get("device") or base.device), str(env.get("date") or "")[:10],
-                           bool(left), "", consts, path, curves=cv)
+                           bool(left), "", consts, path, curves=cv,
+                           occupancy=[dict(r) for r in doc.get("occupancy") or []] or list(base.occupancy))
+    bad = _cal.check(out.to_json(), path)     # a NaN or a negative cost in the measured file is refused here
+    if bad:
+        raise _cal.CalibrationError(f"{path}: the measured calibration gives unusable costs:\n  " + "\n  ".join(bad))
     rej = rejected(doc)
     if rej:
         out.notes.append({"rejected": rej})
-    out.protocol = ("Constants from the measured calibration " + path + " (pelib.calibrate), the constants of kind "
-                    "'fitted' fitted on sm90/06's record only (pelib.predict.fit)" +
-                    (f"; still provisional: {', '.join(left)}" if left else ""))
+    out.protocol = _protocol(path, consts, base.path)
+    return out
+
+
+def _protocol(path: str, consts: dict, base_path: str, other: _cal.Calibration | None = None) -> str:
+    """A built calibration's protocol line: where its constants come from, the ones carried over fitted from
+    `base_path`, the ones transferred from `other`, the ones still provisional."""
+    def kind(k):
+        return sorted(n for n, c in consts.items() if c.get("kind") == k)
+    fitted, moved, left = kind("fitted"), kind("transferred") if other else [], kind("provisional")
+    return ("Constants from the measured calibration " + path + " (pelib.predict.probes) and public sources; "
+            "none fitted on a stage's time" + (f" except {', '.join(fitted)} (carried from {base_path})" if fitted else "")
+            + (f"; transferred from {other.device} ({other.path}): {', '.join(moved)}" if moved else "")
+            + (f"; still provisional: {', '.join(left)}" if left else ""))
+
+
+def launch_clock_06(chip: str) -> tuple[float, str] | None:
+    """sm90/06's own SM clock in a short burst (the regime the stages are timed in): the newest committed
+    energy-limiter run's launch clock of entry 06 on `chip` (clock64 over globaltimer of those launches)."""
+    for path in reversed(results.files("energy-limiter.json")):
+        if results.chip(path.parent) != chip:
+            continue
+        for row in results.load(path).get("summary", []):
+            if row.get("entry") == "06" and row.get("launch clock (GHz)"):
+                return float(row["launch clock (GHz)"]), (f"{path.relative_to(path.parents[2])} summary[entry=06] "
+                                                          "launch clock (GHz): sm90/06's own clock in a short burst")
+    return None
+
+
+def build(path, gpu: str, transfer_from: str | None = None) -> _cal.Calibration:
+    """The model's calibration of `gpu` from pelib.predict.probes' measured file at `path`: its constants over the
+    chip's provisional file (pelib/predict/calibrations), sm90/06's launch clock in the timed regime where a run of
+    it is committed (clock_ghz.launch06, measured: what converts the blind run's cycles to milliseconds). No
+    constant is fitted: one the probes leave unmeasured stays provisional and the calibration says so, unless
+    `transfer_from` names a chip whose newest calibration measured it (kind "transferred", its source named)."""
+    p = Path(str(path))
+    doc = _cal.read_json(p, "pass the JSON python -m pelib.predict.probes wrote")
+    base = _cal.load(_cal.HERE / f"provisional-{gpu}.json")
+    out = from_measured(doc, _cal.rel(p), base)
+    lc = launch_clock_06(gpu)
+    if lc:
+        out.constants["clock_ghz.launch06"] = {"value": lc[0], "unit": "GHz", "kind": "measured", "source": lc[1]}
+    if transfer_from:
+        other = _cal.load(transfer_from)
+        for name, c in list(out.constants.items()):
+            o = other.constants.get(name)
+            if c.get("kind") == "provisional" and o and o.get("kind") == "measured":
+                out.constants[name] = {**o, "kind": "transferred",
+                                       "source": f"transferred from {other.path} ({other.device}): {o.get('source', '')}"}
+        out.provisional = any(c.get("kind") == "provisional" for c in out.constants.values())
+        out.protocol = _protocol(out.path, out.constants, base.path, other)
     return out
 
 
 def resolve(which, gpu: str) -> _cal.Calibration:
-    """A calibration by chip name or path; a measured file (pelib.calibrate's) is turned into the model's
+    """A calibration by chip name or path; a measured file (pelib.predict.probes') is turned into the model's
     constants over the chip's committed calibration (from_measured)."""
     if isinstance(which, _cal.Calibration):
         return which

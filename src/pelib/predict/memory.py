@@ -15,9 +15,11 @@ The model (each constant from the calibration, pelib.predict.calibration):
     are spread over all of A (stage 07: a CTA's consecutive tiles are 49 tiles apart and the groups'
     pieces lie far apart): 1 - tiles / the span of their indices. The calibration's "sequential window"
     and "scattered" TMA sweeps measure the latency at those two ends; the model mixes them.
-  - A TMA load's latency = tma.l2_latency + bytes / tma.bytes_per_clk_sm + l2.demand_miss x DRAM
+  - A TMA load's latency = tma.l2_latency + bytes / tma.bytes_per_clk_sm + demand miss x DRAM
     latency: the fraction of demand loads that still find their data in DRAM (after the L2 prefetch
-    and the other column blocks' loads of the same tile) pays the loaded DRAM latency.
+    and the other column blocks' loads of the same tile) pays the loaded DRAM latency. That fraction is
+    no constant: `demand_misses` counts it on the full schedule, from the kernel's exported prefetch
+    depth (PREFETCH_TILES) and L2's size.
 The schedules restate the kernels' static tile orders (common/tile_map.cuh StaticTileScheduler, the
 resident-B and residue orders of kinds/sm90.py, which the kernels' headers describe); tests/test_predict.py
 checks them against the simulated order of TMA loads at the simulator's size.
@@ -27,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..kinds.sm90 import resident_b_schedule, residue_schedule
+from ..kinds.sm90 import resident_b_schedule, residue_schedule, window_schedule
 
 
 def interp(points: list[dict], gbps: float, clock_ghz: float) -> float:
@@ -55,6 +57,7 @@ class MemoryState:
     clock_ghz: float     # converts ns to SM cycles
     write_share: float = 0.0     # the stores' share of the kernel's DRAM bytes
     sms: int = 1
+    demand_miss: float = 1.0     # the share of the streamed loads that find no L2 line (demand_misses)
 
     def store_bytes_per_clk(self, cal) -> float:
         """One SM's store drain rate into L2. DRAM's write bandwidth does not slow an SM's stores directly:
@@ -63,7 +66,7 @@ class MemoryState:
         return cal["store.bytes_per_clk_sm"]
 
     def _curve_cycles(self, cal, name: str):
-        pts = cal.curve(name) if hasattr(cal, "curve") else None
+        pts = cal.curve(name)
         if not pts:
             return None
         top = max(p["gbps"] for p in (cal.curve("tma_load.sequential") or pts))
@@ -104,7 +107,7 @@ class MemoryState:
         """(hit, miss base, miss queueing, miss share) of an A box's latency in cycles, or None without the
         stream curves: a hit is the TMA sweep's L2-resident box; a demand miss is the sweep's unloaded DRAM
         box plus the queueing the stream probe's chase meets at the kernel's traffic and mix (its loaded
-        latency less its unloaded one); l2.demand_miss of the streamed loads miss."""
+        latency less its unloaded one); `demand_miss` of the streamed loads miss (demand_misses)."""
         chase = self.loaded_chase_ns(cal)
         l2 = self._curve_cycles(cal, "tma_load.l2")
         seq = cal.curve("tma_load.sequential")
@@ -112,7 +115,7 @@ class MemoryState:
             return None
         base = _ns(seq[0]) * self.clock_ghz
         excess = max(0.0, chase - _ns(_monotone(cal.curve("dram.read"))[0])) * self.clock_ghz
-        return l2, base, excess, (cal["l2.demand_miss"] if streamed else 0.0)
+        return l2, base, excess, (self.demand_miss if streamed else 0.0)
 
     def tma_draw(self, cal, nbytes: int, streamed: bool, rng) -> float:
         """One load's latency drawn at random (rng: the replay's seeded random.Random): a hit, or a miss whose
@@ -131,7 +134,7 @@ class MemoryState:
         """One TMA load of `nbytes` into shared memory: L2 latency, the SM's TMA bandwidth, and for a
         streamed operand the demand-miss share of the loaded DRAM latency. With measured curves
         (tma_load.l2 / .sequential / .scattered, an 8 KiB box each, the stages' A box): the L2 curve's
-        latency, plus the demand-miss share of (the DRAM curve mixed by locality - the L2 latency), at the
+        latency, plus the demand-miss share (demand_misses) of (the DRAM curve mixed by locality - the L2 latency), at the
         kernel's load (util x the sequential curve's highest bandwidth). The box's transfer through the
         SM's TMA unit is the replay's (a server at tma.bytes_per_clk_sm)."""
         parts = self.tma_parts(cal, streamed)
@@ -142,9 +145,9 @@ class MemoryState:
         seq = self._curve_cycles(cal, "tma_load.sequential")
         if l2 is not None and seq is not None:
             dram = self.dram_cycles(cal)
-            return l2 + (cal["l2.demand_miss"] * max(0.0, dram - l2) if streamed else 0.0)
+            return l2 + (self.demand_miss * max(0.0, dram - l2) if streamed else 0.0)
         base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
-        return base + (cal["l2.demand_miss"] * self.dram_cycles(cal) if streamed else 0.0)
+        return base + (self.demand_miss * self.dram_cycles(cal) if streamed else 0.0)
 
 
 def _ns(p: dict) -> float:
@@ -166,12 +169,19 @@ def _monotone(points):
 
 def a_schedule(exports, m: int, n: int, grid: int, sm_count: int) -> list[list[int]]:
     """Per CTA (grid order), the row tiles of A it loads, in order, for the full problem (M x N) on a grid
-    of `grid` CTAs: the kernel's schedule read from its exports (grid_kind, residue_order, cluster_x)."""
+    of `grid` CTAs: the kernel's schedule read from its exports (grid_kind, residue_order, residue_windows,
+    cluster_x): 04's strided walk, 07's contiguous pieces of the comb-residue order, 07a/07b's windows."""
     tm, tn, cx = exports["tile_m"], exports["tile_n"], exports["cluster_x"]
     kind = exports["grid_kind"]
     n_tiles = n // tn
     if kind == 2:
-        sched = (residue_schedule if exports.get("residue_order") else resident_b_schedule)(m, n, tn, grid, tm)
+        period = exports.get("residue_order")
+        if exports.get("residue_windows"):
+            sched = window_schedule(m, n, tn, grid, tm, period)
+        elif period:
+            sched = residue_schedule(m, n, tn, grid, tm, period)
+        else:
+            sched = resident_b_schedule(m, n, tn, grid, tm)
         return [[t for t, _ in s] for s in sched]
     m_tiles = math.ceil(m / (tm * cx))
     total = m_tiles * n_tiles
@@ -200,3 +210,51 @@ def locality(schedule: list[list[int]], prefetch: int = 0, samples: int = 64) ->
             continue
         out.append(1.0 - len(tiles) / (max(tiles) - min(tiles) + 1))
     return float(sum(out) / len(out)) if out else 0.0
+
+
+def demand_misses(schedule: list[list[int]], prefetch: int, tile_bytes: float, l2_bytes: float,
+                  other_bytes_per_step: float = 0.0) -> float:
+    """The share of the grid's demand loads of A that find their row tile in no L2 line, on the full schedule
+    (per CTA, the row tiles it loads in order: a_schedule). The grid walks its schedules a step (one tile per
+    CTA) at a time. A row tile is in L2 at step i when some CTA touched it (a demand load or an L2 prefetch) at
+    an earlier step and fewer than `l2_bytes` have been brought into L2 since (an LRU's stack distance: every
+    row tile brought in adds `tile_bytes`, every step's stores `other_bytes_per_step`). Loads of one row tile
+    by several CTAs in the same step all wait for the one DRAM read (an L2 miss in flight is no hit).
+
+    The kernels' prefetch (common/tma.cuh tma_prefetch_2d_l2, cp.async.bulk.prefetch.tensor.L2, PTX ISA
+    9.7.9.27) asks L2 for the first `prefetch` row tiles before the ring starts, then, at tile i, for tile
+    i + prefetch: the tile a CTA demands next was asked for a step or more before."""
+    steps = max((len(s) for s in schedule), default=0)
+    if steps == 0:
+        return 0.0
+    seen: dict = {}          # row tile -> (step it was brought into L2, bytes brought into L2 at its last touch)
+    brought = 0.0
+
+    def touch(r, i):
+        nonlocal brought
+        last = seen.get(r)
+        if last is None or brought - last[1] > l2_bytes:      # not in L2: brought in now
+            brought += tile_bytes
+            seen[r] = (i, brought)
+        else:                                                 # in L2: the LRU position moves, its arrival stays
+            seen[r] = (last[0], brought)
+
+    misses = demands = 0
+    for w in schedule:                        # the prologue's prefetches, at step 0
+        for r in w[:prefetch]:
+            touch(r, 0)
+    for i in range(steps):
+        for w in schedule:
+            if i < len(w):
+                r = w[i]
+                last = seen.get(r)
+                demands += 1
+                if last is None or last[0] >= i or brought - last[1] > l2_bytes:
+                    misses += 1
+                touch(r, i)
+        if prefetch > 0:
+            for w in schedule:
+                if i + prefetch < len(w):
+                    touch(w[i + prefetch], i)
+        brought += other_bytes_per_step
+    return misses / demands if demands else 0.0

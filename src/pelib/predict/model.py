@@ -20,33 +20,41 @@ How the full problem is reached in seconds (the extrapolation):
   4. The DRAM utilisation that sets the loaded latency is the problem's minimum bytes over the
      predicted time (at the named clock) over the calibrated bandwidth; it is iterated to a fixed point.
 Cycles depend on the clock only through the memory latencies given in ns; ms = cycles / clock.
+
+Over 700 lines: a prediction's setup, its fixed point and its report; the replay, graph, memory and costs are
+modules of their own.
 """
 from __future__ import annotations
 
 import math
 import os
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import evidence, timing as _timing
-from ..limits import SMEM_LIMIT
+from .. import events as _events, evidence, timing as _timing
+from ..sim import host as sim_host
+from ..isa.limits import SMEM_LIMIT
 from . import calibration as _cal, measured as _measured
 from .graph import Graph
-from .memory import MemoryState, a_schedule, locality
+from .memory import MemoryState, a_schedule, demand_misses, locality
 from .replay import Replay
 from .sass_paths import SassPaths
 
 TILES = 8                      # tiles each simulated CTA (or cluster) computes
 SEEDS = 3                      # replays per fixed-point step, each with its own draws of the loads' latencies
 MAX_ITER = 12
-PROTOCOL = ("Blind protocol: the model's constants come from microbenchmarks (pelib.calibrate) and public "
-            "sources; the only stage measurement it is fitted on is sm90/06's (time and clock64 phases; the "
-            "constants of kind 'fitted'). The model's author has also read the Hopper chapter (which quotes the "
-            "2026-11-23 H100 times of 04 and 06-11) and seen stage 10's records beside 06's in hopper-perf.json "
-            "(2026-11-24) and energy-limiter.json (2026-11-27); "
-            "no constant or structure was set by comparison with them. These predictions are committed before "
-            "the validation run measures the stages.")
+PROTOCOL = ("Blind protocol: the model's constants come from microbenchmarks (pelib.predict.probes) and public "
+            "sources; no constant is fitted on a stage's time (the share of A's loads that miss L2 is counted from the "
+            "stage's schedule and exported prefetch depth, memory.demand_misses). sm90/06's committed clock64 record "
+            "gives only the clock that converts cycles to milliseconds (clock_ghz.launch06). What the model's author has "
+            "seen, said plainly: the two earlier blind rounds' comparisons "
+            "(results/2026-12-02-h200/prediction-vs-measured-blind.json and the 2026-11-27 ones), the 2026-12-01 "
+            "review's measured effects "
+            "of PREFETCH_TILES=0 on 06 and 10, EPI_VEC=0 on 03a and NUM_STAGES on 01, the Hopper chapter's times; no "
+            "constant was set by comparison with them. These predictions are committed before the validation run "
+            "measures the stages.")
 _EVENTS: dict = {}
 
 
@@ -91,33 +99,57 @@ class Prediction:
     graph: object = field(default=None, repr=False)
     replay: object = field(default=None, repr=False)
     ctas: tuple = ()
+    traffic: dict = field(default_factory=dict)     # the kernel's own bytes on the full problem (model.traffic)
+    demand_miss: float = 0.0        # the share of A's demand loads that miss L2 (demand_share)
 
     def events(self) -> list[dict]:
-        """The replayed CTAs' events in the simulator's schema, each with its predicted time in `cycles`
-        (pelib.timing.sim_spans then draws the protocol picture on a predicted-cycles axis)."""
+        """The simulator's own checked events of the replayed CTAs (its names, roles, slots, ops), each with its
+        predicted time in `cycles` and the prediction's evidence; pelib.events.spans / the protocol picture then
+        draw it on a predicted-cycles axis. An event the graph keeps takes its node's time (a wait_begin its
+        reach, the rest their completion); a TMA load's landing (tma_load_done) its complete_tx's; an MMA and
+        its completion the replay's issue and completion of that operation of its warpgroup, in order. Events
+        the replay does not time (TEM loads and stores priced inside the SASS, a TMA store's completion) are
+        left out."""
         g, r = self.graph, self.replay
         if g is None or r is None:
             return []
-        roles = {}
-        for c in self.ctas:
-            roles.update({(c, w): f"{role} (warp {w})" for w, role in _roles(g, c).items()})
-        out = []
+        land = {}
         for n in g.nodes:
-            if n.cta not in self.ctas:
+            if n.kind == "complete_tx" and n.op:
+                land[(n.op, n.cta)] = n.idx
+        mma_k = defaultdict(int)
+        done_k = defaultdict(int)
+        out = []
+        for i, e in enumerate(g.events):
+            if e["cta"] not in self.ctas:
                 continue
-            tt = r.node_times.get(n.idx)
-            if tt is None or tt[1] is None:
+            t = None
+            idx = g.node_of.get(i)
+            if e["kind"] == "tma_load_done":
+                idx = land.get((e["op"], e["cta"]))
+            if idx is not None:
+                tt = r.node_times.get(idx)
+                if tt is not None and tt[1] is not None:
+                    t = tt[0] if e["kind"] == "wait_begin" else tt[1]
+            elif e["kind"] in ("mma", "mma_done") and e["warp"] is not None:
+                ops = r.ops.get((e["cta"], e["warp"] // 4)) if e["warp"] >= 0 else None
+                if e["kind"] == "mma" and ops:
+                    k = mma_k[(e["cta"], e["warp"] // 4)]
+                    mma_k[(e["cta"], e["warp"] // 4)] += 1
+                    t = ops[k][1] if k < len(ops) else None
+                elif e["kind"] == "mma_done":
+                    # the async unit's completion: the k-th completion of the CTA's tensor pipe
+                    mine = sorted(d for (c, _), v in r.ops.items() if c == e["cta"] for _, _, d, _ in v)
+                    k = done_k[e["cta"]]
+                    done_k[e["cta"]] += 1
+                    t = mine[k] if k < len(mine) else None
+            if t is None:
                 continue
-            t = tt[0] if n.kind == "wait_begin" else tt[1]
-            out.append({"seq": 0, "cycles": int(round(t)), "cta": n.cta, "cluster": n.cluster, "rank": n.rank,
-                        "warp": n.warp, "lane": min(n.lanes) if n.lanes else -1,
-                        "role": roles.get(n.thread, f"warp {n.warp}" if n.warp >= 0 else "async unit"),
-                        "kind": n.kind, "barrier": n.bar, "parity": n.parity, "tag": n.tag, "line": n.line,
-                        "slot": None, "acc": None, "file": None, "label": self.evidence,
-                        "stage": self.stage, "device": self.gpu_device})
-        out.sort(key=lambda e: (e["cycles"], e["cta"], e["warp"]))
+            out.append({**e, "cycles": int(round(t)), "label": self.evidence, "stage": self.stage,
+                        "device": self.gpu_device})
+        out.sort(key=lambda e: (e["cycles"], e["seq"]))
         for k, e in enumerate(out):
-            e["seq"] = k
+            e["sim_seq"], e["seq"] = e["seq"], k
         return out
 
     def to_json(self) -> dict:
@@ -130,7 +162,9 @@ class Prediction:
                 "critical_shares": {k: round(v, 3) for k, v in self.critical.items()},
                 "phases": {k: {"avg": round(v["avg"], 1)} for k, v in self.phases.items()},
                 "evidence": self.evidence, "calibration": self.calibration, "provisional": self.provisional,
-                "assumptions": self.assumptions, "seconds": round(self.seconds, 2), "iterations": self.iterations}
+                "assumptions": self.assumptions, "seconds": round(self.seconds, 2), "iterations": self.iterations,
+                "demand_miss": round(self.demand_miss, 4),
+                "traffic": {k: round(v) for k, v in self.traffic.items() if k in ("dram_read", "dram_write", "l2")}}
 
 
 # ---- the representative simulation ----------------------------------------------------------------------
@@ -161,20 +195,15 @@ def sim_problem(stage, tiles: int = TILES, problem="full"):
 
 
 def simulate(stage, tiles: int = TILES, seed: int = 0, timing: bool = False, problem="full") -> tuple[list, object, object]:
-    """The event log of the representative problem (memoised per process), its problem and launch."""
+    """The event log of the representative problem (memoised per process), its problem and launch
+    (pelib.sim.host.events: the model's one call into a stage's run)."""
     key = (stage.key, tuple(sorted(stage.defines.items())), tiles, seed, timing, str(problem))
     hit = _EVENTS.get(key)
     if hit is not None:
         return hit
-    prob, cfg = sim_problem(stage, tiles, problem)
-    t = stage.inputs(prob, seed, "sim")
-    buf = None
-    if timing:
-        lay = _timing.layout(stage.timing_build(), cfg.ctas)
-        buf = _timing.alloc(lay, device="cpu")
-    plan = stage.plan(prob, t, "sim", timing=buf, sim_seed=seed)
-    rep = plan.run()
-    out = (rep.events, prob, plan.config)
+    prob, _ = sim_problem(stage, tiles, problem)
+    events, cfg = sim_host.events(stage, prob, seed, timing=timing)
+    out = (events, prob, cfg)
     _EVENTS[key] = out
     return out
 
@@ -204,6 +233,12 @@ def representative(graph, cfg) -> set:
     return {c for c, (k, _) in graph.ctas.items() if k == cl} or {c0}
 
 
+# The streamed operand: A is read once per column block of the grid (the stages' tile orders walk A, B stays
+# resident or is re-read from L2); its loads are the ones that can miss L2. Named by tensor (an event's
+# `tensor`), not by box size: 02/03/03a's B half-box multicast is as large as their A box.
+STREAMED = ("a",)
+
+
 @dataclass
 class Setup:
     """What a prediction replays, independent of the costs: the graph, its CTAs, the full problem's schedule."""
@@ -222,6 +257,8 @@ class Setup:
     umma: tuple = (0, 0, 0, False)      # (M per SM, N, K) of one tcgen05.mma and whether it is block-scaled FP4
     k_ratio: float = 1.0                # the full problem's K over the simulated one's
     resident: int = 1                   # CTAs of a non-persistent grid on one SM at once (replayed together)
+    streamed: tuple = STREAMED          # the tensors whose TMA loads stream from DRAM (the others hit L2)
+    occupancy: str = ""                 # where a clustered persistent grid's resident clusters come from
 
     def sm_of(self) -> dict:
         """The replayed CTAs that share one SM (all of them where `resident` > 1; none otherwise)."""
@@ -255,22 +292,55 @@ def resident_ctas(registers: int, threads: int, smem: int) -> int:
     return max(1, min(by_regs, by_warps, by_smem, SM_BLOCKS))
 
 
-def _without_timing(stage):
-    """`stage` without its TIMING define (a patched stage keeps its patched file)."""
-    if "TIMING" not in stage.defines:
-        return stage
-    d = {k: v for k, v in stage.defines.items() if k != "TIMING"}
-    base = getattr(stage, "base", None)
-    if base is not None:   # pelib.sim_catalog.PatchedStage(base, path, mutation)
-        return type(stage)(type(base)(base.path, d), stage.path, stage.mutation)
-    return type(stage)(stage.path, d)
+def resident_clusters(occupancy, cx: int, threads: int, smem: int, registers: int, static_smem: int,
+                      sms: int) -> tuple[int, str, bool]:
+    """(clusters resident at once, where the number comes from, measured?) for a cluster of `cx` CTAs of
+    `threads` threads and `smem` B of dynamic shared memory. A record of the calibration's occupancy query
+    (cuOccupancyMaxActiveClusters) with the same cluster size and threads and a shared-memory size that allows as
+    many CTAs per SM is taken as measured. Else the number is derived from the public per-SM limits
+    (resident_ctas): an upper bound, since a cluster's CTAs must share one GPC whose SM count NVIDIA does not
+    publish per part (CUDA C++ Programming Guide, "Thread Block Clusters"): the H100 holds 39 three-CTA
+    clusters of 225 KB CTAs (117 CTAs), not 44."""
+    per_sm = resident_ctas(max(1, registers), threads, smem + static_smem)
+    best = None
+    for r in occupancy or ():
+        if int(r["cluster"]) != cx or int(r["threads"]) != threads:
+            continue
+        same = int(r["smem"]) == smem
+        if same or resident_ctas(max(1, registers), threads, int(r["smem"]) + static_smem) == per_sm:
+            if best is None or same:
+                best = r
+    if best is not None:
+        return (int(best["active_clusters"]), f"{best['active_clusters']} clusters of {cx} resident "
+                f"({best['source']}; {best['smem']:,} B shared memory, {threads} threads)", True)
+    n = max(1, sms * per_sm // cx)
+    return (n, f"{n} clusters of {cx} resident, DERIVED from the public per-SM limits ({per_sm} CTA per SM x {sms} "
+            f"SMs / {cx}): an upper bound, the calibration records no cuOccupancyMaxActiveClusters for this shape "
+            f"(python -m pelib.predict.probes --occupancy measures it)", False)
+
+
+def launch(stage, problem, sms: int, occupancy=None):
+    """(launch config, where its resident clusters come from) of the full problem on `sms` SMs: a persistent
+    clustered grid is launched with no more clusters than are resident at once, as the GPU run does
+    (Stage.launch_config with cuOccupancyMaxActiveClusters; here resident_clusters)."""
+    cfg = stage.launch_config(problem, sm_count=sms)
+    ex = stage.exports
+    if not (cfg.persistent and ex.cluster_x > 1):
+        return cfg, ""
+    f = stage.build.facts
+    active, note, _ = resident_clusters(occupancy, ex.cluster_x, ex.num_threads, cfg.smem, int(f.registers),
+                                        int(f.smem_static), sms)
+    grid = max(cfg.unit, min(cfg.grid[0], active * ex.cluster_x // cfg.unit * cfg.unit))
+    return replace(cfg, active_clusters=active, grid=(grid, 1, 1)), note
 
 
 def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bool = False,
-            problem="full") -> Setup:
+            problem="full", occupancy=None) -> Setup:
     """Simulate the representative problem and build its graph (the TIMING build's SASS where asked: the
-    clock64 reads and record stores of a measured TIMING run are replayed too)."""
-    plain = _without_timing(stage)
+    clock64 reads and record stores of a measured TIMING run are replayed too). `occupancy`: the calibration's
+    resident-cluster records (Calibration.occupancy), which size a persistent clustered grid as the GPU
+    launches it (resident_clusters)."""
+    plain = stage.without_defines("TIMING")
     events, sprob, scfg = simulate(plain, tiles, seed, timing=timing_build, problem=problem)
     sass = SassPaths.of(plain.with_defines(TIMING=1) if timing_build else plain)
     ex = plain.exports
@@ -278,7 +348,7 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
     g = Graph.build(events, sass)
     ctas = representative(g, scfg)
     full = plain.problem(problem)
-    cfg = plain.launch_config(full, sm_count=sms)
+    cfg, occ_note = launch(plain, full, sms, occupancy)
     a_box = int(ex.get("tmap_a_box_rows", ex.tile_m)) * int(ex.get("tmap_a_box_cols", ex.block_k))
     sched = a_schedule(ex, full.m, full.n, cfg.grid[0], sms)
     sim_sched = a_schedule(ex, sprob.m, sprob.n, scfg.grid[0], plain.kind.SIM_SM_COUNT)
@@ -295,7 +365,7 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
     n_sim = max(len(sim_sched[c // cx if cfg.grid_kind == 1 else c]) for c in ctas) if persistent else 1
     waves = 1 if persistent else math.ceil(cfg.ctas / (sms // cx * cx * resident))
     return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms,
-                 umma_shape(sass, ex), full.k / sprob.k, resident)
+                 umma_shape(sass, ex), full.k / sprob.k, resident, occupancy=occ_note)
 
 
 def umma_shape(sass, ex) -> tuple:
@@ -312,13 +382,33 @@ def umma_shape(sass, ex) -> tuple:
     return (0, 0, 0, False)
 
 
-def predict(stage, gpu: str = "h100", calibration=None, clock="timed", tiles: int = TILES, seed: int = 0,
-            timing_build: bool = False, problem="full") -> Prediction:
-    """The stage's predicted time on the full problem (see the module doc for the method)."""
+def default_clock(cal, clock=None):
+    """The clock a prediction is converted with: the one asked for, else sm90/06's own launch clock in the
+    timed regime (clock_ghz.launch06, what the blind run's cycles are measured at) where the calibration has
+    it, else the calibration's short-burst clock. One rule for the command, the chapter and the documents."""
+    if clock is not None:
+        return clock
+    return "launch06" if "clock_ghz.launch06" in cal.constants else "timed"
+
+
+def predict(stage, gpu: str = "h100", calibration=None, clock=None, tiles: int = TILES, seed: int = 0,
+            timing_build: bool = False, problem="full", transferred: bool = False) -> Prediction:
+    """The stage's predicted time on the full problem (see the module doc for the method). A calibration of a chip
+    that does not run the stage's architecture (sm_90a code on B200 costs, tcgen05 code on H100 costs) is refused
+    unless `transferred`, which labels the prediction so."""
     t_start = _cpu()
     cal = _measured.resolve(calibration, gpu)
-    su = prepare(stage, int(cal["sm_count"]), tiles, seed, timing_build, problem)
-    p = solve(su, cal, clock, gpu)
+    runs = _cal.CHIPS.get(str(cal.chip).lower())
+    if runs != str(stage.arch) and not transferred:
+        raise PredictError(f"{stage.label} is {stage.arch} code and the calibration ({cal.path or cal.chip}) prices a "
+                           f"{cal.chip} ({runs or 'an unknown architecture'}): predict it with the costs of a chip that "
+                           f"runs {stage.arch} ({', '.join(c for c, a in _cal.CHIPS.items() if a == str(stage.arch))}), "
+                           "or pass transferred=True to label the prediction as TRANSFERRED costs")
+    su = prepare(stage, int(cal["sm_count"]), tiles, seed, timing_build, problem, cal.occupancy)
+    p = solve(su, cal, default_clock(cal, clock), gpu)
+    if runs != str(stage.arch):
+        p.calibration = f"TRANSFERRED: {cal.chip}'s costs ({runs}) applied to {stage.arch} code; " + p.calibration
+        p.assumptions.insert(0, p.calibration)
     p.seconds = _cpu() - t_start
     return p
 
@@ -336,13 +426,20 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     clock_ghz, clock_name = clock_of(cal, clock)
     g, ctas, cfg, ex = su.graph, su.ctas, su.cfg, su.stage.exports
     loc = locality(su.sched)
+    miss = demand_share(su, cal)
     persistent = cfg.grid_kind != 0
-    share = 2 * su.full.m * su.full.n / su.full.min_bytes     # the BF16 output's share of the DRAM bytes
+    share = None       # the stores' share of the kernel's DRAM bytes: from its own traffic (the first replay)
+    moved = None
     bound = False
     util, cycles, it, res, per_tile = 0.5, 0.0, 0, None, 0.0
     for it in range(1, MAX_ITER + 1):
-        mem = MemoryState(util, loc, clock_ghz, share, su.sms)
-        runs = [Replay(g, cal, mem, ctas=ctas, streamed_bytes={su.a_box}, umma_cycles=umma_cycles(su, cal),
+        if moved is None:
+            res0 = Replay(g, cal, MemoryState(util, loc, clock_ghz, 0.0, su.sms, miss), ctas=ctas, streamed=su.streamed,
+                          umma_cycles=umma_cycles(su, cal), seed=0, sm_of=su.sm_of()).run()
+            moved = traffic(su, res0)
+            share = moved["write_share"]
+        mem = MemoryState(util, loc, clock_ghz, share, su.sms, miss)
+        runs = [Replay(g, cal, mem, ctas=ctas, streamed=su.streamed, umma_cycles=umma_cycles(su, cal),
                        seed=sd, sm_of=su.sm_of()).run() for sd in range(SEEDS)]
         res = runs[0]
         per_tile, end, more_k = (float(np.mean(v)) for v in zip(*(_period(r, ctas, su.n_sim, su.k_ratio) for r in runs)))
@@ -350,17 +447,17 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
                 else su.waves * (end + more_k + cal["cta.launch_cycles"]))
         new = body + cal["store.drain_cycles"] + cal["launch.overhead_us"] * 1e3 * clock_ghz
         # the DRAM server's throughput: the problem's bytes cannot move faster than its bandwidth
-        floor = su.full.min_bytes / (cal["dram.bandwidth_gbps"] * 1e9) * clock_ghz * 1e9
+        floor = moved["dram"] / (cal["dram.bandwidth_gbps"] * 1e9) * clock_ghz * 1e9
         bound = floor > new
         new = max(new, floor)
         seconds = new / (clock_ghz * 1e9)
-        u_new = min(0.97, su.full.min_bytes / seconds / (cal["dram.bandwidth_gbps"] * 1e9))
+        u_new = min(0.97, moved["dram"] / seconds / (cal["dram.bandwidth_gbps"] * 1e9))
         done = abs(new - cycles) <= 1e-3 * new
         cycles = new
         if done:
             break
         util = 0.5 * util + 0.5 * u_new
-    mem = MemoryState(util, loc, clock_ghz, share, su.sms)
+    mem = MemoryState(util, loc, clock_ghz, share, su.sms, miss)
     tm = replay_timing(res, g, ctas, su.stage)
     phases = _mean_phases([steady_timing(replay_timing(r, g, ctas, su.stage)) for r in runs])
     if tm is not None:
@@ -370,7 +467,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     shares = crit["shares"]
     sentence = _sentence(shares, crit, per_tile, mem, cal)
     if bound:
-        sentence = (f"bound by DRAM bandwidth (the problem's {su.full.min_bytes / 1e9:.2f} GB at "
+        sentence = (f"bound by DRAM bandwidth (the kernel's {moved['dram'] / 1e9:.2f} GB at "
                     f"{cal['dram.bandwidth_gbps']:,.0f} GB/s is longer than the replay); within the SM: {sentence}")
     cx = ex.cluster_x
     assumptions = list(g.assumptions) + [
@@ -380,11 +477,59 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
          f"simulated, extrapolated to {su.n_full} at the steady period"),
         "loops with no event inside are walked zero times in the SASS between events",
         f"the full grid: {cfg.describe()}",
-    ]
+        f"{miss:.1%} of A's demand loads miss L2 (memory.demand_misses: the full schedule, the kernel's "
+        f"prefetch_tiles = {int(ex.get('prefetch_tiles', 0))}, {cal['l2.bytes'] / 2**20:.0f} MiB of L2)",
+    ] + ([su.occupancy] if su.occupancy else [])
     return Prediction(su.stage.key, su.stage.label, gpu or cal.chip, cycles, clock_ghz, clock_name, per_tile,
                       su.n_full, util, loc, mem.dram_cycles(cal), mem.tma_cycles(cal, su.a_box), sentence, shares,
                       phases, tm, cal.label(), cal.provisional, assumptions,
-                      0.0, it, cal.device, cal.date, g, res, tuple(sorted(ctas)))
+                      0.0, it, cal.device, cal.date, g, res, tuple(sorted(ctas)), moved, miss)
+
+
+def demand_share(su: Setup, cal) -> float:
+    """The share of A's demand loads that miss L2 on the full problem (memory.demand_misses): the stage's own
+    schedule (Setup.sched), the prefetch depth it exports (prefetch_tiles, PREFETCH_TILES; 0 where it has
+    none), a row tile's bytes (A's size over its row tiles), L2's size, and the output a step stores."""
+    rows = 1 + max((max(s) for s in su.sched if s), default=0)
+    steps = max((len(s) for s in su.sched), default=0)
+    if not steps:
+        return 0.0
+    out = 2.0 * su.full.m * su.full.n               # the BF16 / FP16 output every step's tiles store
+    return demand_misses(su.sched, int(su.stage.exports.get("prefetch_tiles", 0)), tensor_bytes(su.full)["a"] / rows,
+                         cal["l2.bytes"], out / steps)
+
+
+def tensor_bytes(problem) -> dict:
+    """Each tensor's size in bytes on `problem` (the tensors' names as a TMA load's event names them): the
+    most DRAM can deliver of it, however often the kernel reads it through L2."""
+    m, n, k = problem.m, problem.n, problem.k
+    if hasattr(problem, "positions"):          # pelib.problems.PatchEmbed: FP8 A, B; BF16 comb and out
+        return {"a": m * k, "b": n * k, "comb": 2 * problem.positions * n, "c": 2 * m * n, "out": 2 * m * n}
+    sf = getattr(problem, "sf_vec", 16)         # NVFP4: 4-bit A, B, one E4M3 scale per 16 elements
+    return {"a": m * k // 2, "b": n * k // 2, "sfa": m * k // sf, "sfb": n * k // sf}
+
+
+def traffic(su: Setup, res) -> dict:
+    """The kernel's own bytes on the full problem, from the replayed CTAs' instructions (ReplayResult.traffic:
+    TMA load boxes by tensor, LDG, STG and TMA-store bytes) scaled from the replayed CTA tiles to the full grid's
+    (and, for loads, from the simulated K to the full one): "l2" the bytes between the SMs and L2 (a multicast
+    box once), "dram" what DRAM must move (every store; each tensor's reads at most once its size: L2 keeps what
+    other CTAs re-read; LDG reads, the comb table's, likewise), "write_share" the stores' part of "dram"."""
+    per_cta = su.n_sim if su.cfg.grid_kind != 0 else 1
+    per_tile = su.cfg.tiles / max(1, per_cta * len(su.ctas))     # bytes inside a tile repeat with the tiles,
+    once = su.cfg.ctas / max(1, len(su.ctas))                    # a prologue's (resident B) with the CTAs
+    by = defaultdict(float)
+    for (c, what, in_tile), v in res.traffic.items():
+        if c in su.ctas:
+            k = su.k_ratio if what.startswith("tma_load") or what == "ldg" else 1.0
+            by[what] += v * (per_tile * k if in_tile else once)
+    sizes = tensor_bytes(su.full)
+    reads = sum(min(v, sizes.get(w.split(".", 1)[1], v)) for w, v in by.items() if w.startswith("tma_load."))
+    reads += min(by.get("ldg", 0.0), sizes.get("comb", by.get("ldg", 0.0)))
+    writes = by.get("stg", 0.0) + by.get("tma_store", 0.0)
+    dram = reads + writes
+    return {"l2": float(sum(by.values())), "dram": float(dram), "dram_read": float(reads), "dram_write": float(writes),
+            "write_share": writes / dram if dram > 0 else 0.0, "by_kind": {k: float(v) for k, v in sorted(by.items())}}
 
 
 def umma_cycles(su: Setup, cal) -> float:
@@ -401,11 +546,16 @@ def report(p: Prediction) -> str:
     lines = [f"{p.stage} ({p.label}) on {p.gpu_device}: {p.cycles:,.0f} cycles = {p.ms:.4f} ms at {p.clock_ghz:.4g} GHz "
              f"[{p.clock_name}]",
              f"  {p.tiles} tiles per CTA at {p.per_tile:,.0f} cycles each (steady state); DRAM {p.util:.0%} busy, "
-             f"locality {p.locality:.2f} (0 window .. 1 scattered), TMA load {p.tma_latency_cycles:,.0f} cycles",
+             f"locality {p.locality:.2f} (0 window .. 1 scattered), {p.demand_miss:.0%} of A's loads miss L2, TMA load "
+             f"{p.tma_latency_cycles:,.0f} cycles" +
+             (f"; the kernel moves {p.traffic['dram'] / 1e9:.2f} GB through DRAM ({p.traffic['write_share']:.0%} "
+              f"stores), {p.traffic['l2'] / 1e9:.2f} GB between L2 and the SMs" if p.traffic else ""),
              f"  {p.sentence}"]
+    lines += [f"  {a}" for a in p.assumptions if "DERIVED" in a]   # an occupancy no query measured: said
     if p.phases:
         lines.append("  per-role phases (cycles, average over the replayed tiles): " +
                      ", ".join(f"{k} {v['avg']:,.0f}" for k, v in p.phases.items()))
+    lines.append(f"  costs: {p.calibration}")
     lines.append(f"  {p.evidence}")
     return "\n".join(lines)
 
@@ -455,7 +605,7 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
     warps = sorted(w for (cc, w) in res.warps if cc == c)
     if not warps:
         return None
-    roles = _roles(g, c)
+    roles = {w: r for (cc, w), r in _events.warp_classes(g.events).items() if cc == c}   # the one rule
     one_tile = not int(stage.exports.get("grid_kind", 1) or 0)     # a grid of one tile per CTA (cluster)
     cuts = {}
     for w in warps:
@@ -551,24 +701,6 @@ def steady_timing(tm):
                 start[0, w, i] = 0
                 end[0, w, i] = 0
     return _timing.Timing(tm.layout, start, end, dict(tm.meta))
-
-
-def _roles(g, cta) -> dict:
-    out = {}
-    for (c, w), ids in g.threads.items():
-        if c != cta:
-            continue
-        kinds = {g.nodes[i].kind for i in ids}
-        prog = {it[0] for i in ids for it in (g.nodes[i].seg.program if g.nodes[i].seg else ())}
-        if "mma" in prog:
-            out[w] = "consumer"
-        elif "umma" in prog:           # sm_100: the warp that issues tcgen05.mma
-            out[w] = "mma"
-        elif "tmem_ld" in prog:        # sm_100: a warp that drains the accumulator from TMEM
-            out[w] = "epilogue"
-        elif "tma_load" in kinds:
-            out[w] = "producer"
-    return out
 
 
 def _waits(res, g, key) -> list:

@@ -11,6 +11,7 @@ GPU's calibration (b200 for sm_100a, h100 for sm_90a).
 """
 from __future__ import annotations
 
+from ..sim import host as sim_host
 from .model import predict, report
 
 TILES = 4       # tiles the prediction simulates (model.TILES is 8)
@@ -25,7 +26,7 @@ def price(stage, gpu: str | None = None, seeds=(0, 1, 2), calibration=None, tile
     verdicts = []
     for sd in seeds:
         try:
-            r = stage.run("sim", "sim", sim_seed=sd, time=False)
+            r = sim_host.run(stage, "sim", sim_seed=sd)
             verdicts.append({"seed": sd, "ok": bool(r.get("ok")), "summary": str(r.get("report").summary())})
         except Exception as e:      # a deadlock, hazard or misuse: the simulator's report is the verdict
             verdicts.append({"seed": sd, "ok": False, "summary": f"{type(e).__name__}: {str(e).splitlines()[0]}"})

@@ -32,6 +32,8 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ..events import KIND_TABLE
+
 BUCKET = 64          # cycles per issue-capacity bucket of a scheduler
 LANES = 32           # a store instruction's lanes (every lane active: the epilogue's stores are full warps)
 
@@ -69,9 +71,11 @@ class ReplayResult:
     warps: dict                       # key -> _Warp (its log and marks)
     ops: dict                         # (cta, wg) -> [(issue, start, done, last warp)]
     store_bytes: dict                 # cta -> bytes stored
-    load_bytes: dict                  # cta -> bytes loaded by TMA
+    load_bytes: dict                  # cta -> bytes its TMA loads landed in its shared memory (every destination)
     phase_done: dict                  # phase key -> completion time
     pipe_busy: dict                   # cta -> cycles the tensor pipe served
+    traffic: dict = field(default_factory=dict)   # (cta, what, in a tile?) -> bytes the CTA's own instructions moved:
+                                                  # what = "tma_load.<tensor>" (a box once), "ldg", "stg", "tma_store"
 
     def mma_done_times(self, cta: int) -> list[float]:
         out = [d for (c, _), ops in self.ops.items() if c == cta for _, _, d, _ in ops]
@@ -79,12 +83,14 @@ class ReplayResult:
 
 
 class Replay:
-    def __init__(self, graph, cal, mem, ctas=None, streamed_bytes=None, umma_cycles: float = 0.0, seed: int = 0,
+    def __init__(self, graph, cal, mem, ctas=None, streamed=None, umma_cycles: float = 0.0, seed: int = 0,
                  sm_of: dict | None = None):
         self.g, self.cal, self.mem = graph, cal, mem
         self.sm_of = dict(sm_of or {})         # cta -> the SM it shares with other replayed CTAs (default: its own)
         self.ctas = set(ctas) if ctas is not None else set(graph.ctas)
-        self.streamed = streamed_bytes          # TMA loads of these sizes are the streamed operand (A)
+        # the streamed operand: TMA loads of these tensors ("a") may miss L2 (None: every load may); decided by
+        # the tensor the load's map addresses, never by its size (a B half-box can be as large as an A box)
+        self.streamed = None if streamed is None else frozenset(streamed)
         self.umma_cycles = umma_cycles          # one tcgen05.mma's service on its SM's tensor pipe
         self.commit_src = defaultdict(list)     # commit node -> its arrives (one per destination CTA)
         self.store_bpc = mem.store_bytes_per_clk(cal)
@@ -121,15 +127,16 @@ class Replay:
         # a warpgroup's epilogue: from its wait_group 0 to its next wait (or MMA). The tensor pipe serves another
         # warpgroup's wgmma tensor.beside_epilogue times slower meanwhile: the epilogue's loads, stores and
         # arithmetic share the SM sub-partitions' register files and the L1 data path with the wgmma operands
-        # (pelib.calibrate's epilogue probe times a wgmma chain beside it)
+        # (pelib.predict.probes' epilogue probe times a wgmma chain beside it)
         self.epi_since = {wg: None for wg in self.mma_warps}
         self.epi_until = {wg: None for wg in self.mma_warps}
-        self.beside = float(cal.get("tensor.beside_epilogue", 1.0) or 1.0)
+        self.beside = cal.cost("tensor.beside_epilogue")
         self.op_arrived = defaultdict(lambda: defaultdict(set))
         self.op_reach = defaultdict(lambda: defaultdict(float))
         self.group_end = defaultdict(dict)      # (cta, wg) -> {group: last op index}
         self.store_bytes = defaultdict(int)
         self.load_bytes = defaultdict(int)
+        self.traffic = defaultdict(int)
         self.pipe_busy = defaultdict(float)
         self.heap: list = []
         self.tick = 0
@@ -190,7 +197,8 @@ class Replay:
                               f"({len(stuck)} warps stuck); replay whole clusters")
         end = max((w.t for w in self.warps.values()), default=0.0)
         return ReplayResult(end, self.node_times, self.warps, {k: [tuple(o) for o in v] for k, v in self.ops.items()},
-                            dict(self.store_bytes), dict(self.load_bytes), dict(self.phase_done), dict(self.pipe_busy))
+                            dict(self.store_bytes), dict(self.load_bytes), dict(self.phase_done), dict(self.pipe_busy),
+                            dict(self.traffic))
 
     def _step(self, w: _Warp) -> None:
         """Advance warp w by one program item or one node; re-queue it unless it blocks."""
@@ -214,6 +222,11 @@ class Replay:
             return
         self._push(w.t, ("warp", w.key))
 
+    def _in_tile(self, w) -> bool:
+        """Whether the warp's current program item lies inside a tile (its next node carries a tile slot): its
+        bytes repeat per tile; outside (a prologue's resident B), once per CTA."""
+        return w.pos < len(w.ids) and self.g.nodes[w.ids[w.pos]].tile is not None
+
     def _log(self, w, t0, t1, cat, cause=None):
         if t1 > t0:
             w.log.append(Span(t0, t1, cat, cause))
@@ -227,6 +240,7 @@ class Replay:
             self._log(w, t0, w.t, "issue")
         elif kind == "ldg":
             w.t = self.issue(w.key, w.t, 1)
+            self.traffic[(w.key[0], "ldg", self._in_tile(w))] += it[1] * LANES
             self._log(w, t0, w.t, "issue")
         elif kind == "stg":
             w.t = self.issue(w.key, w.t, 1)
@@ -235,6 +249,7 @@ class Replay:
             start = max(w.t, self.store_free[self._sm(cta)])
             self.store_free[self._sm(cta)] = start + nbytes / self.store_bpc
             self.store_bytes[cta] += nbytes
+            self.traffic[(cta, "stg", self._in_tile(w))] += nbytes
             stall = start - w.t - self.cal["store.drain_cycles"]
             self._log(w, t0, w.t, "issue")
             if stall > 0:
@@ -264,10 +279,10 @@ class Replay:
             start = max(w.t, self.pipe_free[self._sm(cta)])
             self.pipe_free[self._sm(cta)] = start + self.umma_cycles
             self.pipe_busy[cta] += self.umma_cycles
-            self.ops[wg].append([w.t, start, start + self.umma_cycles + self.cal.get("umma.tail_cycles", 0.0),
+            self.ops[wg].append([w.t, start, start + self.umma_cycles + self.cal.cost("umma.tail_cycles"),
                                  w.key])
         elif kind == "tmem_ld":
-            t1 = self.issue(w.key, w.t, 1) + self.cal.get("tmem.ld_cycles", 0.0)
+            t1 = self.issue(w.key, w.t, 1) + self.cal.cost("tmem.ld_cycles")
             self._log(w, t0, t1, "tmem")
             w.t = t1
         elif kind == "depbar":
@@ -345,15 +360,17 @@ class Replay:
             w.t = t0 + self.cal["tma.issue_cycles"]
             self._log(w, t0, w.t, "issue")
             self.node_times[node.idx] = (t0, w.t)
-            nbytes = node.tag or 0
-            streamed = self.streamed is None or nbytes in self.streamed
+            nbytes = node.bytes or 0          # the box: what each destination receives (a multicast reads it once)
+            streamed = self.streamed is None or node.tensor in self.streamed
             lat = self.mem.tma_draw(self.cal, nbytes, streamed, self.rng)
-            self.load_bytes[node.cta] += nbytes
-            # the SM's TMA unit moves the box's bytes at tma.bytes_per_clk_sm, one box after another: a box
-            # issued while the unit is busy starts when it is free (its latency runs from there)
+            self.traffic[(node.cta, "tma_load." + (node.tensor or "?"), node.tile is not None)] += nbytes
+            # the issuing SM's TMA unit moves one box at tma.bytes_per_clk_sm, one box after another: a box
+            # issued while the unit is busy starts when it is free (its latency runs from there); a multicast
+            # box is read once and lands in each destination (PTX ISA 9.7.9.25 .multicast::cluster)
             start = max(w.t, self.tma_free[self._sm(node.cta)])
             self.tma_free[self._sm(node.cta)] = start + nbytes / self.cal["tma.bytes_per_clk_sm"]
             for land in self.landings.get(node.idx, []):
+                self.load_bytes[self.g.nodes[land].cta] += nbytes
                 self._push(start + lat, ("land", land))
             return True
         if kind == "commit":
@@ -365,7 +382,7 @@ class Replay:
             ops = self.ops.get((w.key[0], w.key[1] // 4), [])
             done = max([w.t] + [o[2] for o in ops])
             for a in self.commit_src.get(node.idx, []):
-                self._push(done + self.cal.get("umma.commit_cycles", self.cal["mbarrier.wake_cycles"]), ("land", a))
+                self._push(done + self.cal.cost("umma.commit_cycles"), ("land", a))
             return True
         if kind in ("bar_sync", "cluster_sync"):
             grp = node.group
@@ -394,7 +411,14 @@ class Replay:
             self._log(w, t0, t_rel, "barrier")
             w.t = t_rel
             return True
-        # tmem / commit / tma_store: an issue cost (sm_100 families extend this)
+        # TMEM allocation and release, TMA store: an issue cost (pelib.events.KIND_TABLE's "tmem" and "tma_store");
+        # any other kind has no price here: refused, not priced as something it is not
+        price = KIND_TABLE[kind].price if kind in KIND_TABLE else None
+        if price not in ("tmem", "tma_store"):
+            raise ReplayError(f"node {node.idx} ({kind}, line {node.line}): the replay has no price for "
+                              f"{price or 'this kind'}; give it one in pelib.events.KIND_TABLE and Replay._node")
+        if kind == "tma_store":
+            self.traffic[(node.cta, "tma_store", node.tile is not None)] += node.bytes or 0
         w.t = t0 + self.cal["tma.issue_cycles"]
         self._log(w, t0, w.t, "issue")
         self.node_times[node.idx] = (t0, w.t)
@@ -403,7 +427,7 @@ class Replay:
     def _wake(self, key) -> float:
         """Phase completion to the waiter's next instruction. A phase completed by a TMA load's bytes: none
         beyond the load's latency, which the calibration measures from the issue to the first try_wait
-        that passes (pelib.calibrate's tma probe), the waiter's wake included; an arrive's phase:
+        that passes (pelib.predict.probes' tma probe), the waiter's wake included; an arrive's phase:
         mbarrier.wake_cycles (the ping-pong probe's hand-over less the arrive)."""
         last = self.phase_last.get(key)
         if last is not None and self.g.nodes[last].kind == "complete_tx":

@@ -33,8 +33,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .. import build as _build, sass as _sass
-from ..sass_account import Instr
+from .. import build as _build
+from ..isa import sass as _sass
+from ..isa.sass_account import Instr
 
 _FILE_LINE = re.compile(r'//## File "([^"]+)", line (\d+)(.*)$')
 _INLINED = re.compile(r'inlined at "([^"]+)", line (\d+)')
@@ -53,6 +54,14 @@ ANCHORS = {
     "tmem_alloc": ("UTCATOM", "UTCALLOC"), "tmem_dealloc": ("UTCATOM", "UTCDEALLOC"),
     "phase_begin": (), "phase_end": (),
 }
+# The arrive half of a split-phase barrier, where the event is logged at the arrive: the simulator logs a
+# cluster barrier (cluster_sync) when a thread arrives (src/kernels/sim/runtime/sync.cpp,
+# cluster_barrier_arrive), and barrier.cluster.arrive[.relaxed] and barrier.cluster.wait are separate
+# instructions (PTX ISA 9.7.13.4 barrier.cluster: UCGABAR_ARV, UCGABAR_WAIT in the SASS). A line that calls
+# arrive and wait together (cluster_sync()) keeps its wait as the anchor (ANCHORS); a line holding only the
+# arrive (an arrive split from its wait, with work between them) is anchored at that arrive, not at some
+# later line's wait past everything the warp does in between.
+SPLIT_ARRIVE = {"cluster_sync": ("UCGABAR_ARV",)}
 # The events a warp's stream keeps: an unpredicated instruction of theirs on a path would have been logged.
 KEPT = ("wait_begin", "arrive", "expect_tx", "tma_load", "tma_store", "commit", "bar_sync", "cluster_sync")
 # Instruction classes a segment is priced by (calibration: cycles per instruction of each class).
@@ -73,7 +82,7 @@ def instr_class(op: str) -> str:
 
 
 def store_bytes(op: str) -> int:
-    """Bytes one lane stores with this STG/ST opcode (STG.E.128 -> 16; no width suffix -> 4)."""
+    """Bytes one lane stores (or loads) with this STG/ST/LDG opcode (STG.E.128 -> 16; no width suffix -> 4)."""
     m = re.search(r"\.(8|16|32|64|128)\b", op)
     return int(m.group(1)) // 8 if m else 4
 
@@ -125,12 +134,12 @@ class SassPaths:
         self._succ = [self._successors(i) for i in self.instrs]
         self._memo: dict = {}
         self.trips: int | None = None           # iterations of a K loop per entry (set by the caller)
-        self.forbid = self.forbidden({(k, None) for k in KEPT})
-        self.k_loops = k_loops(self.instrs, self.retry)
         self.by_line: dict[int, list[int]] = {}
         for i in self.instrs:
             if not i.out_of_line and i.index not in self.retry:
                 self.by_line.setdefault(i.line, []).append(i.index)
+        self.forbid = self.forbidden({(k, None) for k in KEPT})
+        self.k_loops = k_loops(self.instrs, self.retry)
 
     def forbidden(self, logged) -> frozenset:
         """The unpredicated instructions that would each have been an event of their own: those of a kept
@@ -142,10 +151,17 @@ class SassPaths:
             if i.text.startswith("@") or i.out_of_line:
                 continue
             for k in KEPT:
-                if i.op.startswith(ANCHORS[k]) and (k in any_line or (k, i.line) in at):
+                if (i.op.startswith(ANCHORS[k]) or self._split_arrive(k, i)) and (k in any_line or (k, i.line) in at):
                     out.add(i.index)
                     break
         return frozenset(out)
+
+    def _split_arrive(self, kind: str, i: LInstr) -> bool:
+        """`i` is the arrive of a split barrier of `kind` (SPLIT_ARRIVE) on a line that holds no anchor of the
+        kind's own (ANCHORS): the instruction the event at that line stands for."""
+        pre = SPLIT_ARRIVE.get(kind)
+        return bool(pre) and i.op.startswith(pre) and not any(
+            self.instrs[k].op.startswith(ANCHORS[kind]) for k in self.by_line.get(i.line, ()))
 
     def use_log(self, logged) -> None:
         """Restrict the no-other-event rule to the (kind, line) pairs the run's log holds."""
@@ -177,7 +193,10 @@ class SassPaths:
             raise SassPathError(f"no SASS anchor for event kind {kind!r}")
         pool = (self.by_line.get(line, []) if line is not None else
                 [i.index for i in self.instrs if not i.out_of_line and i.index not in self.retry])
-        return [k for k in pool if self.instrs[k].op.startswith(pre)] if pre else list(pool)
+        own = [k for k in pool if self.instrs[k].op.startswith(pre)] if pre else list(pool)
+        if own or line is None:
+            return own
+        return [k for k in pool if self._split_arrive(kind, self.instrs[k])]   # an arrive split from its wait
 
     def walk(self, start: int, kind: str, line: int | None, k_state=None) -> Segment:
         """The fast path from instruction `start` (exclusive; -1: the kernel's entry) to the nearest anchor
@@ -370,7 +389,7 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
     as ("mma", m, n, k, closes_group) (nvdisasm marks the last MMA of a commit group `gsb0`; PTX ISA
     9.7.15.6.2 wgmma.commit_group); each wait_group as ("depbar", N) (WARPGROUP.DEPBAR.LE gsb0, N: PTX
     ISA 9.7.15.6.3 wgmma.wait_group N); each global store as ("stg", bytes per lane); each global
-    load as ("ldg", 1); each taken backward branch as ("back", (loop head, branch)), placed where it
+    load as ("ldg", bytes per lane); each taken backward branch as ("back", (loop head, branch)), placed where it
     is taken."""
     out: list = []
     alu = 0
@@ -407,7 +426,7 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
             out.append(("stg", store_bytes(i.op)))
         elif i.op.startswith("LDG"):
             flush()
-            out.append(("ldg", 1))
+            out.append(("ldg", store_bytes(i.op)))       # bytes per lane, as a store's
         else:
             alu += 1
             cyc += i.stall

@@ -41,7 +41,8 @@ _STYLE = (
     "text-align:right}"
     ".pe-code label{font-size:.85em;cursor:pointer;margin-left:.3em}"
     ".pe-code .pe-code-title{font-size:.9em;font-weight:600;margin:.2em 0}"
-    ".pe-listing div.highlight pre{max-height:40em;overflow:auto}</style>")
+    # a whole kernel runs at its full height (no 560-px keyhole); only a line wider than the column scrolls
+    ".pe-listing div.highlight pre{max-height:none;overflow-x:auto;overflow-y:visible}</style>")
 
 
 def is_instrumentation(line: str) -> bool:
@@ -219,6 +220,8 @@ class Diff:
     parent: str
     stage: str
     hunks: list = field(default_factory=list)     # [[(op, text)]], op in ' ', '-', '+', '@'
+    left_out: int = 0                             # hunks of the whole diff not shown (diff(..., only=))
+    left_out_lines: int = 0                       # their changed lines
 
     def _kinds(self):
         """Per hunk: whether it is instrumentation only; per line: whether it is instrumentation."""
@@ -290,14 +293,21 @@ class Diff:
         if c["instrumentation"]:
             note = (f'<div class="pe-fold-note">{c["shown"]} changed lines shown; {c["instrumentation"]} more '
                     f'only feed the book\'s instruments (folded)</div>')
+        if self.left_out:
+            note += (f'<div class="pe-diff-part">{len(self.hunks)} of {len(self.hunks) + self.left_out} hunks shown; '
+                     f'the other {self.left_out} ({self.left_out_lines} changed lines) are in the two files\' '
+                     f'sources</div>')
         title = f'<div class="pe-code-title">{html.escape(self.parent)}.cu → {html.escape(self.stage)}.cu</div>'
         return (f'<div class="pe-code pe-diff">{_STYLE}{title}{box}{label}<div>{note}</div>'
                 f'<div class="highlight-diff"><div class="highlight"><pre>{"".join(rows)}</pre></div></div></div>')
 
 
-def diff(stage: str | Path, parent: str | Path | None = None, context: int = 1) -> Diff:
+def diff(stage: str | Path, parent: str | Path | None = None, context: int = 1, only=None) -> Diff:
     """The diff from `parent` (default: the stage's declared parent) to the stage, header comments left out;
-    one line of context around each change (git diff -U1): the change is the lesson."""
+    one line of context around each change (git diff -U1): the change is the lesson.
+
+    only: strings; the diff keeps the hunks whose lines contain one of them (the part the page explains)
+    and says how many it leaves out; each string must match a hunk."""
     pb = stages.resolve(stage)
     pa = stages.parent_of(stage) if parent is None else stages.resolve(parent)
     la = stages._strip_header(pa.read_text().splitlines())
@@ -310,7 +320,16 @@ def diff(stage: str | Path, parent: str | Path | None = None, context: int = 1) 
             hunks.append([("@", line)])
         elif hunks:
             hunks[-1].append((line[:1] or " ", line[1:]))
-    return Diff(stages.name(pa), stages.name(pb), hunks)
+    if only is None:
+        return Diff(stages.name(pa), stages.name(pb), hunks)
+    wanted = [only] if isinstance(only, str) else list(only)
+    keep = [h for h in hunks if any(w in t for w in wanted for op, t in h if op != "@")]
+    for w in wanted:
+        if not any(w in t for h in hunks for op, t in h if op != "@"):
+            raise ValueError(f"no hunk of the diff {stages.name(pa)} -> {stages.name(pb)} contains {w!r}: "
+                             f"give a string from a changed or context line of that diff")
+    gone = [h for h in hunks if h not in keep]
+    return Diff(stages.name(pa), stages.name(pb), keep, len(gone), sum(op in "-+" for h in gone for op, _ in h))
 
 
 # ---- a stage's header, folded; a line of stages, each folded -------------------------------------
@@ -322,11 +341,19 @@ class Folded(str):
         return str(self)
 
 
-def header(stage: str | Path, open_: bool = False) -> Folded:
+def header(stage: str | Path, open_: bool = False, brief: bool = False) -> Folded:
     """The stage's one-line idea as a title, its whole header (what changes, why, recorded, run line, the
-    link to its source) folded under it."""
+    link to its source) folded under it. brief=True: the title, its parent, the link to its source and its
+    run line as one unfolded box (a page whose prose says what changes and why)."""
     p = stages.resolve(stage)
     h = stages.read_header(p)
+    if brief:
+        e = html.escape
+        rel = f"src/kernels/{stages.name(p)}.cu"
+        parent = f' · from <code>{e(h.parent)}</code>' if h.parent else ""
+        return Folded(f'<div class="pe-stage-header pe-stage-brief"><div class="pe-stage-title">Stage {e(h.number)} — '
+                      f'{e(h.idea)} <span class="pe-src-link">(<a class="pe-src" href="../../{e(rel)}"><code>{e(rel)}'
+                      f'</code></a>{parent})</span></div><div>Run: <code>{e(h.run)}</code></div></div>')
     box = stages.header(p)._repr_html_()
     return Folded(f'<details class="pe-stage-fold"{" open" if open_ else ""}><summary><strong>Stage {html.escape(h.number)}'
                   f' — {html.escape(h.idea)}</strong> <span class="pe-fold-hint">(its header: what changes, why, what '

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from .. import descriptors as D
+from ..isa import descriptors as D
 from .. import emulate as E
 from .. import launch, results, tma
 from ..build import build
@@ -151,11 +151,16 @@ def checked(r: dict) -> "Checked":
     return Checked(r)
 
 
-def checks_table(checks: dict, caption: str = "") -> Table:
-    """Several emulate_check results as one table, a row per labelled variant (what was changed)."""
+def checks_table(checks: dict, caption: str = "", columns=None) -> Table:
+    """Several emulate_check results as one table, a row per labelled variant (what was changed); columns:
+    the ones to show (a page's narrow column), by the names of Checked.row and "variant"."""
     rows = [{"variant": label, **Checked(r).row()} for label, r in checks.items()]
     ev = next((r.get("evidence") for r in checks.values() if r.get("evidence")), EMULATED)
-    return Table(rows, f"{caption or 'One tile per variant, replayed from the exports'} — {ev}")
+    if columns is not None:
+        unknown = [c for c in columns if not rows or c not in rows[0]]
+        if unknown:
+            raise ValueError(f"checks_table has no column {unknown}: choose from {list(rows[0]) if rows else []}")
+    return Table(rows, f"{caption or 'One tile per variant, replayed from the exports'} — {ev}", columns)
 
 
 class Checked(dict):

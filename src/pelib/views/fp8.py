@@ -9,11 +9,14 @@ import dataclasses
 
 import matplotlib.pyplot as plt
 
-from .. import descriptors as D
-from .. import baselines, clock, device, records, sass, sass_account, staging, stages, timing
+from ..isa import descriptors as D
+from ..measure import baselines
+from .. import clock, device, records, stages, timing
+from ..isa import sass, sass_account
+from ..layouts import staging
 from ..facts import Table, evidence_label
 from ..kinds.fp8 import epi_columns, epilogue_map  # noqa: F401  (the chapters draw the column map)
-from ..stage import Stage, find, lineage
+from ..stage import Stage, Timed, find, lineage
 from ..stages import Rendered
 from . import plots, sim, widgets
 from .emulate_plots import checked
@@ -239,7 +242,7 @@ def staging_sample(name: str = "07_smem_staged_epilogue", defines: dict | None =
                      "staging byte": f"{int(p1['smem'][k]):,}", "output (row, col)": (int(p1["out_row"][k]), int(p1["out_col"][k]))})
     verdict = (f"every one of the {rep.elements:,} outputs written exactly once, from its own accumulator"
                if rep.ok else "; ".join(rep.issues))
-    return Table(rows, f"{s.name}: BF16 through the staging — {verdict} (emulated, pelib.staging)")
+    return Table(rows, f"{s.name}: BF16 through the staging — {verdict} (emulated, pelib.layouts.staging)")
 
 
 def bank_table(stage_names=("07_smem_staged_epilogue", FINAL)) -> Table:
@@ -369,7 +372,7 @@ def results_table(stage_names=None, problem="siglip2", *, iters: int = 20, defin
         return Table(rows, "Results — recorded (lab notes); measured only on a B200")
     rows = []
     for s in ss:  # pragma: no cover - GPU
-        r = s.run(problem, iters=iters)
+        r = s.run(problem, time=Timed(iters=iters))
         row = {"stage": s.name, "verified": "PASS" if r["ok"] else "FAIL"}
         if r.get("ms") is not None:
             row.update({"measured ms": round(r["ms"], 4), "measured TFLOPS": round(r["tflops"], 1)})
@@ -378,13 +381,15 @@ def results_table(stage_names=None, problem="siglip2", *, iters: int = 20, defin
     return Table(rows, f"Results on {device.current().name}: measured (today) beside recorded (lab notes)")
 
 
-def on_b200(stage_names, problem="siglip2", *, mistake: str | bool | None = None, iters: int = 20) -> sim.Shown:
+def on_b200(stage_names, problem="siglip2", *, mistake: str | bool | None = None, iters: int = 20,
+            compact: bool = False, recorded: bool = True) -> sim.Shown:
     """A chapter's 'On a B200' cell: on a B200 the stages run, verified then timed (results_table, measured);
     elsewhere each runs on the simulator at three seeds (verified against torch, the simulator's report),
-    beside the lab's recorded number, and with `mistake` one planted mistake of the catalog (simulated)."""
+    beside the lab's recorded number (recorded=False: a page that shows its records elsewhere), and with
+    `mistake` one planted mistake of the catalog (simulated)."""
     names = [stage_names] if isinstance(stage_names, str) else list(stage_names)
     return sim.on_b200(names, measured=lambda: results_table(names, problem, iters=iters), stage_of=stage,
-                       recorded=lambda: results_table(names), mistake=mistake)
+                       recorded=(lambda: results_table(names)) if recorded else None, mistake=mistake, compact=compact)
 
 
 CUBLAS = [n for n in baselines.names() if n.startswith("cublas")]
@@ -452,7 +457,7 @@ def options(which: str) -> tuple[list[int], dict[int, str]]:
 
 
 def _measured(s: Stage, problem="siglip2", iters=20):  # pragma: no cover - GPU
-    r = s.run(problem, iters=iters)
+    r = s.run(problem, time=Timed(iters=iters))
     return round(r["ms"], 4) if r.get("ms") is not None and r["ok"] else "FAIL"
 
 
@@ -584,6 +589,8 @@ def ncu_tables() -> list[Table]:
     for t, ms in by.items():
         rows = [{"metric": m.metric, "before staging": m.baseline, "with staging": m.after,
                  "change": "" if m.delta is None else f"{m.delta:+g} {m.delta_kind or ''}".strip()} for m in ms]
+        if not any(r["change"] for r in rows):   # the note gives no change for this section: no empty column
+            rows = [{k: v for k, v in r.items() if k != "change"} for r in rows]
         out.append(Table(rows, f"{titles.get(t, t)} — recorded ({ms[0].source.note}, ncu --set detailed, B200)"))
     return out
 

@@ -5,15 +5,16 @@ from typing import Mapping
 
 import numpy as np
 
-from .. import banks, bench, device, gonogo, records, results, sass, staging
+from ..layouts import banks, staging
+from .. import bench, device, gonogo, records, results
+from ..isa import sass
 from ..facts import Table, evidence_label
 from ..kinds import nvfp4 as kn
 from ..models import pipeline as model
-from ..stage import Stage
+from ..stage import Stage, Timed
 from ..stages import Rendered
 from . import nvfp4 as nv, plots, sim
-from ..variants import (BASE, CARDS, VARIANTS, all_evidence, card_evidence, emulate_check,  # noqa: F401
-                        kloop_accounts)
+from ..measure.variants import BASE, CARDS, VARIANTS, all_evidence, card_evidence, emulate_check, kloop_accounts
 
 
 def card_sheet(card_id: str) -> Table:
@@ -192,7 +193,7 @@ def staging_chunk_table(stages: int = 5, rows: int = 9, swizzle: int | None = No
 
 def staging_wavefronts(stages: int = 5, swizzle: int | None = None, warp: int = 0, col: int = 0) -> int:
     """Modelled bank-conflict cost of one STS.128 of the epilogue: lane l of `warp` writes columns col..col+7
-    of row 32*warp + l (pelib.staging.wavefronts: the most distinct 4-B words one of 32 banks serves)."""
+    of row 32*warp + l (pelib.layouts.staging.wavefronts: the most distinct 4-B words one of 32 banks serves)."""
     p = _params(stages, swizzle)
     rows = 32 * warp + np.arange(32)[:, None] + np.zeros((1, 8), dtype=np.int64)
     cols = col + np.arange(8)[None, :] + np.zeros((32, 1), dtype=np.int64)
@@ -255,7 +256,7 @@ def tma_store_live_table(stages: int = 5, shapes=nv.SHAPES, *, iters: int = 30) 
     for sh in shapes:
         row = {"shape": sh}
         for name, tag in (("01_pipelined", "01"), (TMA_STAGE, "02")):
-            r = nv.stage(name, stages).run(sh, iters=iters)
+            r = nv.stage(name, stages).run(sh, time=Timed(iters=iters))
             row[f"{tag} µs"] = (f"{r['ms'] * 1e3:.2f}" if r.get("ms") else "—") + ("" if r["ok"] else " (FAILED verification)")
         row["evidence"] = f"measured ({env['device']}, {env['date'][:10]})"
         rows.append(row)

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import re
 
-from .. import baselines, bench, clock, device, problems, results, sol, stages, timing
+from ..measure import baselines
+from .. import bench, clock, device, problems, results, sol, stages, timing
 from ..facts import Table, evidence_label
 from ..kinds.sm90 import (CHECK_PROBLEMS, comb_loads, l2_traffic, permuted_b_rows, permuted_b_spec,  # noqa: F401
                           resident_b_schedule, residue_schedule, window_schedule)
-from ..stage import Stage, find
+from ..stage import Stage, Timed, find
 from . import plots, widgets
 
 
@@ -214,26 +215,28 @@ def _full():
 
 
 def recorded_variants_table(rep: dict) -> Table:
-    """Every variant of a committed sweep: verified?, median ms, TFLOPS, share of the memory floor."""
+    """Every verified variant of a committed sweep: median ms, TFLOPS, share of the memory floor; the variants
+    that did not run are one note under the table, each with its reason (never a row of blanks)."""
     full, gbps = _full(), rep["copy"]["gbps"]
     facts = {f.get("label"): f for f in rep.get("facts", [])}
-    rows = []
+    rows, failed = [], {}
     for r in rep.get("variants", []):
         f = facts.get(r["label"].replace(" [again]", ""), {})
-        row = {"variant": r["label"], "regs": f.get("registers", ""), "smem (KiB)": f.get("smem", 0) // 1024,
-               "verified": "yes" if r.get("ok") else "NO"}
-        if r.get("median_ms"):
-            d = bench.derived(full, r["median_ms"], gbps)
-            row.update({"ms": round(r["median_ms"], 4), "TFLOPS": round(d["tflops"]),
-                        "of floor": f"{100 * d['floor_frac']:.0f}%"})
-        else:
+        if not r.get("median_ms"):
             err = r.get("error") or ""
-            row["note"] = ("trapped (launch failed)" if "KernelFault" in err else
-                           "shape not supported" if ("ShapeError" in err or "KindError" in err) else err[:60])
-        rows.append(row)
-    cols = ["variant", "regs", "smem (KiB)", "verified", "ms", "TFLOPS", "of floor", "note"]
+            why = ("trapped (launch failed)" if "KernelFault" in err else
+                   "shape not supported" if ("ShapeError" in err or "KindError" in err) else
+                   err[:60] or ("did not verify" if not r.get("ok") else "no time"))
+            failed.setdefault(why, []).append(r["label"])
+            continue
+        d = bench.derived(full, r["median_ms"], gbps)
+        rows.append({"variant": r["label"], "regs": f.get("registers", ""), "smem (KiB)": f.get("smem", 0) // 1024,
+                     "verified": "yes" if r.get("ok") else "NO", "ms": round(r["median_ms"], 4),
+                     "TFLOPS": round(d["tflops"]), "of floor": f"{100 * d['floor_frac']:.0f}%"})
+    notes = [f"not measured ({why}): {', '.join(labels)}" for why, labels in failed.items()]
+    cols = ["variant", "regs", "smem (KiB)", "verified", "ms", "TFLOPS", "of floor"]
     return Table(rows, f"sm90 sweep — {results.sweep_evidence(rep)}; floor {full.min_bytes / gbps / 1e6:.3f} ms at "
-                       f"{gbps:.0f} GB/s copy ({rep['_file']})", cols)
+                       f"{gbps:.0f} GB/s copy ({rep['_file']})", cols, notes=notes)
 
 
 def ours_against(ratio: float | None) -> str:
@@ -313,7 +316,7 @@ def live_comparison(stage: str | None = None, defines: dict | None = None, iters
     copy = bench.copy_bandwidth_gb_s()
     t = s.inputs(prob)
     ref = s.kind.reference(prob, t)
-    ours = s.run(prob, inputs=t, ref=ref, iters=iters)
+    ours = s.run(prob, inputs=t, ref=ref, time=Timed(iters=iters))
     base = baselines.rows(prob, t, include=[n for n in baselines.names() if n != "torch_compile"], ref=ref, iters=iters)
     rows = bench.compare_rows({**ours, "stage": s.label}, base, copy["gbps"], prob)
     return _comparison_table(rows, f"measured ({device.current().name}, {clock.today()}) — "
@@ -372,7 +375,7 @@ def variant_row(key: str, defines: dict, rep: dict | None = None, live_problem=N
         if hit is not None:
             row["measured ms"] = round(hit["median_ms"], 4) if hit.get("median_ms") else "failed"
     if live_problem is not None:
-        res = s.run(live_problem, iters=10)
+        res = s.run(live_problem, time=Timed(iters=10))
         row["live ms"] = round(res["ms"], 4) if res.get("ms") else "NOT VERIFIED"
     return row
 
@@ -452,18 +455,18 @@ def contrast_table() -> Table:
     return Table(CONTRAST, "The same kernel on two architectures", descriptive=True)
 
 
-# ---- pelib.hopper_perf's committed runs (results/<date>-<chip>/hopper-perf.json) ---------------------------
+# ---- pelib.measure.hopper_perf's committed runs (results/<date>-<chip>/hopper-perf.json) ---------------------------
 
 def perf_files() -> list:
-    """The committed pelib.hopper_perf runs, oldest first."""
+    """The committed pelib.measure.hopper_perf runs, oldest first."""
     return results.files("hopper-perf.json")
 
 
 def perf_run(chip: str) -> dict:
-    """The newest committed pelib.hopper_perf run on `chip` ('h100' or 'h200'), with its path under '_file'."""
+    """The newest committed pelib.measure.hopper_perf run on `chip` ('h100' or 'h200'), with its path under '_file'."""
     files = [f for f in perf_files() if results.chip(f.parent) == chip]
     if not files:
-        raise FileNotFoundError(f"no results/*-{chip}/hopper-perf.json: run `python -m pelib.hopper_perf` "
+        raise FileNotFoundError(f"no results/*-{chip}/hopper-perf.json: run `python -m pelib.measure.hopper_perf` "
                                 f"on an {chip.upper()} and commit its output")
     rep = results.load(files[-1])
     rep["_file"] = f"results/{files[-1].parent.name}/{files[-1].name}"
@@ -472,7 +475,7 @@ def perf_run(chip: str) -> dict:
 
 def clock_floor_table(chips=("h100", "h200")) -> Table:
     """The floors of the full problem that name their clock (pelib.sol.clock_table), with each chip's committed
-    measurements: the launch clock of our stage 06 in the newest pelib.energy limiter run (per-CTA clock64 over
+    measurements: the launch clock of our stage 06 in the newest pelib.measure.energy limiter run (per-CTA clock64 over
     globaltimer of each timed launch, median over its bursts on random inputs) and that run's copy bandwidth;
     without such a run, the in-kernel clock of the hopper_perf TIMING run (clock64 cycles over the run's
     elapsed time) and that run's copy bandwidth."""
@@ -503,10 +506,10 @@ def clock_floor_table(chips=("h100", "h200")) -> Table:
                            evidence="measured inputs: " + ", ".join(src))
 
 
-# ---- the limiter tests and the sub-stage bench (pelib.energy) -----------------------------------------
+# ---- the limiter tests and the sub-stage bench (pelib.measure.energy) -----------------------------------------
 
 def energy_run(chip: str, mode: str = "limiter", root=None) -> dict | None:
-    """The newest committed `python -m pelib.energy <mode>` run on `chip` ('h100' or 'h200'), with its path
+    """The newest committed `python -m pelib.measure.energy <mode>` run on `chip` ('h100' or 'h200'), with its path
     under '_file'; None when there is none yet."""
     files = [f for f in results.files(f"energy-{mode}.json", root) if results.chip(f.parent) == chip]
     if not files:
@@ -523,7 +526,7 @@ ENERGY_COLUMNS = (("burst ms (random)", "ms", 4), ("launch clock (GHz)", "launch
 
 
 def energy_table(chips=("h100", "h200"), mode: str = "limiter", root=None) -> Table:
-    """Per chip and entry of the newest pelib.energy run (measured): the burst time (make bench's regime, random
+    """Per chip and entry of the newest pelib.measure.energy run (measured): the burst time (make bench's regime, random
     inputs) with the launch's own clock and the clock right after it, the same on zeros; the sustained time,
     joules per launch (NVML's energy counter), power and NVML's SM clock; per 64 x 256 tile, the L2 and DRAM
     bytes and warp instructions Nsight Compute counted and a consumer warp's compiled SASS."""
@@ -531,7 +534,7 @@ def energy_table(chips=("h100", "h200"), mode: str = "limiter", root=None) -> Ta
     for chip in chips:
         rep = energy_run(chip, mode, root)
         if rep is None:
-            notes.append(f"{chip.upper()}: not yet measured (python -m pelib.energy {mode} on an {chip.upper()})")
+            notes.append(f"{chip.upper()}: not yet measured (python -m pelib.measure.energy {mode} on an {chip.upper()})")
             continue
         ncu = {r["entry"]: r for r in rep.get("ncu_per_tile", [])}
         for r in rep.get("summary", []):
@@ -548,7 +551,7 @@ def energy_table(chips=("h100", "h200"), mode: str = "limiter", root=None) -> Ta
             row["SASS/warp/tile"] = sass.get("total", "—")
             rows.append(row)
         notes.append(f"{chip.upper()}: {rep['_file']} ({rep['evidence']})")
-    return Table(rows, f"Time, clock and energy per launch — measured by pelib.energy {mode} (ours and cuBLAS "
+    return Table(rows, f"Time, clock and energy per launch — measured by pelib.measure.energy {mode} (ours and cuBLAS "
                        "interleaved; bursts after an idle gap, L2 flushed, median of 20; sustained windows of "
                        "back-to-back launches); bytes and instructions per 64 x 256 tile from Nsight Compute "
                        "(measured) and the SASS of one consumer warp (compiled)", notes=notes)

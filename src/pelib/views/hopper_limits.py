@@ -1,4 +1,4 @@
-"""What limits the Hopper twin, from the committed pelib.energy runs: regimes, one clock, power, energy, probes, floors."""
+"""What limits the Hopper twin, from the committed pelib.measure.energy runs: regimes, one clock, power, energy, probes, floors."""
 from __future__ import annotations
 
 import re
@@ -27,11 +27,11 @@ class LimiterError(LookupError):
 
 
 def run(chip: str, mode: str = "limiter", root=None) -> dict:
-    """The newest committed pelib.energy run of `mode` on `chip` (views.hopper.energy_run), or an error that
+    """The newest committed pelib.measure.energy run of `mode` on `chip` (views.hopper.energy_run), or an error that
     names the command to run."""
     rep = energy_run(chip, mode, root)
     if rep is None:
-        raise LimiterError(f"no results/*-{chip}/energy-{mode}.json: run `python -m pelib.energy {mode} --out DIR` "
+        raise LimiterError(f"no results/*-{chip}/energy-{mode}.json: run `python -m pelib.measure.energy {mode} --out DIR` "
                            f"on an {chip.upper()} and commit its output")
     return rep
 
@@ -103,7 +103,7 @@ def regime_table(chips=CHIPS, root=None) -> Table:
                              "sustained ms": _r(s.get(f"sustained ms ({inputs})"), 3),
                              "J / GEMM": _r(s.get(f"J/launch ({inputs})"), 3),
                              "W": _r(s.get("power W"), 0) if inputs == "random" else "—"})
-    return Table(rows, "The twin and cuBLAS in two regimes — measured by pelib.energy limiter; burst: 20 launches "
+    return Table(rows, "The twin and cuBLAS in two regimes — measured by pelib.measure.energy limiter; burst: 20 launches "
                        "after an idle gap, L2 flushed, median; its clock is our launch's own (per-CTA clock64 over "
                        "globaltimer of the TIMING build) or, for cuBLAS, Nsight Compute's of one launch; M cycles = "
                        "ms x GHz; sustained: 2 s of back-to-back launches, NVML's energy counter. Runs: " + "; ".join(src))
@@ -131,7 +131,7 @@ def clock_sources_table(chips=CHIPS, root=None) -> Table:
                 ("sustained", "NVML's SM clock sampled every 5 ms, mean", (s.get("NVML SM MHz") or 0) / 1e3 or None),
                 ("sustained", "clock probe right after the window", statistics.median(sus) if sus else None)):
             rows.append({"chip": chip_label(rep["env"]["device"]), "regime": regime, "source": how, "GHz": _r(ghz, 3)})
-    return Table(rows, "Stage 06's SM clock, five ways — measured by pelib.energy limiter (" +
+    return Table(rows, "Stage 06's SM clock, five ways — measured by pelib.measure.energy limiter (" +
                  ", ".join(run(c, root=root)["evidence"] for c in chips) + "), random inputs; the launch clock is "
                  "the one the other tables use")
 
@@ -155,7 +155,7 @@ def power_table(chips=CHIPS, root=None) -> Table:
                      "sustained W (limit)": f"{_row(rep, OURS).get('power W', 0):.0f} "
                                             f"({(rep.get('nvml') or {}).get('power_limit_w', 0):.0f})",
                      "NVML reasons": ", ".join(reasons) or "—", "what sets the time": v["binds"]})
-    return Table(rows, "Does power bind? Stage 06 on zeros against random inputs — measured by pelib.energy "
+    return Table(rows, "Does power bind? Stage 06 on zeros against random inputs — measured by pelib.measure.energy "
                        "limiter (" + ", ".join(run(c, root=root)["evidence"] for c in chips) + "); the burst's time, "
                        "its launch clock and the cycles (ms x GHz); the sustained window's mean power against the "
                        "power limit and NVML's clock-event reasons (0x4: software power cap)")
@@ -191,7 +191,7 @@ def energy_table(chips=CHIPS, root=None) -> Table:
                          "of cuBLAS fast J": _r(s["J/launch (random)"] / ref["J/launch (random)"], 3),
                          "sustained ms": _r(s.get("sustained ms (random)"), 3), "W": _r(s.get("power W"), 0),
                          "NVML SM MHz": _r(s.get("NVML SM MHz"), 0)})
-    return Table(rows, "Energy per GEMM, sustained regime, random inputs — measured by pelib.energy limiter (" +
+    return Table(rows, "Energy per GEMM, sustained regime, random inputs — measured by pelib.measure.energy limiter (" +
                  ", ".join(run(c, root=root)["evidence"] for c in chips) + "): NVML's total-energy counter over "
                  "2 s of back-to-back launches, three rounds interleaved with cuBLAS, median")
 
@@ -236,7 +236,7 @@ def probe_table(chips=CHIPS, root=None) -> Table:
                 "burst ms": round(ms, 3), "launch GHz": round(ghz, 3), "M cycles": round(cyc / 1e6, 3),
                 "cycles / tile": round(cyc / tpc), "tensor busy": f"{100 * tc / (cyc / tpc):.0f}%",
                 "L2 KiB/tile removed": round(removed_by(e, prob) / 1024), "DRAM KiB/tile removed": round(dram[e] / 1024)})
-    return Table(rows, "Stage 06 and its probes in cycles — burst time and launch clock measured by pelib.energy "
+    return Table(rows, "Stage 06 and its probes in cycles — burst time and launch clock measured by pelib.measure.energy "
                        "limiter (" + ", ".join(run(c, root=root)["evidence"] for c in chips) + "); cycles = ms x launch "
                        f"GHz, per tile of a CTA ({tiles_per_cta(run(chips[0], root=root), prob):.1f} tiles of 64 x 256 "
                        f"each); tensor busy = {tensor_cycles_per_tile(chips[0], prob):,.0f} cycles of wgmma a tile "
@@ -336,7 +336,7 @@ def burst_spread(rep: dict, entry: str, inputs: str = "random") -> tuple[float, 
 
 
 def blind_run(chip: str, root=None) -> dict | None:
-    """The newest committed pelib.blind run on `chip` (every sm90 stage in the burst regime with its launch
+    """The newest committed pelib.predict.blind run on `chip` (every sm90 stage in the burst regime with its launch
     clock), with its path under '_file'; None when there is none."""
     files = [f for f in results.files("blind-*.json", root) if results.chip(f.parent) == chip]
     if not files:
@@ -347,7 +347,7 @@ def blind_run(chip: str, root=None) -> dict | None:
 
 
 def blind_ms(rep: dict | None, key: str, defines: dict | None = None) -> float | None:
-    """A stage's burst median (ms) in a pelib.blind run, for one set of defines (the default build: none)."""
+    """A stage's burst median (ms) in a pelib.predict.blind run, for one set of defines (the default build: none)."""
     e = next((x for x in (rep or {}).get("entries", []) if x.get("stage") == key
               and (x.get("defines") or {}) == (defines or {}) and x.get("ok")), None)
     return e.get("median_ms") if e else None
@@ -357,7 +357,7 @@ def estimate_table(chips=CHIPS, root=None) -> Table:
     """Each sub-stage's estimate beside its measurement, per chip: the phrase of its header (written before its
     first run) and the burst range it gives, the L2 line's price (modelled from the limiter run: 06's time less
     the line's ms per KiB times the traffic a tile the stage removes, never below the no-memory probe on the SMs
-    the stage occupies), then the committed `pelib.energy stages` run: burst time, launch clock, sustained joules
+    the stage occupies), then the committed `pelib.measure.energy stages` run: burst time, launch clock, sustained joules
     per GEMM against cuBLAS fast accumulation, and the verdict (did the estimate hold, by how much, the sign);
     the last column is the same stage against 06 in the blind run (default waits), a second witness."""
     prob = problems.patch_embed("siglip2")
@@ -417,20 +417,20 @@ def estimate_table(chips=CHIPS, root=None) -> Table:
                      + (f"measured: {st['_file']} ({st['evidence']}), 06 there {t06:.3f} ms at "
                         f"{_row(st, OURS).get('launch clock (GHz)'):.3f} GHz, {_row(st, OURS)['J/launch (random)']:.3f} J"
                         f"; cuBLAS fast {_row(st, FAST)['burst ms (random)']:.3f} ms, {fast_j:.3f} J"
-                        if st else "no pelib.energy stages run committed yet")
+                        if st else "no pelib.measure.energy stages run committed yet")
                      + (f"; blind: {bl['_file']} ({bl['evidence']}, default waits)" if bl else ""))
     return Table(rows, "Each sub-stage's estimate, written before it ran, beside its measurement — header ms: "
                        "the stage header's own estimate (modelled, back of the envelope), relative ones applied to 06 "
                        "of the measured run; L2 line ms: modelled, linear in the L2 traffic a tile between stage 06 "
                        "and its one-stream probes, floored by the no-memory probe at its launch clock on the SMs the "
-                       "stage occupies (pelib.energy limiter); measured: pelib.energy stages, burst (20 launches, L2 "
+                       "stage occupies (pelib.measure.energy limiter); measured: pelib.measure.energy stages, burst (20 launches, L2 "
                        "flushed, median, PE_WAIT_KIND=2) with its launch clock, sustained joules per GEMM (NVML, one "
                        "2-s window), random inputs; the verdict reads the header's range against the median and its "
-                       "p10–p90; blind vs 06: pelib.blind, the default (bounded-wait) builds", notes=notes)
+                       "p10–p90; blind vs 06: pelib.predict.blind, the default (bounded-wait) builds", notes=notes)
 
 
 def substage_table(chips=CHIPS, root=None) -> Table:
-    """What each idea did, against 06 in the same pelib.energy stages run: the burst time, the launch clock and
+    """What each idea did, against 06 in the same pelib.measure.energy stages run: the burst time, the launch clock and
     the cycles (ms x GHz) as ratios, so a time that fell through a higher clock (fewer joules a tile under the
     power limit) is told from one that fell through fewer cycles; the L2 bytes a tile the stage leaves
     (modelled) and the sustained joules per GEMM."""
@@ -457,14 +457,14 @@ def substage_table(chips=CHIPS, root=None) -> Table:
                          "J / GEMM": _r(m.get("J/launch (random)"), 3),
                          "J / cuBLAS fast J": _r(m.get("J / cuBLAS fast J"), 3) if name != OURS else
                          _r(s06["J/launch (random)"] / _row(st, FAST)["J/launch (random)"], 3)})
-    return Table(rows, "What each idea did against 06 in the same run — measured by pelib.energy stages (" +
+    return Table(rows, "What each idea did against 06 in the same run — measured by pelib.measure.energy stages (" +
                  "; ".join(src) + "): burst time (20 launches, L2 flushed, median, PE_WAIT_KIND=2), the launch's "
                  "own clock, cycles = ms x GHz; sustained joules per GEMM from NVML over one 2-s window; L2 bytes a "
                  "tile between L2 and the SMs modelled (pelib.kinds.sm90.l2_traffic: A, comb, the stores)")
 
 
 def best_stage(st: dict) -> str:
-    """Our fastest verified entry of a pelib.energy stages run in the burst regime (random inputs): stages only,
+    """Our fastest verified entry of a pelib.measure.energy stages run in the burst regime (random inputs): stages only,
     neither a probe nor a library call."""
     ours = {e["name"] for e in st.get("entries", []) if e.get("stage") and not e.get("probe")
             and (st.get("verified", {}).get(e["name"]) or {}).get("ok")}
@@ -484,7 +484,7 @@ def tiles_per_cta_of(st: dict, entry: str, prob=None) -> float:
 
 def gap_table(chips=CHIPS, root=None) -> Table:
     """What is left between the kernel and its floors, per chip, in one clock: 06's burst (time, launch clock,
-    cycles a tile) in the limiter run and, where a pelib.energy stages run is committed, its fastest stage and
+    cycles a tile) in the limiter run and, where a pelib.measure.energy stages run is committed, its fastest stage and
     no-memory probe; the tensor floor at the fastest stage's launch clock, the memory floor at the run's copy
     bandwidth, and the goal with what it would take (the clock at the stage's cycles, the cycles at its clock)."""
     prob = problems.patch_embed("siglip2")
@@ -535,14 +535,14 @@ def gap_table(chips=CHIPS, root=None) -> Table:
                   "cycles / tile": round(goal * fb * 1e6 / tpc_b),
                   "note": f"GHz: the clock {best}'s cycles would need; cycles: what {best}'s clock allows; "
                           f"{TARGET_X:.2f}x cuBLAS fast = {fast_b / TARGET_X:.3f} ms"}]
-    return Table(rows, "What is left between the kernel and its floors, in one clock — measured by pelib.energy "
+    return Table(rows, "What is left between the kernel and its floors, in one clock — measured by pelib.measure.energy "
                        "limiter and stages (" + ", ".join(src) + "): burst times and launch clocks; floors and the "
                        "goal's clock and cycles modelled from them (cycles a tile of a CTA: "
                        f"{tiles_per_cta(run(chips[0], root=root), prob):.1f} tiles each on 132 CTAs)")
 
 
 def targets_table(chips=CHIPS, root=None) -> Table:
-    """The limiter issue's targets per chip, met or missed, from the newest pelib.energy stages run: the burst
+    """The limiter issue's targets per chip, met or missed, from the newest pelib.measure.energy stages run: the burst
     time of our fastest stage against the goal, its ratio to cuBLAS fast accumulation (GEMM only) in the same
     run, and its sustained joules per GEMM against cuBLAS's; with what is left, read from gap_table."""
     gap = gap_table(chips, root)
@@ -581,7 +581,7 @@ def targets_table(chips=CHIPS, root=None) -> Table:
                   "measured": f"{j:.3f} J against {jf:.3f} J (x{j / jf:.3f})", "met": "met" if j < jf else "missed",
                   "what is left": f"lowest of ours: {low['entry']} {low['J/launch (random)']:.3f} J "
                                   f"(x{low['J/launch (random)'] / jf:.3f}); one 2-s window each"}]
-    return Table(rows, "The targets, per chip — measured by pelib.energy stages (" + "; ".join(src) + "): burst "
+    return Table(rows, "The targets, per chip — measured by pelib.measure.energy stages (" + "; ".join(src) + "): burst "
                        "time (20 launches, L2 flushed, median, random inputs, verified) of our fastest stage with its "
                        "launch clock, cuBLAS fast accumulation (GEMM only) in the same run, sustained joules per GEMM "
                        "(NVML); what is left: the floors of the gap table (the no-memory probe measured, the tensor "
@@ -661,7 +661,7 @@ def _vs06(st: dict, name: str) -> str:
 
 
 def substage_findings(st: dict, prob=None) -> list[str]:
-    """Two statements a chip from a pelib.energy stages run: what each sub-stage did against 06 (time, launch
+    """Two statements a chip from a pelib.measure.energy stages run: what each sub-stage did against 06 (time, launch
     clock, cycles, L2 bytes a tile), and the fastest stage against cuBLAS fast accumulation and the goals."""
     prob = prob or problems.patch_embed("siglip2")
     dev, ev, chip = st["env"]["device"], st["evidence"], results.chip_slug(st["env"]["device"])

@@ -65,3 +65,25 @@ def to_html(obj) -> str:
     if callable(rep):
         return f'<div class="pe-note">{html.escape(rep())}</div>'
     return f'<div class="pe-note">{html.escape(repr(obj))}</div>'
+
+
+class Fold:
+    """Something a page shows folded under a label that says what it holds (a closed <details>, native:
+    it opens in the book and in JupyterLab alike); printed, the label and the thing itself."""
+
+    def __init__(self, obj, label: str):
+        if not label or not label.strip():
+            raise ValueError("a fold needs a label that says what it holds (e.g. 'the descriptors, field by field')")
+        self.obj, self.label = obj, label.strip()
+
+    def _repr_html_(self) -> str:
+        return (f'<details class="pe-more"><summary>{html.escape(self.label)}</summary>{to_html(self.obj)}'
+                f'</details>')
+
+    def __repr__(self) -> str:
+        return f"{self.label}\n{self.obj!r}"
+
+
+def fold(obj, label: str) -> Fold:
+    """`obj` (a table, a figure, code, text or a list of them) folded under `label`."""
+    return Fold(obj, label)

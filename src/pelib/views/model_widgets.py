@@ -20,7 +20,7 @@ _COL = {"epi_wait": "#c0392b", "tma0_wait": "#e67e22", "kloop": "#2980b9", "ml_w
 TITLE_TAG = "modelled (pelib.models.pipeline, calibrated on recorded clock64 phases)"
 
 
-def timeline_figure(pred: model.Prediction | None = None, tiles: int = 4, ax=None):
+def timeline_figure(pred: model.Outcome | None = None, tiles: int = 4, ax=None):
     """A Gantt chart of W1 and W3 over a few steady-state tiles, with the release of each tile."""
     if pred is None or pred.trace is None:
         s = pred.scenario if pred is not None else model.scenario_of("A")
@@ -95,9 +95,9 @@ def calibration_figure(report: model.CalibrationReport | None = None):
 
 def speedup_map(phase1_deltas=range(-400, 201, 50), kloop_deltas=range(-400, 201, 50), params=None, **structure):
     """Modelled speed-up over (Phase 1 delta, K-loop delta), the F22/F28 points, and the linear rule's break-even."""
-    base = model.predict(params=params, **structure) if structure else model.predict(params=params)
+    base = model.outcome(params=params, **structure) if structure else model.outcome(params=params)
     ps, ks = list(phase1_deltas), list(kloop_deltas)
-    grid = np.array([[base.tile / model.predict(dk, dp, params=params, **structure).tile for dk in ks] for dp in ps])
+    grid = np.array([[base.tile / model.outcome(dk, dp, params=params, **structure).tile for dk in ks] for dp in ps])
     fig, ax = plt.subplots(figsize=(6.4, 5))
     im = ax.imshow(grid, origin="lower", cmap="RdYlGn", vmin=0.94, vmax=1.06, aspect="auto",
                    extent=[ks[0] - 25, ks[-1] + 25, ps[0] - 25, ps[-1] + 25])
@@ -123,12 +123,12 @@ def speedup_map(phase1_deltas=range(-400, 201, 50), kloop_deltas=range(-400, 201
 
 def render(stages: int = 4, epi_warps: int = 4, phase1_delta: float = 0.0, kloop_delta: float = 0.0,
            tmem_share: float = 0.5):
-    """One widget state: the prediction as a table row and its timeline."""
+    """One widget state: the outcome as a table row and its timeline."""
     p = model.default_params()
     if tmem_share != p.tmem_share:
         p = replace(p, tmem_share=tmem_share)
-    base = model.predict(params=p)
-    pr = model.predict(kloop_delta, phase1_delta, stages=stages, epi_warps=epi_warps, params=p, trace=True)
+    base = model.outcome(params=p)
+    pr = model.outcome(kloop_delta, phase1_delta, stages=stages, epi_warps=epi_warps, params=p, trace=True)
     row = pr.row("this setting")
     row["speed-up"] = f"{pr.speedup(base):.3f}x"
     row["SMEM (B)"] = pr.smem_bytes
@@ -159,7 +159,7 @@ OFFLINE = {"epi_warps": [2, 4, 8]}
 
 
 def equilibrium_widget(live: bool = True, static: bool = True):
-    """The model's widget: one slider per control (pelib.views.widgets.sweep_grid), the prediction's table,
+    """The model's widget: one slider per control (pelib.views.widgets.sweep_grid), the outcome's table,
     notes and timeline for the chosen values; above it, the static table."""
     def show(**v):
         table, fig, notes = render(**v)
@@ -172,16 +172,16 @@ def equilibrium_widget(live: bool = True, static: bool = True):
 
 
 def tmem_share_table(shares=(0.0, 0.25, 0.5, 0.75, 1.0), epi_warps=(2, 4, 8)):
-    """How the TMEM-share assumption moves the warp-count predictions (F23's fail-fast ratio is 2 - s)."""
+    """How the TMEM-share assumption moves the warp-count outcomes (F23's fail-fast ratio is 2 - s)."""
     p0 = model.default_params()
     rows = []
     for s in shares:
         p = replace(p0, tmem_share=s)
-        base = model.predict(params=p)
+        base = model.outcome(params=p)
         row = {"TMEM share s": s, "2-warp / 4-warp Phase 1": round(2 - s, 2),
                "F23 aborts (>= 1.8)": "yes" if 2 - s >= 1.8 else "no"}
         for e in epi_warps:
-            pr = model.predict(epi_warps=e, params=p)
+            pr = model.outcome(epi_warps=e, params=p)
             row[f"{e} warps: speed-up"] = f"{pr.speedup(base):.3f}x" + ("" if pr.feasible else " *")
         rows.append(row)
     return Table(rows, "Epilogue warps under the TMEM-share assumption (modelled; * = lanes unreachable)")

@@ -4,27 +4,29 @@
     numerics.probe_table()         each model's mismatches over the committed probe outputs (measured)
     numerics.random_proof_table()  each committed GPU run: random inputs and full problems, against the simulator
     numerics.stage_proof_table()   every sm90 stage on random inputs, per device: measured, and simulated beside it
-    numerics.b200_prediction_table()  Blackwell's MMA arithmetic: predicted, and the probe that settles it
+    numerics.b200_prediction_table()  Blackwell's MMA arithmetic: modelled (MMA-Sim's rule), and the probe that settles it
     numerics.window_figure()       the alignment window on one real k32 block of the committed probe
     numerics.predicted_fraction()  how many outputs the rule leaves off the correctly rounded value (modelled)
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .. import blockfma as F, evidence, results, sim_proof, tcprobe, tcprobe_sm100
+from ..numerics import blockfma as F
+from .. import evidence, results
+from ..sim import proof as sim_proof
+from ..measure import tcprobe, tcprobe_sm100
 from ..facts import Table
 from ..paths import ROOT
 
 PROBE_DIR = ROOT / "results" / "2026-11-27-h100"   # the H100 probe run that pinned the rule
 MODEL = F.H100TC_MATLAB
 
-# Each step of the rule, and the probe classes (pelib.tcvectors) whose directed vectors decide it: under a
-# competing hypothesis those classes' outputs differ (pelib.tcprobe's per-class mismatches show by how much).
+# Each step of the rule, and the probe classes (pelib.numerics.tcvectors) whose directed vectors decide it: under a
+# competing hypothesis those classes' outputs differ (pelib.measure.tcprobe's per-class mismatches show by how much).
 STEPS = [
     ("products exact, subnormal inputs kept", "single_product, subnormal_mix, e5m2_single_product"),
     ("window R = largest exponent SUM e_a + e_b (a product in [2, 4) does not move it; a subnormal counts as "
@@ -43,7 +45,7 @@ STEPS = [
 
 
 def probe_summary(path: Path | None = None) -> dict:
-    return json.loads(Path(path or PROBE_DIR / tcprobe.SUMMARY).read_text())
+    return results.load(Path(path or PROBE_DIR / tcprobe.SUMMARY), named=False)   # names a broken file
 
 
 def _measured(doc: dict) -> str:
@@ -65,7 +67,7 @@ def rule_table(path: Path | None = None) -> Table:
 
 def probe_table() -> Table:
     """Each model's mismatching outputs in every committed probe run (results/*/tcprobe.json: H100, H200)."""
-    docs = [json.loads(p.read_text()) for p in results.files(tcprobe.SUMMARY)]
+    docs = [results.load(p, named=False) for p in results.files(tcprobe.SUMMARY)]   # names a broken file
     rows = []
     for name, m in docs[0]["models"].items():
         row = {"model": name, "where it comes from": getattr(F.PRESETS.get(name), "source", "") or m.get("source", "")}
@@ -74,13 +76,13 @@ def probe_table() -> Table:
         rows.append(row)
     runs = "; ".join(f"{_measured(d)}: {d['outputs']:,} outputs" for d in docs)
     return Table(rows, f"Each model against the tensor core's own bits, {runs}; every vector class of "
-                       "pelib.tcvectors (directed, 1M+ random, chains of 2-8 instructions, N = 128/192/256, E5M2)")
+                       "pelib.numerics.tcvectors (directed, 1M+ random, chains of 2-8 instructions, N = 128/192/256, E5M2)")
 
 
 def proof_runs(root: Path | None = None) -> list[tuple[Path, dict]]:
-    """Every committed GPU run of `python -m pelib.numerics_proof` (results/*/numerics.json), oldest first."""
-    from .. import numerics_proof   # its summary's file name (it loads the launch path)
-    return [(p, json.loads(p.read_text())) for p in results.files(numerics_proof.SUMMARY, root)]
+    """Every committed GPU run of `python -m pelib.measure.numerics_proof` (results/*/numerics.json), oldest first."""
+    from ..measure import numerics_proof   # its summary's file name (it loads the launch path)
+    return [(p, results.load(p, named=False)) for p in results.files(numerics_proof.SUMMARY, root)]
 
 
 def _rel(path: Path, root: Path | None) -> str:
@@ -103,7 +105,7 @@ def simulated_differ(path: Path, doc: dict, sims: dict) -> dict:
 
 
 def _simulated(runs, simulate: bool, sims: dict | None = None) -> dict:
-    """The simulator's (record, bits) of every job any committed run holds (cached by pelib.sim_proof); `sims`
+    """The simulator's (record, bits) of every job any committed run holds (cached by pelib.sim.proof); `sims`
     given: those."""
     if sims is not None:
         return sims
@@ -120,7 +122,7 @@ def _sum_or_dash(xs):
 
 
 def random_proof_table(root: Path | None = None, simulate: bool = True, sims: dict | None = None) -> Table:
-    """One row per committed GPU run of `python -m pelib.numerics_proof` (measured): its random-input jobs, how
+    """One row per committed GPU run of `python -m pelib.measure.numerics_proof` (measured): its random-input jobs, how
     many outputs the simulator prints differently (simulated, every job run here), and the full outputs the
     run compared on the device with the emulation kernel of the rule."""
     runs = proof_runs(root)
@@ -138,11 +140,11 @@ def random_proof_table(root: Path | None = None, simulate: bool = True, sims: di
             row["simulated ≠ measured"] = _sum_or_dash(simulated_differ(p, doc, sims).values())
         row["full outputs compared on the device"] = sum(r["stage_vs_emulator"]["outputs"] for r in em)
         row["stage ≠ emulation kernel"] = sum(r["stage_vs_emulator"]["differ"] for r in em)
-        row["emulation kernel ≠ pelib.blockfma"] = sum(r["emulator_vs_cpu_model"]["differ"] for r in em
+        row["emulation kernel ≠ pelib.numerics.blockfma"] = sum(r["emulator_vs_cpu_model"]["differ"] for r in em
                                                        if "emulator_vs_cpu_model" in r)
         rows.append(row)
     notes = [] if rows else [
-        "no GPU run committed yet: `PYTHONPATH=src python3 -m pelib.numerics_proof --out DIR` on an H100 / H200 "
+        "no GPU run committed yet: `PYTHONPATH=src python3 -m pelib.measure.numerics_proof --out DIR` on an H100 / H200 "
         "writes DIR/numerics.json; tests/test_sim_random_proof.py then compares every stage's simulated bytes with it"]
     sim_kind = "; simulated ≠ measured: " + evidence.label("simulated", "pelib.sim, every job here") if sims else ""
     return Table(rows, "The tensor core's rule on the stages themselves: every sm90 stage on random inputs and "
@@ -175,30 +177,35 @@ def stage_proof_table(root: Path | None = None, simulate: bool = True, sims: dic
     sim_kind = f"; simulated ≠: {evidence.label('simulated', 'pelib.sim, the same inputs')}" if sims else ""
     return Table(list(rows.values()), f"Each sm90 stage on the `sim` problem with the project's random inputs, "
                                       f"seed 0 ({kinds}{sim_kind})",
-                 notes=[] if rows else ["no GPU run committed yet (python -m pelib.numerics_proof)"])
+                 notes=[] if rows else ["no GPU run committed yet (python -m pelib.measure.numerics_proof)"])
 
 
 def b200_prediction_table() -> Table:
-    """Blackwell's tcgen05.mma arithmetic as the simulator computes it: predicted, each parameter of pelib.blockfma,
-    and the models the B200 probe scores beside it."""
+    """Blackwell's tcgen05.mma arithmetic as the simulator computes it: modelled (MMA-Sim's hardware-validated
+    rule, not yet run on a B200 here), each parameter of pelib.numerics.blockfma, and the models the B200 probe scores
+    beside it."""
     rows = []
     for kind, model, alts in (("kind::f8f6f4 (FP8)", F.B200_F8F6F4, tcprobe_sm100.F8_MODELS),
                               ("kind::mxf4nvf4 (NVFP4)", F.B200_MXF4NVF4, tcprobe_sm100.MXF4_MODELS)):
-        rows.append({"tcgen05.mma": kind, "predicted model": model.name,
-                     "fraction bits below R": model.frac_bits, "products per alignment": model.k,
+        grouped = model.group != model.k
+        rows.append({"tcgen05.mma": kind, "modelled rule": model.name,
+                     "fraction bits below R": model.frac_bits2 or model.frac_bits if grouped else model.frac_bits,
+                     "products per alignment": f"{model.k // model.group} exact group sums of {model.group}, and D"
+                     if grouped else model.k,
                      "terms cut": model.trunc.replace("_", " "),
                      "result": f"FP32, {'toward zero' if model.out_round == 'rz' else 'to nearest'}",
-                     "from": model.source.removeprefix("predicted: "),
+                     "from": model.source,
                      "also scored by the probe": ", ".join(m.name for m in alts if m is not model)})
-    return Table(rows, f"{evidence.label('predicted', 'unverified on a B200')}: the rule the simulator runs for "
-                       f"Blackwell's MMA; `python -m pelib.tcprobe_sm100 collect --out DIR` on a B200 settles it "
+    return Table(rows, f"{evidence.label('modelled', 'MMA-Sim, not yet run on a B200 here')}: the rule the simulator runs for "
+                       f"Blackwell's MMA; `python -m pelib.measure.tcprobe_sm100 collect --out DIR` on a B200 settles it "
                        "(tcprobe_sm100.json: mismatches per model and vector class)")
 
 
 def predicted_fraction(rows: int = 192) -> Table:
     """The share of BF16 outputs the rule leaves off the correctly rounded value on rows of the `medium` problem
     (K = 768, the project's inputs), beside the measured share of hopper-perf.json's precision column."""
-    from .. import numerics_proof as N, problems, reference   # the C++ model only where a cell asks for it
+    from ..measure import numerics_proof as N   # the C++ model only where a cell asks for it
+    from .. import problems, reference
     import torch
     prob = problems.patch_embed("medium")
     t = prob.make_inputs(seed=0)
@@ -211,7 +218,7 @@ def predicted_fraction(rows: int = 192) -> Table:
         got = N.model_rows(t, prob, idx, False, model=m, cxx=True)
         out.append({"accumulation": m.name, "outputs": int(got.size),
                     "off the correctly rounded BF16": f"{(got != want).mean():.2%}"})
-    return Table(out, f"{evidence.label('modelled', f'pelib.blockfma on {rows} rows of medium, seed 0')}: the "
+    return Table(out, f"{evidence.label('modelled', f'pelib.numerics.blockfma on {rows} rows of medium, seed 0')}: the "
                       "rule predicts the share of outputs one BF16 ulp off; the exact sum (CUTLASS 2xAcc-like) "
                       "none")
 

@@ -11,7 +11,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from .. import evidence as _evidence
 from .. import gonogo, problems, records, results, sol
-from .. import limits as _limits
+from ..isa import limits as _limits
 from ..facts import Table
 from ..stage import all_stages
 
@@ -183,7 +183,7 @@ def f25_bars():
 
 
 def smem_budget_bar(budget=None):
-    """The recorded SMEM budget as one stacked bar against the per-block limit (pelib.limits, the
+    """The recorded SMEM budget as one stacked bar against the per-block limit (pelib.isa.limits, the
     constant every stage is checked against); any bytes of the note's total no component explains
     are shown apart."""
     b = budget or records.smem_budget()

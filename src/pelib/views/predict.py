@@ -8,6 +8,7 @@ one, the B200 history and the NVFP4 ring sweep against the lab's records.
 from __future__ import annotations
 
 import functools
+import html
 import json
 from pathlib import Path
 
@@ -89,9 +90,10 @@ def _short(key: str) -> str:
     return key.split("/")[-1]
 
 
-def b200_history_table(doc=None) -> Table:
+def b200_history_table(doc=None, columns=None) -> Table:
     """The lab's FP8 history on a B200, every point: predicted against recorded, the error and each step's
-    sign; the fitted point marked and left out of every error."""
+    sign; the fitted point marked and left out of every error. columns: the ones to show (a narrow page),
+    of stage, grid, predicted ms, recorded ms, error, step rec. / pred., step sign."""
     doc = doc or b200_doc()
     out = []
     for r in doc["fp8"]:
@@ -110,9 +112,12 @@ def b200_history_table(doc=None) -> Table:
              *[f"{_short(k)}: {v['what']}: predicted step {v['predicted_step']:+.1%} "
                f"({'under' if v['under_2pct'] else 'NOT under'} 2 %)" for k, v in s["neutral_checks"].items()],
              *[f"fitted: {f['name']} = {f['value']} {f['unit']} ({f['source']})" for f in doc["meta"]["fitted"]]]
+    if columns is not None and out and set(columns) - set(out[0]):
+        raise ValueError(f"b200_history_table has no column {sorted(set(columns) - set(out[0]))}: choose from "
+                         f"{list(out[0])}")
     return Table(out, f"FP8 on a B200, stage by stage — {_label(doc)}; against the lab's records (recorded, "
                       "fp8-megakernel-experiment-log.md, fp8-megakernel-w1-stall-isolation.md and "
-                      "fp8-megakernel-future-proposals-F21-F28.md)", notes=notes)
+                      "fp8-megakernel-future-proposals-F21-F28.md)", columns, notes=notes)
 
 
 def b200_row(stage: str, doc=None) -> dict:
@@ -201,12 +206,12 @@ def b200_ring_table(doc=None) -> Table:
     return Table(rows, f"NVFP4 ring sweep on a B200 — {_label(doc)}; recorded: the NVFP4 lab log via pelib.records")
 
 
-HOPPER_COMPARISON = "results/2026-11-27-h100/prediction-vs-measured.json"   # the chip the B200 calibration came from
-
-
-def hopper_error_bar(path=HOPPER_COMPARISON) -> dict | None:
+def hopper_error_bar(path=None) -> dict | None:
     """The blind Hopper comparison's mean absolute error (cycles) as the cards' error bar: {"mae", "worst",
-    "stages", "device", "date", "path"}; None where the comparison is not committed."""
+    "stages", "device", "date", "path"} (default: the one pelib.views.blind_error names); None where the
+    comparison is not committed."""
+    from . import blind_error   # the error bar's one home; blind_error reads only committed files
+    path = path or next(iter(blind_error.COMPARISONS.values()))
     p = ROOT / path
     if not p.is_file():
         return None
@@ -380,13 +385,77 @@ def blind_comparison(chip: str) -> dict:
     return _run_doc(chip, "prediction-vs-measured.json")
 
 
+# The second blind round (H200): every sm90 build and pelib.predict.blind.VARIANTS, predicted by the model with the
+# multicast, resident-cluster, window-order and traffic fixes, committed before the measurement.
+ROUND2 = ROOT / "results" / "2026-12-02-h200" / "prediction-vs-measured-blind.json"
+
+
+# The third (H200): the same builds and VARIANT_SETS["round3"], predicted with no constant fitted on a stage's time
+# (the L2 misses counted from the schedule and the exported prefetch), committed before the measurement.
+ROUND3 = ROOT / "results" / "2026-12-02-h200" / "round3" / "prediction-vs-measured-blind3.json"
+
+
+def round2() -> dict:
+    """The second blind round's comparison document (ROUND2)."""
+    return json.loads(ROUND2.read_text())
+
+
+def round3() -> dict:
+    """The third blind round's comparison document (ROUND3)."""
+    return json.loads(ROUND3.read_text())
+
+
+class Line(str):
+    """A sentence a cell shows: the text itself, drawn as a wrapped paragraph on the page (not a quoted string)."""
+
+    def _repr_html_(self) -> str:
+        return f'<p class="pe-line">{html.escape(str(self))}</p>'
+
+
+def round_line(doc: dict | None = None) -> str:
+    """A blind round's result against the targets (default: the second), in one line, every number read from
+    the document."""
+    doc = doc or round2()
+    s = doc["summary"]
+    sign, stage = worst_error(doc)
+    return Line(f"H200, blind, {s['stages']} builds (predicted, then measured {str(doc['measurement'].get('date'))[:10]}): "
+                f"mean absolute error {s['mae']:.1%} in cycles (target 8 %), worst {sign:+.1%} ({stage.split('/')[-1]}; "
+                f"target 15 %), Kendall tau {s['kendall_tau']:.2f} over the {s['ranked']} stage files (target 0.9) with "
+                f"{s['inversions_over_3pct']} inversions of pairs more than 3 % apart (target 0); of the "
+                f"{s['effects_over_3pct']} defines whose measured effect is 3 % or more, {s['effects_sign_right']} "
+                f"predicted with the right sign and {s['effects_within_half']} within half of their size (target: all)")
+
+
+def define_effects_table(doc: dict | None = None) -> Table:
+    """Each variant's effect against its stage file at its defaults, measured and predicted (in cycles)."""
+    doc = doc or round2()
+    yes = {True: "yes", False: "NO", None: "(under 3 %)"}
+    rows = [{"variant": f"{e['stage'].split('/')[-1]} {e['defines']}", "measured": f"{e['measured_effect']:+.1%}",
+             "predicted": f"{e['predicted_effect']:+.1%}", "sign right": yes[e["sign_right"]],
+             "within half": yes[e["within_half"]]} for e in doc["define_effects"]]
+    pred = doc.get("predictions", {})
+    cap = (f"What one define does, against its stage file — {evidence.predicted(pred.get('device') or 'NVIDIA H200', pred.get('calibration_date'))}; "
+           f"{evidence.measured(str(doc['measurement'].get('device')), str(doc['measurement'].get('date'))[:10])}")
+    return Table(rows, cap)
+
+
+def worst_error(doc: dict) -> tuple[float, str]:
+    """(signed error in cycles, stage) of a comparison's worst build: the row whose absolute error is the
+    summary's "worst" (the summary keeps only its size; a line printed with a sign must take the row's)."""
+    r = max(doc["rows"], key=lambda r: abs(r["error_cycles"]))
+    return r["error_cycles"], r["stage"]
+
+
 def summary_line(chips=("h100", "h200")) -> str:
-    """The blind summary of each chip in one line (mean and worst absolute error in cycles, the ranking)."""
+    """The blind summary of each chip in one line (mean absolute error in cycles, the worst build's signed error
+    as its table row shows it, the ranking)."""
     out = []
     for c in chips:
-        s = blind_comparison(c)["summary"]
-        out.append(f"{c.upper()}: mean absolute error {s['mae']:.1%}, worst {s['worst']:+.1%} "
-                   f"({s['worst_stage'].split('/')[-1]}), Kendall tau {s['kendall_tau']:.2f} over {s['ranked']} "
+        d = blind_comparison(c)
+        s = d["summary"]
+        worst, stage = worst_error(d)
+        out.append(f"{c.upper()}: mean absolute error {s['mae']:.1%}, worst {worst:+.1%} "
+                   f"({stage.split('/')[-1]}), Kendall tau {s['kendall_tau']:.2f} over {s['ranked']} "
                    f"default builds, ranking {'exact' if s['ranking_exact'] else 'not exact'}")
     return "; ".join(out)
 
@@ -483,8 +552,8 @@ def v2_table(chips=("h100", "h200")) -> Table | None:
             row = rows.setdefault(k, {"stage": r["stage"].split("/")[-1] + (f" [{r['defines']}]" if r["defines"] else "")})
             row[f"{c.upper()} v1 (blind)"] = f"{r['error_cycles']:+.1%}"
             row[f"{c.upper()} v2 (not blind)"] = f"{e2[k]['error_cycles']:+.1%}" if k in e2 else "—"
-    notes = [f"{c.upper()}: v1 MAE {d1['summary']['mae']:.1%}, worst {d1['summary']['worst']:+.1%}; v2 MAE "
-             f"{d2['summary']['mae']:.1%}, worst {d2['summary']['worst']:+.1%} ({d2['summary']['worst_stage'].split('/')[-1]})"
+    notes = [f"{c.upper()}: v1 MAE {d1['summary']['mae']:.1%}, worst {worst_error(d1)[0]:+.1%}; v2 MAE "
+             f"{d2['summary']['mae']:.1%}, worst {worst_error(d2)[0]:+.1%} ({worst_error(d2)[1].split('/')[-1]})"
              for c, (d1, d2) in docs.items()]
     d2 = docs[chips[0]][1]
     return Table(list(rows.values()), "Error in cycles, the blind predictions (v1) beside v2, "
@@ -521,7 +590,7 @@ def targets_table(chips=("h100", "h200")) -> Table:
                                     for d in docs.values()))
 
 
-def predict_06(chip: str = "h100"):
-    """sm90/06 predicted on `chip`'s committed calibration (the blind predictions' own), at 06's launch clock."""
-    cal = ROOT / RUNS[chip][0] / f"predict-calibration-{chip}.json"
-    return predict(Stage("sm90/06_permuted_b"), chip, str(cal), clock="launch06")
+def predict_06(chip: str = "h200"):
+    """sm90/06 predicted on `chip`'s newest measured calibration (what python -m pelib.stage ... --device predict
+    uses), at 06's launch clock."""
+    return predict(Stage("sm90/06_permuted_b"), chip, None, clock="launch06")

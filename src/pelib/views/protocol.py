@@ -21,15 +21,7 @@ from ..facts import Table
 COLORS = {"wait": "#c8ccd1", "issue": "#1f77b4", "mma": "#2ca02c", "epilogue": "#ff7f0e", "completion": "#111111",
           "occupancy": "#8c8c8c", "tile": "#dddddd", "phase": "#9467bd"}
 RECORDS = "trace-sm90-06.records.npz"      # the committed TIMING run of the sm90 twin's stage 06
-KIND_STYLE = {   # an instant's kind -> (marker, colour, legend text)
-    "tma_load": ("v", "#2e86c1", "TMA load issued"), "tma_load_done": ("^", "#85c1e9", "TMA load landed"),
-    "mma": ("s", "#c0392b", "MMA issued"), "commit": ("D", "#7d3c98", "tcgen05.commit"),
-    "mma_done": ("d", "#d7bde2", "MMA complete"), "tmem_ld": ("o", "#27ae60", "tcgen05.ld (TMEM read)"),
-    "tmem_cp": ("o", "#a9dfbf", "tcgen05.cp"), "tmem_st": ("o", "#1e8449", "tcgen05.st (TMEM write)"),
-    "arrive": ("|", "#34495e", "mbarrier arrive"),
-    "expect_tx": ("|", "#5dade2", "arrive.expect_tx"), "tma_store": ("P", "#e67e22", "TMA store"),
-    "bar_sync": ("_", "#7f8c8d", "bar.sync"), "cluster_sync": ("*", "#7f8c8d", "cluster sync"),
-    "tmem_alloc": ("<", "#95a5a6", "TMEM alloc"), "tmem_dealloc": (">", "#95a5a6", "TMEM dealloc")}
+KIND_STYLE = {k: v.style for k, v in events.KIND_TABLE.items() if v.style}   # an instant's (marker, colour, legend)
 TILE_COLORS = ("#2e86c1", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#d4ac0d", "#7f8c8d")
 SHADE = {"filled": 0.35, "landed": 0.6, "read": 0.95, "written": 0.95, "committed": 0.7, "drained": 0.45}
 IDLE = {"bar_sync", "exit", "cluster_sync", "tmem_alloc", "tmem_dealloc"}   # a warp that did only these is not drawn

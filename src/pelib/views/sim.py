@@ -1,5 +1,5 @@
 """Blackwell stages where no B200 is present: the stage's own source run on pelib.sim (the CPU model), drawn
-and tabulated; the runs themselves (running, caching, classifying) are pelib.sim_runs'.
+and tabulated; the runs themselves (running, caching, classifying) are pelib.sim.runs'.
 
     sim.run_table(sim_runs.simulate_seeds("fp8/09_persistent_megakernel"))   # verification + the report
     sim.picture("fp8/09_persistent_megakernel")       # per-role lanes and occupancy lanes, in simulated order
@@ -16,10 +16,11 @@ import json
 import re
 from pathlib import Path
 
-from .. import device, evidence, sim_catalog, sim_runs
+from .. import device, evidence
+from ..sim import catalog as sim_catalog, runs as sim_runs
 from ..facts import Table
 from ..paths import KERNELS, RESULTS
-from ..sim_runs import SEEDS, SimRun
+from ..sim.runs import SEEDS, SimRun
 from ..stage import Stage, all_stages
 from .html import to_html
 from .protocol import protocol_picture
@@ -28,29 +29,100 @@ from .widgets import _display, book_build
 
 # ---- tables ------------------------------------------------------------------------------------------
 
-def _site(text: str, limit: int = 140) -> str:
+def _site(text: str, limit: int | None = None) -> str:
+    """One line (whitespace collapsed); cut at `limit` characters only where a picture's one-line title
+    asks for it: a verdict or a report is always whole."""
     t = " ".join(str(text).split())
-    return t if len(t) <= limit else t[:limit - 1] + "…"
+    if limit is None or len(t) <= limit:
+        return t
+    cut = t.rfind(" ", 0, limit - 1)
+    return t[:cut if cut > limit // 2 else limit - 1] + " …"
+
+
+def barrier_names(run: SimRun) -> dict[int, str]:
+    """{shared-memory offset: 'full[1]'} of every mbarrier the run's events name: the name is the stage's
+    own (its mbarrier_init argument, "&full[s]" -> full), the index the barrier's place in that array."""
+    out: dict[int, str] = {}
+    for e in run.events or []:
+        if e.get("barrier") is None or e.get("addr") is None or e["addr"] in out:
+            continue
+        out[e["addr"]] = e["barrier"] if e.get("index") is None else f"{e['barrier']}[{e['index']}]"
+    return out
+
+
+_WAIT_AT = re.compile(r"mbarrier wait \(tag (\d+)\) on the barrier at (0x[0-9a-fA-F]+)")
+_BAR_AT = re.compile(r"\b(the )?(m?barrier) at (0x[0-9a-fA-F]+)")
+
+
+def named(run: SimRun, text: str) -> str:
+    """A report's text with each barrier named as the stage names it ('the wait on empty[0]'), not by its
+    shared-memory address and wait tag; a barrier no event names keeps its offset, said as such."""
+    names = barrier_names(run)
+
+    def name(addr: str) -> str:
+        return names.get(int(addr, 16), f"the mbarrier at shared offset {addr}")
+
+    text = _WAIT_AT.sub(lambda m: f"mbarrier wait on {name(m.group(2))}", str(text))
+    return _BAR_AT.sub(lambda m: (f"{m.group(1) or ''}{m.group(2)} {names[int(m.group(3), 16)]}"
+                                  if int(m.group(3), 16) in names else m.group(0)), text)
+
+
+def blocked_on(run: SimRun) -> list[str]:
+    """The barriers a deadlocked run's blocked mbarrier waits wait on, by name, in the report's order."""
+    out = []
+    for x in run.deadlock or []:
+        m = _WAIT_AT.search(x)
+        if m:
+            n = barrier_names(run).get(int(m.group(2), 16), f"the mbarrier at shared offset {m.group(2)}")
+            if n not in out:
+                out.append(n)
+    return out
 
 
 def _report_text(r: SimRun) -> str:
-    """'no deadlock, no hazard, no misuse', or what stopped the run and where."""
+    """'no deadlock, no hazard, no misuse', or what stopped the run and where, for a table cell (cut at a
+    word to CELL characters; the whole report is the run's own, SimRun.report)."""
     if r.outcome in ("ok", "wrong output") and not (r.deadlock or r.hazards or r.misuse):
         return "no deadlock, no hazard, no misuse"
-    return f"{r.outcome}: {_site(first_site(r), 160)}"
+    return f"{r.outcome}: {_site(first_site(r), CELL - len(r.outcome) - 2)}"
 
 
-def run_table(runs: list[SimRun], caption: str | None = None) -> Table:
-    """One row per run: the verification against torch and what the simulator reported (simulated)."""
+def _verified(r: SimRun) -> str:
+    return "—" if r.verified is None else ("PASS" if r.verified else "FAIL")
+
+
+def _compact_rows(runs: list[SimRun]) -> list[dict]:
+    """One row per stage: its seeds, the verification at every seed, and one report (the same at every
+    seed, or the first seed's that differs from clean)."""
+    rows = []
+    for st in dict.fromkeys(r.label for r in runs):
+        rs = [r for r in runs if r.label == st]
+        seeds = [x for r in rs for x in (r.seeds or [r.seed])]
+        said = list(dict.fromkeys(_report_text(r) for r in rs))
+        ver = list(dict.fromkeys(_verified(r) for r in rs))
+        bad = [r for r in rs if _report_text(r) != "no deadlock, no hazard, no misuse"]
+        rows.append({"stage": st, "seeds": ", ".join(map(str, seeds)),
+                     "verified vs torch": ver[0] + (" at every seed" if len(rs) > 1 else "") if len(ver) == 1 else
+                     ", ".join(f"{_verified(r)} (seed {r.seed})" for r in rs),
+                     "the simulator's report": said[0] + (" at every seed" if len(rs) > 1 else "") if len(said) == 1
+                     else f"seed {bad[0].seed}: {_report_text(bad[0])}"})
+    return rows
+
+
+def run_table(runs: list[SimRun], caption: str | None = None, compact: bool = False) -> Table:
+    """One row per run: the verification against torch and what the simulator reported (simulated).
+    compact=True: one row per stage, its seeds together (each run keeps its whole report)."""
     if not runs:
         raise sim_runs.SimRunError("no simulated runs to show")
     rows = []
     for r in runs:
         rows.append({"stage": r.label, "problem": r.problem, "seed": ", ".join(str(x) for x in (r.seeds or [r.seed])),
-                     "verified vs torch": "—" if r.verified is None else ("PASS" if r.verified else "FAIL"),
+                     "verified vs torch": _verified(r),
                      "max |err|": "—" if r.max_abs is None else f"{r.max_abs:.3g}",
                      "bad elements": "—" if r.n_bad is None else f"{r.n_bad:,} of {r.n:,}",
                      "the simulator's report": _report_text(r), "events": f"{len(r.events):,}"})
+    if compact:
+        rows = _compact_rows(runs)
     stages = list(dict.fromkeys(r.stage for r in runs))
     seeds = list(dict.fromkeys(k for r in runs for k in (r.seeds or [r.seed])))
     cap = caption or (f"{', '.join(stages)} on the simulator's problem ({runs[0].problem}), scheduler "
@@ -112,20 +184,22 @@ def picture(stage, defines: dict | None = None, *, seed: int = 0, title: str = "
 
 
 def on_b200(stage_names, *, measured, stage_of, recorded=None, mistake: str | bool | None = None,
-            seeds=SEEDS) -> Shown:
+            seeds=SEEDS, compact: bool = False) -> Shown:
     """A chapter's 'On a B200' cell. On a B200 the stages run live, verified then timed: `measured()` (the
     family's measured table, as before). Elsewhere each stage runs on the simulator at `seeds` (its
     verification against torch and the simulator's report), then `recorded()` (the lab's numbers, if
     given), then, with `mistake`, one planted mistake of the catalog and what the simulator said.
 
-    stage_of(name) -> Stage. mistake: a catalog id, or True for the stage's first catalog entry."""
+    stage_of(name) -> Stage. mistake: a catalog id, or True for the stage's first catalog entry. compact: the
+    simulated runs one row per stage (run_table)."""
     if device.can_run("sm_100a"):  # pragma: no cover - B200
         return Shown([measured()])
     names = [stage_names] if isinstance(stage_names, str) else list(stage_names)
     ok, why = sim_runs.available()
     out = Shown()
     if ok:
-        out.append(run_table([r for n in names for r in sim_runs.simulate_seeds(stage_of(n), seeds=seeds)]))
+        out.append(run_table([r for n in names for r in sim_runs.simulate_seeds(stage_of(n), seeds=seeds)],
+                             compact=compact))
     else:
         out.append(unavailable_note(why))
     if recorded is not None:
@@ -135,7 +209,7 @@ def on_b200(stage_names, *, measured, stage_of, recorded=None, mistake: str | bo
     return out
 
 
-# ---- planted mistakes (pelib.sim_catalog) ----------------------------------------------------------------
+# ---- planted mistakes (pelib.sim.catalog) ----------------------------------------------------------------
 
 def patch_text(m, limit: int = 3) -> str:
     """The lines a mutation changes, as '- old' / '+ new' (at most `limit` of each per patch)."""
@@ -182,7 +256,7 @@ def first_site(run: SimRun) -> str:
     if not items:
         return clean(run.stopped)
     tagged = [x for x in items if re.search(r"\btag\b", x)]
-    return clean((tagged or items)[0]) + (f" (and {len(items) - 1} more)" if len(items) > 1 else "")
+    return named(run, clean((tagged or items)[0])) + (f" (and {len(items) - 1} more)" if len(items) > 1 else "")
 
 
 def _stopped(run: SimRun) -> str | None:
@@ -190,22 +264,29 @@ def _stopped(run: SimRun) -> str | None:
     return None if run.outcome in ("ok", "wrong output") else f"{run.outcome}: {_site(first_site(run), 140)}"
 
 
-def _said(run: SimRun, short: bool = False, benign: bool = False) -> str:
+# A table cell's longest report (the page holds a cell to 400 characters); the whole report is the run's own
+# (SimRun.report) and an exercise's verdict is never cut.
+CELL = 380
+
+
+def _said(run: SimRun, short: bool = False, benign: bool = False, whole: bool = False) -> str:
     """What the simulator said about a run, for a table: its outcome and the telling entry (short: the
     outcome, the blocked tags and how many waits were blocked, or the entry cut to one line)."""
     if run.outcome == "deadlock":
-        tags = sim_runs.blocked_tags(run)
-        head = f"deadlock, blocked at tag {', '.join(map(str, tags))}" if tags else "deadlock"
+        bars, tags = blocked_on(run), sim_runs.blocked_tags(run)
+        # by the barriers' own names; a report not in the simulator's form (no barrier offset) by its wait tags
+        head = (f"deadlock, blocked on {', '.join(bars)}" if bars else
+                f"deadlock, blocked at tag {', '.join(map(str, tags))}" if tags else "deadlock")
         if short:
             return f"{head} ({len(run.deadlock)} blocked waits)" if run.deadlock else head
-        return f"{head}: {_site(first_site(run), 220)}"
+        return f"{head}: {_site(first_site(run), None if whole else CELL - len(head))}"
     if short and run.outcome in ("hazard", "misuse", "error"):
-        return f"{run.outcome}: {_site(first_site(run).split(' — ')[0], 110)}"
+        return f"{run.outcome}: {_site(first_site(run).split(' — ')[0])}"
     if run.outcome == "wrong output":
         return f"finished, output wrong: {run.n_bad:,} of {run.n:,} elements" if run.n_bad is not None else "wrong output"
     if run.outcome == "ok":
         return "finished, verified" + ("" if benign else " (the mistake went unseen)")
-    return f"{run.outcome}: {_site(first_site(run), 220)}"
+    return f"{run.outcome}: {_site(first_site(run), None if whole else CELL)}"
 
 
 def mistake_panel(stage, mutation_id: str | None = None, *, seed: int = 0, picture: bool = True) -> Shown:
@@ -223,7 +304,7 @@ def mistake_panel(stage, mutation_id: str | None = None, *, seed: int = 0, pictu
            "the simulator said": _said(run, benign=m.expect == "clean"), "seed": run.seed,
            "as expected": "yes" if ok else f"NO: {why}"}
     out = Shown([Table([row], f"A planted mistake in {s.key} (a source patch applied for this run only, "
-                              f"pelib.sim_catalog) — {evidence.simulated()}",
+                              f"pelib.sim.catalog) — {evidence.simulated()}",
                        notes=[m.why] if getattr(m, "why", "") else None)])
     if picture and run.events and run.outcome not in ("ok", "wrong output"):   # where the protocol stopped
         out.append(protocol_picture(run, title=f"{s.key} with '{m.id}'", stopped=_stopped(run)).figure)
@@ -239,7 +320,7 @@ def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None, st
         return Table([{"catalog": "every planted mistake", "simulated": why}],
                      f"The planted-bug catalog, not run here — {evidence.simulated()} needs a host C++ compiler",
                      descriptive=True)
-    gpu = (proof or {}).get("mutations", {})   # pelib.sim_proof's record: {id: {"outcome": {...}, ...}}
+    gpu = (proof or {}).get("mutations", {})   # pelib.sim.proof's record: {id: {"outcome": {...}, ...}}
     if isinstance(gpu, list):
         gpu = {r.get("id"): r for r in gpu}
     rows = []
@@ -261,7 +342,7 @@ def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None, st
         rows.append(row)
     src = (f"; H100 column measured ({proof.get('name') or proof.get('device', '')}, {str(proof.get('date', ''))[:10]}, "
            f"{proof.get('path', 'sim_proof.json')})" if proof else "")
-    return Table(rows, f"The planted-bug catalog (pelib.sim_catalog), each mutation run once at seed {seed} — "
+    return Table(rows, f"The planted-bug catalog (pelib.sim.catalog), each mutation run once at seed {seed} — "
                        f"{evidence.simulated()}{src}")
 
 

@@ -143,6 +143,16 @@ class _Published:
         data["text/plain"] = self.PLACEHOLDER
         return data
 
+    def _show(self, result):
+        """Count a render, keep its result and show it in the live output (if any)."""
+        self.renders += 1
+        self._last = result
+        if self.output is not None:
+            with self.output:
+                self.output.clear_output(wait=True)
+                _display(result)
+        return result
+
     def _ipython_display_(self):
         if self.static is not None:
             _display(self.static() if callable(self.static) else self.static)
@@ -176,14 +186,7 @@ class Sweep(_Published):
 
     def _update(self, value):
         self.value = value
-        self.renders += 1
-        result = self.render(value)
-        self._last = result
-        if self.output is not None:
-            with self.output:
-                self.output.clear_output(wait=True)
-                _display(result)
-        return result
+        return self._show(self.render(value))
 
 
     def offline_html(self) -> str:
@@ -254,14 +257,7 @@ class Grid(_Published):
 
     def _update(self, values: dict):
         self.values = dict(values)
-        self.renders += 1
-        result = self.render(**self.values)
-        self._last = result
-        if self.output is not None:
-            with self.output:
-                self.output.clear_output(wait=True)
-                _display(result)
-        return result
+        return self._show(self.render(**self.values))
 
     offline: dict | None = None      # options the offline view covers, per control (default: all)
     max_panels: int = 40

@@ -1,0 +1,1 @@
+"""The compiled side: SASS (sass, sass_account), the cubin (elf), descriptors, and the hardware limits."""

@@ -1,0 +1,1 @@
+"""Shared-memory layouts: bank conflicts (banks) and the epilogue's staging (staging)."""

@@ -1,0 +1,2 @@
+"""The measurement runners and their shared command line (jobs): energy, hopper_perf, sweep, baselines,
+the tensor-core and register probes, L2 policy, the variant catalog, the diff-size report."""

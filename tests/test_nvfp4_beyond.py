@@ -1,0 +1,193 @@
+"""The NVFP4 stages after the lab (03 narrow N, 04 split-K in a cluster, 05 persistent with two accumulators,
+06 cache policies): what their exports say about the grid and K, the narrow tile's scale-factor shift, their
+refusals, and `make bench`'s job for each on the three benchmark shapes up to the launch (a fake GPU). The
+simulator runs are in test_sim_stages.py, the planted mistakes in pelib.sim.catalog."""
+import pytest
+import torch
+
+from pelib import problems, reference
+from pelib.sim import host as sim_host
+from pelib.measure import sweep
+from pelib.kinds import nvfp4 as K
+from pelib.kinds.base import KindError
+from pelib.stage import Stage
+
+NEW = ("nvfp4/03_narrow_n", "nvfp4/04_split_k_cluster", "nvfp4/05_persistent_acc2", "nvfp4/06_cache_hints",
+       "nvfp4/07_split_k_roles")
+SHAPES = ("k16384", "k7168", "k2048")
+
+
+@pytest.mark.parametrize("key", NEW)
+def test_parent_chain_and_tile(key):
+    s = Stage(key)
+    assert s.exports.tile_m == 128 and s.exports.tile_n == 64
+    assert s.header.parent in ("nvfp4/01_pipelined", *NEW)
+
+
+def test_grids_on_the_benchmark_shapes():
+    """Where the SMs go, from the exports: 03 doubles 01's CTAs; 04 doubles them again with a K split per
+    cluster; 05 is one CTA per tile while tiles are fewer than SMs."""
+    full = {k: Stage(k).launch_config("full") for k in ("nvfp4/01_pipelined", *NEW)}
+    assert full["nvfp4/01_pipelined"].ctas == 56 and full["nvfp4/03_narrow_n"].ctas == 112
+    c4 = full["nvfp4/04_split_k_cluster"]
+    assert c4.ctas == 224 and c4.cluster == (2, 1, 1) and c4.grid == (224, 1, 1)
+    assert full["nvfp4/05_persistent_acc2"].persistent and full["nvfp4/05_persistent_acc2"].ctas == 112
+    assert Stage("nvfp4/04_split_k_cluster", {"SPLIT_K": 4}).launch_config("k7168").ctas == 4 * 4096 // 64
+
+
+def test_split_k_refuses_a_k_it_cannot_share():
+    s = Stage("nvfp4/04_split_k_cluster", {"SPLIT_K": 4})
+    with pytest.raises(KindError, match="SPLIT_K"):
+        s.launch_config(problems.NvFp4Gemm("odd", 128, 256, 256 * 6))   # 6 K tiles over 4 CTAs
+    s.launch_config(problems.NvFp4Gemm("even", 128, 256, 256 * 8))
+
+
+def test_sfb_shift_follows_the_tile_inside_its_block():
+    ex = Stage("nvfp4/03_narrow_n").exports
+    assert [K.sfb_shift(ex, n) for n in range(4)] == [0, 2, 0, 2]
+    assert K.sfb_shift(Stage("nvfp4/01_pipelined").exports, 1) == 0     # 128-wide tiles: no shift
+
+
+def test_emulated_odd_tile_needs_the_shift():
+    """The emulator replays an odd 64-wide tile with the kernel's shift; without it the tile takes its even
+    neighbour's B scales and misses the reference."""
+    s = Stage("nvfp4/03_narrow_n")
+    assert s.kind.emulate_check(s, "ring", (0, 1), 0)["ok"]
+    bad = s.kind.emulate_check(s, "ring", (0, 1), 0, overrides={"sfb_shift_cols_per_32": 0})
+    assert not bad["ok"] and bad["elements_off_by_more_than_1ulp"] > 0
+
+
+def test_bench_enumerates_the_new_stages_and_times_three_shapes():
+    keys = [k for k, _ in sweep.entries(["nvfp4"])]
+    assert all(k in keys for k in NEW)
+    assert ("full",) + K.Nvfp4.TIMED_PROBLEMS == ("full", "k7168", "k2048")
+    assert K.Nvfp4().problem("full").name == "k16384"
+
+
+def _zero_inputs(prob):
+    """Inputs of the problem's shapes and dtypes, all zero (fast at full size): their reference is exactly 0."""
+    kb = prob.k // reference.SF_VEC
+    z = lambda *shape: torch.zeros(shape, dtype=torch.uint8)  # noqa: E731
+    return {"a": z(prob.m, prob.k // 2), "b": z(prob.n, prob.k // 2),
+            "sfa": z(prob.m, kb).view(reference.FP8), "sfb": z(prob.n, kb).view(reference.FP8),
+            "sfa_mma": z(reference.sf_mma_size(prob.m, kb)).view(reference.FP8),
+            "sfb_mma": z(reference.sf_mma_size(prob.n, kb)).view(reference.FP8),
+            "gsa": torch.ones(1), "gsb": torch.ones(1),
+            "out": torch.full((prob.m, prob.n), float("nan"), dtype=torch.float16)}
+
+
+class _Ctx:
+    """pelib.measure.jobs.Context on the CPU: each problem's zero inputs and their (zero) reference."""
+
+    iters = 2
+
+    def __init__(self):
+        self.made = {}
+
+    def check_problem(self, s, name):
+        if name not in self.made:
+            p = s.problem(name)
+            self.made[name] = (p, _zero_inputs(p), torch.zeros((p.m, p.n), dtype=torch.float16))
+        return self.made[name]
+
+    @property
+    def data(self):
+        return self
+
+    def full(self, s):
+        return self.check_problem(s, "full")
+
+
+@pytest.mark.parametrize("key", NEW)
+def test_bench_job_on_the_three_shapes_up_to_the_launch(key, fake_gpu):
+    """make bench's job for the stage (pelib.measure.sweep.variant): the check shapes and the three benchmark shapes,
+    each with its own launch (grid, cluster, tensor maps, arguments), verified on a NaN-poisoned output, then
+    timed. The fake GPU writes the reference it was given; a B200 runs the kernel."""
+    plans, state = fake_gpu
+    ctx = _Ctx()
+    state["fill"] = lambda: [t["out"].copy_(ref) for _, t, ref in ctx.made.values()]
+    res = {}
+    sweep.variant({"stage": key, "defines": {}}, ctx, res)
+    assert res["ok"], res
+    assert set(res["checks"]) == {"small", "ring"} and "median_ms" in res
+    assert set(res["shapes"]) == {"k7168", "k2048"} and all("median_ms" in v for v in res["shapes"].values())
+    s = Stage(key)
+    grids = {p.grid for p in plans}
+    for name in SHAPES:
+        assert s.launch_config(name).grid in grids
+    assert res["shapes"]["k2048"]["problem"] == "128x7168x2048"
+
+
+def test_simulator_catches_the_lost_sfb_shift_on_random_scales():
+    """The catalog runs on exact inputs, whose block scales are all 1.0, where a wrong scale-factor column
+    cannot show; on the seeded random inputs (scales 0.25..7.5) the simulator's output of 03 without its
+    2-column shift misses the reference, on the odd tiles only."""
+    from pelib.sim import catalog as C
+    shift = C.Mutation("x-nvfp4-03-sfb-shift-lost", "nvfp4/03_narrow_n",
+                       (C.Patch("mma_ktile(stage, tmem, s * TMEM_STAGE_COLS, sfb_shift_cols(n_blk), kt == 0);",
+                                "mma_ktile(stage, tmem, s * TMEM_STAGE_COLS, 0, kt == 0);"),), "d", "wrong")
+    with C.patched(C.stage_of(shift), shift) as s:
+        prob = s.problem("sim")
+        t = s.inputs(prob, 0, "sim")
+        r = sim_host.run(s, prob, inputs=t, sim_seed="lazy")
+    assert not r["ok"]
+    ref = s.kind.reference(prob, t).double()
+    bad = ~torch.isclose(t["out"].double(), ref, rtol=2e-3, atol=0.3)
+    per_tile = bad.reshape(128, 4, 64).any(dim=2).any(dim=0).tolist()
+    assert per_tile == [False, True, False, True]
+
+
+def test_work_picture_and_table_come_from_the_exports():
+    from pelib.views import nvfp4 as v
+    w = v.work_split("04_split_k_cluster", "k16384")
+    assert (w["ctas"], w["waves"], w["k_tiles_per_cta"], w["idle_sms"]) == (224, 2, 32, 0)
+    assert v.work_split("03_narrow_n", "k7168")["idle_sms"] == 148 - 64
+    d = v.work_picture("k2048")
+    assert d.svg.startswith("<svg") and "04_split_k_cluster" in d.svg and "compiled" in d.caption
+    assert len(v.work_split_table("k2048").rows) == len(v.BEYOND)
+
+
+def test_side_by_side_table_labels_every_row():
+    from pelib.views import nvfp4 as v
+    doc = {"error_bar": {"mae": 0.2, "worst": 0.8, "stages": 28, "device": "H100"},
+           "rows": [{"stage": "nvfp4/03_narrow_n", "shape": s, "predicted_us": x}
+                    for s, x in zip(SHAPES, (30.0, 20.0, 10.0))]}
+    t = v.beyond_table(doc)
+    kinds = {r["entry"]: r["evidence"] for r in t.rows}
+    assert kinds["speed of light"].startswith("recorded (public)") and kinds["lab: ring depth 5 (128x128 tiles)"] == "recorded"
+    assert kinds["nvfp4/03_narrow_n"].startswith("predicted, ± 20%")
+    assert kinds["nvfp4/04_split_k_cluster"].startswith("predicted: pending")
+    row = next(r for r in t.rows if r["entry"] == "nvfp4/03_narrow_n")
+    assert row["geomean"] == f"{(30.0 * 20.0 * 10.0) ** (1 / 3):.3g}"
+    sol = next(r for r in t.rows if r["entry"] == "speed of light")
+    assert sol["geomean"] == "3.04"
+
+
+def test_predictions_go_through_pelib_predict():
+    """beyond_predictions asks pelib.predict for each (stage, shape) on the B200 (a stand-in predictor here:
+    the real one simulates each stage, minutes a row)."""
+    from pelib.views import nvfp4 as v
+    asked = []
+
+    class P:
+        ms, sentence = 0.0123, "bound by something"
+
+    def fake(stage, gpu, cal, problem):
+        asked.append((stage.key, gpu, problem))
+        return P()
+    rows = v.beyond_predictions(cal=object(), names=("03_narrow_n",), predict_fn=fake)
+    assert asked == [("nvfp4/03_narrow_n", "b200", s) for s in SHAPES]
+    assert rows[0]["predicted_us"] == 12.3 and rows[0]["shape"] == "k16384"
+
+
+def test_a_stage_the_model_cannot_replay_gets_a_row_that_says_why():
+    from pelib.predict import PredictError
+    from pelib.views import nvfp4 as v
+
+    def fake(stage, gpu, cal, problem):
+        raise PredictError("no path to an expect_tx")
+    rows = v.beyond_predictions(cal=object(), names=("04_split_k_cluster",), shapes=("k2048",), predict_fn=fake)
+    assert rows == [{"stage": "nvfp4/04_split_k_cluster", "shape": "k2048", "predicted_us": None,
+                     "error": "PredictError: no path to an expect_tx"}]
+    t = v.beyond_table({"error_bar": None, "rows": rows})
+    assert any("could not replay" in n for n in t.notes)

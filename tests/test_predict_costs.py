@@ -1,0 +1,108 @@
+"""pelib.predict.costs: the one table of the timing model's costs, and the checks it gives every calibration on
+load (the bad values a skeptical reader tried: NaN, infinity, negative latencies, 1e300, 0 SMs, a chip named by a
+fragment, costs of a chip that cannot run the stage)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pelib.predict import calibration as C, costs, measured as M, model
+from pelib.stage import Stage
+
+
+def _with(tmp_path, **values):
+    doc = C.load("h100").to_json()
+    for k, v in values.items():
+        doc["constants"][k.replace("__", ".")]["value"] = v
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_the_table_is_what_the_calibration_requires():
+    assert set(C.REQUIRED) == {n for n, c in costs.COSTS.items() if c.required == "always"}
+    assert all(c.reads and c.source and c.unit for c in costs.COSTS.values())
+    for chip in ("h100", "h200", "b200"):       # every committed calibration passes its own table
+        C.load(chip)
+
+
+@pytest.mark.parametrize("name,value,says", [
+    ("tma.l2_latency_cycles", float("nan"), "not finite"),          # PR07: a NaN priced a load at nothing
+    ("dram.bandwidth_gbps", float("inf"), "not finite"),            # PR08
+    ("tma.l2_latency_cycles", -700.0, "negative"),                  # PR09
+    ("cta.launch_cycles", -2000.0, "negative"),
+    ("launch.overhead_us", -4.0, "negative"),
+    ("tma.issue_cycles", 1e300, "above its range"),                 # PR13: the replay's buckets hung at 1e300
+    ("sm_count", 0.0, "below its range"),                           # PR11: 0 SMs fell back to 132
+    ("clock_ghz.timed", 0.0, "below its range"),                    # CL05
+    ("dram.bandwidth_gbps", 1e9, "above its range"),
+])
+def test_a_bad_cost_is_refused_on_load_and_on_change(tmp_path, name, value, says):
+    with pytest.raises(C.CalibrationError, match=says):
+        C.load(_with(tmp_path, **{name.replace(".", "__"): value}))
+    with pytest.raises(C.CalibrationError, match=says):
+        C.load("h100").with_values(**{name.replace(".", "__"): value})
+
+
+def test_a_measured_file_with_a_bad_value_is_refused(tmp_path):
+    """PR16, PR17, CL07: a NaN or a negative measured constant never becomes a "measured" cost."""
+    from pelib.paths import ROOT
+    src = ROOT / "results/2026-11-27-h100/calibration-nvidia-h100-80gb-hbm3.json"
+    for name, value in (("mbarrier.arrive_cycles", -50.0), ("tma.load.latency_cycles.l2", float("nan"))):
+        doc = json.loads(src.read_text())
+        doc["constants"][name]["value"] = value
+        p = tmp_path / "meas.json"
+        p.write_text(json.dumps(doc))
+        with pytest.raises(C.CalibrationError, match="unusable|not finite|negative"):
+            M.resolve(str(p), "h100")
+
+
+def test_a_chip_is_named_exactly():
+    """CL06: 'h' and '200' loaded the H200's costs without a word."""
+    for bad in ("h", "200", "H1"):
+        with pytest.raises(C.CalibrationError, match="name one of"):
+            C.load(bad)
+    assert C.load("H100").chip == "h100"
+
+
+def test_costs_of_a_chip_that_cannot_run_the_stage_are_refused():
+    """PR03 / PR04: sm_90a code on B200 costs, tcgen05 code on H100 costs, unless the prediction says TRANSFERRED."""
+    with pytest.raises(model.PredictError, match="sm_90a code.*b200"):
+        model.predict(Stage("sm90/06_permuted_b"), "b200")
+    with pytest.raises(model.PredictError, match="sm_100a code.*h100"):
+        model.predict(Stage("fp8/00_ws_cta1"), "h100")
+
+
+def test_an_unknown_chip_in_a_file_is_refused(tmp_path):
+    """PR18: a calibration relabelled as another chip."""
+    doc = C.load("h100").to_json()
+    doc["chip"] = "a100"
+    p = tmp_path / "a100.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(C.CalibrationError, match="chip 'a100'"):
+        C.load(p)
+
+
+def test_an_optional_cost_reads_its_default_or_fallback_from_the_table():
+    cal = C.load("h100")
+    assert "umma.commit_cycles" not in cal.constants and "tmem.ld_cycles" not in cal.constants
+    assert cal.cost("umma.commit_cycles") == cal["mbarrier.wake_cycles"]          # its fallback cost
+    assert cal.cost("tmem.ld_cycles") == costs.COSTS["tmem.ld_cycles"].default == 0.0
+    assert cal.cost("bar_sync.cycles") == cal["bar_sync.cycles"]
+    with pytest.raises(KeyError, match="no cost of pelib.predict.costs"):
+        cal.cost("tma.warp_speed")
+    for c in costs.COSTS.values():        # a fallback names a cost of the table, an optional cost has a way out
+        assert c.fallback is None or c.fallback in costs.COSTS
+        assert c.required != "optional" or c.default is not None or c.fallback or c.name.startswith(
+            ("clock_ghz.", "tensor.fp4")), c.name
+
+
+def test_the_replay_has_no_default_of_its_own_for_a_cost():
+    """Costs are read as cal[name] or cal.cost(name): a default written beside a read would hide from the table."""
+    import re
+    from pathlib import Path
+    here = Path(model.__file__).parent
+    for f in ("replay.py", "model.py", "memory.py", "price.py"):
+        text = (here / f).read_text()
+        assert not re.search(r"\bcal\.get\(", text), f"{f} reads a cost with a default of its own"

@@ -1,0 +1,210 @@
+"""pelib.predict's memory side against what the simulator logs: a TMA load's box, destinations and tensor
+(multicast), the tile orders the kernels walk A in (a_schedule, including 07a/07b's windows), and the traffic
+the replay counts from the kernel's own loads and stores. The simulations here use one K block and a comb of
+20 positions (comb-residue period 5), so the orders differ within a few tiles and each run takes seconds."""
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+import pytest
+
+from pelib.predict import calibration as cal_mod
+from pelib.predict.graph import Graph
+from pelib.predict.memory import MemoryState, a_schedule
+from pelib.predict.replay import Replay
+from pelib.sim import host as sim_host
+from pelib.stage import Stage
+
+
+@lru_cache(maxsize=None)
+def _tiny(key: str, m_tiles: int = 8, grid: int | None = None):
+    """(stage, problem, grid, events) of a small simulated run: M = m_tiles row tiles, one K block."""
+    s = Stage(key, {"PE_NUM_PATCHES": 20})
+    ex = s.exports
+    prob = replace(s.problem("sim"), name="order", m=m_tiles * ex.tile_m * ex.cluster_x, n=3 * ex.tile_n,
+                   k=ex.block_k, positions=20)
+    plan = sim_host.plan(s, prob, s.inputs(prob, 0, "sim"), grid=grid)
+    rep = plan.run()
+    assert rep.ok, rep.summary()
+    return s, prob, plan.config.grid[0], rep.events
+
+
+def _a_rows(s, events, cta: int) -> list[int]:
+    """The row tiles CTA `cta` loads A for, in the simulated order (one entry per tile)."""
+    rows = []
+    for e in events:
+        if e["cta"] == cta and e["kind"] == "tma_load" and e["tensor"] == "a":
+            t = e["coord"] // s.exports.tile_m
+            if not rows or rows[-1] != t:
+                rows.append(t)
+    return rows
+
+
+# ---- the TMA load event ------------------------------------------------------------------------------------
+
+def test_a_multicast_load_logs_its_box_destinations_and_tensor():
+    """02 multicasts B's half box to its pair (16 KiB, the size of its A box); 06a multicasts A to 3 CTAs."""
+    s, _, _, ev = _tiny("sm90/02_persistent_cluster", 4)
+    loads = {(e["tensor"], e["bytes"], e["dests"]) for e in ev if e["kind"] == "tma_load"}
+    assert loads == {("a", 16384, 1), ("b", 16384, 2)}
+    s, _, _, ev = _tiny("sm90/06a_multicast_a", 4)
+    loads = {(e["tensor"], e["bytes"], e["dests"]) for e in ev if e["kind"] == "tma_load"}
+    assert loads == {("a", 8192, 3), ("b", 32768, 1)}
+    # every destination's landing carries the box, not box x destinations
+    assert {e["bytes"] for e in ev if e["kind"] == "complete_tx"} <= {8192, 32768}
+
+
+def _replay_loads(key: str, m_tiles: int = 4):
+    s, _, _, ev = _tiny(key, m_tiles)
+    g = Graph.build(ev)
+    cal = cal_mod.load("h100")
+    mem = MemoryState(0.5, 0.0, 1.6)
+    seen = []
+    draw = mem.tma_draw
+
+    class Spy(MemoryState):
+        def tma_draw(self, cal, nbytes, streamed, rng):
+            seen.append((nbytes, streamed))
+            return draw(cal, nbytes, streamed, rng)
+    spy = Spy(0.5, 0.0, 1.6)
+    res = Replay(g, cal, spy, ctas=set(g.ctas), streamed=("a",)).run()
+    return g, res, seen
+
+
+def test_streamed_is_decided_by_tensor_not_by_size():
+    """02's B half box (16 KiB) is as large as its A box: only A's loads may miss L2."""
+    g, res, seen = _replay_loads("sm90/02_persistent_cluster")
+    issued = [n for n in g.nodes if n.kind == "tma_load" and n.warp >= 0]
+    assert {(n.bytes, n.tensor == "a") for n in issued} == {(16384, True), (16384, False)}
+    assert sorted(seen) == sorted((n.bytes, n.tensor == "a") for n in issued)
+
+
+def test_a_multicast_box_is_charged_once_and_lands_in_each_destination():
+    """06a: the issuing SM's TMA unit moves one 8 KiB box; each of the 3 CTAs receives it."""
+    g, res, seen = _replay_loads("sm90/06a_multicast_a")
+    a = [n for n in g.nodes if n.kind == "tma_load" and n.warp >= 0 and n.tensor == "a"]
+    b = [n for n in g.nodes if n.kind == "tma_load" and n.warp >= 0 and n.tensor == "b"]
+    assert a and all(n.bytes == 8192 and n.dests == 3 for n in a)
+    assert all(nbytes == 8192 for nbytes, streamed in seen if streamed)
+    sent = sum(v for (c, what, _), v in res.traffic.items() if what == "tma_load.a")
+    assert sent == 8192 * len(a)                                  # read from L2 once per box
+    landed = sum(res.load_bytes.values())
+    assert landed == 8192 * 3 * len(a) + sum(n.bytes for n in b)    # landed in every destination
+
+
+# ---- the tile orders ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key,expect", [
+    ("sm90/07_comb_resident", [0, 5, 1, 6, 2, 7, 3, 4]),   # 07: classes t % 5 in order
+    ("sm90/07a_comb_windows", [0, 1, 2, 3, 4, 5, 6, 7]),   # 07a: window by window
+])
+def test_a_schedule_is_the_simulated_load_order(key, expect):
+    """a_schedule restates the order each CTA loads A in: 07's comb-residue order and 07a's windows differ."""
+    s, prob, grid, ev = _tiny(key)
+    sched = a_schedule(s.exports, prob.m, prob.n, grid, s.kind.SIM_SM_COUNT)
+    for c in range(grid):
+        assert _a_rows(s, ev, c) == sched[c]
+    assert sched[0] == expect
+
+
+def test_a_schedule_of_two_row_groups_with_windows():
+    """Two row groups (6 CTAs) over 16 row tiles: 07a's windows against the simulated loads, CTA by CTA."""
+    s, prob, grid, ev = _tiny("sm90/07a_comb_windows", 16, 6)
+    sched = a_schedule(s.exports, prob.m, prob.n, grid, grid)
+    assert grid == 6 and len({tuple(x) for x in sched}) == 2
+    for c in range(grid):
+        assert _a_rows(s, ev, c) == sched[c]
+
+
+# ---- resident clusters -------------------------------------------------------------------------------------
+
+BLIND_H100 = "results/2026-11-27-h100/blind-nvidia-h100-80gb-hbm3.json"
+
+
+@pytest.fixture(scope="module")
+def h100_occupancy():
+    import json
+
+    from pelib.paths import ROOT
+    return cal_mod.occupancy_from_launches(json.loads((ROOT / BLIND_H100).read_text()), BLIND_H100)
+
+
+def test_occupancy_records_from_the_blind_run(h100_occupancy):
+    """The H100 blind run's query: 39 three-CTA clusters of 225 KB CTAs, 66 pairs."""
+    got = {(r["cluster"], r["threads"], r["smem"]): r["active_clusters"] for r in h100_occupancy}
+    assert got[(3, 384, 230488)] == 39 and got[(2, 384, 197696)] == 66
+    assert all("cuOccupancyMaxActiveClusters" in r["source"] and BLIND_H100 in r["source"] for r in h100_occupancy)
+    assert cal_mod.check_occupancy(h100_occupancy) == []
+
+
+def test_a_clustered_grid_launches_the_resident_clusters(h100_occupancy):
+    """06a on the H100: 117 CTAs (39 clusters), not 132; without a record the number is derived and says so."""
+    from pelib.predict import model
+    s = Stage("sm90/06a_multicast_a")
+    full = s.problem("full")
+    cfg, note = model.launch(s, full, 132, h100_occupancy)
+    assert cfg.grid[0] == 117 and cfg.active_clusters == 39 and "DERIVED" not in note
+    cfg, note = model.launch(s, full, 132, None)
+    assert cfg.grid[0] == 132 and "DERIVED" in note and "upper bound" in note
+    # a ring-depth variant's shared memory still allows one CTA per SM: the record carries over
+    n, how, measured = model.resident_clusters(h100_occupancy, 3, 384, 200_000, 168, 0, 132)
+    assert (n, measured) == (39, True)
+    n, how, measured = model.resident_clusters(h100_occupancy, 3, 384, 100_000, 80, 0, 132)
+    assert not measured and "DERIVED" in how      # two CTAs per SM: a different occupancy, not transferred
+
+
+def test_bad_occupancy_records_are_refused():
+    cal = cal_mod.load("h100")
+    for bad, word in (([{"cluster": 3, "threads": 384, "smem": 1, "active_clusters": 0, "source": "x"}], "active"),
+                      ([{"cluster": 3, "threads": 384, "smem": 1, "active_clusters": 39}], "source"),
+                      ({"cluster": 3}, "list")):
+        with pytest.raises(cal_mod.CalibrationError, match=word):
+            cal.with_occupancy(bad)
+
+
+# ---- traffic from the kernel's own instructions ------------------------------------------------------------
+
+def _tiny_traffic(key, defines=None):
+    s = Stage(key, {"PE_NUM_PATCHES": 20, **(defines or {})})
+    ex = s.exports
+    prob = replace(s.problem("sim"), name="traffic", m=4 * ex.tile_m, n=3 * ex.tile_n, k=ex.block_k, positions=20)
+    rep = sim_host.plan(s, prob, s.inputs(prob, 0, "sim")).run()
+    assert rep.ok, rep.summary()
+    from pelib.predict.sass_paths import SassPaths
+    sass = SassPaths.of(s)
+    sass.trips = prob.k // int(ex.get("a_box_k", ex.block_k))
+    g = Graph.build(rep.events, sass)
+    res = Replay(g, cal_mod.load("h100"), MemoryState(0.5, 0.0, 1.6), ctas=set(g.ctas), streamed=("a",)).run()
+    by = {}
+    for (_, what, _), v in res.traffic.items():
+        by[what] = by.get(what, 0) + v
+    return prob, by
+
+
+def test_traffic_is_what_the_kernel_loads_and_stores():
+    """06's own bytes at a small problem: every output byte stored once, A's boxes once per column block, B's
+    (resident) once per CTA."""
+    prob, by = _tiny_traffic("sm90/06_permuted_b")
+    ex = Stage("sm90/06_permuted_b").exports
+    assert by["stg"] == 2 * prob.m * prob.n
+    assert by["tma_load.a"] == prob.m * prob.k * (prob.n // ex.tile_n)
+    assert by["tma_load.b"] == prob.n * prob.k                 # 3 CTAs, one column block of B each
+
+
+def test_traffic_scales_tiles_and_prologue_apart():
+    """model.traffic: bytes inside a tile scale with the full grid's tiles, a prologue's (resident B) with its
+    CTAs; DRAM reads of a tensor stop at its size, every store reaches DRAM."""
+    from types import SimpleNamespace as NS
+
+    from pelib.predict import model
+    from pelib.problems import PatchEmbed
+    full = PatchEmbed("t", m=64 * 100, n=768, k=768)
+    su = NS(n_sim=8, ctas={0}, k_ratio=1.0, full=full, cfg=NS(grid_kind=2, tiles=300, ctas=30))
+    res = NS(traffic={(0, "tma_load.a", True): 8 * 64 * 768, (0, "tma_load.b", False): 256 * 768,
+                      (0, "stg", True): 8 * 64 * 256 * 2, (1, "stg", True): 10 ** 9})     # CTA 1 is not replayed
+    t = model.traffic(su, res)
+    assert t["by_kind"] == {"stg": 300 * 64 * 256 * 2, "tma_load.a": 300 * 64 * 768, "tma_load.b": 30 * 256 * 768}
+    assert t["dram_write"] == 2 * full.m * full.n
+    assert t["dram_read"] == min(300 * 64 * 768, full.m * full.k) + min(30 * 256 * 768, full.n * full.k)
+    assert t["write_share"] == pytest.approx(t["dram_write"] / t["dram"])
