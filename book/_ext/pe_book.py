@@ -36,8 +36,8 @@ BOOK = Path(__file__).resolve().parents[1]
 REPO = BOOK.parent
 VENDOR = BOOK / "_vendor"
 KERNELS = REPO / "src" / "kernels"
-sys.path.insert(0, str(REPO / "src"))   # pelib.repository: the one reader of the repository's address
-from pelib import repository  # noqa: E402
+sys.path.insert(0, str(REPO / "src"))   # pelib.views.repository: the one reader of the repository's address
+from pelib.views import repository  # noqa: E402
 
 ARCHIVE_NAME = repository.ARCHIVE
 # Chapters link to stage sources relative to the chapter file (book/chapters/x.md -> ../../src/kernels/...),
