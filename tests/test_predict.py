@@ -245,7 +245,7 @@ def test_locality_costs_time_only_through_the_scatter_penalty(cal):
 def test_schedule_matches_the_simulated_loads():
     """The restated schedule gives each simulated CTA as many A tiles as its simulated TMA loads of A say."""
     s = Stage("sm90/07_comb_resident")
-    events, prob, cfg = model.simulate(s)
+    events, prob, cfg, _ = model.simulate(s)
     ex = s.exports
     sched = a_schedule(ex, prob.m, prob.n, cfg.grid[0], s.kind.SIM_SM_COUNT)
     a_box = ex["tmap_a_box_rows"] * ex["tmap_a_box_cols"]
@@ -654,9 +654,14 @@ def test_traffic_is_held_to_the_counters():
     assert r["dram_read_error"] == pytest.approx(0.05) and r["dram_write_error"] == pytest.approx(0.25)
     assert r["l2_error"] == pytest.approx(-0.5)
     assert doc["summary"] == {"stages": 1, "dram_read_within": 1, "dram_write_within": 0, "l2_within": 0}
+    assert r["l2_counter"] == compare.L2_ALL
+    # where the run counted the SMs' own requests at L2, the model's SM <-> L2 bytes are held to those
+    ncu["ncu_per_tile"][0]["l2_sm_B_per_tile"] = 5.2e9 / tiles
+    r = compare.traffic(pred, ncu)["rows"][0]
+    assert r["l2_counter"] == compare.L2_FROM_SMS and r["l2_error"] == pytest.approx(5 / 5.2 - 1, abs=1e-4)
 
 
-def test_the_committed_calibrations_are_what_build_makes():
+def test_the_committed_calibrations_are_what_build_makes(tmp_path):
     """--build-calibration re-makes the committed measured calibrations from their probe files: the H200's from
     its own run, the H100's with the launch cost its probes did not take transferred from the H200 (and said so)."""
     from pelib.paths import ROOT
@@ -669,4 +674,4 @@ def test_the_committed_calibrations_are_what_build_makes():
     assert h100.entry("launch.overhead_us")["kind"] == "transferred" and not h100.provisional
     assert "transferred from NVIDIA H200" in h100.protocol and "still provisional" not in h100.protocol
     with pytest.raises(cal_mod.CalibrationError, match="no such file"):
-        measured.build(ROOT / "results/absent.json", "h200")
+        measured.build(tmp_path / "absent.json", "h200")
