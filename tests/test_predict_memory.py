@@ -200,7 +200,7 @@ def test_traffic_scales_tiles_and_prologue_apart():
     from pelib.predict import model
     from pelib.problems import PatchEmbed
     full = PatchEmbed("t", m=64 * 100, n=768, k=768)
-    su = NS(n_sim=8, ctas={0}, k_ratio=1.0, full=full, cfg=NS(grid_kind=2, tiles=300, ctas=30))
+    su = NS(n_sim=8, ctas={0}, k_ratio=1.0, full=full, cfg=NS(grid_kind=2, tiles=300, ctas=30), stores=None)
     res = NS(traffic={(0, "tma_load.a", True): 8 * 64 * 768, (0, "tma_load.b", False): 256 * 768,
                       (0, "stg", True): 8 * 64 * 256 * 2, (1, "stg", True): 10 ** 9})     # CTA 1 is not replayed
     t = model.traffic(su, res)
@@ -208,3 +208,28 @@ def test_traffic_scales_tiles_and_prologue_apart():
     assert t["dram_write"] == 2 * full.m * full.n
     assert t["dram_read"] == min(300 * 64 * 768, full.m * full.k) + min(30 * 256 * 768, full.n * full.k)
     assert t["write_share"] == pytest.approx(t["dram_write"] / t["dram"])
+    su.stores = 3.0e9                                         # the simulator's count replaces the walked one
+    assert model.traffic(su, res)["by_kind"]["stg"] == 3.0e9 and model.traffic(su, res)["dram_write"] == 3.0e9
+
+
+@pytest.mark.parametrize("key, plain", [("sm90/03a_register_epilogue", True), ("sm90/12_tma_store", False)])
+def test_the_simulator_counts_the_kernels_own_global_bytes(key, plain):
+    """The engine counts every global load and store the kernel makes itself, per tensor (the report's gmem):
+    a register epilogue stores each output byte once and reads comb; a TMA-store epilogue stores nothing
+    itself (its boxes are events)."""
+    s = Stage(key, {"PE_NUM_PATCHES": 20})
+    ex = s.exports
+    prob = replace(s.problem("sim"), name="gmem", m=4 * ex.tile_m * ex.cluster_x, n=3 * ex.tile_n, k=ex.block_k,
+                   positions=20)
+    _, _, gmem = sim_host.events(s, prob)
+    assert gmem["c"]["store"] == (2 * prob.m * prob.n if plain else 0)
+    assert gmem["c"]["load"] == 0 and gmem["comb"]["store"] == 0
+    assert gmem["comb"]["load"] > 0
+
+
+def test_stores_come_from_the_simulated_run_not_the_walk():
+    """A persistent stage whose epilogue stores lie outside its tile marks (03a) stores its whole output on the
+    full problem (the walk had scaled them once a CTA: 0.16 of 1.43 GB)."""
+    from pelib.predict import model
+    su = model.prepare(Stage("sm90/03a_register_epilogue"), 132)
+    assert su.stores == 2 * su.full.m * su.full.n

@@ -194,16 +194,18 @@ def sim_problem(stage, tiles: int = TILES, problem="full"):
     raise PredictError(f"{stage.label}: no small problem gives every simulated CTA {tiles} tiles")
 
 
-def simulate(stage, tiles: int = TILES, seed: int = 0, timing: bool = False, problem="full") -> tuple[list, object, object]:
-    """The event log of the representative problem (memoised per process), its problem and launch
-    (pelib.sim.host.events: the model's one call into a stage's run)."""
+def simulate(stage, tiles: int = TILES, seed: int = 0, timing: bool = False,
+             problem="full") -> tuple[list, object, object, dict]:
+    """The event log of the representative problem (memoised per process), its problem and launch, and the
+    kernel's own global load and store bytes per tensor (pelib.sim.host.events: the model's one call into a
+    stage's run)."""
     key = (stage.key, tuple(sorted(stage.defines.items())), tiles, seed, timing, str(problem))
     hit = _EVENTS.get(key)
     if hit is not None:
         return hit
     prob, _ = sim_problem(stage, tiles, problem)
-    events, cfg = sim_host.events(stage, prob, seed, timing=timing)
-    out = (events, prob, cfg)
+    events, cfg, gmem = sim_host.events(stage, prob, seed, timing=timing)
+    out = (events, prob, cfg, gmem)
     _EVENTS[key] = out
     return out
 
@@ -259,6 +261,7 @@ class Setup:
     resident: int = 1                   # CTAs of a non-persistent grid on one SM at once (replayed together)
     streamed: tuple = STREAMED          # the tensors whose TMA loads stream from DRAM (the others hit L2)
     occupancy: str = ""                 # where a clustered persistent grid's resident clusters come from
+    stores: float | None = None         # the kernel's own global store bytes on the full problem (prepare)
 
     def sm_of(self) -> dict:
         """The replayed CTAs that share one SM (all of them where `resident` > 1; none otherwise)."""
@@ -341,7 +344,7 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
     resident-cluster records (Calibration.occupancy), which size a persistent clustered grid as the GPU
     launches it (resident_clusters)."""
     plain = stage.without_defines("TIMING")
-    events, sprob, scfg = simulate(plain, tiles, seed, timing=timing_build, problem=problem)
+    events, sprob, scfg, gmem = simulate(plain, tiles, seed, timing=timing_build, problem=problem)
     sass = SassPaths.of(plain.with_defines(TIMING=1) if timing_build else plain)
     ex = plain.exports
     sass.trips = sprob.k // int(ex.get("a_box_k", ex.block_k))
@@ -364,8 +367,12 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
         ctas = set(sorted(g.ctas)[:resident])
     n_sim = max(len(sim_sched[c // cx if cfg.grid_kind == 1 else c]) for c in ctas) if persistent else 1
     waves = 1 if persistent else math.ceil(cfg.ctas / (sms // cx * cx * resident))
+    # a GEMM's stores scale with its output: the simulated run's own global store bytes (every CTA's, plain and
+    # vector stores alike; TMA stores are events) times the full output over the simulated one
+    # (a TIMING build's records, its `timing` parameter, are no traffic of the GEMM's)
+    stores = sum(v["store"] for t, v in gmem.items() if t != "timing") * (full.m * full.n) / (sprob.m * sprob.n)
     return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms,
-                 umma_shape(sass, ex), full.k / sprob.k, resident, occupancy=occ_note)
+                 umma_shape(sass, ex), full.k / sprob.k, resident, occupancy=occ_note, stores=stores)
 
 
 def umma_shape(sass, ex) -> tuple:
@@ -510,11 +517,12 @@ def tensor_bytes(problem) -> dict:
 
 
 def traffic(su: Setup, res) -> dict:
-    """The kernel's own bytes on the full problem, from the replayed CTAs' instructions (ReplayResult.traffic:
-    TMA load boxes by tensor, LDG, STG and TMA-store bytes) scaled from the replayed CTA tiles to the full grid's
-    (and, for loads, from the simulated K to the full one): "l2" the bytes between the SMs and L2 (a multicast
-    box once), "dram" what DRAM must move (every store; each tensor's reads at most once its size: L2 keeps what
-    other CTAs re-read; LDG reads, the comb table's, likewise), "write_share" the stores' part of "dram"."""
+    """The kernel's own bytes on the full problem: TMA load boxes by tensor, LDG and TMA-store bytes from the
+    replayed CTAs' instructions (ReplayResult.traffic) scaled from the replayed CTA tiles to the full grid's
+    (and, for loads, from the simulated K to the full one); STG bytes the simulated run's own (Setup.stores):
+    "l2" the bytes between the SMs and L2 (a multicast box once), "dram" what DRAM must move (every store; each
+    tensor's reads at most once its size: L2 keeps what other CTAs re-read; LDG reads, the comb table's,
+    likewise), "write_share" the stores' part of "dram"."""
     per_cta = su.n_sim if su.cfg.grid_kind != 0 else 1
     per_tile = su.cfg.tiles / max(1, per_cta * len(su.ctas))     # bytes inside a tile repeat with the tiles,
     once = su.cfg.ctas / max(1, len(su.ctas))                    # a prologue's (resident B) with the CTAs
@@ -523,6 +531,8 @@ def traffic(su: Setup, res) -> dict:
         if c in su.ctas:
             k = su.k_ratio if what.startswith("tma_load") or what == "ldg" else 1.0
             by[what] += v * (per_tile * k if in_tile else once)
+    if su.stores is not None:
+        by["stg"] = float(su.stores)      # counted by the simulator, not walked from the SASS
     sizes = tensor_bytes(su.full)
     reads = sum(min(v, sizes.get(w.split(".", 1)[1], v)) for w, v in by.items() if w.startswith("tma_load."))
     reads += min(by.get("ldg", 0.0), sizes.get("comb", by.get("ldg", 0.0)))

@@ -345,6 +345,8 @@ class SimReport:
     files: list = field(default_factory=list, repr=False)
     names: list = field(default_factory=list, repr=False)
     roles: list = field(default_factory=list, repr=False)
+    gmem: list = field(default_factory=list, repr=False)   # per tensor: {"tensor", "load", "store"} bytes of the
+                                                           # kernel's own global loads and stores (not TMA's)
 
     @property
     def events(self) -> list[dict]:
@@ -631,7 +633,8 @@ class SimPlan:
             resolve_lines(doc.get(k) or [], self.lib.path)
         self.report = SimReport(ok=bool(doc["ok"]), seed=self.seed, deadlock=doc["deadlock"], hazards=doc["hazards"],
                                 misuse=doc["misuse"], warnings=doc.get("warnings", []), stats=stats, events_array=ev,
-                                files=doc["files"], names=doc.get("names", []), roles=doc.get("roles", []))
+                                files=doc["files"], names=doc.get("names", []), roles=doc.get("roles", []),
+                                gmem=doc.get("gmem", []))
         if check:
             self.raise_for_report()
         return self.report

@@ -100,17 +100,21 @@ def run(stage: Stage, problem="sim", *, seed: int = 0, verify: bool = True, inpu
     return res
 
 
-def events(stage: Stage, problem="sim", seed: int = 0, timing: bool = False) -> tuple[list, LaunchConfig]:
-    """One simulated run's event log (the simulator's schema, pelib.events) and its launch: inputs and
-    interleaving both seeded by `seed`; timing=True runs the TIMING build with a CPU record buffer, so its
-    clock64 phase marks are logged too. The one call the timing model (pelib.predict) makes into a run."""
+def events(stage: Stage, problem="sim", seed: int = 0, timing: bool = False) -> tuple[list, LaunchConfig, dict]:
+    """One simulated run's event log (the simulator's schema, pelib.events), its launch, and the bytes of the
+    kernel's own global loads and stores per tensor ({name: {"load": B, "store": B}}; a TMA load's or store's
+    are in the log): inputs and interleaving both seeded by `seed`; timing=True runs the TIMING build with a
+    CPU record buffer, so its clock64 phase marks are logged too. The one call the timing model
+    (pelib.predict) makes into a run."""
     prob = stage.problem(problem)
     tensors = stage.inputs(prob, seed, "sim")
     buf = None
     if timing:
         buf = _timing.alloc(_timing.layout(stage.timing_build(), config(stage, prob).ctas), device="cpu")
     p = plan(stage, prob, tensors, timing=buf, seed=seed)
-    return p.run().events, p.config
+    rep = p.run()
+    gmem = {g["tensor"]: {"load": int(g["load"]), "store": int(g["store"])} for g in rep.gmem}
+    return rep.events, p.config, gmem
 
 
 def run_timing(stage: Stage, problem="sim", *, seed: int = 0, inputs: dict | None = None, spec_hook=None,

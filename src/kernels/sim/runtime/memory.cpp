@@ -30,6 +30,18 @@ bool in_tensor(uintptr_t a, size_t n) {
   return false;
 }
 
+// An access inside a tensor counted against it (Engine::gload / gstore); false where it lies in none.
+bool count_tensor(uintptr_t a, size_t n, bool write) {
+  for (size_t i = 0; i < E->tensors.size(); ++i) {
+    const PeSimRange& t = E->tensors[i];
+    if (a >= t.base && a + n <= t.base + t.bytes) {
+      (write ? E->gstore : E->gload)[i] += n;
+      return true;
+    }
+  }
+  return false;
+}
+
 // "element [4097, 12] of `c` (4096 x 128, 2 B elements): 8 B past its end" for an access outside every tensor.
 std::string oob_where(uintptr_t a, size_t n) {
   const PeSimRange* best = nullptr;
@@ -131,7 +143,7 @@ void raw_slow(Fiber* f, uintptr_t a, size_t n, bool write, void* pc) {
     generic_access(c, off, u32(n), write, f, f->site);
     return;
   }
-  if (in_tensor(a, n)) {
+  if (count_tensor(a, n, write)) {
     if (!write && ++f->spin > E->L.max_spin) spin_hang(f, pc);
     return;
   }
@@ -374,7 +386,7 @@ void host_call(const std::string& what, void* pc, Site at = Site{nullptr, 0}) {
 namespace {
 void check_gmem(const void* p, size_t n, bool write, Site s) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if (in_tensor(a, n)) return;
+  if (count_tensor(a, n, write)) return;
   misuse_fatal(fmt("%s of %zu B at %p is outside every tensor the kernel was given (out-of-bounds global access, "
                    "undefined: PTX ISA, State Spaces, global): %s",
                    write ? "global store" : "global load", n, p, oob_where(a, n).c_str()), s);

@@ -207,6 +207,19 @@ void no_progress_report() {
                                      Json().put("wait", "step limit")));
 }
 
+// Per tensor the kernel was given, the bytes of its own global loads and stores (Engine::gload / gstore).
+std::string gmem_json() {
+  std::string out = "[";
+  for (size_t i = 0; i < E->tensors.size(); ++i) {
+    if (i) out += ",";
+    Json t;
+    t.put("tensor", E->tensors[i].name ? E->tensors[i].name : "");
+    t.unum("load", i < E->gload.size() ? E->gload[i] : 0).unum("store", i < E->gstore.size() ? E->gstore[i] : 0);
+    out += t.str();
+  }
+  return out + "]";
+}
+
 std::string report_json(bool ok) {
   Json o;
   o.put("ok", ok).raw("deadlock", jarr(E->rep.deadlock)).raw("hazards", jarr(E->rep.hazards));
@@ -214,6 +227,7 @@ std::string report_json(bool ok) {
   o.raw("warnings", jarr(E->rep.warnings)).unum("warnings_total", E->rep.warnings_total);
   o.unum("misuse_total", E->rep.misuse_total).unum("records_cap", Report::MAX_RECORDS);
   o.raw("files", jstrs(E->files)).raw("names", jstrs(E->names)).raw("roles", roles_json()).put("events_truncated", E->events_truncated).unum("steps", E->steps);
+  o.raw("gmem", gmem_json());
   o.unum("switches", E->switches).unum("ops", E->ops_done).num("p_async", E->p_async).num("p_yield", E->p_yield);
   return o.str();
 }

@@ -411,6 +411,8 @@ void run_launch(const PeSimLaunch* L) {
   if (L->schedule == 2) E->p_async = E->p_yield = 100;     // eager: every op completes at the next point
   E->tensors.assign(L->ranges, L->ranges + std::max(0, L->nranges));
   std::sort(E->tensors.begin(), E->tensors.end(), [](const PeSimRange& a, const PeSimRange& b) { return a.base < b.base; });
+  E->gload.assign(E->tensors.size(), 0);
+  E->gstore.assign(E->tensors.size(), 0);
   E->code = loaded_segments();
   E->slots.resize(size_t(L->nslots));
   for (int i = 0; i < L->nslots; ++i) {
