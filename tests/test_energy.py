@@ -191,12 +191,14 @@ def test_jobs_tile_facts_and_ncu_per_tile():
     assert energy.tile_facts(energy.CUBLAS[0], full) == {}
     res = {"ok": True, "entries": ["06", "cuBLAS GEMM"],
            "kernels": [{"kernel": "patch_embed_sm90", "dram__bytes_read.sum": "734,220,000 byte",
-                        "lts__t_bytes.sum": "8.56 Gbyte", "smsp__inst_executed.sum": "188,762,039 inst",
+                        "lts__t_bytes.sum": "8.56 Gbyte", "lts__t_sectors_srcunit_tex.sum": "150,000,000 sector",
+                        "smsp__inst_executed.sum": "188,762,039 inst",
                         "sm__cycles_elapsed.avg.per_second": "1.52 Ghz", "gpu__time_duration.sum": "933.34 usecond"},
                        {"kernel": "nvjet_sm90_qqtst", "lts__t_bytes.sum": "6,880,000,000 byte"}]}
     rows = energy.ncu_per_tile(res, full)
     assert rows[0]["l2_B_per_tile"] == pytest.approx(8.56e9 / tiles) and rows[0]["sm_clock_ghz"] == 1.52
     assert rows[0]["ms"] == pytest.approx(0.93334) and rows[0]["warp_inst_per_tile"] == pytest.approx(188762039 / tiles)
+    assert rows[0]["l2_sm_B_per_tile"] == pytest.approx(150e6 * 32 / tiles) and "l2_sm_B_per_tile" not in rows[1]
     assert rows[1]["entry"] == "cuBLAS GEMM" and "dram_read_B_per_tile" not in rows[1]
     extra = {**res, "kernels": [{"kernel": "fill_kernel"}] + res["kernels"]}      # a kernel no entry launched
     assert [r["kernel"] for r in energy.ncu_per_tile(extra, full)] == ["patch_embed_sm90", "nvjet_sm90_qqtst"]

@@ -63,9 +63,13 @@ SUSTAIN_S = 2.0                        # measured seconds of a sustained window
 ROUNDS = {"random": 3, "zeros": 2, "ones": 2}
 PROBE_SPIN = 60_000                    # clock64 cycles the clock probe spins (~40 us at 1.5 GHz)
 CLOCK_PROBE = "calib_clock"           # prebuild's name for pelib.predict.probes' clock probe
+# lts__t_sectors_srcunit_tex: the L2 sectors the SMs' L1/TEX units (and their TMA) request, 32 B each; lts__t_bytes
+# counts every request at the L2 slices, those from the other L2 partition over the fabric too
+# (lts__t_sectors_srcunit_ltcfabric), so a byte an SM reads from the far partition is counted twice there.
 NCU_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
-               "smsp__inst_executed.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum",
+               "lts__t_sectors_srcunit_tex.sum", "smsp__inst_executed.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum",
                "sm__cycles_elapsed.avg.per_second")
+L2_SECTOR = 32
 # The contention study's second Nsight Compute pass: the sections whose raw metrics hold the stall reasons
 # (WarpStateStats: smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio), L1 wavefronts and
 # sectors per access kind (MemoryWorkloadAnalysis_Tables) and the units' throughputs (SpeedOfLight), plus
@@ -525,7 +529,8 @@ def run_ncu(entries: list[Entry], data_dir: str, timeout_s: float) -> dict:
     return {**res, "entries": [e.name for e in entries]} if res["ok"] else res
 
 
-_UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "inst": 1, "ns": 1, "usecond": 1e3, "msecond": 1e6,
+_UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "inst": 1, "sector": 1, "ksector": 1e3,
+          "msector": 1e6, "gsector": 1e9, "ns": 1, "usecond": 1e3, "msecond": 1e6,
           "hz": 1e-9, "khz": 1e-6, "mhz": 1e-3, "ghz": 1}
 
 
@@ -561,6 +566,8 @@ def ncu_per_tile(res: dict, problem) -> list[dict]:
                          ("sm__inst_executed_pipe_tensor_op_gmma.sum", "gmma_warp_inst")):
             if v[m] is not None:
                 row[label + "_per_tile"] = v[m] / tiles
+        if v.get("lts__t_sectors_srcunit_tex.sum") is not None:
+            row["l2_sm_B_per_tile"] = v["lts__t_sectors_srcunit_tex.sum"] * L2_SECTOR / tiles
         row["sm_clock_ghz"] = v["sm__cycles_elapsed.avg.per_second"]
         row["ms"] = v["gpu__time_duration.sum"] / 1e6 if v["gpu__time_duration.sum"] else None
         out.append(row)

@@ -240,12 +240,18 @@ def write(doc: dict, path) -> Path:
 TRAFFIC_TOLERANCE = 0.10     # the issue's bar: the model's DRAM and L2 bytes within 10 % of the counters
 
 
+L2_FROM_SMS = "lts__t_sectors_srcunit_tex.sum x 32 B"
+L2_ALL = "lts__t_bytes.sum"
+
+
 def traffic(pred: dict, ncu_doc: dict) -> dict:
     """The model's DRAM read, DRAM write and L2 bytes of each stage file (a prediction document made with
     traffic, pelib.predict --all-sm90) against the Nsight Compute counters of the same stage in a committed
     energy-headline run (`ncu_per_tile`: dram__bytes_read/write.sum and lts__t_bytes.sum per output tile of the
-    run's `tile`, times the problem's tiles). The counters' lts__t_bytes is every request at the L2 slices, the
-    model's l2 the bytes between the SMs and L2: a row says both and which lie within TRAFFIC_TOLERANCE."""
+    run's `tile`, times the problem's tiles). The model's l2 is the bytes between the SMs and L2: it is held to
+    the SMs' own requests (lts__t_sectors_srcunit_tex, `l2_sm_B_per_tile`) where the run has them, else to
+    lts__t_bytes, every request at the L2 slices, the other partition's over the fabric included (the row's
+    `l2_counter` says which). A row says both and which lie within TRAFFIC_TOLERANCE."""
     t = ncu_doc.get("tile") or [64, 256]
     by_entry = {r["entry"]: r for r in ncu_doc.get("ncu_per_tile", []) if r.get("entry")}
     rows = []
@@ -258,9 +264,10 @@ def traffic(pred: dict, ncu_doc: dict) -> dict:
             continue
         prob = _problems.patch_embed(ncu_doc.get("problem") or "siglip2")
         tiles = (prob.m // t[0]) * (prob.n // t[1])
+        sm = c.get("l2_sm_B_per_tile")
         meas = {"dram_read": c["dram_read_B_per_tile"] * tiles, "dram_write": c["dram_write_B_per_tile"] * tiles,
-                "l2": c["l2_B_per_tile"] * tiles}
-        row = {"stage": p["stage"]}
+                "l2": (sm if sm is not None else c["l2_B_per_tile"]) * tiles}
+        row = {"stage": p["stage"], "l2_counter": L2_FROM_SMS if sm is not None else L2_ALL}
         for k in ("dram_read", "dram_write", "l2"):
             got, want = p["traffic"].get(k), meas[k]
             err = got / want - 1 if got is not None and want else None
@@ -272,6 +279,7 @@ def traffic(pred: dict, ncu_doc: dict) -> dict:
     return {"schema": "pelib.predict.traffic/1", "tolerance": TRAFFIC_TOLERANCE, "rows": rows,
             "summary": {"stages": len(rows), **{f"{k}_within": v for k, v in within.items()}},
             "measurement": {"device": (ncu_doc.get("env") or {}).get("device"), "date": (ncu_doc.get("env") or {}).get("date"),
-                            "counters": "Nsight Compute dram__bytes_read.sum, dram__bytes_write.sum, lts__t_bytes.sum"},
+                            "counters": "Nsight Compute dram__bytes_read.sum, dram__bytes_write.sum, and the row's "
+                                        "l2_counter"},
             "predictions": {k: pred.get("meta", {}).get(k) for k in ("calibration", "git", "model_version")}}
 
