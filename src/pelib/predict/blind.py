@@ -89,7 +89,23 @@ VARIANTS_ROUND3 = [
     ("sm90/11a_two_groups_queued", {"NUM_STAGES": 6}), ("sm90/12_tma_store", {"NUM_STAGES": 2}),
     ("sm90/13_one_prefetcher", {"PREFETCH_TILES": 0}),
 ]
-VARIANT_SETS = {"round2": VARIANTS, "round3": VARIANTS_ROUND3}
+# The fourth round's: again none predicted or measured before (the earlier rounds', the 2026-12-01 review's and
+# the 2026-12-02 contention and headline runs' builds left out), over ring depth, prefetch depth, epilogue
+# vector width and streaming, B's permutation and the turn's timing; chosen before the model predicted them.
+VARIANTS_ROUND4 = [
+    ("sm90/00b_producer_warpgroup", {"NUM_STAGES": 3}), ("sm90/00c_two_consumers", {"NUM_STAGES": 3}),
+    ("sm90/01a_persistent", {"NUM_STAGES": 3}), ("sm90/02_persistent_cluster", {"NUM_STAGES": 2}),
+    ("sm90/03a_register_epilogue", {"NUM_STAGES": 3}), ("sm90/03b_resident_b", {"EPI_VEC": 0}),
+    ("sm90/03c_pingpong", {"EPI_VEC": 0}), ("sm90/03d_comb_early", {"NUM_STAGES": 3}),
+    ("sm90/05_multicast_a", {"EPI_STREAM": 1}), ("sm90/06a_multicast_a", {"NUM_STAGES": 3}),
+    ("sm90/06b_one_prefetcher", {"PREFETCH_TILES": 0}), ("sm90/07_comb_resident", {"EPI_STREAM": 0}),
+    ("sm90/08_comb_init", {"TURN_EARLY": 1}), ("sm90/07b_multicast_a", {"NUM_STAGES": 3}),
+    ("sm90/08_comb_init", {"PREFETCH_TILES": 1}), ("sm90/09_multicast_pairs", {"NUM_STAGES": 8}),
+    ("sm90/10_unrolled_kloop", {"B_PERM_TMA": 0}), ("sm90/11_a_half_slices", {"PREFETCH_TILES": 0}),
+    ("sm90/11a_two_groups_queued", {"EPI_STREAM": 0}), ("sm90/12_tma_store", {"PREFETCH_TILES": 0}),
+    ("sm90/13_one_prefetcher", {"NUM_STAGES": 3}), ("sm90/13_one_prefetcher", {"EPI_STREAM": 0}),
+]
+VARIANT_SETS = {"round2": VARIANTS, "round3": VARIANTS_ROUND3, "round4": VARIANTS_ROUND4}
 
 
 def entries(variants: bool | str = False) -> list[tuple[str, dict]]:

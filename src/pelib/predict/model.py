@@ -47,14 +47,15 @@ SEEDS = 3                      # replays per fixed-point step, each with its own
 MAX_ITER = 12
 PROTOCOL = ("Blind protocol: the model's constants come from microbenchmarks (pelib.predict.probes) and public "
             "sources; no constant is fitted on a stage's time (the share of A's loads that miss L2 is counted from the "
-            "stage's schedule and exported prefetch depth, memory.demand_misses). sm90/06's committed clock64 record "
-            "gives only the clock that converts cycles to milliseconds (clock_ghz.launch06). What the model's author has "
-            "seen, said plainly: the two earlier blind rounds' comparisons "
-            "(results/2026-12-02-h200/prediction-vs-measured-blind.json and the 2026-11-27 ones), the 2026-12-01 "
-            "review's measured effects "
-            "of PREFETCH_TILES=0 on 06 and 10, EPI_VEC=0 on 03a and NUM_STAGES on 01, the Hopper chapter's times; no "
-            "constant was set by comparison with them. These predictions are committed before the validation run "
-            "measures the stages.")
+            "stage's schedule and exported prefetch depth, memory.demand_misses; the stores from the simulated run). "
+            "sm90/06's committed clock64 record gives only the clock that converts cycles to milliseconds "
+            "(clock_ghz.launch06). What the model's author has seen, said plainly: every earlier blind round's "
+            "comparison (the 2026-11-27 ones, results/2026-12-02-h200/prediction-vs-measured-blind.json, "
+            "results/2026-12-02-h200/round3/prediction-vs-measured-blind3.json), the 2026-12-02 Nsight Compute "
+            "counters of every stage file (results/2026-12-02-h200/energy-headline-all-sm90.json) and of the "
+            "contention run, the 2026-12-01 review's measured effects of PREFETCH_TILES=0 on 06 and 10, EPI_VEC=0 on "
+            "03a and NUM_STAGES on 01, the Hopper chapter's times; no constant was set by comparison with them. These "
+            "predictions are committed before the validation run measures the stages.")
 _EVENTS: dict = {}
 
 
