@@ -600,12 +600,14 @@ def test_define_effects_and_inversions_are_read_against_the_stage_file():
             {"stage": "s/a", "defines": "X=1", "predicted_cycles": 95, "measured_cycles": 110},    # sign wrong
             {"stage": "s/a", "defines": "Y=1", "predicted_cycles": 108, "measured_cycles": 110},   # right, in half
             {"stage": "s/a", "defines": "Z=1", "predicted_cycles": 101, "measured_cycles": 101},   # noise-level
+            {"stage": "s/a", "defines": "W=1", "predicted_cycles": 100, "measured_cycles": 94},    # model blind to it
             {"stage": "s/b", "defines": "", "predicted_cycles": 90, "measured_cycles": 120}]
     e = {x["defines"]: x for x in c.define_effects(rows)}
     assert e["X=1"]["sign_right"] is False and e["Y=1"]["sign_right"] and e["Y=1"]["within_half"]
     assert e["Z=1"]["sign_right"] is None
+    assert e["W=1"]["sign_right"] is False       # a define the model does not move has no sign, right or wrong
     s = c.effect_summary(list(e.values()))
-    assert s == {"define_effects": 3, "effects_over_3pct": 2, "effects_sign_right": 1, "effects_within_half": 1}
+    assert s == {"define_effects": 4, "effects_over_3pct": 3, "effects_sign_right": 1, "effects_within_half": 1}
     plain = [r for r in rows if not r["defines"]]
     assert c.inversions(plain, 0.03) == 1 and c.inversions(plain, 0.5) == 0
 

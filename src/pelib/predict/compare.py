@@ -176,7 +176,7 @@ def define_effects(rows: list[dict]) -> list[dict]:
         me = r["measured_cycles"] / base["measured_cycles"] - 1
         pe = r["predicted_cycles"] / base["predicted_cycles"] - 1
         out.append({"stage": r["stage"], "defines": r["defines"], "measured_effect": round(me, 4),
-                    "predicted_effect": round(pe, 4), "sign_right": (me > 0) == (pe > 0) if abs(me) >= EFFECT_MIN else None,
+                    "predicted_effect": round(pe, 4), "sign_right": me * pe > 0 if abs(me) >= EFFECT_MIN else None,
                     "within_half": abs(pe - me) <= abs(me) / 2 if abs(me) >= EFFECT_MIN else None})
     return out
 
