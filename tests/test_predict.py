@@ -677,3 +677,18 @@ def test_the_committed_calibrations_are_what_build_makes(tmp_path):
     assert "transferred from NVIDIA H200" in h100.protocol and "still provisional" not in h100.protocol
     with pytest.raises(cal_mod.CalibrationError, match="no such file"):
         measured.build(tmp_path / "absent.json", "h200")
+
+
+def test_the_chapters_traffic_lines_read_the_committed_comparison():
+    """views.predict.traffic_line / traffic_table: every number from the round's traffic document, the L2
+    counter named in the caption."""
+    from pelib.views import predict as pv
+    doc = pv.traffic4()
+    s = doc["summary"]
+    line = pv.traffic_line(doc)
+    assert f"DRAM reads {s['dram_read_within']}," in line and f"DRAM writes {s['dram_write_within']}," in line
+    assert f"L2 requests {s['l2_within']} (target: all {s['stages']})" in line
+    t = pv.traffic_table(doc)
+    assert len(t.rows) == s["stages"] and "srcunit_tex" in t.caption
+    fake = {**doc, "summary": {**s, "dram_write_within": 3}}
+    assert "DRAM writes 3," in pv.traffic_line(fake)

@@ -11,11 +11,12 @@ from functools import lru_cache
 
 from ..paths import ROOT
 
-# The newest blind round of the model as it is (the predictions committed before the measurement): the third,
-# on the H200, with no constant fitted on a stage's time. The earlier rounds (results/2026-11-27-{h100,h200}/,
+# The newest blind round of the model as it is (the predictions committed before the measurement): the fourth,
+# on the H200, with no constant fitted on a stage's time (the third, results/2026-12-02-h200/round3/, differs from
+# it by the store count only). The first two rounds (results/2026-11-27-{h100,h200}/,
 # results/2026-12-02-h200/prediction-vs-measured-blind.json) priced with constants fitted on sm90/06: they are
 # the history the chapter "Predicted, then measured" shows, not this model's error bar.
-COMPARISONS = {"H200": "results/2026-12-02-h200/round3/prediction-vs-measured-blind3.json"}
+COMPARISONS = {"H200": "results/2026-12-02-h200/round4/prediction-vs-measured-blind4.json"}
 
 
 class BlindErrorMissing(FileNotFoundError):

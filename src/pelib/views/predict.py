@@ -395,6 +395,12 @@ ROUND2 = ROOT / "results" / "2026-12-02-h200" / "prediction-vs-measured-blind.js
 ROUND3 = ROOT / "results" / "2026-12-02-h200" / "round3" / "prediction-vs-measured-blind3.json"
 
 
+# The fourth (H200): the same builds and VARIANT_SETS["round4"], the stores counted by the simulator; its
+# predictions (with their DRAM and L2 bytes) committed before the measurement and the counters of the same day.
+ROUND4 = ROOT / "results" / "2026-12-02-h200" / "round4" / "prediction-vs-measured-blind4.json"
+TRAFFIC4 = ROOT / "results" / "2026-12-02-h200" / "round4" / "traffic-vs-ncu.json"
+
+
 def round2() -> dict:
     """The second blind round's comparison document (ROUND2)."""
     return json.loads(ROUND2.read_text())
@@ -403,6 +409,41 @@ def round2() -> dict:
 def round3() -> dict:
     """The third blind round's comparison document (ROUND3)."""
     return json.loads(ROUND3.read_text())
+
+
+def round4() -> dict:
+    """The fourth blind round's comparison document (ROUND4)."""
+    return json.loads(ROUND4.read_text())
+
+
+def traffic4() -> dict:
+    """The fourth round's predicted bytes against that day's Nsight Compute counters (TRAFFIC4)."""
+    return json.loads(TRAFFIC4.read_text())
+
+
+def traffic_line(doc: dict | None = None) -> "Line":
+    """How many stage files' predicted DRAM read, DRAM write and SM-L2 bytes lie within the tolerance of the
+    counters, read from the document."""
+    doc = doc or traffic4()
+    s, tol = doc["summary"], doc["tolerance"]
+    m = doc.get("measurement") or {}
+    return Line(f"Traffic of the {s['stages']} stage files, predicted, against Nsight Compute's counters of one launch "
+                f"each, {evidence.measured(str(m.get('device')), str(m.get('date'))[:10])}: within {tol * 100:.0f} % "
+                f"on DRAM reads {s['dram_read_within']}, on DRAM writes {s['dram_write_within']}, on the SMs' L2 "
+                f"requests {s['l2_within']} (target: all {s['stages']})")
+
+
+def traffic_table(doc: dict | None = None) -> Table:
+    """Per stage file, the predicted and the counted GB of DRAM reads, DRAM writes and the SMs' L2 requests."""
+    doc = doc or traffic4()
+    rows = [{"stage": r["stage"].split("/")[-1],
+             **{f"{k} (GB)": f"{r[k + '_predicted_GB']:.2f} / {r[k + '_measured_GB']:.2f} ({r[k + '_error']:+.0%})"
+                for k in ("dram_read", "dram_write", "l2")}} for r in doc["rows"]]
+    m = doc.get("measurement") or {}
+    cap = (f"Bytes moved, predicted / counted (error) — {evidence.predicted('NVIDIA H200', '2026-12-02')}; "
+           f"{evidence.measured(str(m.get('device')), str(m.get('date'))[:10])} by Nsight Compute "
+           f"(l2: {doc['rows'][0].get('l2_counter', 'lts__t_bytes.sum') if doc['rows'] else ''})")
+    return Table(rows, cap)
 
 
 class Line(str):
