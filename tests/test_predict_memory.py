@@ -225,6 +225,22 @@ def test_the_simulator_counts_the_kernels_own_global_bytes(key, plain):
     assert gmem["c"]["store"] == (2 * prob.m * prob.n if plain else 0)
     assert gmem["c"]["load"] == 0 and gmem["comb"]["store"] == 0
     assert gmem["comb"]["load"] > 0
+    assert gmem["c"]["prefetch"] == gmem["comb"]["prefetch"] == 0
+
+
+def test_the_simulator_counts_the_l2_prefetches_boxes():
+    """06 prefetches A's boxes into L2 (PREFETCH_TILES ahead); without the prefetch it asks for none. The model
+    adds them to the bytes between the SMs and L2, scaled with the output."""
+    from pelib.predict import model
+    s = Stage("sm90/06_permuted_b", {"PE_NUM_PATCHES": 20})
+    ex = s.exports
+    prob = replace(s.problem("sim"), name="gmem", m=8 * ex.tile_m, n=3 * ex.tile_n, k=ex.block_k, positions=20)
+    pf = sum(v["prefetch"] for v in sim_host.events(s, prob)[2].values())
+    assert pf > 0 and pf % (ex.tile_m * ex.block_k) == 0 and pf <= prob.m * prob.k * (prob.n // ex.tile_n)
+    none = Stage("sm90/06_permuted_b", {"PE_NUM_PATCHES": 20, "PREFETCH_TILES": 0})
+    assert sum(v["prefetch"] for v in sim_host.events(none, prob)[2].values()) == 0
+    su = model.prepare(Stage("sm90/06_permuted_b"), 132)
+    assert 0 < su.prefetch <= su.full.m * su.full.k * (su.full.n // ex.tile_n)
 
 
 def test_stores_come_from_the_simulated_run_not_the_walk():

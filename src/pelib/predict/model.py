@@ -263,6 +263,7 @@ class Setup:
     streamed: tuple = STREAMED          # the tensors whose TMA loads stream from DRAM (the others hit L2)
     occupancy: str = ""                 # where a clustered persistent grid's resident clusters come from
     stores: float | None = None         # the kernel's own global store bytes on the full problem (prepare)
+    prefetch: float = 0.0               # the bytes its L2 prefetches ask for on the full problem (prepare)
 
     def sm_of(self) -> dict:
         """The replayed CTAs that share one SM (all of them where `resident` > 1; none otherwise)."""
@@ -372,8 +373,11 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
     # vector stores alike; TMA stores are events) times the full output over the simulated one
     # (a TIMING build's records, its `timing` parameter, are no traffic of the GEMM's)
     stores = sum(v["store"] for t, v in gmem.items() if t != "timing") * (full.m * full.n) / (sprob.m * sprob.n)
+    # the L2 prefetches' boxes: one per tile a CTA looks ahead to, so they too scale with the output (and K)
+    prefetch = sum(v.get("prefetch", 0) for v in gmem.values()) * (full.m * full.n) / (sprob.m * sprob.n) * full.k / sprob.k
     return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms,
-                 umma_shape(sass, ex), full.k / sprob.k, resident, occupancy=occ_note, stores=stores)
+                 umma_shape(sass, ex), full.k / sprob.k, resident, occupancy=occ_note, stores=stores,
+                 prefetch=prefetch)
 
 
 def umma_shape(sass, ex) -> tuple:
@@ -521,9 +525,9 @@ def traffic(su: Setup, res) -> dict:
     """The kernel's own bytes on the full problem: TMA load boxes by tensor, LDG and TMA-store bytes from the
     replayed CTAs' instructions (ReplayResult.traffic) scaled from the replayed CTA tiles to the full grid's
     (and, for loads, from the simulated K to the full one); STG bytes the simulated run's own (Setup.stores):
-    "l2" the bytes between the SMs and L2 (a multicast box once), "dram" what DRAM must move (every store; each
-    tensor's reads at most once its size: L2 keeps what other CTAs re-read; LDG reads, the comb table's,
-    likewise), "write_share" the stores' part of "dram"."""
+    "l2" the bytes between the SMs and L2 (a multicast box once; the L2 prefetches' boxes, Setup.prefetch),
+    "dram" what DRAM must move (every store; each tensor's reads at most once its size: L2 keeps what other
+    CTAs re-read; LDG reads, the comb table's, likewise), "write_share" the stores' part of "dram"."""
     per_cta = su.n_sim if su.cfg.grid_kind != 0 else 1
     per_tile = su.cfg.tiles / max(1, per_cta * len(su.ctas))     # bytes inside a tile repeat with the tiles,
     once = su.cfg.ctas / max(1, len(su.ctas))                    # a prologue's (resident B) with the CTAs
@@ -534,6 +538,8 @@ def traffic(su: Setup, res) -> dict:
             by[what] += v * (per_tile * k if in_tile else once)
     if su.stores is not None:
         by["stg"] = float(su.stores)      # counted by the simulator, not walked from the SASS
+    if getattr(su, "prefetch", 0.0):
+        by["prefetch"] = float(su.prefetch)   # requests at L2 (cp.async.bulk.prefetch.tensor): no DRAM byte of their own
     sizes = tensor_bytes(su.full)
     reads = sum(min(v, sizes.get(w.split(".", 1)[1], v)) for w, v in by.items() if w.startswith("tma_load."))
     reads += min(by.get("ldg", 0.0), sizes.get("comb", by.get("ldg", 0.0)))

@@ -345,8 +345,9 @@ class SimReport:
     files: list = field(default_factory=list, repr=False)
     names: list = field(default_factory=list, repr=False)
     roles: list = field(default_factory=list, repr=False)
-    gmem: list = field(default_factory=list, repr=False)   # per tensor: {"tensor", "load", "store"} bytes of the
-                                                           # kernel's own global loads and stores (not TMA's)
+    gmem: list = field(default_factory=list, repr=False)   # per tensor: {"tensor", "load", "store", "prefetch"}:
+                                                           # bytes of the kernel's own global loads and stores
+                                                           # (not TMA's) and of its L2 prefetches' boxes
 
     @property
     def events(self) -> list[dict]:

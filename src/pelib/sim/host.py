@@ -102,8 +102,8 @@ def run(stage: Stage, problem="sim", *, seed: int = 0, verify: bool = True, inpu
 
 def events(stage: Stage, problem="sim", seed: int = 0, timing: bool = False) -> tuple[list, LaunchConfig, dict]:
     """One simulated run's event log (the simulator's schema, pelib.events), its launch, and the bytes of the
-    kernel's own global loads and stores per tensor ({name: {"load": B, "store": B}}; a TMA load's or store's
-    are in the log): inputs and interleaving both seeded by `seed`; timing=True runs the TIMING build with a
+    kernel's own global loads and stores per tensor, and its L2 prefetches' boxes ({name: {"load": B, "store":
+    B, "prefetch": B}}; a TMA load's or store's are in the log): inputs and interleaving both seeded by `seed`; timing=True runs the TIMING build with a
     CPU record buffer, so its clock64 phase marks are logged too. The one call the timing model
     (pelib.predict) makes into a run."""
     prob = stage.problem(problem)
@@ -113,7 +113,8 @@ def events(stage: Stage, problem="sim", seed: int = 0, timing: bool = False) -> 
         buf = _timing.alloc(_timing.layout(stage.timing_build(), config(stage, prob).ctas), device="cpu")
     p = plan(stage, prob, tensors, timing=buf, seed=seed)
     rep = p.run()
-    gmem = {g["tensor"]: {"load": int(g["load"]), "store": int(g["store"])} for g in rep.gmem}
+    gmem = {g["tensor"]: {"load": int(g["load"]), "store": int(g["store"]), "prefetch": int(g.get("prefetch", 0))}
+            for g in rep.gmem}
     return rep.events, p.config, gmem
 
 

@@ -207,7 +207,8 @@ void no_progress_report() {
                                      Json().put("wait", "step limit")));
 }
 
-// Per tensor the kernel was given, the bytes of its own global loads and stores (Engine::gload / gstore).
+// Per tensor the kernel was given, the bytes of its own global loads and stores and of its L2 prefetches'
+// boxes (Engine::gload / gstore / gprefetch).
 std::string gmem_json() {
   std::string out = "[";
   for (size_t i = 0; i < E->tensors.size(); ++i) {
@@ -215,6 +216,7 @@ std::string gmem_json() {
     Json t;
     t.put("tensor", E->tensors[i].name ? E->tensors[i].name : "");
     t.unum("load", i < E->gload.size() ? E->gload[i] : 0).unum("store", i < E->gstore.size() ? E->gstore[i] : 0);
+    t.unum("prefetch", i < E->gprefetch.size() ? E->gprefetch[i] : 0);
     out += t.str();
   }
   return out + "]";

@@ -413,6 +413,7 @@ void run_launch(const PeSimLaunch* L) {
   std::sort(E->tensors.begin(), E->tensors.end(), [](const PeSimRange& a, const PeSimRange& b) { return a.base < b.base; });
   E->gload.assign(E->tensors.size(), 0);
   E->gstore.assign(E->tensors.size(), 0);
+  E->gprefetch.assign(E->tensors.size(), 0);
   E->code = loaded_segments();
   E->slots.resize(size_t(L->nslots));
   for (int i = 0; i < L->nslots; ++i) {

@@ -445,6 +445,7 @@ struct Engine {
   std::vector<PeSimRange> tensors;  // sorted by base
   std::vector<u64> gload, gstore;   // per tensor (in that order): bytes of the kernel's own global loads and
                                     // stores (plain and wrapped; TMA's are in the event log), the report's "gmem"
+  std::vector<u64> gprefetch;       // per tensor: the boxes its L2 prefetches name (cp.async.bulk.prefetch.tensor)
   std::vector<std::pair<uintptr_t, uintptr_t>> code;     // the stage libraries' and the engine's segments
   uintptr_t raw_pc = 0;             // a report about a plain access: the instruction (memory.cpp)
   bool in_run = false;              // the fault handler is ours

@@ -23,6 +23,11 @@ void tma_prefetch(const void* tmap, const int*, int ncoords, Site s) {
   PeSimTensorMap m = read_map(tmap, s);
   if (ncoords != m.rank)
     misuse_fatal(fmt("TMA prefetch gives %d coordinates for a rank-%d map (PTX ISA 9.7.9.27)", ncoords, m.rank), s);
+  for (size_t i = 0; i < E->tensors.size(); ++i)   // the bytes it asks L2 for: one box (the report's gmem)
+    if (m.global_address >= E->tensors[i].base && m.global_address < E->tensors[i].base + E->tensors[i].bytes) {
+      E->gprefetch[i] += tma_box_geometry(m).bytes;
+      break;
+    }
   point(s);
 }
 
