@@ -60,6 +60,8 @@ def b200_calibration(hopper: _cal.Calibration) -> _cal.Calibration:
     for name, c in hopper.constants.items():
         if name.startswith("clock_ghz."):      # a Hopper launch's clock is no B200 regime: the fitted one below
             continue
+        if name == "l2.bandwidth_gbps":        # the L2's bandwidth is the chip's, not transferable: no B200 floor
+            continue                           # until a B200 run's probe measures it
         consts[name] = {"value": c["value"], "unit": c.get("unit", ""), "kind": "transferred" if c["kind"] != "provisional"
                         else "provisional",
                         "source": f"transferred from the {hopper.chip} calibration ({hopper.path or hopper.device}): "

@@ -93,6 +93,8 @@ def _derive(doc: dict) -> dict:
     put("bar_sync.cycles", v("bar_sync.256_cycles"), "bar_sync.256_cycles (two warpgroups)")
     put("tma.l2_latency_cycles", v("tma.load.latency_cycles.l2"), "tma.load.latency_cycles.l2 (an 8 KiB box from L2)")
     put("dram.bandwidth_gbps", v("dram.copy_gbps"), "dram.copy_gbps (bytes read + written)")
+    put("l2.bandwidth_gbps", v("l2.read_gbps"), "l2.read_gbps (the most read bandwidth of the stream probe's sweep "
+        "over an L2-resident footprint, every SM reading)")
     un, l2 = v("tma.load.latency_cycles.unloaded"), v("tma.load.latency_cycles.l2")
     ck = _clk(doc, "tma.load.latency_cycles.unloaded") or burst
     if un is not None and l2 is not None and ck:

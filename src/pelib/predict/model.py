@@ -19,6 +19,9 @@ How the full problem is reached in seconds (the extrapolation):
      grid runs ceil(CTAs / (SMs x resident)) waves of that replay.
   4. The DRAM utilisation that sets the loaded latency is the problem's minimum bytes over the
      predicted time (at the named clock) over the calibrated bandwidth; it is iterated to a fixed point.
+  5. Two chip-level floors: the kernel's DRAM bytes at the DRAM's copy bandwidth, and its bytes between the
+     SMs and L2 (its own loads, stores and L2 prefetches) at the L2's measured read bandwidth; the time is
+     the longest of the replay and the two.
 Cycles depend on the clock only through the memory latencies given in ns; ms = cycles / clock.
 
 Over 700 lines: a prediction's setup, its fixed point and its report; the replay, graph, memory and costs are
@@ -47,13 +50,15 @@ SEEDS = 3                      # replays per fixed-point step, each with its own
 MAX_ITER = 12
 PROTOCOL = ("Blind protocol: the model's constants come from microbenchmarks (pelib.predict.probes) and public "
             "sources; no constant is fitted on a stage's time (the share of A's loads that miss L2 is counted from the "
-            "stage's schedule and exported prefetch depth, memory.demand_misses; the stores from the simulated run). "
+            "stage's schedule and exported prefetch depth, memory.demand_misses; the stores and the L2 prefetches from "
+            "the simulated run; the L2 floor's bandwidth from the stream probe). "
             "sm90/06's committed clock64 record gives only the clock that converts cycles to milliseconds "
             "(clock_ghz.launch06). What the model's author has seen, said plainly: every earlier blind round's "
             "comparison (the 2026-11-27 ones, results/2026-12-02-h200/prediction-vs-measured-blind.json, "
-            "results/2026-12-02-h200/round3/prediction-vs-measured-blind3.json), the 2026-12-02 Nsight Compute "
-            "counters of every stage file (results/2026-12-02-h200/energy-headline-all-sm90.json) and of the "
-            "contention run, the 2026-12-01 review's measured effects of PREFETCH_TILES=0 on 06 and 10, EPI_VEC=0 on "
+            "results/2026-12-02-h200/round3/prediction-vs-measured-blind3.json, "
+            "results/2026-12-02-h200/round4/prediction-vs-measured-blind4.json), the 2026-12-02 Nsight Compute "
+            "counters of every stage file (results/2026-12-02-h200/energy-headline-all-sm90.json, "
+            "results/2026-12-02-h200/round4/energy-headline-all-sm90.json) and of the contention run, the 2026-12-01 review's measured effects of PREFETCH_TILES=0 on 06 and 10, EPI_VEC=0 on "
             "03a and NUM_STAGES on 01, the Hopper chapter's times; no constant was set by comparison with them. These "
             "predictions are committed before the validation run measures the stages.")
 _EVENTS: dict = {}
@@ -442,7 +447,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     persistent = cfg.grid_kind != 0
     share = None       # the stores' share of the kernel's DRAM bytes: from its own traffic (the first replay)
     moved = None
-    bound = False
+    bound = None
     util, cycles, it, res, per_tile = 0.5, 0.0, 0, None, 0.0
     for it in range(1, MAX_ITER + 1):
         if moved is None:
@@ -458,10 +463,14 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
         body = (end + more_k + (su.n_full - su.n_sim) * per_tile if persistent
                 else su.waves * (end + more_k + cal["cta.launch_cycles"]))
         new = body + cal["store.drain_cycles"] + cal["launch.overhead_us"] * 1e3 * clock_ghz
-        # the DRAM server's throughput: the problem's bytes cannot move faster than its bandwidth
+        # the DRAM server's throughput: the problem's bytes cannot move faster than its bandwidth; and the L2's:
+        # the kernel's requests between the SMs and L2 (loads, stores, prefetches) no faster than its measured
+        # bandwidth (costs: l2.bandwidth_gbps, where the calibration has it)
         floor = moved["dram"] / (cal["dram.bandwidth_gbps"] * 1e9) * clock_ghz * 1e9
-        bound = floor > new
-        new = max(new, floor)
+        l2_floor = (moved["l2"] / (cal["l2.bandwidth_gbps"] * 1e9) * clock_ghz * 1e9
+                    if "l2.bandwidth_gbps" in cal.constants else 0.0)
+        bound = "DRAM" if floor > max(new, l2_floor) else "L2" if l2_floor > new else None
+        new = max(new, floor, l2_floor)
         seconds = new / (clock_ghz * 1e9)
         u_new = min(0.97, moved["dram"] / seconds / (cal["dram.bandwidth_gbps"] * 1e9))
         done = abs(new - cycles) <= 1e-3 * new
@@ -478,9 +487,12 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     crit = critical_path(res, g, ctas)
     shares = crit["shares"]
     sentence = _sentence(shares, crit, per_tile, mem, cal)
-    if bound:
+    if bound == "DRAM":
         sentence = (f"bound by DRAM bandwidth (the kernel's {moved['dram'] / 1e9:.2f} GB at "
                     f"{cal['dram.bandwidth_gbps']:,.0f} GB/s is longer than the replay); within the SM: {sentence}")
+    elif bound == "L2":
+        sentence = (f"bound by L2 bandwidth (the kernel's {moved['l2'] / 1e9:.2f} GB between the SMs and L2 at "
+                    f"{cal['l2.bandwidth_gbps']:,.0f} GB/s is longer than the replay); within the SM: {sentence}")
     cx = ex.cluster_x
     assumptions = list(g.assumptions) + [
         (f"{su.resident} co-resident CTAs replayed together on one SM's resources (registers, shared memory and "
