@@ -109,14 +109,14 @@ VARIANTS_ROUND4 = [
 # runs' builds left out), over ring depth, prefetch depth, B's permutation and the turn's timing.
 VARIANTS_ROUND5 = [
     ("sm90/00a_smem_ring", {"NUM_STAGES": 6}), ("sm90/00b_producer_warpgroup", {"NUM_STAGES": 6}),
-    ("sm90/00c_two_consumers", {"NUM_STAGES": 6}), ("sm90/01_warp_specialized", {"NUM_STAGES": 3}),
-    ("sm90/01a_persistent", {"NUM_STAGES": 6}), ("sm90/03a_register_epilogue", {"NUM_STAGES": 2}),
+    ("sm90/00c_two_consumers", {"BLOCK_N": 128}), ("sm90/01_warp_specialized", {"NUM_STAGES": 3}),
+    ("sm90/11a_two_groups_queued", {"PREFETCH_TILES": 1}), ("sm90/03a_register_epilogue", {"NUM_STAGES": 2}),
     ("sm90/03c_pingpong", {"NUM_STAGES": 2}), ("sm90/03d_comb_early", {"NUM_STAGES": 2}),
     ("sm90/04_pingpong_resident_b", {"NUM_STAGES": 2}), ("sm90/05_multicast_a", {"PREFETCH_TILES": 1}),
     ("sm90/06_permuted_b", {"PREFETCH_TILES": 3}), ("sm90/06a_multicast_a", {"TURN_EARLY": 1}),
     ("sm90/06b_one_prefetcher", {"B_PERM_TMA": 0}), ("sm90/07_comb_resident", {"NUM_STAGES": 3}),
     ("sm90/07a_comb_windows", {"PREFETCH_TILES": 1}), ("sm90/07b_multicast_a", {"PREFETCH_TILES": 1}),
-    ("sm90/08_comb_init", {"NUM_STAGES": 5}), ("sm90/09_multicast_pairs", {"PREFETCH_TILES": 1}),
+    ("sm90/08_comb_init", {"B_PERM_TMA": 0}), ("sm90/09_multicast_pairs", {"PREFETCH_TILES": 1}),
     ("sm90/10_unrolled_kloop", {"PREFETCH_TILES": 1}), ("sm90/11_a_half_slices", {"NUM_STAGES": 4}),
     ("sm90/12_tma_store", {"B_PERM_TMA": 0}), ("sm90/13_one_prefetcher", {"PREFETCH_TILES": 3}),
 ]
