@@ -401,6 +401,10 @@ ROUND4 = ROOT / "results" / "2026-12-02-h200" / "round4" / "prediction-vs-measur
 TRAFFIC4 = ROOT / "results" / "2026-12-02-h200" / "round4" / "traffic-vs-ncu.json"
 
 
+# The fifth (H200): VARIANT_SETS["round5"], with the L2 prefetches counted and the L2 floor.
+ROUND5 = ROOT / "results" / "2026-12-02-h200" / "round5" / "prediction-vs-measured-blind5.json"
+
+
 def round2() -> dict:
     """The second blind round's comparison document (ROUND2)."""
     return json.loads(ROUND2.read_text())
@@ -414,6 +418,11 @@ def round3() -> dict:
 def round4() -> dict:
     """The fourth blind round's comparison document (ROUND4)."""
     return json.loads(ROUND4.read_text())
+
+
+def round5() -> dict:
+    """The fifth blind round's comparison document (ROUND5)."""
+    return json.loads(ROUND5.read_text())
 
 
 def traffic4() -> dict:
