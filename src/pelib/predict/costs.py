@@ -66,8 +66,9 @@ COSTS = {c.name: c for c in (
          "replay.Replay._node (tma_load)"),
     Cost("dram.bandwidth_gbps", "GB/s", "always", None, 1.0, 1e5, "dram.copy_gbps (bytes read + written)",
          "model.solve (utilisation, floor), memory.MemoryState.gbps"),
-    Cost("l2.bandwidth_gbps", "GB/s", "optional", None, 1.0, 1e6, "l2.read_gbps (the stream probe's most read "
-         "bandwidth over an L2-resident footprint; absent: no L2 floor)", "model.solve (the L2 floor)"),
+    Cost("l2.bandwidth_gbps", "GB/s", "optional", 1e6, 1.0, 1e6, "l2.read_gbps (the stream probe's most read "
+         "bandwidth over an L2-resident footprint; absent: 1 PB/s, far above any chip's L2, so it floors nothing)",
+         "model.solve (the L2 floor)"),
     Cost("l2.bytes", "B", "always", None, 1.0, 1e12, "env.l2_bytes",
          "model.demand_share (the LRU distance of memory.demand_misses)"),
     Cost("store.bytes_per_clk_sm", "B/clk", "always", None, 0.01, 1e4,

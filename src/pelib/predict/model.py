@@ -465,10 +465,9 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
         new = body + cal["store.drain_cycles"] + cal["launch.overhead_us"] * 1e3 * clock_ghz
         # the DRAM server's throughput: the problem's bytes cannot move faster than its bandwidth; and the L2's:
         # the kernel's requests between the SMs and L2 (loads, stores, prefetches) no faster than its measured
-        # bandwidth (costs: l2.bandwidth_gbps, where the calibration has it)
+        # bandwidth (costs: l2.bandwidth_gbps; its default, where a calibration has none, floors nothing)
         floor = moved["dram"] / (cal["dram.bandwidth_gbps"] * 1e9) * clock_ghz * 1e9
-        l2_floor = (moved["l2"] / (cal["l2.bandwidth_gbps"] * 1e9) * clock_ghz * 1e9
-                    if "l2.bandwidth_gbps" in cal.constants else 0.0)
+        l2_floor = moved["l2"] / (cal.cost("l2.bandwidth_gbps") * 1e9) * clock_ghz * 1e9
         bound = "DRAM" if floor > max(new, l2_floor) else "L2" if l2_floor > new else None
         new = max(new, floor, l2_floor)
         seconds = new / (clock_ghz * 1e9)
@@ -492,7 +491,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
                     f"{cal['dram.bandwidth_gbps']:,.0f} GB/s is longer than the replay); within the SM: {sentence}")
     elif bound == "L2":
         sentence = (f"bound by L2 bandwidth (the kernel's {moved['l2'] / 1e9:.2f} GB between the SMs and L2 at "
-                    f"{cal['l2.bandwidth_gbps']:,.0f} GB/s is longer than the replay); within the SM: {sentence}")
+                    f"{cal.cost('l2.bandwidth_gbps'):,.0f} GB/s is longer than the replay); within the SM: {sentence}")
     cx = ex.cluster_x
     assumptions = list(g.assumptions) + [
         (f"{su.resident} co-resident CTAs replayed together on one SM's resources (registers, shared memory and "
