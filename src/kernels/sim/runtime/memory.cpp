@@ -24,12 +24,6 @@ namespace pe_sim {
 namespace {
 
 // ---- where an address is -------------------------------------------------------------------------------
-bool in_tensor(uintptr_t a, size_t n) {
-  for (const PeSimRange& t : E->tensors)
-    if (a >= t.base && a + n <= t.base + t.bytes) return true;
-  return false;
-}
-
 // An access inside a tensor counted against it (Engine::gload / gstore); false where it lies in none.
 bool count_tensor(uintptr_t a, size_t n, bool write) {
   for (size_t i = 0; i < E->tensors.size(); ++i) {
