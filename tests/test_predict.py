@@ -692,3 +692,32 @@ def test_the_chapters_traffic_lines_read_the_committed_comparison():
     assert len(t.rows) == s["stages"] and "srcunit_tex" in t.caption
     fake = {**doc, "summary": {**s, "dram_write_within": 3}}
     assert "DRAM writes 3," in pv.traffic_line(fake)
+
+
+def test_every_builds_phases_are_compared_with_its_timing_records():
+    """pelib.predict.blind records every entry's per-role phases (phases_first); the comparison puts each build's
+    predicted phases beside them and gives each phase's mean absolute error over the builds."""
+    names = [p.stem for p in stages.family_stages("sm90")][:2]
+    pred = _pred([(f"sm90/{names[0]}", {}, 2.0e6), (f"sm90/{names[1]}", {}, 2.0e6)])
+    pred["predictions"][0]["phases"] = {"kloop": {"avg": 3000.0}, "tma_wait": {"avg": 100.0}}
+    pred["predictions"][1]["phases"] = {"kloop": {"avg": 5000.0}}
+    meas = {"env": {"device": "NVIDIA H200", "date": "2026-12-03"}, "entries": [
+        {"stage": f"sm90/{names[0]}", "defines": {}, "ok": True, "median_ms": 1.0, "cycles": 2.0e6,
+         "phases_first": {"tiles": 16, "phases": {"kloop": {"avg": 4000.0}, "tma_wait": {"avg": 400.0}}}},
+        {"stage": f"sm90/{names[1]}", "defines": {}, "ok": True, "median_ms": 1.0, "cycles": 2.0e6,
+         "phases_first": {"tiles": 1, "phases": {"kloop": {"avg": 4000.0}}}}]}
+    doc = compare.compare(pred, meas)
+    b = {x["stage"]: x["phases"] for x in doc["phases"]["builds"]}
+    assert b[f"sm90/{names[0]}"]["kloop"] == {"predicted": 3000.0, "measured": 4000.0, "error": -0.25}
+    assert b[f"sm90/{names[0]}"]["tma_wait"]["error"] == -0.75
+    assert doc["phases"]["summary"]["kloop"] == {"builds": 2, "mae": 0.25}
+    assert doc["phases"]["summary"]["tma_wait"]["builds"] == 1
+
+
+def test_the_blind_run_keeps_phases_for_every_entry():
+    """A persistent stage's TIMING build keeps its first 16 tiles' records (its phases), a non-persistent one a
+    tile slot per CTA (its one tile), 06 its own."""
+    from pelib.predict import blind
+    assert blind.timing_stage("sm90/00_tma_wgmma", {}).defines["PE_TIMING_TILES"] == 1
+    assert blind.timing_stage("sm90/10_unrolled_kloop", {}).defines["PE_TIMING_TILES"] == 16
+    assert "PE_TIMING_TILES" not in blind.timing_stage(S06, {}).defines

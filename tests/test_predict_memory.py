@@ -249,3 +249,25 @@ def test_stores_come_from_the_simulated_run_not_the_walk():
     from pelib.predict import model
     su = model.prepare(Stage("sm90/03a_register_epilogue"), 132)
     assert su.stores == 2 * su.full.m * su.full.n
+
+
+def test_every_load_queues_at_l2_by_the_kernels_own_traffic_and_mix():
+    """The L2 queueing a load meets is the stream probe's L2 chase curves at the kernel's L2 traffic, read/write mix
+    interpolated (read at 0, copy at one half, write at 1), less the unloaded chase; none without the curves or the
+    traffic. It grows with the traffic and with the writes' share, and it is added to a hit's latency."""
+    from pelib.paths import ROOT
+    cal = cal_mod.load(str(ROOT / "results/2026-12-02-h200/predict-calibration-h200.json"))
+
+    def q(gbps, ws=0.0):
+        return MemoryState(0.3, 0.0, 1.5, 0.3, 132, 0.0, gbps, ws).l2_queue_cycles(cal)
+    assert q(0.0) == 0.0                                       # no traffic: the unloaded chase, nothing added
+    assert 0.0 <= q(1000.0) < q(7000.0) < q(8500.0)            # the queue grows with the load
+    assert q(7000.0, 0.4) > q(7000.0, 0.0)                     # writes load L2 more than reads (the copy curve)
+    read = {p["gbps"]: p["cycles"] / p["clock_ghz"] for p in cal.curve("l2.read")}
+    top = max(read)                                            # at a measured point: the curve's own excess, in cycles
+    assert q(top) == pytest.approx((read[top] - read[min(read)]) * 1.5, rel=1e-6)
+    hit = MemoryState(0.3, 0.0, 1.5, 0.3, 132, 0.0).tma_cycles(cal, 8192, streamed=False)
+    loaded = MemoryState(0.3, 0.0, 1.5, 0.3, 132, 0.0, 8000.0, 0.2)
+    assert loaded.tma_cycles(cal, 8192, streamed=False) == pytest.approx(hit + loaded.l2_queue_cycles(cal))
+    bare = replace(cal, curves={k: v for k, v in cal.curves.items() if not k.startswith("l2.")})
+    assert MemoryState(0.3, 0.0, 1.5, 0.3, 132, 0.0, 8000.0, 0.2).l2_queue_cycles(bare) == 0.0

@@ -91,7 +91,10 @@ def b200_calibration(hopper: _cal.Calibration) -> _cal.Calibration:
                                 "source": "a tcgen05.ld's latency to its wait::ld; no Hopper counterpart: to be measured "
                                           "on a B200 (the first hour's calibration)"}
     left = sorted(n for n, c in consts.items() if c["kind"] == "provisional")
-    out = _cal.Calibration("b200", "NVIDIA B200", hopper.date, True, "", consts, "", curves=dict(hopper.curves))
+    # the L2's loaded-latency curves are the chip's L2, like its bandwidth: not transferred (no L2 queueing on the
+    # B200 until a B200 run's stream probe measures them)
+    curves = {k: v for k, v in hopper.curves.items() if not k.startswith("l2.")}
+    out = _cal.Calibration("b200", "NVIDIA B200", hopper.date, True, "", consts, "", curves=curves)
     out.protocol = ("B200: public constants (sourced), one clock fitted on the 5-warp baseline's recorded clock64 "
                     "tile period, everything else transferred from the Hopper calibration (" +
                     (hopper.path or hopper.device) + "); provisional: " + ", ".join(left))

@@ -16,7 +16,9 @@ pelib.measure.sweep (a trap or hang ends only that worker):
      clock_after  src/kernels/probes/calib_clock.cu launched right after each of 20 flushed launches of the
                   normal build (never inside the timed events): the clock the GPU has just then;
      cycles = median ms x the timing run's median per-SM clock;
-  3. sm90/06 (both wait builds): its per-role phases over every tile (TIMING with PE_TIMING_TILES = 336,
+  3. every entry: its TIMING run's per-role phases (phases_first: a persistent stage's first 16 tiles, a
+     non-persistent stage's one tile per CTA);
+     sm90/06 (both wait builds): its per-role phases over every tile (TIMING with PE_TIMING_TILES = 336,
      pelib.measure.hopper_perf.clock_stats), and the first 16 tiles' records saved as an .npz beside the JSON.
 Entries run most important first while the budget lasts; one that did not run says so in the JSON.
 Cycles, not milliseconds, are what a model is held to: the method of Accel-Sim's correlator (Khairy et al.,
@@ -49,9 +51,11 @@ WAIT_BUILDS = ("sm90/06_permuted_b", "sm90/10_unrolled_kloop", "sm90/11_a_half_s
 PHASE_STAGE = "sm90/06_permuted_b"
 PHASE_TILES = 336                      # every tile of a CTA of 06 on 132 SMs (330): pelib.measure.hopper_perf.PROFILE_TILES
 CLOCK_AFTER = 20                       # flushed launches each followed by the clock probe
-# The other entries' TIMING builds keep one tile slot: their launch clock needs the clock block only, and a
-# non-persistent stage (00: 43,512 CTAs) would otherwise fill 0.4 GB of records per launch.
+# The other entries' TIMING builds: a persistent stage keeps its first FIRST_TILES tiles' records (its per-role
+# phases, phases_first); a non-persistent one keeps one tile slot, its CTA's one tile (00: 43,512 CTAs would
+# otherwise fill 0.4 GB of records per launch).
 CLOCK_ONLY = {"PE_TIMING_TILES": 1}
+FIRST_TILES = {"PE_TIMING_TILES": 16}
 CLOCK_SPIN = 30_000                    # cycles the clock probe spins (~20 us)
 ITERS = 20
 
@@ -120,7 +124,26 @@ VARIANTS_ROUND5 = [
     ("sm90/10_unrolled_kloop", {"PREFETCH_TILES": 1}), ("sm90/11_a_half_slices", {"NUM_STAGES": 4}),
     ("sm90/12_tma_store", {"B_PERM_TMA": 0}), ("sm90/13_one_prefetcher", {"PREFETCH_TILES": 3}),
 ]
-VARIANT_SETS = {"round2": VARIANTS, "round3": VARIANTS_ROUND3, "round4": VARIANTS_ROUND4, "round5": VARIANTS_ROUND5}
+# The sixth round's: none predicted or measured before (every earlier round's, the review's and the 2026-12-02
+# runs' builds left out), over tile width and the consumers' count, the cluster, ring depth, epilogue vector width
+# and streaming, the comb's and the turn's timing and B's permutation.
+VARIANTS_ROUND6 = [
+    ("sm90/00_tma_wgmma", {"BLOCK_N": 256}), ("sm90/00a_smem_ring", {"NUM_STAGES": 5}),
+    ("sm90/00b_producer_warpgroup", {"WG_M": 1}), ("sm90/00c_two_consumers", {"NUM_CONSUMERS": 1}),
+    ("sm90/01_warp_specialized", {"BLOCK_N": 128}), ("sm90/01a_persistent", {"NUM_CONSUMERS": 1}),
+    ("sm90/02_persistent_cluster", {"BLOCK_N": 128}), ("sm90/03_staged_epilogue", {"CLUSTER_M": 1}),
+    ("sm90/03a_register_epilogue", {"CLUSTER_M": 1}), ("sm90/03b_resident_b", {"BLOCK_N": 128}),
+    ("sm90/03c_pingpong", {"BLOCK_N": 128}), ("sm90/03d_comb_early", {"EPI_VEC": 0}),
+    ("sm90/04_pingpong_resident_b", {"COMB_EARLY": 0}), ("sm90/05_multicast_a", {"NUM_STAGES": 3}),
+    ("sm90/06a_multicast_a", {"B_PERM_TMA": 0}), ("sm90/06b_one_prefetcher", {"TURN_EARLY": 1}),
+    ("sm90/07_comb_resident", {"TURN_EARLY": 1}), ("sm90/07b_multicast_a", {"EPI_STREAM": 0}),
+    ("sm90/08_comb_init", {"EPI_STREAM": 0}), ("sm90/09_multicast_pairs", {"B_PERM_TMA": 0}),
+    ("sm90/10_unrolled_kloop", {"TURN_EARLY": 1}), ("sm90/11_a_half_slices", {"B_PERM_TMA": 0}),
+    ("sm90/11a_two_groups_queued", {"NUM_STAGES": 4}), ("sm90/12_tma_store", {"TURN_EARLY": 1}),
+    ("sm90/13_one_prefetcher", {"B_PERM_TMA": 0}),
+]
+VARIANT_SETS = {"round2": VARIANTS, "round3": VARIANTS_ROUND3, "round4": VARIANTS_ROUND4, "round5": VARIANTS_ROUND5,
+                "round6": VARIANTS_ROUND6}
 
 
 def entries(variants: bool | str = False) -> list[tuple[str, dict]]:
@@ -149,9 +172,18 @@ def label(key: str, defines: dict) -> str:
 
 
 def timing_stage(key: str, defines: dict) -> Stage:
-    """The stage whose TIMING build gives an entry's launch clock: 06 as it is (its first 16 tiles' records are
-    kept), every other entry with CLOCK_ONLY."""
-    return Stage(key, defines if key == PHASE_STAGE else {**defines, **CLOCK_ONLY})
+    """The stage whose TIMING build gives an entry's launch clock and its per-role phases: 06 as it is (its first
+    16 tiles' records are kept), a persistent stage with FIRST_TILES, a non-persistent one with CLOCK_ONLY."""
+    if key == PHASE_STAGE:
+        return Stage(key, defines)
+    persistent = int(Stage(key, defines).exports.get("grid_kind", 0)) != 0
+    return Stage(key, {**defines, **(FIRST_TILES if persistent else CLOCK_ONLY)})
+
+
+def phase_summary(tm) -> dict:
+    """A TIMING run's per-role phases, compact: {phase: {"avg", "spread", "warps": {warp: avg}}} (cycles)."""
+    return {p: {"avg": r["avg"], "spread": r["spread"], "warps": {str(w): st["avg"] for w, st in r["warps"].items()}}
+            for p, r in tm.summary().items()}
 
 
 # ---- worker ------------------------------------------------------------------------------------------
@@ -234,6 +266,7 @@ def _run_entry(job, ctx: jobs.Context, res: dict) -> None:
     res["timing_run"] = {"launch_clock": lc, **tms,
                          "ms_over_normal": tms["median_ms"] / res["median_ms"] if res.get("median_ms") else None}
     res["clock_after"] = _clock_after(s, prob, t)
+    res["phases_first"] = {"phases": phase_summary(tm), "tiles": int(tm.layout.tiles)}
     ghz = lc.get("ghz")
     res["cycles"] = res["median_ms"] * 1e6 * ghz if ghz else None
     res["clock_source"] = "timing_run"
@@ -246,9 +279,7 @@ def _run_entry(job, ctx: jobs.Context, res: dict) -> None:
         tall, tall_ms = _timing_run(full, prob, t, iters=3)
         res["phases"] = {"every_tile": hopper_perf.clock_stats(tall), "timing_ms": tall_ms["median_ms"],
                          "launch_clock": tall.launch_clock(min_ns=50_000.0),
-                         "summary_first16": {p: {"avg": r["avg"], "spread": r["spread"],
-                                                 "warps": {str(w): st["avg"] for w, st in r["warps"].items()}}
-                                             for p, r in tm.summary().items()}}
+                         "summary_first16": phase_summary(tm)}
 
 
 KINDS = {"blind": _run_entry}    # this runner's job kind (pelib.measure.jobs' worker protocol)

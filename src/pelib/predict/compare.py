@@ -155,6 +155,7 @@ def compare(pred: dict, meas: dict) -> dict:
                        "ranked": len(plain)},
            "phases_06": phases_06(pred, meas)}
     out["define_effects"] = define_effects(rows)
+    out["phases"] = phases_by_build(preds, measured)
     out["summary"].update(effect_summary(out["define_effects"]), inversions_over_3pct=inversions(plain, 0.03),
                           worst_signed=rows[errs.index(max(errs))]["error_cycles"])
     return out
@@ -218,6 +219,30 @@ def phases_06(pred: dict, meas: dict) -> dict | None:
             m = rec[ph]["avg"]
             out[ph] = {"predicted": round(v, 1), "measured": round(m, 1), "error": round(v / m - 1, 4)}
     return out
+
+
+def phases_by_build(preds: list[dict], measured: dict) -> dict:
+    """Every build's predicted per-role phases (the replay's steady state, `phases`) against its TIMING run's
+    records (pelib.predict.blind's phases_first: a persistent stage's first tiles, a non-persistent stage's one
+    tile per CTA), in cycles; and per phase, the mean absolute error over the builds that have it. Where the
+    model is wrong inside a tile, this says in which role and phase."""
+    builds, per_phase = [], {}
+    for p in preds:
+        m = measured.get((p["stage"], _defkey(p.get("defines"))))
+        rec = ((m or {}).get("phases_first") or {}).get("phases")
+        if not rec or not p.get("phases"):
+            continue
+        row = {}
+        for ph, v in p["phases"].items():
+            pv, mv = (v.get("avg") if isinstance(v, dict) else v), (rec.get(ph) or {}).get("avg")
+            if isinstance(pv, (int, float)) and isinstance(mv, (int, float)) and mv > 0:
+                row[ph] = {"predicted": round(float(pv), 1), "measured": round(float(mv), 1),
+                           "error": round(float(pv) / float(mv) - 1, 4)}
+                per_phase.setdefault(ph, []).append(abs(float(pv) / float(mv) - 1))
+        if row:
+            builds.append({"stage": p["stage"], "defines": _defkey(p.get("defines")), "phases": row})
+    return {"builds": builds,
+            "summary": {ph: {"builds": len(v), "mae": round(sum(v) / len(v), 4)} for ph, v in sorted(per_phase.items())}}
 
 
 def table_rows(doc: dict) -> list[dict]:

@@ -20,6 +20,10 @@ The model (each constant from the calibration, pelib.predict.calibration):
     and the other column blocks' loads of the same tile) pays the loaded DRAM latency. That fraction is
     no constant: `demand_misses` counts it on the full schedule, from the kernel's exported prefetch
     depth (PREFETCH_TILES) and L2's size.
+  - Every load also queues at L2 (l2_queue_cycles): at the kernel's own L2 traffic (its loads', stores' and
+    prefetches' bytes over its predicted time, iterated with the DRAM utilisation) and read/write mix, the
+    stream probe's L2-resident chase curves give the loaded latency; what it adds to the unloaded chase is
+    added to each load's, drawn as an M/M/1 queue's waiting time like the DRAM queueing.
 The schedules restate the kernels' static tile orders (common/tile_map.cuh StaticTileScheduler, the
 resident-B and residue orders of kinds/sm90.py, which the kernels' headers describe); tests/test_predict.py
 checks them against the simulated order of TMA loads at the simulator's size.
@@ -58,6 +62,8 @@ class MemoryState:
     write_share: float = 0.0     # the stores' share of the kernel's DRAM bytes
     sms: int = 1
     demand_miss: float = 1.0     # the share of the streamed loads that find no L2 line (demand_misses)
+    l2_gbps: float = 0.0         # the kernel's requests between the SMs and L2 (GB/s: its L2 bytes over its time)
+    l2_write_share: float = 0.0  # the stores' share of those bytes
 
     def store_bytes_per_clk(self, cal) -> float:
         """One SM's store drain rate into L2. DRAM's write bandwidth does not slow an SM's stores directly:
@@ -103,6 +109,22 @@ class MemoryState:
             return ns["dram.read"] + (ns["dram.copy"] - ns["dram.read"]) * ws / 0.5
         return ns["dram.copy"] + (ns["dram.write"] - ns["dram.copy"]) * (ws - 0.5) / 0.5
 
+    def l2_queue_cycles(self, cal) -> float:
+        """The queueing every request to L2 meets at the kernel's L2 traffic (l2_gbps) and read/write mix: the stream
+        probe's L2-resident read, copy (half writes) and write chase curves at that bandwidth, interpolated in the
+        write share, less the unloaded chase (the curves' first point), in SM cycles. 0 without the curves: an
+        L2 whose latency does not grow with its load."""
+        pts = {k: _monotone(cal.curve(k)) for k in ("l2.read", "l2.copy", "l2.write")}
+        if not all(pts.values()) or self.l2_gbps <= 0:
+            return 0.0
+        ws = min(max(self.l2_write_share, 0.0), 1.0)
+        ns = {k: interp(v, self.l2_gbps, 1.0) for k, v in pts.items()}
+        if ws <= 0.5:
+            at = ns["l2.read"] + (ns["l2.copy"] - ns["l2.read"]) * ws / 0.5
+        else:
+            at = ns["l2.copy"] + (ns["l2.write"] - ns["l2.copy"]) * (ws - 0.5) / 0.5
+        return max(0.0, at - _ns(pts["l2.read"][0])) * self.clock_ghz
+
     def tma_parts(self, cal, streamed: bool = True):
         """(hit, miss base, miss queueing, miss share) of an A box's latency in cycles, or None without the
         stream curves: a hit is the TMA sweep's L2-resident box; a demand miss is the sweep's unloaded DRAM
@@ -126,9 +148,11 @@ class MemoryState:
         if parts is None:
             return self.tma_cycles(cal, nbytes, streamed)
         l2, base, excess, m = parts
+        q = self.l2_queue_cycles(cal)
+        wait = rng.expovariate(1.0 / q) if q > 0 else 0.0        # every request queues at L2 (hit or miss)
         if m <= 0 or rng.random() >= m:
-            return l2
-        return base + (rng.expovariate(1.0 / excess) if excess > 0 else 0.0)
+            return l2 + wait
+        return base + wait + (rng.expovariate(1.0 / excess) if excess > 0 else 0.0)
 
     def tma_cycles(self, cal, nbytes: int, streamed: bool = True) -> float:
         """One TMA load of `nbytes` into shared memory: L2 latency, the SM's TMA bandwidth, and for a
@@ -140,7 +164,7 @@ class MemoryState:
         parts = self.tma_parts(cal, streamed)
         if parts is not None:
             l2, base, excess, m = parts
-            return l2 + m * max(0.0, base + excess - l2)
+            return l2 + self.l2_queue_cycles(cal) + m * max(0.0, base + excess - l2)
         l2 = self._curve_cycles(cal, "tma_load.l2")
         seq = self._curve_cycles(cal, "tma_load.sequential")
         if l2 is not None and seq is not None:

@@ -18,7 +18,9 @@ How the full problem is reached in seconds (the extrapolation):
      shared memory, threads: resident_ctas); those CTAs are replayed together on one SM's resources, and the
      grid runs ceil(CTAs / (SMs x resident)) waves of that replay.
   4. The DRAM utilisation that sets the loaded latency is the problem's minimum bytes over the
-     predicted time (at the named clock) over the calibrated bandwidth; it is iterated to a fixed point.
+     predicted time (at the named clock) over the calibrated bandwidth; the L2 traffic that sets every load's
+     queueing at L2 (memory.MemoryState.l2_queue_cycles: the stream probe's L2 chase curves) is the kernel's
+     own bytes between the SMs and L2 over the predicted time; both are iterated to a fixed point.
   5. Two chip-level floors: the kernel's DRAM bytes at the DRAM's copy bandwidth, and its bytes between the
      SMs and L2 (its own loads, stores and L2 prefetches) at the L2's measured read bandwidth; the time is
      the longest of the replay and the two.
@@ -51,12 +53,14 @@ MAX_ITER = 12
 PROTOCOL = ("Blind protocol: the model's constants come from microbenchmarks (pelib.predict.probes) and public "
             "sources; no constant is fitted on a stage's time (the share of A's loads that miss L2 is counted from the "
             "stage's schedule and exported prefetch depth, memory.demand_misses; the stores and the L2 prefetches from "
-            "the simulated run; the L2 floor's bandwidth from the stream probe). "
+            "the simulated run; the L2 floor's bandwidth and the L2's loaded latency from the stream probe's L2 "
+            "sweep, at the kernel's own L2 traffic). "
             "sm90/06's committed clock64 record gives only the clock that converts cycles to milliseconds "
             "(clock_ghz.launch06). What the model's author has seen, said plainly: every earlier blind round's "
             "comparison (the 2026-11-27 ones, results/2026-12-02-h200/prediction-vs-measured-blind.json, "
             "results/2026-12-02-h200/round3/prediction-vs-measured-blind3.json, "
-            "results/2026-12-02-h200/round4/prediction-vs-measured-blind4.json), the 2026-12-02 Nsight Compute "
+            "results/2026-12-02-h200/round4/prediction-vs-measured-blind4.json, "
+            "results/2026-12-02-h200/round5/prediction-vs-measured-blind5.json), the 2026-12-02 Nsight Compute "
             "counters of every stage file (results/2026-12-02-h200/energy-headline-all-sm90.json, "
             "results/2026-12-02-h200/round4/energy-headline-all-sm90.json) and of the contention run, the 2026-12-01 review's measured effects of PREFETCH_TILES=0 on 06 and 10, EPI_VEC=0 on "
             "03a and NUM_STAGES on 01, the Hopper chapter's times; no constant was set by comparison with them. These "
@@ -449,13 +453,17 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     moved = None
     bound = None
     util, cycles, it, res, per_tile = 0.5, 0.0, 0, None, 0.0
+    l2_gbps, l2_ws = 0.0, 0.0   # the kernel's L2 traffic (GB/s) and its stores' share: from the fixed point
     for it in range(1, MAX_ITER + 1):
         if moved is None:
             res0 = Replay(g, cal, MemoryState(util, loc, clock_ghz, 0.0, su.sms, miss), ctas=ctas, streamed=su.streamed,
                           umma_cycles=umma_cycles(su, cal), seed=0, sm_of=su.sm_of()).run()
             moved = traffic(su, res0)
             share = moved["write_share"]
-        mem = MemoryState(util, loc, clock_ghz, share, su.sms, miss)
+            l2_ws = moved["l2_write_share"]
+            top = max((q["gbps"] for q in cal.curve("l2.read") or []), default=0.0)
+            l2_gbps = 0.5 * top        # a start for the fixed point; 0 (no L2 queueing) without the curves
+        mem = MemoryState(util, loc, clock_ghz, share, su.sms, miss, l2_gbps, l2_ws)
         runs = [Replay(g, cal, mem, ctas=ctas, streamed=su.streamed, umma_cycles=umma_cycles(su, cal),
                        seed=sd, sm_of=su.sm_of()).run() for sd in range(SEEDS)]
         res = runs[0]
@@ -472,12 +480,14 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
         new = max(new, floor, l2_floor)
         seconds = new / (clock_ghz * 1e9)
         u_new = min(0.97, moved["dram"] / seconds / (cal["dram.bandwidth_gbps"] * 1e9))
-        done = abs(new - cycles) <= 1e-3 * new
+        l2_new = moved["l2"] / seconds / 1e9 if l2_gbps > 0 else 0.0
+        done = abs(new - cycles) <= 1e-3 * new and abs(l2_new - l2_gbps) <= 0.01 * max(l2_new, 1.0)
         cycles = new
         if done:
             break
         util = 0.5 * util + 0.5 * u_new
-    mem = MemoryState(util, loc, clock_ghz, share, su.sms, miss)
+        l2_gbps = 0.5 * l2_gbps + 0.5 * l2_new
+    mem = MemoryState(util, loc, clock_ghz, share, su.sms, miss, l2_gbps, l2_ws)
     tm = replay_timing(res, g, ctas, su.stage)
     phases = _mean_phases([steady_timing(replay_timing(r, g, ctas, su.stage)) for r in runs])
     if tm is not None:
@@ -557,7 +567,8 @@ def traffic(su: Setup, res) -> dict:
     writes = by.get("stg", 0.0) + by.get("tma_store", 0.0)
     dram = reads + writes
     return {"l2": float(sum(by.values())), "dram": float(dram), "dram_read": float(reads), "dram_write": float(writes),
-            "write_share": writes / dram if dram > 0 else 0.0, "by_kind": {k: float(v) for k, v in sorted(by.items())}}
+            "write_share": writes / dram if dram > 0 else 0.0,
+            "l2_write_share": writes / sum(by.values()) if sum(by.values()) > 0 else 0.0, "by_kind": {k: float(v) for k, v in sorted(by.items())}}
 
 
 def umma_cycles(su: Setup, cal) -> float:
