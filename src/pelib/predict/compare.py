@@ -245,6 +245,21 @@ def phases_by_build(preds: list[dict], measured: dict) -> dict:
             "summary": {ph: {"builds": len(v), "mae": round(sum(v) / len(v), 4)} for ph, v in sorted(per_phase.items())}}
 
 
+def not_blind(again: dict, blind: dict, label: str) -> dict:
+    """A comparison re-made after the measurement (`again`) marked against the blind one of the same builds: its
+    predictions labelled `label`, each phase row that differs from the blind one marked not_blind, and whether
+    every build's cycles are the blind ones (cycles_unchanged)."""
+    out = dict(again)
+    out["predictions"] = {**again.get("predictions", {}), "label": label}
+    old = {(b["stage"], b["defines"]): b["phases"] for b in (blind.get("phases") or {}).get("builds", [])}
+    builds = [dict(b, not_blind=True) if old.get((b["stage"], b["defines"])) != b["phases"] else b
+              for b in (again.get("phases") or {}).get("builds", [])]
+    out["phases"] = {**(again.get("phases") or {}), "builds": builds}
+    cyc = {(r["stage"], r["defines"]): r["predicted_cycles"] for r in blind["rows"]}
+    out["cycles_unchanged"] = all(cyc.get((r["stage"], r["defines"])) == r["predicted_cycles"] for r in again["rows"])
+    return out
+
+
 def table_rows(doc: dict) -> list[dict]:
     """The comparison as rows for a chapter table."""
     return [{"stage": r["stage"].split("/")[-1] + (f" [{r['defines']}]" if r["defines"] else ""),

@@ -649,9 +649,9 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
     cuts = {}
     for w in warps:
         marks = res.warps[(c, w)].marks
-        if roles.get(w) in ("mma", "epilogue") and one_tile and res.warps[(c, w)].log:
-            cuts[w] = [res.warps[(c, w)].log[-1].t1]      # its one tile: the warp's whole run
-            continue
+        if one_tile and res.warps[(c, w)].log:
+            cuts[w] = [res.warps[(c, w)].log[-1].t1]      # its one tile: the warp's whole run (its outermost
+            continue                                      # loop is the K loop, not a tile loop)
         if not marks:
             continue
         outer = max({m[1] for m in marks}, key=lambda lp: lp[1] - lp[0])
