@@ -11,12 +11,12 @@ from functools import lru_cache
 
 from ..paths import ROOT
 
-# The newest blind round of the model as it is (the predictions committed before the measurement): the fifth,
-# on the H200, with no constant fitted on a stage's time (the third and fourth, results/2026-12-02-h200/round3/ and
-# round4/, priced without the simulator's store and prefetch counts and the L2 floor). The first two rounds (results/2026-11-27-{h100,h200}/,
+# The newest blind round of the model as it is (the predictions committed before the measurement): the sixth,
+# on the H200, with no constant fitted on a stage's time (the third to fifth, results/2026-12-02-h200/round3/ to
+# round5/, priced without the simulator's store and prefetch counts, the L2 floor or the L2's queueing). The first two rounds (results/2026-11-27-{h100,h200}/,
 # results/2026-12-02-h200/prediction-vs-measured-blind.json) priced with constants fitted on sm90/06: they are
 # the history the chapter "Predicted, then measured" shows, not this model's error bar.
-COMPARISONS = {"H200": "results/2026-12-02-h200/round5/prediction-vs-measured-blind5.json"}
+COMPARISONS = {"H200": "results/2026-12-03-h200/round6/prediction-vs-measured-blind6.json"}
 
 
 class BlindErrorMissing(FileNotFoundError):

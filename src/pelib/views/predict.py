@@ -405,6 +405,161 @@ TRAFFIC4 = ROOT / "results" / "2026-12-02-h200" / "round4" / "traffic-vs-ncu.jso
 ROUND5 = ROOT / "results" / "2026-12-02-h200" / "round5" / "prediction-vs-measured-blind5.json"
 
 
+# The sixth (H200): VARIANT_SETS["round6"], every load queueing at L2 at the kernel's own traffic, and every build's
+# per-role phases recorded by the blind run.
+ROUND6 = ROOT / "results" / "2026-12-03-h200" / "round6" / "prediction-vs-measured-blind6.json"
+
+# Every blind round on the H200, in order: its comparison and what the model changed before its predictions.
+ROUNDS = [
+    ("1", None, "the first model, three constants fitted on sm90/06's time"),
+    ("2", ROUND2, "multicast boxes read once, loads streamed by tensor, resident clusters, 07a's windows; "
+                  "still three constants fitted on 06"),
+    ("3", ROUND3, "nothing fitted: A's L2 misses counted on the tile schedule and the exported prefetch depth"),
+    ("4", ROUND4, "the stores taken from the simulated run"),
+    ("5", ROUND5, "the L2 prefetches counted; an L2 bandwidth floor from the stream probe"),
+    ("6", ROUND6, "every load queues at L2 at the kernel's own L2 traffic (the stream probe's L2 chase curves)"),
+]
+
+
+def rounds() -> list[tuple[str, dict, str]]:
+    """(round, comparison document, what changed) of every committed blind round on the H200, in order."""
+    out = []
+    for n, path, what in ROUNDS:
+        doc = blind_comparison("h200") if path is None else (json.loads(path.read_text()) if path.is_file() else None)
+        if doc is not None:
+            out.append((n, doc, what))
+    return out
+
+
+def latest_round() -> tuple[str, dict, str]:
+    """The newest committed blind round on the H200."""
+    return rounds()[-1]
+
+
+def _row06(doc: dict) -> str:
+    r = next((r for r in doc["rows"] if r["stage"] == "sm90/06_permuted_b" and not r["defines"]), None)
+    return "—" if r is None else f"{r['error_cycles']:+.1%}"
+
+
+def rounds_table() -> Table:
+    """Every blind round on the H200, one row each: what the model changed, then the errors, read from each
+    round's comparison document."""
+    rows = []
+    for n, doc, what in rounds():
+        s = doc["summary"]
+        worst, stage = worst_error(doc)
+        eff = (f"{s['effects_sign_right']} / {s['effects_within_half']} of {s['effects_over_3pct']}"
+               if "effects_over_3pct" in s else "—")
+        rows.append({"round": n, "what changed before it": what, "builds": s["stages"], "MAE": f"{s['mae']:.1%}",
+                     "worst": f"{worst:+.1%} ({stage.split('/')[-1].split('_')[0]})", "tau": f"{s['kendall_tau']:.2f}",
+                     "defines: sign / half": eff, "06": _row06(doc)})
+    last = rounds()[-1][1]
+    return Table(rows, f"The blind rounds, errors in cycles — {evidence.predicted('NVIDIA H200', last['predictions'].get('calibration_date'))}"
+                       f", each committed before its measurement; measured on the H200 ({', '.join(sorted({str(d['measurement'].get('date'))[:10] for _, d, _ in rounds()}))})")
+
+
+# Round 6's predictions re-made after its measurement (not blind) with the one fix that comparison found: a
+# one-tile CTA's predicted phases were cut at its K loop's back edge (model.replay_timing). Cycles are unchanged.
+ROUND6_V2 = ROOT / "results" / "2026-12-03-h200" / "round6" / "prediction-vs-measured-blind6-v2.json"
+
+
+def round6_v2() -> dict | None:
+    """Round 6's not-blind re-make (ROUND6_V2), or None before it is committed."""
+    return json.loads(ROUND6_V2.read_text()) if ROUND6_V2.is_file() else None
+
+
+def _fixed_rows(doc: dict, fixed: dict | None) -> dict:
+    """The phase rows of `doc`, with those of the builds `fixed` (a not-blind comparison) names as re-made."""
+    ph = dict(doc.get("phases") or {})
+    if not fixed:
+        return ph
+    again = {(b["stage"], b["defines"]): b for b in (fixed.get("phases") or {}).get("builds", [])
+             if b.get("not_blind")}
+    builds = [again.get((b["stage"], b["defines"]), b) for b in ph.get("builds", [])]
+    per = {}
+    for b in builds:
+        for name, v in b["phases"].items():
+            per.setdefault(name, []).append(abs(v["error"]))
+    return {"builds": builds, "summary": {k: {"builds": len(v), "mae": round(sum(v) / len(v), 4)}
+                                          for k, v in sorted(per.items())}}
+
+
+def phase_errors_table(doc: dict | None = None, fixed: dict | None = None) -> Table:
+    """Per stage file, the predicted per-role phases' error against its TIMING run's clock64 records (the blind
+    run's phases_first), and the mean absolute error of each phase over the builds that have it. `fixed`: a
+    comparison re-made after the measurement whose builds marked not_blind replace the blind rows (marked so)."""
+    doc = doc or latest_round()[1]
+    ph = _fixed_rows(doc, fixed)
+    short = {"producer_wait": "producer waits", "tma_issue": "TMA issue", "tma_wait": "TMA waits", "kloop": "K loop",
+             "tile": "tile", "epi_wait": "turn wait", "epi_phase1": "epilogue"}
+    names = [p for p in short if p in (ph.get("summary") or {})]
+    rows = []
+    for b in ph.get("builds", []):
+        if b["defines"]:
+            continue
+        rows.append({"stage": b["stage"].split("/")[-1].split("_")[0] + (" (not blind)" if b.get("not_blind") else ""),
+                     **{short[p]: (f"{b['phases'][p]['error']:+.0%}" if p in b["phases"] else "—") for p in names}})
+    rows.append({"stage": "MAE, all builds", **{short[p]: f"{ph['summary'][p]['mae']:.0%}" for p in names}})
+    m = doc["measurement"]
+    note = (" Rows marked not blind: re-made after the measurement, " + fixed["predictions"].get("label", "")
+            if fixed else "")
+    return Table(rows, "Each phase's error, predicted against the clock64 records of the stage's TIMING build (a "
+                       "persistent stage's first 16 tiles, a non-persistent stage's one tile per CTA; the phases of "
+                       "pelib.timing: producer_wait, tma_issue, tma_wait, kloop, tile, epi_wait, epi_phase1)." + note +
+                       " — "
+                       f"{evidence.predicted('NVIDIA H200', doc['predictions'].get('calibration_date'))}; "
+                       f"{evidence.measured(str(m.get('device')), str(m.get('date'))[:10])}")
+
+
+def _parity(ax, lo: float, hi: float, band: str, legend: int) -> None:
+    """A predicted-against-measured plot's frame: log-log axes over [lo, hi], the y = x line, the ±10 % band."""
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="y = x")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color=band, zorder=0, label="±10 %")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured cycles (median of 20 flushed launches x the launch's own SM clock)")
+    ax.set_ylabel("predicted cycles")
+    ax.legend(fontsize=legend, loc="upper left")
+
+
+def round_scatter(doc: dict | None = None, before: dict | None = None):
+    """One blind round's predicted against measured cycles (stage files filled, variants open), the previous
+    round's stage files as grey dots; log-log, the y = x line and the ±10 % band."""
+    import matplotlib.pyplot as plt
+    if doc is None:
+        rs = rounds()
+        doc, before = rs[-1][1], (rs[-2][1] if len(rs) > 1 else None)
+    fig, ax = plt.subplots(figsize=(6.6, 5.0))
+    pts = [(r["measured_cycles"], r["predicted_cycles"], bool(r["defines"])) for r in doc["rows"]]
+    lo = min(min(x, y) for x, y, _ in pts) / 1.15
+    hi = max(max(x, y) for x, y, _ in pts) * 1.15
+    if before:
+        ax.scatter([r["measured_cycles"] for r in before["rows"] if not r["defines"]],
+                   [r["predicted_cycles"] for r in before["rows"] if not r["defines"]], s=14, color="0.6",
+                   label="the round before (stage files)", zorder=2)
+    ax.scatter([x for x, _, v in pts if not v], [y for _, y, v in pts if not v], s=30, color="#d62728",
+               label="stage files", zorder=3)
+    ax.scatter([x for x, _, v in pts if v], [y for _, y, v in pts if v], s=30, facecolors="none",
+               edgecolors="#d62728", label="single-define variants", zorder=3)
+    for r in doc["rows"]:
+        if not r["defines"] and abs(r["error_cycles"]) > 0.25:
+            ax.annotate(r["stage"].split("/")[-1].split("_")[0], (r["measured_cycles"], r["predicted_cycles"]),
+                        fontsize=9, xytext=(4, -3), textcoords="offset points", color="#d62728")
+        elif r["defines"] and abs(r["error_cycles"]) > 0.5:
+            ax.annotate(f"{r['stage'].split('/')[-1].split('_')[0]} {r['defines']}",
+                        (r["measured_cycles"], r["predicted_cycles"]), fontsize=9, xytext=(-6, 6),
+                        textcoords="offset points", color="#d62728", ha="right")
+    _parity(ax, lo, hi, band="0.88", legend=9)
+    m = doc["measurement"]
+    ax.set_title("Every sm90 build and its variants, predicted blind against measured\n"
+                 f"{evidence.predicted('NVIDIA H200', doc['predictions'].get('calibration_date'))}; "
+                 f"{evidence.measured(str(m.get('device')), str(m.get('date'))[:10])}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def round2() -> dict:
     """The second blind round's comparison document (ROUND2)."""
     return json.loads(ROUND2.read_text())
@@ -533,15 +688,7 @@ def scatter(chips=("h100", "h200"), v2: bool = False):
             ax.scatter([r["measured_cycles"] for r in d2["rows"]], [r["predicted_cycles"] for r in d2["rows"]],
                        marker=m, facecolors="none", edgecolors=col, s=44, label=f"{c.upper()} v2 (not blind)", zorder=2)
     lo, hi = lo / 1.15, hi * 1.15
-    ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="y = x")
-    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.85", zorder=0, label="±10 %")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured cycles (median of 20 flushed launches x the launch's own SM clock)")
-    ax.set_ylabel("predicted cycles")
-    ax.legend(fontsize=8, loc="upper left")
+    _parity(ax, lo, hi, band="0.85", legend=8)
     meas = "; ".join(evidence.measured(blind_comparison(c)["measurement"]["device"],
                                        blind_comparison(c)["measurement"]["date"][:10]) for c in chips)
     pred = blind_comparison(chips[0])["predictions"]
