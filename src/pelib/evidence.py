@@ -161,6 +161,18 @@ class Table:
         # notes: lines shown under the table, e.g. what was not measured and why (never a result row)
         self.notes = list(notes or [])
 
+    def only(self, columns=None) -> "Table":
+        """The table with only `columns`, in that order (None: unchanged). The caption describes the whole table,
+        so a note under it names the columns left out."""
+        if columns is None:
+            return self
+        cols = list(columns)
+        dropped = [c for c in self.columns if c not in cols]
+        self.columns = cols
+        if dropped:
+            self.notes.append("Not shown here (the caption describes the whole table): " + ", ".join(map(str, dropped)))
+        return self
+
     def _numeric_columns(self) -> set:
         out = set()
         for c in self.columns:

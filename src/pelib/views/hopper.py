@@ -27,10 +27,11 @@ def sm90(name: str, defines: dict | None = None) -> Stage:
     return find("sm90", name, defines)
 
 
-def stage_list() -> Table:
-    """The sm90 stage files and the idea each adds (from their headers)."""
+def stage_list(names=None) -> Table:
+    """The sm90 stage files and the idea each adds (from their headers); names: only these stages, in this order."""
+    ss = map(Stage, stages.family_stages("sm90") if names is None else [stages.resolve(n) for n in names])
     return Table([{"stage": s.name, "parent": (s.header.parent or "—").split("/")[-1], "idea": s.header.idea}
-                  for s in map(Stage, stages.family_stages("sm90"))], "sm90 stages (src/kernels/sm90)", descriptive=True)
+                  for s in ss], "sm90 stages (src/kernels/sm90)", descriptive=True)
 
 
 def tree_order(stage_list: list[Stage]) -> list[tuple[Stage, int]]:
@@ -97,8 +98,9 @@ def tree_table(chips=("h100", "h200")) -> Table:
                         "chip in the committed results"])
 
 
-def emulate_table(problem: str = "small") -> Table:
-    """One tile of every sm90 stage replayed by pelib.emulate from its exports, against the torch reference."""
+def emulate_table(problem: str = "small", columns=None) -> Table:
+    """One tile of every sm90 stage replayed by pelib.emulate from its exports, against the torch reference
+    (columns: the ones to show, default all)."""
     rows = []
     for p in stages.family_stages("sm90"):
         s = Stage(p)
@@ -111,7 +113,7 @@ def emulate_table(problem: str = "small") -> Table:
                      "max |err|": r["max_abs_err"], "issues": "; ".join(r["issues"]) or "none",
                      "within 1 BF16 ulp": "yes" if r["ok"] else "NO"})
     return Table(rows, f"One tile of each sm90 stage on '{problem}' — emulated (pelib.emulate, from each stage's "
-                       "exports) against the torch reference")
+                       "exports) against the torch reference", columns=columns)
 
 
 def stage_facts(s: Stage) -> dict:
@@ -128,11 +130,11 @@ def stage_facts(s: Stage) -> dict:
             **{op: h.get(op, 0) for op in ("QGMMA", "UTMALDG", "UTMASTG", "STG", "STS")}}
 
 
-def stage_table(variants=None) -> Table:
-    """Compiled facts of every sm90 stage, or of (stage, defines) pairs."""
+def stage_table(variants=None, columns=None) -> Table:
+    """Compiled facts of every sm90 stage, or of (stage, defines) pairs (columns: the ones to show, default all)."""
     ss = [Stage(p) for p in stages.family_stages("sm90")] if variants is None else \
         [sm90(k, d) if not isinstance(k, Stage) else k for k, d in variants]
-    return Table([stage_facts(s) for s in ss], f"sm90 stages — {evidence_label(ss[0].build)}")
+    return Table([stage_facts(s) for s in ss], f"sm90 stages — {evidence_label(ss[0].build)}", columns=columns)
 
 
 def sass_grep(stage: str, pattern: str, defines: dict | None = None, n: int = 6) -> str:
@@ -380,9 +382,10 @@ def variant_row(key: str, defines: dict, rep: dict | None = None, live_problem=N
     return row
 
 
-def stage_widget(live: bool | None = None):
+def stage_widget(live: bool | None = None, columns=None):
     """A slider over WIDGET_VARIANTS: compiled facts, the committed H100 time, and (on an sm_90 GPU) a
-    verified, timed run on the 'medium' problem. The static fallback is the table of all options."""
+    verified, timed run on the 'medium' problem. The static fallback is the table of all options.
+    columns: the ones to show (default all; a column a row lacks is left out)."""
     if live is None:
         live = device.can_run(ARCH)
     # the newest committed sweep that ran every option of the widget (a run at the defaults only does not)
@@ -399,9 +402,10 @@ def stage_widget(live: bool | None = None):
         cap = "compiled" + (f"; 'measured ms' = {results.sweep_evidence(rep)}" if rep and "measured ms" in row else "")
         if medium is not None:
             cap += f"; live = measured now on {device.current().name}, 'medium' problem"
-        t = Table([row], cap)
+        t = Table([row], cap, [c for c in columns if c in row] if columns else None)
         return t if rep is None else [plots.hopper_line(rep, mark=k), t]
-    return widgets.sweep(WIDGET_VARIANTS, render, static=Table(rows, caption), description="stage", live=live)
+    static = Table(rows, caption, [c for c in columns if any(c in r for r in rows)] if columns else None)
+    return widgets.sweep(WIDGET_VARIANTS, render, static=static, description="stage", live=live)
 
 
 # ---- Hopper against Blackwell ---------------------------------------------------------------------
@@ -450,9 +454,10 @@ CONTRAST = [
 ]
 
 
-def contrast_table() -> Table:
-    """Hopper vs Blackwell for this GEMM, point by point (facts from the PTX ISA and CUTLASS)."""
-    return Table(CONTRAST, "The same kernel on two architectures", descriptive=True)
+def contrast_table(columns=None) -> Table:
+    """Hopper vs Blackwell for this GEMM, point by point (facts from the PTX ISA and CUTLASS); columns: the ones
+    to show, default all."""
+    return Table(CONTRAST, "The same kernel on two architectures", descriptive=True, columns=columns)
 
 
 # ---- pelib.measure.hopper_perf's committed runs (results/<date>-<chip>/hopper-perf.json) ---------------------------
@@ -525,7 +530,7 @@ ENERGY_COLUMNS = (("burst ms (random)", "ms", 4), ("launch clock (GHz)", "launch
                   ("J/launch (zeros)", "J, zeros", 3), ("power W", "W", 0), ("NVML SM MHz", "NVML MHz", 0))
 
 
-def energy_table(chips=("h100", "h200"), mode: str = "limiter", root=None) -> Table:
+def energy_table(chips=("h100", "h200"), mode: str = "limiter", root=None, columns=None) -> Table:
     """Per chip and entry of the newest pelib.measure.energy run (measured): the burst time (make bench's regime, random
     inputs) with the launch's own clock and the clock right after it, the same on zeros; the sustained time,
     joules per launch (NVML's energy counter), power and NVML's SM clock; per 64 x 256 tile, the L2 and DRAM
@@ -554,7 +559,7 @@ def energy_table(chips=("h100", "h200"), mode: str = "limiter", root=None) -> Ta
     return Table(rows, f"Time, clock and energy per launch — measured by pelib.measure.energy {mode} (ours and cuBLAS "
                        "interleaved; bursts after an idle gap, L2 flushed, median of 20; sustained windows of "
                        "back-to-back launches); bytes and instructions per 64 x 256 tile from Nsight Compute "
-                       "(measured) and the SASS of one consumer warp (compiled)", notes=notes)
+                       "(measured) and the SASS of one consumer warp (compiled)", notes=notes).only(columns)
 
 
 # Our stage in the tables: 06 with the unbounded wait build. Stage 10 was 0.004 ms faster on the H100
@@ -571,8 +576,9 @@ def _ours(rep: dict) -> dict:
     return ok[0]
 
 
-def chip_table(chips=("h100", "h200")):
-    """Both chips, each against its own floors: ours, every baseline (form, precision), the floors."""
+def chip_table(chips=("h100", "h200"), columns=None):
+    """Both chips, each against its own floors: ours, every baseline (form, precision), the floors (columns: the
+    ones to show, default all)."""
     rows = []
     for chip in chips:
         rep = perf_run(chip)
@@ -601,7 +607,7 @@ def chip_table(chips=("h100", "h200")):
     return Table(rows, "The Hopper twin on both chips — measured (" + ", ".join(
         f"{perf_run(c)['env']['device']}, {perf_run(c)['env']['date'][:10]}" for c in chips) + "); precision: largest "
         "|out - bf16(FP64 reference)| and share of outputs not correctly rounded, on 2,048 fixed rows",
-        ["chip", "what", "ms", "of floor", "ours against it", "max |err|", "mismatch", "note"])
+        columns or ["chip", "what", "ms", "of floor", "ours against it", "max |err|", "mismatch", "note"])
 
 
 def stages_table(chips=("h100", "h200")):

@@ -24,7 +24,6 @@ RATES = (("L2 %", "lts__throughput.avg.pct_of_peak_sustained_elapsed"),
          ("DRAM %", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
          ("GHz", "sm__cycles_elapsed.avg.per_second"))
 
-
 def contention_run(chip: str = "h200", root=None) -> dict:
     return run(chip, MODE, root)
 
@@ -43,7 +42,7 @@ def fastest(rep: dict) -> dict:
     return min(ok, key=lambda r: r["burst ms (random)"])
 
 
-def time_table(chip: str = "h200", root=None) -> Table:
+def time_table(chip: str = "h200", root=None, columns=None) -> Table:
     """Each timed entry of the run against 07a: burst time, its launch clock, cycles (ms x GHz) as a ratio,
     sustained time and joules per GEMM, against cuBLAS fast-accum of the same run; verified or not."""
     rep = contention_run(chip, root)
@@ -63,7 +62,7 @@ def time_table(chip: str = "h200", root=None) -> Table:
     return Table(rows, f"The A stream against the stores — measured by pelib.measure.energy contention ({rep['_file']}, "
                        f"{rep['evidence']}, {chip_label(rep['env']['device'])}): burst time (20 launches, L2 flushed "
                        "before each, median over rounds, production waits PE_WAIT_KIND=2), each launch's own clock, "
-                       "sustained time and NVML joules per GEMM over a 2-s window; 06 and its probes in bursts only")
+                       "sustained time and NVML joules per GEMM over a 2-s window; 06 and its probes in bursts only").only(columns)
 
 
 def counter_rows(rep: dict) -> list[dict]:
@@ -83,7 +82,7 @@ def counter_rows(rep: dict) -> list[dict]:
     return out
 
 
-def counter_table(chip: str = "h200", root=None) -> Table:
+def counter_table(chip: str = "h200", root=None, columns=None) -> Table:
     rep = contention_run(chip, root)
     rows = counter_rows(rep)
     if not rows:
@@ -94,7 +93,7 @@ def counter_table(chip: str = "h200", root=None) -> Table:
                        "one launch each, clocks left as they are): L2 sectors read and written (32 B each), DRAM bytes, "
                        "the global-store requests and sectors and the shared-store wavefronts of L1, LSU and all warp "
                        "instructions; the units' throughputs over the kernel; the three largest stall reasons"
-                       + (f"; not collected by this ncu: {', '.join(dropped)}" if dropped else ""))
+                       + (f"; not collected by this ncu: {', '.join(dropped)}" if dropped else "")).only(columns)
 
 
 def targets(chip: str = "h200", root=None) -> Table:
@@ -124,7 +123,7 @@ def entry_name(stage: str, defines: dict) -> str:
     return stage.split("/")[-1].split("_")[0] + ("" if not d else " " + ",".join(f"{k}={v}" for k, v in sorted(d.items())))
 
 
-def predicted_table(chip: str = "h200", root=None) -> Table:
+def predicted_table(chip: str = "h200", root=None, columns=None) -> Table:
     """Each new stage's prediction (the timing model, committed before the run; predicted, with the clock it
     assumed) beside the contention run's measurement (measured): the burst time, the error, and the time the
     prediction gives at the measured launch clock (cycles held), which separates the cycles from the clock."""
@@ -149,4 +148,4 @@ def predicted_table(chip: str = "h200", root=None) -> Table:
                      "predicted at the measured clock": _r(at, 4),
                      "error there": f"{(at - ms) / ms:+.1%}" if at and ms else "—"})
     return Table(rows, f"Predicted (results/{files[-1].parent.name}/{PREDICTIONS}: the timing model, committed "
-                       f"before the run) beside measured ({rep['_file']}, {rep['evidence']}); burst regime")
+                       f"before the run) beside measured ({rep['_file']}, {rep['evidence']}); burst regime").only(columns)

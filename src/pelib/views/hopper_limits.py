@@ -25,7 +25,6 @@ PRICED = (("sm90/07a_comb_windows", "07a"), ("sm90/06a_multicast_a", "06a"), ("s
 class LimiterError(LookupError):
     """A committed run lacks what a limiter view reads; the message names the run and the command."""
 
-
 def run(chip: str, mode: str = "limiter", root=None) -> dict:
     """The newest committed pelib.measure.energy run of `mode` on `chip` (views.hopper.energy_run), or an error that
     names the command to run."""
@@ -83,7 +82,7 @@ def _burst(rep, entry, inputs):
     return _row(rep, entry).get(f"burst ms ({inputs})")
 
 
-def regime_table(chips=CHIPS, root=None) -> Table:
+def regime_table(chips=CHIPS, root=None, columns=None) -> Table:
     """Per chip, ours (06, 10) and cuBLAS in both regimes: the burst (L2 flushed, median of 20) on random inputs
     and on zeros with the clock of the launch and the cycles it spent, and the sustained window (2 s of
     back-to-back launches) with NVML's joules per launch and mean power."""
@@ -106,7 +105,7 @@ def regime_table(chips=CHIPS, root=None) -> Table:
     return Table(rows, "The twin and cuBLAS in two regimes — measured by pelib.measure.energy limiter; burst: 20 launches "
                        "after an idle gap, L2 flushed, median; its clock is our launch's own (per-CTA clock64 over "
                        "globaltimer of the TIMING build) or, for cuBLAS, Nsight Compute's of one launch; M cycles = "
-                       "ms x GHz; sustained: 2 s of back-to-back launches, NVML's energy counter. Runs: " + "; ".join(src))
+                       "ms x GHz; sustained: 2 s of back-to-back launches, NVML's energy counter. Runs: " + "; ".join(src)).only(columns)
 
 
 def _r(v, nd):
@@ -136,7 +135,7 @@ def clock_sources_table(chips=CHIPS, root=None) -> Table:
                  "the one the other tables use")
 
 
-def power_table(chips=CHIPS, root=None) -> Table:
+def power_table(chips=CHIPS, root=None, columns=None) -> Table:
     """Does power bind? Per chip, stage 06 on zeros against random inputs in the burst regime (time, launch
     clock, cycles) and under sustained load (power against the limit, NVML's clock-event reasons)."""
     rows = []
@@ -158,7 +157,7 @@ def power_table(chips=CHIPS, root=None) -> Table:
     return Table(rows, "Does power bind? Stage 06 on zeros against random inputs — measured by pelib.measure.energy "
                        "limiter (" + ", ".join(run(c, root=root)["evidence"] for c in chips) + "); the burst's time, "
                        "its launch clock and the cycles (ms x GHz); the sustained window's mean power against the "
-                       "power limit and NVML's clock-event reasons (0x4: software power cap)")
+                       "power limit and NVML's clock-event reasons (0x4: software power cap)").only(columns)
 
 
 def verdict(rep: dict, entry: str = OURS) -> dict:
@@ -353,7 +352,7 @@ def blind_ms(rep: dict | None, key: str, defines: dict | None = None) -> float |
     return e.get("median_ms") if e else None
 
 
-def estimate_table(chips=CHIPS, root=None) -> Table:
+def estimate_table(chips=CHIPS, root=None, columns=None) -> Table:
     """Each sub-stage's estimate beside its measurement, per chip: the phrase of its header (written before its
     first run) and the burst range it gives, the L2 line's price (modelled from the limiter run: 06's time less
     the line's ms per KiB times the traffic a tile the stage removes, never below the no-memory probe on the SMs
@@ -426,10 +425,10 @@ def estimate_table(chips=CHIPS, root=None) -> Table:
                        "stage occupies (pelib.measure.energy limiter); measured: pelib.measure.energy stages, burst (20 launches, L2 "
                        "flushed, median, PE_WAIT_KIND=2) with its launch clock, sustained joules per GEMM (NVML, one "
                        "2-s window), random inputs; the verdict reads the header's range against the median and its "
-                       "p10–p90; blind vs 06: pelib.predict.blind, the default (bounded-wait) builds", notes=notes)
+                       "p10–p90; blind vs 06: pelib.predict.blind, the default (bounded-wait) builds", notes=notes).only(columns)
 
 
-def substage_table(chips=CHIPS, root=None) -> Table:
+def substage_table(chips=CHIPS, root=None, columns=None) -> Table:
     """What each idea did, against 06 in the same pelib.measure.energy stages run: the burst time, the launch clock and
     the cycles (ms x GHz) as ratios, so a time that fell through a higher clock (fewer joules a tile under the
     power limit) is told from one that fell through fewer cycles; the L2 bytes a tile the stage leaves
@@ -460,7 +459,7 @@ def substage_table(chips=CHIPS, root=None) -> Table:
     return Table(rows, "What each idea did against 06 in the same run — measured by pelib.measure.energy stages (" +
                  "; ".join(src) + "): burst time (20 launches, L2 flushed, median, PE_WAIT_KIND=2), the launch's "
                  "own clock, cycles = ms x GHz; sustained joules per GEMM from NVML over one 2-s window; L2 bytes a "
-                 "tile between L2 and the SMs modelled (pelib.kinds.sm90.l2_traffic: A, comb, the stores)")
+                 "tile between L2 and the SMs modelled (pelib.kinds.sm90.l2_traffic: A, comb, the stores)").only(columns)
 
 
 def best_stage(st: dict) -> str:
@@ -541,7 +540,7 @@ def gap_table(chips=CHIPS, root=None) -> Table:
                        f"{tiles_per_cta(run(chips[0], root=root), prob):.1f} tiles each on 132 CTAs)")
 
 
-def targets_table(chips=CHIPS, root=None) -> Table:
+def targets_table(chips=CHIPS, root=None, columns=None) -> Table:
     """The limiter issue's targets per chip, met or missed, from the newest pelib.measure.energy stages run: the burst
     time of our fastest stage against the goal, its ratio to cuBLAS fast accumulation (GEMM only) in the same
     run, and its sustained joules per GEMM against cuBLAS's; with what is left, read from gap_table."""
@@ -585,7 +584,7 @@ def targets_table(chips=CHIPS, root=None) -> Table:
                        "time (20 launches, L2 flushed, median, random inputs, verified) of our fastest stage with its "
                        "launch clock, cuBLAS fast accumulation (GEMM only) in the same run, sustained joules per GEMM "
                        "(NVML); what is left: the floors of the gap table (the no-memory probe measured, the tensor "
-                       "and memory floors modelled from the measured clock and copy bandwidth)")
+                       "and memory floors modelled from the measured clock and copy bandwidth)").only(columns)
 
 
 # ---- the findings, each with its numbers and where they come from ------------------------------------------------
