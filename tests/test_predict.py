@@ -338,7 +338,7 @@ def test_the_command_and_the_chapter_print_the_same_number(capsys):
     """python -m pelib.stage ... --device predict --gpu h200 prices with the newest measured H200 calibration at
     06's launch clock, as the chapter's predict_06 and the prediction documents do: the same ms, the file named."""
     from pelib.predict import host as predict_host
-    from pelib.views import predict as pv
+    from pelib.views import blind_rounds as pv
     assert cal_mod.load("h200").path == "results/2026-12-02-h200/predict-calibration-h200.json"
     assert predict_host.main([S06, "--device", "predict", "--gpu", "h200"]) == 0
     out = capsys.readouterr().out
@@ -682,7 +682,7 @@ def test_the_committed_calibrations_are_what_build_makes(tmp_path):
 def test_the_chapters_traffic_lines_read_the_committed_comparison():
     """views.predict.traffic_line / traffic_table: every number from the round's traffic document, the L2
     counter named in the caption."""
-    from pelib.views import predict as pv
+    from pelib.views import blind_rounds as pv
     doc = pv.traffic4()
     s = doc["summary"]
     line = pv.traffic_line(doc)
@@ -727,7 +727,7 @@ def test_the_chapters_rounds_and_phases_read_the_committed_comparisons():
     """views.predict: the rounds table has one row per committed blind round, each number read from that round's
     comparison (a changed document changes the row); the phase table's last row is the comparison's per-phase
     MAE; a not-blind re-make replaces only the rows it marks, and says so."""
-    from pelib.views import predict as pv
+    from pelib.views import blind_rounds as pv
     rs = pv.rounds()
     assert [n for n, _, _ in rs] == [str(i) for i in range(1, len(rs) + 1)] and len(rs) >= 6
     t = pv.rounds_table()

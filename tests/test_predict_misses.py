@@ -5,7 +5,7 @@ import pytest
 
 from pelib.predict import misses, model
 from pelib.predict.__main__ import NOT_BLIND, not_blind
-from pelib.views import predict as pv
+from pelib.views import blind_rounds as pv
 
 
 def test_resident_ctas_takes_the_tightest_limit():
