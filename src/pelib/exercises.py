@@ -7,8 +7,8 @@ and says what happened.
     ex.check(ex.start)          # the starting point: not yet, and the simulator's report
     ex.check(my_lines)          # the reader's version of those lines (or a path to a whole edited copy)
 
-Each exercise starts from a planted mistake (pelib.sim.catalog's, or one defined here in the same form:
-a source patch whose find text occurs exactly once) and its solution is the stage's own lines: the
+Each exercise starts from a planted mistake (pelib.sim.catalog's, or one of exercises.yaml's own in the same
+form: a source patch whose find text occurs exactly once) and its solution is the stage's own lines: the
 reader finds the mistake. An exercise with goal "report" runs the other way (start from the stage,
 make the change, see the simulator name what breaks). An exercise with `exports` also asks the build
 to export those values (change a parameter and keep the kernel correct). tests/test_exercises.py runs
@@ -22,12 +22,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from . import build as _build, evidence
 from .sim import catalog as cat
 from .facts import Table, evidence_label
 from .sim.catalog import P, Mutation
 from .stage import Stage
-from .stages import resolve
+from .stages import line_span, resolve
 
 SEEDS = (0, 1, 2)
 # correct: start from the planted mistake, make the stage verify (the solution is the stage's own lines);
@@ -82,14 +84,12 @@ class Exercise:
 
     @staticmethod
     def _span(text: str, region: tuple, label: str) -> tuple[int, int]:
-        lines = text.split("\n")
-        a = next((i for i, ln in enumerate(lines) if region[0] in ln), None)
+        a, b = line_span(text.split("\n"), *region)
         if a is None:
             raise ExerciseError(f"{label}: no line contains {region[0]!r} (the stage changed? update the exercise)")
-        b = next((i for i in range(a, len(lines)) if region[1] in lines[i]), None)
         if b is None:
             raise ExerciseError(f"{label}: no line after {region[0]!r} contains {region[1]!r}")
-        return a, b + 1
+        return a, b
 
     def _region_of(self, text: str) -> tuple[str, int]:
         a, b = self._span(text, self.region, self.id)
@@ -437,171 +437,22 @@ def grade(ex: Exercise, text: str, seeds=SEEDS, price: bool = False) -> Grade:
             cm.__exit__(None, None, None)
 
 
-# ---- the mistakes only the exercises plant (the same form as pelib.sim.catalog's) -----------------------
+# ---- the data: exercises.yaml beside this module ------------------------------------------------------
+# its mistakes: those only the exercises plant, in the form of pelib.sim.catalog's; its exercises in the
+# book's order, each naming its mistake by id (one of those, else a pelib.sim.catalog mutation)
 
-M = Mutation
-OWN = (
-    M("ex-fp8-00-comb-next-patch", "fp8/00_ws_cta1",
-      (P("const u16* comb_ptr = comb + (u64)comb_row(m) * N + tile.n0;",
-         "const u16* comb_ptr = comb + (u64)comb_row(m + 1) * N + tile.n0;"),),
-      "the epilogue adds the next patch's comb row", "wrong"),
-    M("ex-fp8-04-lane-quarter", "fp8/04_independent_polling",
-      (P("const int sub = warp % 4;", "const int sub = (warp - 2) % 4;"),),
-      "epilogue warp w reads TMEM lanes 32*((w-2)%4), not its own quarter 32*(w%4)", "misuse", site="quarter"),
-    M("ex-fp8-05-fifth-warp-same-half", "fp8/05_epi_warps",
-      (P("drain<TN / 2, TN>(t_row, comb_ptr, out_ptr);  // the 5th / 6th warp: the second half",
-         "drain<0, TN / 2>(t_row, comb_ptr, out_ptr);  // the 5th / 6th warp: the second half"),),
-      "the fifth warp drains the same half of its lane quarter as warp 2", "wrong"),
-    M("ex-fp8-06-full-wait-parity", "fp8/06_stages",
-      (P("mbarrier_wait_parity(&full[s], phase, 2);  // bytes from both CTAs",
-         "mbarrier_wait_parity(&full[s], phase ^ 1, 2);  // bytes from both CTAs"),),
-      "the MMA thread waits on full[s] with the producer's parity: a fresh barrier passes at once",
-      "hazard", tags=(2,), site="tcgen05.mma reads", also=("deadlock",),
-      why="the first wait passes before the slot's bytes land, so the MMA reads a slot that a TMA load is still "
-          "writing (a hazard, found by happens-before); a schedule that lands the bytes first shows the ring's "
-          "phases falling out of step instead (a blocked wait at tag 2)"),
-    M("ex-fp8-07-staging-column", "fp8/07_smem_staged_epilogue",
-      (P("stage_put<S>(stage_buf, lane, c - C0 + 8 * v, o);", "stage_put<S>(stage_buf, lane, c + 8 * v, o);"),),
-      "Phase 1 writes a split warp's columns at their tile column, not at their place in its buffer", "wrong"),
-    M("ex-fp8-09-ring-depth", "fp8/09_persistent_megakernel",
-      (P("#define NUM_STAGES 4 ", "#define NUM_STAGES 2 "),), "the ring two slots deep", "wrong"),
-)
+_DATA = yaml.safe_load(Path(__file__).with_name("exercises.yaml").read_text())
+OWN = cat.mutations(_DATA["mistakes"])
 _OWN = {m.id: m for m in OWN}
-
-
-def _own(mid: str) -> Mutation:
-    return _OWN[mid]
-
-
-# ---- the exercises, in the book's order ---------------------------------------------------------------
-
-EXERCISES: tuple[Exercise, ...] = (
-    Exercise("how-dealloc-early", "how_we_know", "free TMEM only after the last read",
-             "In this copy the MMA warp frees the tensor memory as soon as it has issued its last MMA and commit. "
-             "Find the line the simulator objects to: the kernel already frees TMEM where no thread can still "
-             "read it.",
-             "fp8-00-dealloc-before-last-read", ("tcgen05_commit<CG>(smem_u32(mma_done));", "// ---- epilogue: warp w reads"),
-             hint="Who still reads TMEM after the MMA warp's last commit?"),
-    Exercise("nvfp4-00-full-parity", "nvfp4_single_stage", "the K loop's wait",
-             "Stage 00 waits for each K tile's bytes on one mbarrier. In this copy the wait passes too early from "
-             "the second K tile on. Find the line.",
-             "nvfp4-00-full-wait-parity-fixed", ("// ---- K loop, one thread", "mbarrier_wait_parity(mma_done, kt & 1"),
-             hint="An mbarrier's phase flips each time it completes: which parity does K tile kt wait for?"),
-    Exercise("nvfp4-01-expect-tx", "nvfp4_pipelined", "the bytes a stage expects",
-             "The producer announces how many bytes each ring slot will receive. This copy announces too few: the "
-             "simulator reports the transaction count going below zero. Fix the count.",
-             "nvfp4-01-expect-tx-sf-short", ("PE_DEVICE void load_ktile(", "tma_load_2d(stage + OFF_B"),
-             hint="Which boxes does one slot's load deliver?"),
-    Exercise("nvfp4-04-split-k-order", "nvfp4_beyond_lab", "the order of the split-K reduction",
-             "In stage 04 the CTAs of a cluster push their partial accumulators into rank 0's shared memory and "
-             "rank 0 adds them. The reduction looks as if it needs no barrier: rank 0 only reads its own shared "
-             "memory. Take out the cluster barrier between the pushes and the reduction and see what the "
-             "simulator says.",
-             "nvfp4-04-reduce-before-partials-arrive",
-             ("  cluster_wait();             // every peer has started", "if (rank == 0) store_tile_reduced("),
-             goal="report",
-             hint="What makes a peer's st.shared::cluster happen before rank 0's load of the same word?"),
-    Exercise("fp8-problem-comb-row", "fp8_problem", "which comb row",
-             "Each output row m adds the positional-embedding row of its patch position. This copy of stage 00 "
-             "adds the wrong row; the output is wrong on every seed. Find it.",
-             _own("ex-fp8-00-comb-next-patch"), ("const int sub = warp % 4;", "const u16* comb_ptr"),
-             hint="Row m of the output is patch m of the batch: its position is m mod 196."),
-    Exercise("fp8-ws-producer-parity", "fp8_warp_specialized", "the producer's first wait",
-             "The producer's first wait on each empty barrier uses the wrong parity, and the kernel deadlocks. "
-             "Find it.",
-             "fp8-00-empty-first-wait-parity0", ("// ---- producer: one thread issues every TMA load", "mbarrier_arrive_expect_tx"),
-             hint="A freshly initialised mbarrier is in phase 0: a wait for parity 1 passes at once."),
-    Exercise("fp8-ws-multicast", "fp8_cta_pair", "who hears that a slot is free",
-             "In the 2-CTA stage the leader's commit frees each ring slot. In this copy only the leader hears it; "
-             "the peer's producer waits forever. Fix the commit.",
-             "fp8-01-commit-without-multicast", ("tcgen05_mma_f8f6f4<CG>", "tcgen05_commit_multicast<CG>(smem_u32(&empty[s])"),
-             hint="The mask's bit i names CTA rank i of the cluster."),
-    Exercise("fp8-tmem-lane-quarter", "fp8_reading_tmem", "which lanes a warp may read",
-             "Every epilogue warp of stage 04 reads its own 32 TMEM lanes. This copy computes the lane quarter from "
-             "the epilogue warp's index instead of its warp number. Find why the simulator refuses it.",
-             _own("ex-fp8-04-lane-quarter"), ("const int sub =", "const u32 t_row"),
-             hint="A warp may access only the lanes 32 * (warp % 4) to + 31 (PTX ISA, tcgen05 access restrictions)."),
-    Exercise("fp8-epi-fifth-warp", "fp8_epilogue_warps", "the fifth warp's columns",
-             "With five epilogue warps, warps 2 and 6 share lane quarter 2 and split its columns. In this copy both "
-             "take the same half; half of those rows are never written. Fix the split.",
-             _own("ex-fp8-05-fifth-warp-same-half"), ("if (NUM_EPI_WARPS == 4 || !epi_shares(warp))", "the 5th / 6th warp"),
-             hint="The exported column map says which columns warp 6 drains."),
-    Exercise("fp8-stages-full-parity", "fp8_pipeline_stages", "the MMA's wait",
-             "The MMA thread waits on full[s] before it reads slot s. In this copy it waits for the parity the "
-             "producer's empty wait uses: its first waits pass before any byte has landed, so the MMA reads a slot "
-             "the TMA is still writing, and later the ring's phases fall out of step. Find the wait.",
-             _own("ex-fp8-06-full-wait-parity"), ("// ---- MMA issuer", "mbarrier_wait_parity(&full[s]"),
-             hint="The consumer waits for phase `lap & 1` to complete; the producer's wait is the one that starts at 1."),
-    Exercise("fp8-staged-column", "fp8_staged_epilogue", "where a half-row goes in the buffer",
-             "Phase 1 writes each 8-column group into the warp's staging buffer. For a warp that drains the second "
-             "half of its rows this copy writes past what Phase 2 copies out. Fix the column.",
-             _own("ex-fp8-07-staging-column"), ("for (int v = 0; v < TMEM_LD_COLS / 8; ++v) {", "stage_put<S>(stage_buf"),
-             hint="Phase 2 copies columns 0 .. C1 - C0 of the buffer to columns C0 .. C1 of the tile."),
-    Exercise("fp8-persistent-acc-phase", "fp8_persistent", "the accumulator's phase",
-             "The MMA warp waits for an accumulator buffer to be drained before it reuses it. This copy takes the "
-             "phase from the tile count's parity rather than from its lap over the two buffers; the kernel "
-             "deadlocks on its third tile. Fix it.",
-             "fp8-08a-acc-phase-from-tile-parity", ("const u32 buf = sched.acc_buf();", "mbarrier_wait_parity(&acc_empty[buf]"),
-             hint="Buffer b is used by tiles b, b + 2, b + 4, ...: its lap is the tile's turn / 2."),
-    Exercise("fp8-persistent-early-release", "fp8_persistent", "release the accumulator one barrier earlier",
-             "Stage 09 releases each accumulator right after the warp's last TMEM load has completed "
-             "(tcgen05.wait::ld). Move the release one step earlier, before that wait, and see what the "
-             "simulator says.",
-             "fp8-09-acc-released-before-wait-ld", ("tcgen05_ld_32x32b_x32(t_row + c, acc);", "stage_copy_out<H, PHASE2_UNROLL>(buf1"),
-             goal="report",
-             hint="Which asynchronous operation may still read the TMEM the MMA warp is about to overwrite?"),
-    Exercise("seeing-ring-restart", "seeing_inside", "a ring that restarts at every tile",
-             "A persistent producer keeps its ring position across tiles; the MMA warp keeps its own. This copy "
-             "restarts the producer's at every tile. Read the blocked waits' tags in the report, then fix it.",
-             "fp8-08a-ring-restarted-per-tile", ("// ---- producer: one thread issues every TMA load", "mbarrier_wait_parity(&empty[s]"),
-             hint="Where is the producer's PipelineState declared?"),
-    Exercise("gonogo-ring-depth", "gonogo_model", "a two-slot ring",
-             "The equilibrium model says how much the ring depth matters once the epilogue limits the tile. Make "
-             "stage 09's ring two slots deep and check that the protocol still holds.",
-             _own("ex-fp8-09-ring-depth"), ("#ifndef NUM_STAGES", "#endif"), goal="build",
-             exports={"pipeline_stages": 2},
-             hint="The depth is one define."),
-    Exercise("gonogo-f24-staging", "gonogo_proposals", "F24: reuse of a staging buffer",
-             "F24's epilogue stores each staging buffer with a TMA store. This copy writes buffer 0 again before "
-             "the previous tile's store has read it. Restore the wait.",
-             "fp8-f24-staging-reused-before-store-read", ("// Buffer 0 is written again only once", "#pragma unroll"),
-             hint="A TMA store reads shared memory asynchronously: cp.async.bulk.wait_group.read waits for that read."),
-    Exercise("tma-store-exit", "tma_store_epilogue", "leaving before the store has read",
-             "The TMA-store epilogue hands the staging tile to one bulk store. This copy lets the CTA exit "
-             "while the store may still read its shared memory. Fix the end of the kernel.",
-             "nvfp4-02-exit-before-store-read", ("PE_DEVICE void store_tile(", "}  // store_tile"),
-             hint="What does cp.async.bulk.wait_group.read 0 wait for?"),
-    Exercise("hopper-producer-parity", "hopper_pipeline", "the Hopper producer's first wait",
-             "The Hopper twin's producer waits for an empty slot before each load. In this copy the first wait "
-             "uses parity 0 and the kernel deadlocks. Find it.",
-             "sm90-01-empty-first-wait-parity0", ("for (int kb = 0; kb < num_kb; ++kb) {", "mbarrier_wait_parity_nocall(&empty[s]"),
-             hint="The same rule as on Blackwell: a fresh barrier passes a wait for parity 1."),
-    Exercise("hopper-pingpong-turn", "hopper_persistent", "whose turn",
-             "In the ping-pong stage two consumer warpgroups take turns on the tensor cores. In this copy both wait "
-             "for their turn with the same parity, so neither goes first. Fix the parities.",
-             "sm90-03c-turn-parity-same", ("// Wait for the turn:", "mbarrier_wait_parity_nocall(&turn[wg]"),
-             hint="Warpgroup 0 must pass its first turn wait at once, warpgroup 1 must wait for it."),
-    Exercise("hopper-cluster-release", "hopper_pipeline", "releasing a slot in both CTAs",
-             "With a cluster of two, the B tile is multicast into both CTAs, so a slot is free only when both CTAs' "
-             "consumers are done with it. This copy releases a tile's last slot in the leader only. Fix it.",
-             "sm90-02-last-release-leader-only", ("wgmma_wait_group<0>();", "#endif"),
-             hint="Which CTAs did the multicast fill?"),
-    Exercise("hopper-staging-reuse", "hopper_pipeline", "staging reused too early",
-             "The staged epilogue stores each tile's staging buffer with TMA stores. This copy writes the buffer "
-             "for the next tile before the previous stores have read it. Restore the wait.",
-             "sm90-03-staging-reused-before-store-read", ("u8* stg = smem + SMEM_C_OFF", "named_barrier_sync(EPI_BARRIER + wg, 128);"),
-             hint="cp.async.bulk.wait_group.read<0> before st.shared into the buffer."),
-)
-BY_ID = {e.id: e for e in EXERCISES}
-if len(BY_ID) != len(EXERCISES):
-    raise ExerciseError("duplicate exercise ids")
+EXERCISES: tuple[Exercise, ...] = tuple(
+    Exercise(**dict(d, mistake=_OWN.get(d["mistake"], d["mistake"]), region=tuple(d["region"])))
+    for d in _DATA["exercises"])
+BY_ID = cat.index(EXERCISES, ExerciseError("duplicate exercise ids"))
 
 
 def get(eid: str) -> Exercise:
     """The exercise with this id (ExerciseError listing them otherwise)."""
-    if eid not in BY_ID:
-        raise ExerciseError(f"no exercise {eid!r}; have {sorted(BY_ID)}")
-    return BY_ID[eid]
+    return cat.lookup(BY_ID, eid, "exercise", ExerciseError)
 
 
 def of_chapter(chapter: str) -> list[Exercise]:

@@ -41,8 +41,7 @@ class Rule:
     threshold_source: str = "note"
 
     def __post_init__(self):
-        if not isinstance(self.metric, str) or not self.metric:
-            raise ValueError(f"a rule's metric must be a non-empty string, got {self.metric!r}")
+        _check_metric(self.metric, "a rule")
         if self.op not in _OPS:
             raise ValueError(f"rule on {self.metric}: unknown comparator '{self.op}'; use one of {sorted(_OPS)}")
         object.__setattr__(self, "evidence", _evidence_list(self.evidence, f"rule on {self.metric}"))
@@ -118,8 +117,7 @@ class Fact:
     device: str | None = None
 
     def __post_init__(self):
-        if not isinstance(self.metric, str) or not self.metric:
-            raise ValueError(f"a fact's metric must be a non-empty string, got {self.metric!r}")
+        _check_metric(self.metric, "a fact")
         if self.kind not in KINDS:
             raise ValueError(f"fact {self.metric}: evidence kind '{self.kind}' is not one of {KINDS}")
         object.__setattr__(self, "value", _finite_real(self.value, f"fact {self.metric}"))
@@ -142,6 +140,12 @@ class Decision:
         ev = f" [{self.evidence}]" if self.evidence else ""
         lab = f" {{{', '.join(self.labels)}}}" if self.labels else ""
         return f"{self.card}: {self.status}{ev} - {self.reason}{lab}"
+
+
+def _check_metric(metric, what: str) -> None:
+    """A rule's or a fact's metric is a non-empty string; ValueError naming `what` ("a rule") otherwise."""
+    if not isinstance(metric, str) or not metric:
+        raise ValueError(f"{what}'s metric must be a non-empty string, got {metric!r}")
 
 
 def _finite_real(v, what: str):

@@ -152,16 +152,23 @@ def source(stage: str | Path, start: str | None = None, end: str | None = None) 
     """The stage's source, or the lines from the first containing `start` to the first after it containing `end`."""
     p = resolve(stage)
     lines = p.read_text().splitlines()
-    i0, i1 = 0, len(lines)
-    if start is not None:
-        i0 = next((i for i, line in enumerate(lines) if start in line), None)
-        if i0 is None:
-            raise ValueError(f"{_label(p)} has no line containing {start!r}")
-    if end is not None:
-        i1 = next((i + 1 for i in range(i0, len(lines)) if end in lines[i]), None)
-        if i1 is None:
-            raise ValueError(f"{_label(p)} has no line containing {end!r} after {start!r}")
+    i0, i1 = line_span(lines, start, end)
+    if i0 is None:
+        raise ValueError(f"{_label(p)} has no line containing {start!r}")
+    if i1 is None:
+        raise ValueError(f"{_label(p)} has no line containing {end!r} after {start!r}")
     return Rendered("\n".join(lines[i0:i1]), "cpp", _label(p))
+
+
+def line_span(lines: list[str], start: str | None, end: str | None) -> tuple[int | None, int | None]:
+    """(i0, i1): lines[i0:i1] runs from the first line containing `start` (the first line where None) to
+    the first from there containing `end` (the last line where None); i0 is None where no line contains
+    `start`, i1 where none from i0 on contains `end` (pelib.exercises' regions use it too)."""
+    i0 = 0 if start is None else next((i for i, line in enumerate(lines) if start in line), None)
+    if i0 is None:
+        return None, None
+    i1 = len(lines) if end is None else next((i + 1 for i in range(i0, len(lines)) if end in lines[i]), None)
+    return i0, i1
 
 
 def diff_stats(a: str | Path, b: str | Path | None = None, ignore_indent: bool = False) -> dict:

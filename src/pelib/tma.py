@@ -14,26 +14,17 @@ reverse them; `shape` and `box_shape` give them back in torch order.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from . import device
 
-# name -> (CUtensorMapDataType member, bytes per element, floating point?)
-DTYPES = {
-    "uint8": ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 1, False),
-    "uint16": ("CU_TENSOR_MAP_DATA_TYPE_UINT16", 2, False),
-    "uint32": ("CU_TENSOR_MAP_DATA_TYPE_UINT32", 4, False),
-    "int32": ("CU_TENSOR_MAP_DATA_TYPE_INT32", 4, False),
-    "uint64": ("CU_TENSOR_MAP_DATA_TYPE_UINT64", 8, False),
-    "int64": ("CU_TENSOR_MAP_DATA_TYPE_INT64", 8, False),
-    "float16": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 2, True),
-    "float32": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4, True),
-    "float64": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT64", 8, True),
-    "bfloat16": ("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2, True),
-    "float32_ftz": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ", 4, True),
-    "tfloat32": ("CU_TENSOR_MAP_DATA_TYPE_TFLOAT32", 4, True),
-    "tfloat32_ftz": ("CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ", 4, True),
-}
+# name -> (CUtensorMapDataType member, bytes per element, floating point?); the name says all three: the
+# member is CU_TENSOR_MAP_DATA_TYPE_<NAME>, the number in it is the element's bits, "float" the kind. The
+# order is the driver enum's (pelib.sim.tensormap's dtype byte is the index here).
+DTYPES = {name: (f"CU_TENSOR_MAP_DATA_TYPE_{name.upper()}", int(re.search(r"\d+", name)[0]) // 8, "float" in name)
+          for name in ("uint8", "uint16", "uint32", "int32", "uint64", "int64", "float16", "float32", "float64",
+                       "bfloat16", "float32_ftz", "tfloat32", "tfloat32_ftz")}
 
 # torch dtype name -> TMA dtype. TMA has no FP8 or FP4 type: those bytes travel as UINT8
 # (cutlass include/cute/arch/copy_sm90_desc.hpp, to_CUtensorMapDataType).

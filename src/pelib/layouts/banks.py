@@ -121,9 +121,7 @@ class StagingAddresses:
         """A build's staging layout: swizzled when it exports staging_swizzle (F24), else padded rows."""
         need = ("staging_offset", "staging_warp_bytes", "staging_pitch", "staging_halves", "tile_n",
                 "epi_warp0", "epi_warps")
-        missing = [k for k in need if k not in ex]
-        if missing:
-            raise BankError(f"the build exports no {missing}: it does not stage its epilogue")
+        staging.require_exports(ex, need, BankError, "the build")
         halves = ex["staging_halves"]
         kw = dict(offset=ex["staging_offset"], warp_bytes=ex["staging_warp_bytes"], halves=halves,
                   half_cols=_warp_cols(ex) // halves, pitch=ex["staging_pitch"], epi_warp0=ex["epi_warp0"],
@@ -132,10 +130,7 @@ class StagingAddresses:
             kw.update(kind="swizzled", block_cols=ex["staging_block_cols"], swizzle=ex["staging_swizzle"])
         else:
             kw.update(kind="padded")
-        kw.update(overrides)
-        lay = cls(**kw)
-        lay.validate()
-        return lay
+        return staging.validated(cls, kw, overrides)
 
     @property
     def half_bytes(self) -> int:

@@ -32,6 +32,22 @@ class StagingError(ValueError):
     """The exports do not describe a staging layout this model covers; the message says what is off."""
 
 
+def require_exports(ex: dict, need: tuple, error: type, who: str, fix: str = "") -> None:
+    """Raise `error` naming the exports of `need` that `ex` lacks: `who` ("the stage") does not stage its
+    epilogue, then `fix`."""
+    missing = [k for k in need if k not in ex]
+    if missing:
+        raise error(f"{who} exports no {missing}: it does not stage its epilogue{fix}")
+
+
+def validated(cls, kw: dict, overrides: dict):
+    """cls(**kw) with the keyword overrides applied, validated (a from_exports' last step)."""
+    kw.update(overrides)
+    lay = cls(**kw)
+    lay.validate()
+    return lay
+
+
 @dataclass(frozen=True)
 class StagingLayout:
     """One stage's staging buffers and epilogue column map, as compiled (from its exports)."""
@@ -54,10 +70,7 @@ class StagingLayout:
         """Read a build's exports; keyword overrides (e.g. pitch=512) show what another layout would do."""
         need = ("staging_offset", "staging_warp_bytes", "staging_pitch", "staging_rows", "epi_warp0",
                 "epi_warps", "tile_n", "epi_ld_x")
-        missing = [k for k in need if k not in ex]
-        if missing:
-            raise StagingError(f"the stage exports no {missing}: it does not stage its epilogue "
-                               "(stages 07 on do; add the PELIB_EXPORT lines)")
+        require_exports(ex, need, StagingError, "the stage", " (stages 07 on do; add the PELIB_EXPORT lines)")
         w0, nw = ex["epi_warp0"], ex["epi_warps"]
         cols = []
         for w in range(w0, w0 + nw):
@@ -68,10 +81,7 @@ class StagingLayout:
                   rows=ex["staging_rows"], halves=ex.get("staging_halves", 1), vec=ex.get("staging_vec", 16),
                   unroll=ex.get("phase2_unroll", 1), epi_warp0=w0, epi_warps=nw, tile_n=ex["tile_n"],
                   ld_x=ex["epi_ld_x"], cols=tuple(cols))
-        kw.update(overrides)
-        lay = cls(**kw)
-        lay.validate()
-        return lay
+        return validated(cls, kw, overrides)
 
     @property
     def half_bytes(self) -> int:

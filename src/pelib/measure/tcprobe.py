@@ -243,6 +243,22 @@ def load(out_dir) -> dict:
 
 # ---- the command -----------------------------------------------------------------------------------------
 
+def probe_device(device: str, arch: str, error: type, issues: str):
+    """The GPU's pelib.device info for device 'gpu' (`error` where it is not an `arch` GPU: the probe
+    `issues` what it cannot run), None for 'sim' (the CPU simulator); shared with
+    pelib.measure.tcprobe_sm100."""
+    if device == "gpu":
+        info = _device.current()
+        try:
+            _device.require(arch, info)
+        except _device.UnsupportedGPU as e:
+            raise error(f"the probe issues {issues} ({e}), or pass --device sim for the CPU simulator") from None
+        return info
+    if device != "sim":
+        raise error(f"--device {device!r}: gpu or sim")
+    return None
+
+
 def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, classes=None,
             models=MODELS, backend=None) -> dict:
     """Run every job on `device` (gpu or sim), write the npz files and tcprobe.json, return the summary."""
@@ -250,18 +266,8 @@ def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, cl
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if backend is None:
-        if device == "gpu":
-            info = _device.current()
-            try:
-                _device.require(ARCH, info)
-            except _device.UnsupportedGPU as e:
-                raise ProbeError(f"the probe issues sm_90a wgmma: run collect on an H100 or H200 ({e}), or pass "
-                                 "--device sim for the CPU simulator") from None
-            backend = GpuBackend()
-        elif device == "sim":
-            backend = SimBackend(seed)
-        else:
-            raise ProbeError(f"--device {device!r}: gpu or sim")
+        gpu = probe_device(device, ARCH, ProbeError, "sm_90a wgmma: run collect on an H100 or H200")
+        backend = SimBackend(seed) if gpu is None else GpuBackend()
     env = bench.environment(_device.current()) if backend.kind == "gpu" else {
         "date": clock.stamp(), "git": bench.git_revision(), "device": "pelib.sim (CPU)"}
     todo = jobs(quick, classes)
@@ -379,40 +385,59 @@ def score_dir(out_dir, models=MODELS) -> dict:
     return out
 
 
+def collect_parser(sub, help: str, out: str | None = None, quick: str | None = None, classes: str | None = None):
+    """The `collect` subcommand this probe and pelib.measure.tcprobe_sm100 share (--out, --device, --quick,
+    --seed, --classes), with each probe's help texts."""
+    c = sub.add_parser("collect", help=help)
+    c.add_argument("--out", required=True, help=out)
+    c.add_argument("--device", choices=("gpu", "sim"), default="gpu")
+    c.add_argument("--quick", action="store_true", help=quick)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--classes", help=classes)
+    return c
+
+
+def command(prog: str, run, args, error: type) -> int:
+    """A probe command's exit status: run(args)'s (0, or 1 where jobs failed), or 2 with `prog: message` on
+    stderr where it raises `error` (the probe's ProbeError)."""
+    try:
+        return run(args)
+    except error as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pelib.measure.tcprobe", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("collect", help="run every vector class through the probe and write DIR")
-    c.add_argument("--out", required=True, help="folder for tcprobe.json and the npz files")
-    c.add_argument("--device", choices=("gpu", "sim"), default="gpu")
-    c.add_argument("--quick", action="store_true", help="a tile or two per class (the CPU test's size)")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--classes", help="comma-separated subset of pelib.numerics.tcvectors.CLASSES")
+    collect_parser(sub, "run every vector class through the probe and write DIR",
+                   out="folder for tcprobe.json and the npz files",
+                   quick="a tile or two per class (the CPU test's size)",
+                   classes="comma-separated subset of pelib.numerics.tcvectors.CLASSES")
     s = sub.add_parser("score", help="evaluate models on a collected folder")
     s.add_argument("dir")
     s.add_argument("models", nargs="*", help="preset names, optionally preset:field=value,...")
-    args = ap.parse_args(argv)
-    try:
-        if args.cmd == "collect":
-            summary = collect(args.out, args.device, args.quick, args.seed,
-                              args.classes.split(",") if args.classes else None)
-            print(table(summary))
-            print(f"{summary['outputs']:,} outputs, {summary['seconds']['total']} s; wrote "
-                  f"{', '.join(summary['files'])} and {SUMMARY} to {args.out}")
-            if summary["errors"]:
-                print(f"tcprobe: {len(summary['errors'])} jobs failed: {', '.join(summary['errors'])}",
-                      file=sys.stderr)
-                return 1
-        else:
-            models = [parse_model(m) for m in args.models] or list(MODELS)
-            res = score_dir(args.dir, models)
-            names = [m.name for m in models]
-            print(f"{'job':24s} " + " ".join(f"{n:>20s}" for n in names))
-            for job, r in res.items():
-                print(f"{job:24s} " + " ".join(f"{r[n]['values']:20d}" for n in names))
-    except ProbeError as e:
-        print(f"tcprobe: {e}", file=sys.stderr)
-        return 2
+    return command("tcprobe", _run, ap.parse_args(argv), ProbeError)
+
+
+def _run(args) -> int:
+    if args.cmd == "collect":
+        summary = collect(args.out, args.device, args.quick, args.seed,
+                          args.classes.split(",") if args.classes else None)
+        print(table(summary))
+        print(f"{summary['outputs']:,} outputs, {summary['seconds']['total']} s; wrote "
+              f"{', '.join(summary['files'])} and {SUMMARY} to {args.out}")
+        if summary["errors"]:
+            print(f"tcprobe: {len(summary['errors'])} jobs failed: {', '.join(summary['errors'])}",
+                  file=sys.stderr)
+            return 1
+    else:
+        models = [parse_model(m) for m in args.models] or list(MODELS)
+        res = score_dir(args.dir, models)
+        names = [m.name for m in models]
+        print(f"{'job':24s} " + " ".join(f"{n:>20s}" for n in names))
+        for job, r in res.items():
+            print(f"{job:24s} " + " ".join(f"{r[n]['values']:20d}" for n in names))
     return 0
 
 

@@ -29,11 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import bench, build as _build, clock, device as _device, emulate as E, launch
+from .. import bench, build as _build, clock, emulate as E, launch
 from ..numerics import blockfma as F
 from ..sim import engine as sim
 from ..numerics import tcvectors as V
 from ..paths import KERNELS
+from .tcprobe import collect_parser, command, probe_device   # what both probes' commands share
 
 PROBE = KERNELS / "probes" / "tcgen05_numerics.cu"
 KERNEL = "tcgen05_numerics"
@@ -332,19 +333,12 @@ def collect(out_dir, device: str = "gpu", quick: bool = False, seed: int = 0, cl
     t_start = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if device == "gpu":
-        info = _device.current()
-        try:
-            _device.require(ARCH, info)
-        except _device.UnsupportedGPU as e:
-            raise ProbeError(f"the probe issues sm_100a tcgen05.mma: run it on a B200 ({e}), or pass --device sim "
-                             "for the CPU simulator") from None
+    info = probe_device(device, ARCH, ProbeError, "sm_100a tcgen05.mma: run it on a B200")
+    if info is not None:
         env = bench.environment(info)
-    elif device == "sim":
+    else:
         env = {"date": clock.stamp(), "git": bench.git_revision(), "device": "pelib.sim (CPU)",
                "accumulation": sim.current_accumulation()[0]}
-    else:
-        raise ProbeError(f"--device {device!r}: gpu or sim")
     todo = jobs(quick, classes)
     builds = {k: probe_build(k) for k in sorted({j.kind for j in todo})}
     arrays = {k: {} for k in FILES}
@@ -407,33 +401,27 @@ def verdict(summary: dict) -> list[str]:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pelib.measure.tcprobe_sm100", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("collect", help="run every class through the tcgen05 probe and write DIR")
-    c.add_argument("--out", required=True)
-    c.add_argument("--device", choices=("gpu", "sim"), default="gpu")
-    c.add_argument("--quick", action="store_true")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--classes", help="comma-separated subset")
+    collect_parser(sub, "run every class through the tcgen05 probe and write DIR", classes="comma-separated subset")
     s = sub.add_parser("score", help="print the verdict of a collected folder")
     s.add_argument("dir")
     return ap
 
 
 def main(argv=None) -> int:
-    a = parser().parse_args(argv)
-    try:
-        if a.cmd == "collect":
-            summary = collect(a.out, a.device, a.quick, a.seed, a.classes.split(",") if a.classes else None)
-            print(f"{summary['outputs']:,} outputs in {summary['seconds']} s; wrote {SUMMARY} and "
-                  f"{', '.join(summary['files'])} to {a.out}")
-            if summary["errors"]:
-                print(f"tcprobe_sm100: {len(summary['errors'])} jobs failed", file=sys.stderr)
-                return 1
-        else:
-            summary = json.loads((Path(a.dir) / SUMMARY).read_text())
-        print("\n".join(verdict(summary)))
-    except ProbeError as e:
-        print(f"tcprobe_sm100: {e}", file=sys.stderr)
-        return 2
+    return command("tcprobe_sm100", _run, parser().parse_args(argv), ProbeError)
+
+
+def _run(a) -> int:
+    if a.cmd == "collect":
+        summary = collect(a.out, a.device, a.quick, a.seed, a.classes.split(",") if a.classes else None)
+        print(f"{summary['outputs']:,} outputs in {summary['seconds']} s; wrote {SUMMARY} and "
+              f"{', '.join(summary['files'])} to {a.out}")
+        if summary["errors"]:
+            print(f"tcprobe_sm100: {len(summary['errors'])} jobs failed", file=sys.stderr)
+            return 1
+    else:
+        summary = json.loads((Path(a.dir) / SUMMARY).read_text())
+    print("\n".join(verdict(summary)))
     return 0
 
 
