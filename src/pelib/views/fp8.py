@@ -260,8 +260,8 @@ def bank_table(stage_names=("07_smem_staged_epilogue", FINAL)) -> Table:
     return Table(rows, "Wavefronts per warp-wide 16-B shared access — modelled (32 banks x 4 B; 512 B need 4)")
 
 
-def unroll_table(stage_names=("07_smem_staged_epilogue", "08_unroll"), warps=(5, 4)) -> Table:
-    """Phase 2's copy loop in the SASS: shared loads / global stores per build (compiled)."""
+def unroll_table(stage_names=("07_smem_staged_epilogue", "08_unroll"), warps=(5, 4), columns=None) -> Table:
+    """Phase 2's copy loop in the SASS: shared loads / global stores per build (compiled); columns: those shown."""
     rows = []
     for n in stage_names:
         for w in warps:
@@ -270,7 +270,7 @@ def unroll_table(stage_names=("07_smem_staged_epilogue", "08_unroll"), warps=(5,
             rows.append({"stage": s.name, "epilogue warps": w, "PHASE2_UNROLL": s.exports["phase2_unroll"],
                          "registers": s.build.facts.registers, "LDS.128 in SASS": h.get("LDS.128", 0),
                          "STG.E.128 in SASS": h.get("STG.E.128", 0), "SASS instrs": sum(h.values())})
-    return Table(rows, f"Phase 2 copy loop — {evidence_label(stage(stage_names[0]).build)}")
+    return Table(rows, f"Phase 2 copy loop — {evidence_label(stage(stage_names[0]).build)}").only(columns)
 
 
 def f4_table() -> Table:
@@ -483,17 +483,20 @@ def sweep_row(which: str, v: int, live: bool | None = None, problem="siglip2") -
     return row
 
 
-def sweep_rows_table(which: str, live: bool | None = None) -> Table:
+def sweep_rows_table(which: str, live: bool | None = None, columns=None) -> Table:
     """The sweep of stage 05 (warps) or 06 (stages): compiled beside recorded (and measured on a B200); the
-    values the kernel refuses, with its static_assert message."""
+    values the kernel refuses, with its static_assert message. columns: the ones to show (a narrow column)."""
     name, define = SWEEPS[which][:2]
     ok, refused = options(which)
     rows = [sweep_row(which, v, live) for v in ok]
     key = "epilogue warps" if which == "warps" else "stages"
     rows += [{key: v, "registers": "—", "note": f"does not compile: {why}"} for v, why in refused.items()]
     src = "lab notes" if which == "warps" else recorded_stages()["source"]
+    if columns is not None:
+        columns = [c for c in columns if any(c in r for r in rows)] + [c for c in ("measured ms", "note")
+                                                                       if c not in columns and any(c in r for r in rows)]
     return Table(rows, f"Stage {name[:2]}, {define} sweep — registers/SMEM {evidence_label(stage(name).build)}; "
-                       f"recorded: {src}" + ("; measured here" if "measured ms" in rows[0] else ""))
+                       f"recorded: {src}" + ("; measured here" if "measured ms" in rows[0] else ""), columns)
 
 
 def epi_warps_table(live: bool | None = None) -> Table:
@@ -504,10 +507,10 @@ def stages_table(live: bool | None = None) -> Table:
     return sweep_rows_table("stages", live)
 
 
-def sweep_widget(which: str, live: bool = True):
+def sweep_widget(which: str, live: bool = True, columns=None, compact: bool = False):
     """A slider over the values of NUM_EPI_WARPS ('warps', stage 05) or NUM_STAGES ('stages', stage 06) that
     the kernel accepts, starting at the kernel's own default; the static table (with the refused values
-    and why) above it."""
+    and why) above it; columns: the static table's, compact: each simulated run as one row (sim.run_table)."""
     if which not in SWEEPS:
         raise ValueError(f"which={which!r}: 'warps' or 'stages'")
     name, define, export, _ = SWEEPS[which]
@@ -515,8 +518,9 @@ def sweep_widget(which: str, live: bool = True):
     default = stage(name).exports[export]
 
     def render(v):
-        return sweep_point(which, v, default)
-    return widgets.sweep(ok, render, static=sweep_rows_table(which), description=define, value=default, live=live)
+        return sweep_point(which, v, default, compact=compact)
+    return widgets.sweep(ok, render, static=sweep_rows_table(which, columns=columns), description=define,
+                         value=default, live=live)
 
 
 def sweep_problem(name: str):
@@ -527,7 +531,7 @@ def sweep_problem(name: str):
     return dataclasses.replace(p, name=f"{p.name} at K={s.problem('full').k}", k=s.problem("full").k)
 
 
-def sweep_point(which: str, v: int, default: int):
+def sweep_point(which: str, v: int, default: int, compact: bool = False):
     """One position of a sweep, showing what the table above cannot: the recorded times with this value
     marked and its shared memory against the per-block limit (a figure), and the SASS this value changes
     against the stage's default build (compiled)."""
@@ -569,7 +573,7 @@ def sweep_point(which: str, v: int, default: int):
              for op in sorted(set(h) | set(h0)) if h.get(op, 0) != h0.get(op, 0)]
     label = evidence_label(b)
     point = Table([sweep_row(which, v)], f"{define}={v} — registers/SMEM {label}; ms recorded ({src})")
-    simulated = sim.sweep_panel(stage(name, {define: v}), problem=sweep_problem(name))   # run on the simulator
+    simulated = sim.sweep_panel(stage(name, {define: v}), problem=sweep_problem(name), compact=compact)
     if not delta:
         same = ("This is the default build." if v == default else
                 f"The SASS of {define}={v} has the same opcode counts as the default {define}={default} ({label}).")

@@ -144,8 +144,9 @@ def tma_store_fitting(staging_in_ring: int = 1, counts=nv.STAGE_COUNTS) -> list[
     return [n for n in counts if nv.facts(tma_store_stage(n, staging_in_ring))["fits"]]
 
 
-def tma_store_compare_table(counts=nv.STAGE_COUNTS) -> Table:
-    """01 vs 02 per NUM_STAGES: registers, spills, the epilogue's stores and the MMA (compiled)."""
+def tma_store_compare_table(counts=nv.STAGE_COUNTS, columns=None) -> Table:
+    """01 vs 02 per NUM_STAGES: registers, spills, the epilogue's stores and the MMA (compiled). columns: the
+    ones to show (a narrow column)."""
     rows = []
     for n in counts:
         f = tma_store_facts(n)
@@ -153,7 +154,7 @@ def tma_store_compare_table(counts=nv.STAGE_COUNTS) -> Table:
                      "STG 01": f["STG_01"], "STG 02": f["STG"], "STS.128 02": f["STS.128"], "UTMASTG 02": f["UTMASTG"],
                      f"{nv.MMA_OPCODE} 02": f["mma"], "smem 02 (B)": f["smem"], "fits": "yes" if f["fits"] else "NO"})
     return Table(rows, "01_pipelined vs 02_tma_store_epilogue (staging in the ring), static SASS counts — "
-                       f"{evidence_label(tma_store_stage(counts[0]).build)}")
+                       f"{evidence_label(tma_store_stage(counts[0]).build)}").only(columns)
 
 
 def epilogue_opcode_table(stages: int = 5) -> Table:
@@ -263,13 +264,13 @@ def tma_store_live_table(stages: int = 5, shapes=nv.SHAPES, *, iters: int = 30) 
     return Table(rows, f"01 vs 02 at NUM_STAGES={stages}, verified then timed (L2 flushed, median of {iters})")
 
 
-def tma_store_on_b200(stages: int = 5, *, mistake: str | bool | None = True) -> sim.Shown:
+def tma_store_on_b200(stages: int = 5, *, mistake: str | bool | None = True, compact: bool = False) -> sim.Shown:
     """The chapter's 'On a B200' cell: on a B200, 01 and 02 verified and timed per shape (tma_store_live_table,
     measured); elsewhere both run on the simulator at three seeds (verified against torch, the simulator's
     report), the pending measurement said so, and one planted mistake of 02 (simulated)."""
     return sim.on_b200(["01_pipelined", TMA_STAGE], measured=lambda: tma_store_live_table(stages),
                        stage_of=lambda n: nv.stage(n, stages), recorded=lambda: tma_store_live_table(stages),
-                       mistake=mistake)
+                       mistake=mistake, compact=compact)
 
 
 def epilogue_sass(name: str = TMA_STAGE, stages: int = 5, ops=("LDTM", "STG", "STS.128", "MEMBAR", "FENCE", "BAR.SYNC",
@@ -376,8 +377,9 @@ def hopper_tma_store_summary(res: list | None = None) -> str:
     return "No comparison yet. " + "; ".join(parts)
 
 
-def hopper_tma_store_table(sweep: dict | None = None) -> Table:
-    """The two variants side by side, each labelled with its evidence (measured, or not yet and why)."""
+def hopper_tma_store_table(sweep: dict | None = None, columns=None) -> Table:
+    """The two variants side by side, each labelled with its evidence (measured, or not yet and why).
+    columns: the ones to show (a narrow column)."""
     res = hopper_tma_store_results(sweep)
     sp = hopper_tma_store_speedup(res)
     src = next((r.path for r in res if r.path), "")
@@ -387,4 +389,4 @@ def hopper_tma_store_table(sweep: dict | None = None) -> Table:
         cap += f"; coalesced / TMA store = {sp:.3f}"
     if any(r.facts for r in res):
         cap += "; UTMASTG and STG: compiled (recorded by the sweep)"
-    return Table([_variant_row(r) for r in res], cap)
+    return Table([_variant_row(r) for r in res], cap).only(columns)

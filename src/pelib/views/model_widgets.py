@@ -158,11 +158,14 @@ DEFAULTS = {"stages": 4, "epi_warps": 4, "phase1_delta": 0, "kloop_delta": 0, "t
 OFFLINE = {"epi_warps": [2, 4, 8]}
 
 
-def equilibrium_widget(live: bool = True, static: bool = True):
+def equilibrium_widget(live: bool = True, static: bool = True, columns=None):
     """The model's widget: one slider per control (pelib.views.widgets.sweep_grid), the outcome's table,
-    notes and timeline for the chosen values; above it, the static table."""
+    notes and timeline for the chosen values; above it, the static table. columns: the outcome table's
+    columns (default: all of them)."""
     def show(**v):
         table, fig, notes = render(**v)
+        if columns:
+            table.columns = list(columns)
         return [table, notes, fig] if notes else [table, fig]
 
     def fallback():   # the speed-up map has its own cell in the chapter; the table is the fallback

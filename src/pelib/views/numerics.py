@@ -121,7 +121,8 @@ def _sum_or_dash(xs):
     return "—" if not xs or any(x is None for x in xs) else sum(xs)
 
 
-def random_proof_table(root: Path | None = None, simulate: bool = True, sims: dict | None = None) -> Table:
+def random_proof_table(root: Path | None = None, simulate: bool = True, sims: dict | None = None,
+                       columns=None) -> Table:
     """One row per committed GPU run of `python -m pelib.measure.numerics_proof` (measured): its random-input jobs, how
     many outputs the simulator prints differently (simulated, every job run here), and the full outputs the
     run compared on the device with the emulation kernel of the rule."""
@@ -149,7 +150,8 @@ def random_proof_table(root: Path | None = None, simulate: bool = True, sims: di
     sim_kind = "; simulated ≠ measured: " + evidence.label("simulated", "pelib.sim, every job here") if sims else ""
     return Table(rows, "The tensor core's rule on the stages themselves: every sm90 stage on random inputs and "
                        f"full problems on the device ({', '.join(r['evidence'] for r in rows) or 'measured'}"
-                       f"{sim_kind}); tests/test_sim_random_proof.py asserts the same", notes=notes)
+                       f"{sim_kind}); tests/test_sim_random_proof.py asserts the same", notes=notes,
+                 columns=list(columns) if columns else None)
 
 
 def stage_proof_table(root: Path | None = None, simulate: bool = True, sims: dict | None = None) -> Table:
@@ -180,7 +182,7 @@ def stage_proof_table(root: Path | None = None, simulate: bool = True, sims: dic
                  notes=[] if rows else ["no GPU run committed yet (python -m pelib.measure.numerics_proof)"])
 
 
-def b200_prediction_table() -> Table:
+def b200_prediction_table(columns=None) -> Table:
     """Blackwell's tcgen05.mma arithmetic as the simulator computes it: modelled (MMA-Sim's hardware-validated
     rule, not yet run on a B200 here), each parameter of pelib.numerics.blockfma, and the models the B200 probe scores
     beside it."""
@@ -198,7 +200,8 @@ def b200_prediction_table() -> Table:
                      "also scored by the probe": ", ".join(m.name for m in alts if m is not model)})
     return Table(rows, f"{evidence.label('modelled', 'MMA-Sim, not yet run on a B200 here')}: the rule the simulator runs for "
                        f"Blackwell's MMA; `python -m pelib.measure.tcprobe_sm100 collect --out DIR` on a B200 settles it "
-                       "(tcprobe_sm100.json: mismatches per model and vector class)")
+                       "(tcprobe_sm100.json: mismatches per model and vector class)",
+                 columns=list(columns) if columns else None)
 
 
 def predicted_fraction(rows: int = 192) -> Table:

@@ -628,7 +628,7 @@ def beyond_doc(path=None) -> dict | None:
     return json.loads(Path(path).read_text())
 
 
-def beyond_table(doc=None, bar: dict | None = None) -> Table:
+def beyond_table(doc=None, bar: dict | None = None, columns=None) -> Table:
     """The side-by-side table on the three shapes (µs) and their geometric mean, each row with its evidence
     kind: the speed of light and the public entries (recorded, public, cited), the lab's best (recorded), the
     new stages (predicted, with the model's blind Hopper error as the error bar, or pending)."""
@@ -665,14 +665,15 @@ def beyond_table(doc=None, bar: dict | None = None) -> Table:
              "the public rows were timed by their authors with the competition's harness (L2 flushed, Python call "
              "inside the CUDA events, mean of up to 200 runs); they are not this project's measurements"]
     return Table(rows, "NVFP4 GEMM on a B200, M=128, µs — recorded (public results, cited), recorded (lab), "
-                       "predicted (new stages)", notes=notes)
+                       "predicted (new stages)", notes=notes, columns=list(columns) if columns else None)
 
 
-def beyond_on_b200(name: str, *, mistake: str | bool | None = None) -> sim.Shown:
+def beyond_on_b200(name: str, *, mistake: str | bool | None = None, compact: bool = False) -> sim.Shown:
     """The 'On a B200' cell of a stage after the lab: on a B200 verified and timed on each shape (measured);
     elsewhere simulated at three seeds (verified against torch), and with `mistake` one planted mistake.
     No recorded row: the lab never ran these stages."""
-    return sim.on_b200([name], measured=lambda: results_table(name), stage_of=lambda n: stage(n), mistake=mistake)
+    return sim.on_b200([name], measured=lambda: results_table(name), stage_of=lambda n: stage(n), mistake=mistake,
+                       compact=compact)
 
 # ---- the ring sweep predicted on a B200, against the lab's record -----------------------------------
 

@@ -311,10 +311,12 @@ def mistake_panel(stage, mutation_id: str | None = None, *, seed: int = 0, pictu
     return out
 
 
-def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None, stages=None) -> Table:
+def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None, stages=None,
+                  summary: bool = False) -> Table:
     """Every mutation of the catalog (of `families`, of `stages` where given) run on the simulator: what it
     plants, what the catalog expects, what the simulator said (simulated); for the sm90 ones the H100's
-    outcome from the committed proof (measured)."""
+    outcome from the committed proof (measured). summary=True: one row per family and expected report,
+    the mistakes counted (the same runs)."""
     ok, why = sim_runs.available()
     if not ok:
         return Table([{"catalog": "every planted mistake", "simulated": why}],
@@ -340,10 +342,44 @@ def catalog_table(proof: dict | None = None, *, seed: int = 0, families=None, st
             g = gpu.get(m.id)
             row["H100"] = _gpu_said(g) if g else ("—" if m.family != "sm90" else "not run on the H100")
         rows.append(row)
+        row["_m"] = m
+    if summary:
+        return _catalog_summary(rows, gpu, proof, seed)
+    for row in rows:
+        del row["_m"]
     src = (f"; H100 column measured ({proof.get('name') or proof.get('device', '')}, {str(proof.get('date', ''))[:10]}, "
            f"{proof.get('path', 'sim_proof.json')})" if proof else "")
     return Table(rows, f"The planted-bug catalog (pelib.sim.catalog), each mutation run once at seed {seed} — "
                        f"{evidence.simulated()}{src}")
+
+
+def _catalog_summary(rows: list[dict], gpu: dict, proof: dict | None, seed: int) -> Table:
+    """catalog_table(summary=True): the mistakes of each family and expected report, counted."""
+    groups: dict = {}
+    for row in rows:
+        m = row["_m"]
+        g = groups.setdefault((m.family, m.expect), {"family": m.family, "the simulator must report": m.expect,
+                                                     "planted mistakes": 0, "reported as expected": 0})
+        g["planted mistakes"] += 1
+        g["reported as expected"] += row["as expected"] == "yes"
+        if proof is not None and m.family == "sm90":
+            r = gpu.get(m.id)
+            o = (r.get("outcome") or r.get("gpu") or {}).get("kind", "?") if r else "not run"
+            said = {"fault": "trapped", "deadlock": "trapped", "wrong": "output wrong", "hang": "hung",
+                    "correct": "output correct"}.get(o, o)
+            c = g.setdefault("_gpu", {})
+            c[said] = c.get(said, 0) + 1
+    out = []
+    order = list(dict.fromkeys(f for f, _ in groups))
+    for g in sorted(groups.values(), key=lambda g: order.index(g["family"])):
+        ran = g.pop("_gpu", None)
+        if proof is not None:
+            g["on the H100"] = ", ".join(f"{k} {n}" for k, n in ran.items()) if ran else "—"
+        out.append(g)
+    src = (f"; H100 column measured ({proof.get('name') or proof.get('device', '')}, {str(proof.get('date', ''))[:10]})"
+           if proof else "")
+    return Table(out, f"The planted-bug catalog (pelib.sim.catalog), {len(rows)} mistakes counted by family and "
+                      f"expected report, each run once at seed {seed} — {evidence.simulated()}{src}")
 
 
 def _gpu_said(g: dict) -> str:
@@ -369,7 +405,7 @@ def blackwell_stages(variants: bool = True) -> list[Stage]:
     return [s for s in all_stages(BLACKWELL, variants=variants)]
 
 
-def stages_table(seed: int = 0, stage_list=None) -> Table:
+def stages_table(seed: int = 0, stage_list=None, columns=None) -> Table:
     """Every Blackwell stage simulated at one seed: verified against torch, the simulator's report."""
     ok, why = sim_runs.available()
     if not ok:
@@ -381,6 +417,8 @@ def stages_table(seed: int = 0, stage_list=None) -> Table:
     for row, r in zip(t.rows, runs):
         row["stage"] = r.stage
         row["problem"] = r.problem
+    if columns:
+        t.columns = list(columns)
     return t
 
 
@@ -398,7 +436,7 @@ def proof_record(results_dir: Path | None = None) -> dict | None:
 # ---- a sweep's position ----------------------------------------------------------------------------------
 
 def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: bool = True,
-                use_cache: bool | None = None, problem=None) -> list:
+                use_cache: bool | None = None, problem=None, compact: bool = False) -> list:
     """What one position of a sweep adds (pelib.views.fp8.sweep_point): the stage at these defines run on
     the simulator at one seed (verified, its report) and its protocol picture. In JupyterLab it runs live
     for the chosen value (seconds at the small problem); the book's build takes a run from the cache where
@@ -410,7 +448,7 @@ def sweep_panel(stage, defines: dict | None = None, *, seed: int = 0, picture: b
     run = sim_runs.simulate(s, seed=seed, problem=problem, use_cache=book_build() if use_cache is None else use_cache)
     how = "" if not run.cached else " (from the run cache: this source, this seed)"
     out: list = [run_table([run], caption=f"{s.label} on the simulator's problem ({run.problem}), seed {seed}{how}: "
-                                          f"verified against torch — {evidence.simulated()}")]
+                                          f"verified against torch — {evidence.simulated()}", compact=compact)]
     if picture and run.events:
         out.append(protocol_picture(run, title=f"{s.label}, {run.problem}, seed {seed}", stopped=_stopped(run)).figure)
     return out
