@@ -640,7 +640,8 @@ def test_every_kernel_that_prefetches_exports_how_far():
 
 def test_traffic_is_held_to_the_counters():
     """compare.traffic: a stage file's predicted DRAM and L2 bytes against Nsight Compute's per-tile counters of
-    the same stage, scaled by the problem's tiles; a variant (defines) or a stage without counters is left out."""
+    the same build (the run labels a variant by its number and defines), scaled by the problem's tiles; a build
+    without counters is left out."""
     from pelib.predict import compare
     tiles = (928256 // 64) * (768 // 256)
     ncu = {"problem": "siglip2", "tile": [64, 256], "env": {"device": "NVIDIA H200", "date": "d"},
@@ -651,7 +652,10 @@ def test_traffic_is_held_to_the_counters():
         {"stage": "sm90/06_permuted_b", "defines": {"PE_WAIT_KIND": 2}, "traffic": {"dram_read": 1, "dram_write": 1, "l2": 1}},
         {"stage": "sm90/07_comb_resident", "traffic": {"dram_read": 1, "dram_write": 1, "l2": 1}}]}
     doc = compare.traffic(pred, ncu)
-    assert [r["stage"] for r in doc["rows"]] == ["sm90/06_permuted_b"]
+    assert [r["stage"] for r in doc["rows"]] == ["sm90/06_permuted_b"] and doc["rows"][0]["defines"] == ""
+    ncu2 = {**ncu, "ncu_per_tile": ncu["ncu_per_tile"] + [{**ncu["ncu_per_tile"][0], "entry": "06 PE_WAIT_KIND=2"}]}
+    two = compare.traffic(pred, ncu2)["rows"]
+    assert [(r["stage"], r["defines"]) for r in two] == [("sm90/06_permuted_b", ""), ("sm90/06_permuted_b", "PE_WAIT_KIND=2")]
     r = doc["rows"][0]
     assert r["dram_read_error"] == pytest.approx(0.05) and r["dram_write_error"] == pytest.approx(0.25)
     assert r["l2_error"] == pytest.approx(-0.5)

@@ -285,9 +285,9 @@ L2_ALL = "lts__t_bytes.sum"
 
 
 def traffic(pred: dict, ncu_doc: dict) -> dict:
-    """The model's DRAM read, DRAM write and L2 bytes of each stage file (a prediction document made with
-    traffic, pelib.predict --all-sm90) against the Nsight Compute counters of the same stage in a committed
-    energy-headline run (`ncu_per_tile`: dram__bytes_read/write.sum and lts__t_bytes.sum per output tile of the
+    """The model's DRAM read, DRAM write and L2 bytes of each build (a prediction document made with traffic,
+    pelib.predict --all-sm90) against the Nsight Compute counters of the same build in a committed
+    energy-headline run (its entry label: the stage's number, then its defines) (`ncu_per_tile`: dram__bytes_read/write.sum and lts__t_bytes.sum per output tile of the
     run's `tile`, times the problem's tiles). The model's l2 is the bytes between the SMs and L2: it is held to
     the SMs' own requests (lts__t_sectors_srcunit_tex, `l2_sm_B_per_tile`) where the run has them, else to
     lts__t_bytes, every request at the L2 slices, the other partition's over the fabric included (the row's
@@ -296,9 +296,10 @@ def traffic(pred: dict, ncu_doc: dict) -> dict:
     by_entry = {r["entry"]: r for r in ncu_doc.get("ncu_per_tile", []) if r.get("entry")}
     rows = []
     for p in pred["predictions"]:
-        if p.get("defines") or not p.get("traffic"):
+        if not p.get("traffic"):
             continue
-        entry = p["stage"].split("/")[-1].split("_")[0]
+        defines = _defkey(p.get("defines"))
+        entry = p["stage"].split("/")[-1].split("_")[0] + (f" {defines}" if defines else "")   # the run's label
         c = by_entry.get(entry)
         if c is None:
             continue
@@ -307,7 +308,7 @@ def traffic(pred: dict, ncu_doc: dict) -> dict:
         sm = c.get("l2_sm_B_per_tile")
         meas = {"dram_read": c["dram_read_B_per_tile"] * tiles, "dram_write": c["dram_write_B_per_tile"] * tiles,
                 "l2": (sm if sm is not None else c["l2_B_per_tile"]) * tiles}
-        row = {"stage": p["stage"], "l2_counter": L2_FROM_SMS if sm is not None else L2_ALL}
+        row = {"stage": p["stage"], "defines": defines, "l2_counter": L2_FROM_SMS if sm is not None else L2_ALL}
         for k in ("dram_read", "dram_write", "l2"):
             got, want = p["traffic"].get(k), meas[k]
             err = got / want - 1 if got is not None and want else None

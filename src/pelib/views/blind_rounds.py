@@ -252,7 +252,7 @@ def traffic_line(doc: dict | None = None) -> "Line":
 def traffic_table(doc: dict | None = None) -> Table:
     """Per stage file, the predicted and the counted GB of DRAM reads, DRAM writes and the SMs' L2 requests."""
     doc = doc or traffic4()
-    rows = [{"stage": r["stage"].split("/")[-1],
+    rows = [{"stage": r["stage"].split("/")[-1] + (f" [{r['defines']}]" if r.get("defines") else ""),
              **{f"{k} (GB)": f"{r[k + '_predicted_GB']:.2f} / {r[k + '_measured_GB']:.2f} ({r[k + '_error']:+.0%})"
                 for k in ("dram_read", "dram_write", "l2")}} for r in doc["rows"]]
     m = doc.get("measurement") or {}
