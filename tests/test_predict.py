@@ -696,6 +696,10 @@ def test_the_chapters_traffic_lines_read_the_committed_comparison():
     assert len(t.rows) == s["stages"] and "srcunit_tex" in t.caption
     fake = {**doc, "summary": {**s, "dram_write_within": 3}}
     assert "DRAM writes 3," in pv.traffic_line(fake)
+    assert "27 stage files" in line
+    six = pv.traffic6()
+    assert f"{six['summary']['stages']} single-define variants" in pv.traffic_line(six)
+    assert any("[BLOCK_N=256]" in r["stage"] for r in pv.traffic_table(six).rows)
 
 
 def test_every_builds_phases_are_compared_with_its_timing_records():

@@ -51,6 +51,8 @@ ROUND3 = ROOT / "results" / "2026-12-02-h200" / "round3" / "prediction-vs-measur
 # predictions (with their DRAM and L2 bytes) committed before the measurement and the counters of the same day.
 ROUND4 = ROOT / "results" / "2026-12-02-h200" / "round4" / "prediction-vs-measured-blind4.json"
 TRAFFIC4 = ROOT / "results" / "2026-12-02-h200" / "round4" / "traffic-vs-ncu.json"
+# Round 6's 25 new variants, their blind bytes against the same day's counters.
+TRAFFIC6 = ROOT / "results" / "2026-12-03-h200" / "round6" / "traffic" / "traffic-vs-ncu.json"
 
 
 # The fifth (H200): VARIANT_SETS["round5"], with the L2 prefetches counted and the L2 floor.
@@ -232,6 +234,11 @@ def round5() -> dict:
     return json.loads(ROUND5.read_text())
 
 
+def traffic6() -> dict:
+    """Round 6's variants: their predicted bytes against that day's Nsight Compute counters (TRAFFIC6)."""
+    return json.loads(TRAFFIC6.read_text())
+
+
 def traffic4() -> dict:
     """The fourth round's predicted bytes against that day's Nsight Compute counters (TRAFFIC4)."""
     return json.loads(TRAFFIC4.read_text())
@@ -243,7 +250,8 @@ def traffic_line(doc: dict | None = None) -> "Line":
     doc = doc or traffic4()
     s, tol = doc["summary"], doc["tolerance"]
     m = doc.get("measurement") or {}
-    return Line(f"Traffic of the {s['stages']} stage files, predicted, against Nsight Compute's counters of one launch "
+    what = "stage files" if not any(r.get("defines") for r in doc["rows"]) else "single-define variants"
+    return Line(f"Traffic of the {s['stages']} {what}, predicted, against Nsight Compute's counters of one launch "
                 f"each, {evidence.measured(str(m.get('device')), str(m.get('date'))[:10])}: within {tol * 100:.0f} % "
                 f"on DRAM reads {s['dram_read_within']}, on DRAM writes {s['dram_write_within']}, on the SMs' L2 "
                 f"requests {s['l2_within']} (target: all {s['stages']})")
