@@ -613,14 +613,14 @@ def test_define_effects_and_inversions_are_read_against_the_stage_file():
 
 
 def test_the_committed_blind_predictions_are_the_models_current_answer():
-    """The model reproduces a committed prediction document to the precision it printed: sm90/06, 07a, and 13
-    prefetching three tiles, on the H200 of the newest blind round (python -m pelib.predict --all-sm90
+    """The model reproduces a committed prediction document to the precision it printed: sm90/06, 07a, and 11a
+    with a ring of four, on the H200 of the newest blind round (python -m pelib.predict --all-sm90
     --variants round6), with the file's own calibration and clock. A change meant to move no number (a
     refactor of the replay, the graph, the roles or the costs' table) must leave this passing."""
     from pelib.paths import ROOT
     doc = json.loads((ROOT / "results/2026-12-03-h200/round6/predictions-sm90-blind6.json").read_text())
     cal = str(ROOT / doc["meta"]["calibration"])
-    for key, d in ((S06, {}), ("sm90/07a_comb_windows", {}), ("sm90/13_one_prefetcher", {"PREFETCH_TILES": 3})):
+    for key, d in ((S06, {}), ("sm90/07a_comb_windows", {}), ("sm90/11a_two_groups_queued", {"NUM_STAGES": 4})):
         want = next(p for p in doc["predictions"] if p["stage"] == key and (p.get("defines") or {}) == d)
         got = model.predict(Stage(key, d), "h200", cal).to_json()
         for f in ("cycles", "ms", "cycles_per_tile", "tiles", "dram_utilisation", "tma_latency_cycles",
