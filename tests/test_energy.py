@@ -193,6 +193,8 @@ def test_jobs_tile_facts_and_ncu_per_tile():
            "kernels": [{"kernel": "patch_embed_sm90", "dram__bytes_read.sum": "734,220,000 byte",
                         "lts__t_bytes.sum": "8.56 Gbyte", "lts__t_sectors_srcunit_tex.sum": "150,000,000 sector",
                         "smsp__inst_executed.sum": "188,762,039 inst",
+                        "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum": "2.5 Mrequest",
+                        "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": "20,000,000 sector",
                         "sm__cycles_elapsed.avg.per_second": "1.52 Ghz", "gpu__time_duration.sum": "933.34 usecond"},
                        {"kernel": "nvjet_sm90_qqtst", "lts__t_bytes.sum": "6,880,000,000 byte"}]}
     rows = energy.ncu_per_tile(res, full)
@@ -200,6 +202,10 @@ def test_jobs_tile_facts_and_ncu_per_tile():
     assert rows[0]["ms"] == pytest.approx(0.93334) and rows[0]["warp_inst_per_tile"] == pytest.approx(188762039 / tiles)
     assert rows[0]["l2_sm_B_per_tile"] == pytest.approx(150e6 * 32 / tiles) and "l2_sm_B_per_tile" not in rows[1]
     assert rows[1]["entry"] == "cuBLAS GEMM" and "dram_read_B_per_tile" not in rows[1]
+    # the LSU's side: requests (warp-wide accesses) and the sectors they touch, per tile
+    assert rows[0]["stg_requests_per_tile"] == pytest.approx(2.5e6 / tiles)
+    assert rows[0]["stg_sectors_per_tile"] / rows[0]["stg_requests_per_tile"] == pytest.approx(8.0)
+    assert "lds_wavefronts_per_tile" not in rows[0]
     extra = {**res, "kernels": [{"kernel": "fill_kernel"}] + res["kernels"]}      # a kernel no entry launched
     assert [r["kernel"] for r in energy.ncu_per_tile(extra, full)] == ["patch_embed_sm90", "nvjet_sm90_qqtst"]
     assert energy.ncu_value("1.52 Ghz") == 1.52 and energy.ncu_value("n/a") is None

@@ -66,9 +66,19 @@ CLOCK_PROBE = "calib_clock"           # prebuild's name for pelib.predict.probes
 # lts__t_sectors_srcunit_tex: the L2 sectors the SMs' L1/TEX units (and their TMA) request, 32 B each; lts__t_bytes
 # counts every request at the L2 slices, those from the other L2 partition over the fabric too
 # (lts__t_sectors_srcunit_ltcfabric), so a byte an SM reads from the far partition is counted twice there.
+# What each warp-wide global and shared access costs the SM's LSU/L1 (the timing model prices a store by its bytes;
+# these say how many requests, sectors and shared wavefronts the kernel's accesses really take): metric, label.
+LSU = (("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "stg_requests"),
+       ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "stg_sectors"),
+       ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "ldg_requests"),
+       ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "ldg_sectors"),
+       ("smsp__inst_executed_op_shared_st.sum", "sts_inst"),
+       ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum", "sts_wavefronts"),
+       ("smsp__inst_executed_op_shared_ld.sum", "lds_inst"),
+       ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "lds_wavefronts"))
 NCU_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum",
                "lts__t_sectors_srcunit_tex.sum", "smsp__inst_executed.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum",
-               "sm__cycles_elapsed.avg.per_second")
+               "sm__cycles_elapsed.avg.per_second") + tuple(m for m, _ in LSU)
 L2_SECTOR = 32
 # The contention study's second Nsight Compute pass: the sections whose raw metrics hold the stall reasons
 # (WarpStateStats: smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio), L1 wavefronts and
@@ -529,7 +539,8 @@ def run_ncu(entries: list[Entry], data_dir: str, timeout_s: float) -> dict:
     return {**res, "entries": [e.name for e in entries]} if res["ok"] else res
 
 
-_UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "inst": 1, "sector": 1, "ksector": 1e3,
+_UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "inst": 1, "kinst": 1e3, "minst": 1e6,
+          "request": 1, "krequest": 1e3, "mrequest": 1e6, "sector": 1, "ksector": 1e3,
           "msector": 1e6, "gsector": 1e9, "ns": 1, "usecond": 1e3, "msecond": 1e6,
           "hz": 1e-9, "khz": 1e-6, "mhz": 1e-3, "ghz": 1}
 
@@ -563,7 +574,7 @@ def ncu_per_tile(res: dict, problem) -> list[dict]:
         row = {"entry": name, "kernel": k.get("kernel", "")}
         for m, label in (("dram__bytes_read.sum", "dram_read_B"), ("dram__bytes_write.sum", "dram_write_B"),
                          ("lts__t_bytes.sum", "l2_B"), ("smsp__inst_executed.sum", "warp_inst"),
-                         ("sm__inst_executed_pipe_tensor_op_gmma.sum", "gmma_warp_inst")):
+                         ("sm__inst_executed_pipe_tensor_op_gmma.sum", "gmma_warp_inst"), *LSU):
             if v[m] is not None:
                 row[label + "_per_tile"] = v[m] / tiles
         if v.get("lts__t_sectors_srcunit_tex.sum") is not None:
