@@ -769,11 +769,11 @@ def test_a_remade_comparison_marks_what_changed_and_checks_the_cycles():
     again = {"predictions": {}, "rows": [{"stage": "s/a", "defines": "", "predicted_cycles": 10}],
              "phases": {"builds": [{"stage": "s/a", "defines": "", "phases": {"kloop": {"error": -0.2}}},
                                    {"stage": "s/b", "defines": "", "phases": {"kloop": {"error": -0.1}}}]}}
-    out = c.not_blind(again, blind, "not blind")
+    out = c.mark_remade(again, blind, "not blind")
     marks = {b["stage"]: b.get("not_blind", False) for b in out["phases"]["builds"]}
     assert marks == {"s/a": True, "s/b": False} and out["cycles_unchanged"] and out["predictions"]["label"] == "not blind"
     again["rows"][0]["predicted_cycles"] = 11
-    assert c.not_blind(again, blind, "x")["cycles_unchanged"] is False
+    assert c.mark_remade(again, blind, "x")["cycles_unchanged"] is False
 
 
 def test_a_one_tile_ctas_phases_span_its_tile_not_a_k_step():

@@ -226,7 +226,7 @@ def phases_by_build(preds: list[dict], measured: dict) -> dict:
     records (pelib.predict.blind's phases_first: a persistent stage's first tiles, a non-persistent stage's one
     tile per CTA), in cycles; and per phase, the mean absolute error over the builds that have it. Where the
     model is wrong inside a tile, this says in which role and phase."""
-    builds, per_phase = [], {}
+    builds = []
     for p in preds:
         m = measured.get((p["stage"], _defkey(p.get("defines"))))
         rec = ((m or {}).get("phases_first") or {}).get("phases")
@@ -238,14 +238,21 @@ def phases_by_build(preds: list[dict], measured: dict) -> dict:
             if isinstance(pv, (int, float)) and isinstance(mv, (int, float)) and mv > 0:
                 row[ph] = {"predicted": round(float(pv), 1), "measured": round(float(mv), 1),
                            "error": round(float(pv) / float(mv) - 1, 4)}
-                per_phase.setdefault(ph, []).append(abs(float(pv) / float(mv) - 1))
         if row:
             builds.append({"stage": p["stage"], "defines": _defkey(p.get("defines")), "phases": row})
-    return {"builds": builds,
-            "summary": {ph: {"builds": len(v), "mae": round(sum(v) / len(v), 4)} for ph, v in sorted(per_phase.items())}}
+    return {"builds": builds, "summary": phase_summary(builds)}
 
 
-def not_blind(again: dict, blind: dict, label: str) -> dict:
+def phase_summary(builds: list[dict]) -> dict:
+    """Per phase, over the builds that have it: how many, and the mean absolute error of their phase rows."""
+    per: dict = {}
+    for b in builds:
+        for ph, v in b["phases"].items():
+            per.setdefault(ph, []).append(abs(v["error"]))
+    return {ph: {"builds": len(v), "mae": round(sum(v) / len(v), 4)} for ph, v in sorted(per.items())}
+
+
+def mark_remade(again: dict, blind: dict, label: str) -> dict:
     """A comparison re-made after the measurement (`again`) marked against the blind one of the same builds: its
     predictions labelled `label`, each phase row that differs from the blind one marked not_blind, and whether
     every build's cycles are the blind ones (cycles_unchanged)."""

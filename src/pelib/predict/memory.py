@@ -100,30 +100,17 @@ class MemoryState:
         """A dependent DRAM load's latency (ns) at the kernel's traffic and read/write mix: the stream probe's
         read, copy (half writes) and write curves, interpolated in the write share (0, 0.5, 1). None without
         the curves."""
-        pts = {k: _monotone(cal.curve(k)) for k in ("dram.read", "dram.copy", "dram.write")}
-        if not all(pts.values()):
-            return None
-        g, ws = self.gbps(cal), min(max(self.write_share, 0.0), 1.0)
-        ns = {k: interp(v, g, 1.0) for k, v in pts.items()}
-        if ws <= 0.5:
-            return ns["dram.read"] + (ns["dram.copy"] - ns["dram.read"]) * ws / 0.5
-        return ns["dram.copy"] + (ns["dram.write"] - ns["dram.copy"]) * (ws - 0.5) / 0.5
+        return chase_ns(cal, "dram", self.gbps(cal), self.write_share)
 
     def l2_queue_cycles(self, cal) -> float:
         """The queueing every request to L2 meets at the kernel's L2 traffic (l2_gbps) and read/write mix: the stream
         probe's L2-resident read, copy (half writes) and write chase curves at that bandwidth, interpolated in the
         write share, less the unloaded chase (the curves' first point), in SM cycles. 0 without the curves: an
         L2 whose latency does not grow with its load."""
-        pts = {k: _monotone(cal.curve(k)) for k in ("l2.read", "l2.copy", "l2.write")}
-        if not all(pts.values()) or self.l2_gbps <= 0:
+        at = chase_ns(cal, "l2", self.l2_gbps, self.l2_write_share) if self.l2_gbps > 0 else None
+        if at is None:
             return 0.0
-        ws = min(max(self.l2_write_share, 0.0), 1.0)
-        ns = {k: interp(v, self.l2_gbps, 1.0) for k, v in pts.items()}
-        if ws <= 0.5:
-            at = ns["l2.read"] + (ns["l2.copy"] - ns["l2.read"]) * ws / 0.5
-        else:
-            at = ns["l2.copy"] + (ns["l2.write"] - ns["l2.copy"]) * (ws - 0.5) / 0.5
-        return max(0.0, at - _ns(pts["l2.read"][0])) * self.clock_ghz
+        return max(0.0, at - _ns(_monotone(cal.curve("l2.read"))[0])) * self.clock_ghz
 
     def tma_parts(self, cal, streamed: bool = True):
         """(hit, miss base, miss queueing, miss share) of an A box's latency in cycles, or None without the
@@ -172,6 +159,20 @@ class MemoryState:
             return l2 + (self.demand_miss * max(0.0, dram - l2) if streamed else 0.0)
         base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
         return base + (self.demand_miss * self.dram_cycles(cal) if streamed else 0.0)
+
+
+def chase_ns(cal, level: str, gbps: float, write_share: float) -> float | None:
+    """A dependent load's latency (ns) at `gbps` of traffic through `level` ("dram" or "l2") with that share of
+    writes: the stream probe's <level>.read, .copy (half writes) and .write chase curves, made monotone,
+    interpolated in the write share (0, 0.5, 1). None without the three curves."""
+    pts = {k: _monotone(cal.curve(f"{level}.{k}")) for k in ("read", "copy", "write")}
+    if not all(pts.values()):
+        return None
+    ws = min(max(write_share, 0.0), 1.0)
+    ns = {k: interp(v, gbps, 1.0) for k, v in pts.items()}
+    if ws <= 0.5:
+        return ns["read"] + (ns["copy"] - ns["read"]) * ws / 0.5
+    return ns["copy"] + (ns["write"] - ns["copy"]) * (ws - 0.5) / 0.5
 
 
 def _ns(p: dict) -> float:

@@ -14,7 +14,7 @@ import json
 from .. import evidence
 from ..facts import Table
 from ..paths import ROOT
-from ..predict import misses as _misses, predict
+from ..predict import compare, misses as _misses, predict
 from ..stage import Stage
 
 
@@ -130,12 +130,7 @@ def _fixed_rows(doc: dict, fixed: dict | None) -> dict:
     again = {(b["stage"], b["defines"]): b for b in (fixed.get("phases") or {}).get("builds", [])
              if b.get("not_blind")}
     builds = [again.get((b["stage"], b["defines"]), b) for b in ph.get("builds", [])]
-    per = {}
-    for b in builds:
-        for name, v in b["phases"].items():
-            per.setdefault(name, []).append(abs(v["error"]))
-    return {"builds": builds, "summary": {k: {"builds": len(v), "mae": round(sum(v) / len(v), 4)}
-                                          for k, v in sorted(per.items())}}
+    return {"builds": builds, "summary": compare.phase_summary(builds)}
 
 
 def phase_errors_table(doc: dict | None = None, fixed: dict | None = None) -> Table:
@@ -214,26 +209,6 @@ def round_scatter(doc: dict | None = None, before: dict | None = None):
     return fig
 
 
-def round2() -> dict:
-    """The second blind round's comparison document (ROUND2)."""
-    return json.loads(ROUND2.read_text())
-
-
-def round3() -> dict:
-    """The third blind round's comparison document (ROUND3)."""
-    return json.loads(ROUND3.read_text())
-
-
-def round4() -> dict:
-    """The fourth blind round's comparison document (ROUND4)."""
-    return json.loads(ROUND4.read_text())
-
-
-def round5() -> dict:
-    """The fifth blind round's comparison document (ROUND5)."""
-    return json.loads(ROUND5.read_text())
-
-
 def traffic6() -> dict:
     """Round 6's variants: their predicted bytes against that day's Nsight Compute counters (TRAFFIC6)."""
     return json.loads(TRAFFIC6.read_text())
@@ -278,9 +253,9 @@ class Line(str):
 
 
 def round_line(doc: dict | None = None) -> str:
-    """A blind round's result against the targets (default: the second), in one line, every number read from
+    """A blind round's result against the targets (default: the newest), in one line, every number read from
     the document."""
-    doc = doc or round2()
+    doc = doc or latest_round()[1]
     s = doc["summary"]
     sign, stage = worst_error(doc)
     return Line(f"H200, blind, {s['stages']} builds (predicted, then measured {str(doc['measurement'].get('date'))[:10]}): "
@@ -293,7 +268,7 @@ def round_line(doc: dict | None = None) -> str:
 
 def define_effects_table(doc: dict | None = None) -> Table:
     """Each variant's effect against its stage file at its defaults, measured and predicted (in cycles)."""
-    doc = doc or round2()
+    doc = doc or latest_round()[1]
     yes = {True: "yes", False: "NO", None: "(under 3 %)"}
     rows = [{"variant": f"{e['stage'].split('/')[-1]} {e['defines']}", "measured": f"{e['measured_effect']:+.1%}",
              "predicted": f"{e['predicted_effect']:+.1%}", "sign right": yes[e["sign_right"]],
