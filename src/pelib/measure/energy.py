@@ -14,7 +14,7 @@ process (pelib.measure.jobs), interleaved, so that each sees the thermal state t
  2. burst, per input set (random, zeros, ones) and round, the entries in rotating order, each after
     IDLE_S of idle: the timing of `make bench` (bench.time_fn: 5 warm-ups, L2 flushed before each of
     20 launches, CUDA events, median), then the same burst with the SM clock read just before and just
-    after each launch (pelib.predict.probes' clock probe), and for a stage a third burst of its TIMING build, whose
+    after each launch (The clock probe), and for a stage a third burst of its TIMING build, whose
     per-warp launch clock (common/timing.cuh) is the clock of that very launch;
  3. sustained, per input set and round, rotating: LEAD_S of back-to-back launches, then SUSTAIN_S more
     measured: ms per launch (CUDA events), joules per launch from NVML's total-energy counter
@@ -45,9 +45,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import baselines, jobs, nvml, sweep
-from .. import bench, clock, device, launch, results
+from .. import bench, clock, device, results
 from ..isa import sass_account
-from ..predict import probes
+from . import probe_kernels
 from .. import timing as _timing
 from ..kinds import sm90 as k90
 from ..stage import Stage
@@ -62,7 +62,7 @@ LEAD_S = 0.3                           # back-to-back launches before a sustaine
 SUSTAIN_S = 2.0                        # measured seconds of a sustained window
 ROUNDS = {"random": 3, "zeros": 2, "ones": 2}
 PROBE_SPIN = 60_000                    # clock64 cycles the clock probe spins (~40 us at 1.5 GHz)
-CLOCK_PROBE = "calib_clock"           # prebuild's name for pelib.predict.probes' clock probe
+CLOCK_PROBE = "calib_clock"           # prebuild's name for The clock probe
 # lts__t_sectors_srcunit_tex: the L2 sectors the SMs' L1/TEX units (and their TMA) request, 32 B each; lts__t_bytes
 # counts every request at the L2 slices, those from the other L2 partition over the fabric too
 # (lts__t_sectors_srcunit_ltcfabric), so a byte an SM reads from the far partition is counted twice there.
@@ -193,24 +193,20 @@ def rotate(items: list, r: int) -> list:
 # ---- the clock probe ---------------------------------------------------------------------------------
 
 class ClockProbe:
-    """pelib.predict.probes' clock probe (src/kernels/probes/calib_clock.cu: one CTA per SM, spinning `spin`
+    """The clock probe (src/kernels/probes/calib_clock.cu: one CTA per SM, spinning `spin`
     cycles) launched right after a launch that carries no clock of its own: its own launch clock
     (pelib.timing.launch_clock) is the SM clock the GPU has just then. One plan and launch-clock buffer
     per slot, so a burst reads them all after one synchronization."""
 
     def __init__(self, slots: int, info=None, spin: int = PROBE_SPIN, where=None):
-        import torch
         info = info or device.current()
         where = where or f"cuda:{info.ordinal}"
-        b = probes.probe_build("clock", {})
         grid = info.sm_count
-        self.spin, self.lay = spin, _timing.layout(b, grid)
-        self.tbufs = [_timing.alloc(self.lay, device=where) for _ in range(slots)]
-        out = torch.zeros(grid * int(b.exports["fields"]), dtype=torch.int64, device=where)
-        job = probes.Launch("clock", {}, {"spin": spin, "ticks": 0}, grid)
-        self.plans = [launch.prepare(b, probes.bind(b, job, out, tb, {}, None), grid=(grid, 1, 1),
-                                     block=(int(b.exports["num_threads"]), 1, 1), smem=int(b.exports["smem_bytes"]),
-                                     info=info) for tb in self.tbufs]
+        self.spin = spin
+        made = [probe_kernels.clock_plan(grid, where, spin, info=info) for _ in range(slots)]
+        self.plans = [m[0] for m in made]
+        self.tbufs = [m[1] for m in made]
+        self.lay = made[0][2]
 
     def record(self, slot: int) -> None:
         self.plans[slot].run()
@@ -808,7 +804,7 @@ def _build_one(spec: tuple) -> str:
     key, defines, timing = spec
     try:
         if key == CLOCK_PROBE:
-            probes.probe_build("clock", defines)
+            probe_kernels.probe_build("clock", defines)
         else:
             s = Stage(key, defines)
             (s.timing_build() if timing else s.build).sass

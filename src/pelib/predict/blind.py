@@ -38,11 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import bench, clock, device, launch
-from ..measure import hopper_perf, jobs, sweep
+from .. import bench, clock, device
+from ..measure import hopper_perf, jobs, probe_kernels, sweep
 from .. import timing as _timing
 from ..stage import Stage, all_stages
-from . import probes
 
 SCHEMA = "pelib.blind/1"
 PRODUCTION_WAIT = {"PE_WAIT_KIND": 2}
@@ -190,16 +189,7 @@ def phase_summary(tm) -> dict:
 
 def _clock_plan(grid: int, where):
     """A launch of the clock probe on `grid` SMs, its buffers on `where`: (plan, its timing buffer, layout)."""
-    import torch
-    b = probes.probe_build("clock", {})
-    lay = _timing.layout(b, grid)
-    tb = _timing.alloc(lay, device=where)
-    out = torch.zeros(grid * int(b.exports["fields"]), dtype=torch.int64, device=where)
-    job = probes.Launch("clock", {}, {"spin": CLOCK_SPIN, "ticks": 0}, grid)
-    args = probes.bind(b, job, out, tb, {}, None)
-    plan = launch.prepare(b, args, grid=(grid, 1, 1), block=(int(b.exports["num_threads"]), 1, 1),
-                          smem=int(b.exports["smem_bytes"]))
-    return plan, tb, lay
+    return probe_kernels.clock_plan(grid, where, CLOCK_SPIN)
 
 
 def _timing_run(s: Stage, prob, t, iters: int = 5) -> tuple[_timing.Timing, dict]:
@@ -321,7 +311,7 @@ def main(argv=None) -> int:
     builds = builds_of(todo)
     t0 = time.time()
     errs = _build_all(builds)
-    probes.probe_build("clock", {})
+    probe_kernels.probe_build("clock", {})
     for (k, d, t), e in zip(builds, errs):
         if e:
             log(f"[build] {label(k, d)}{' TIMING' if t else ''}: FAILED {e.splitlines()[0]}")

@@ -32,14 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,37 +46,18 @@ from .. import bench, clock, device, launch, sol, timing, tma
 from ..isa import sass_account
 from ..sim import engine as sim
 from ..measure import jobs as _jobs
-from ..build import build as _build
-from ..paths import KERNELS
+# the probe kernels' host side (file, record fields, one launch, build, arguments) is the runners' room;
+# PROBES and source stay the suite's names here too
+from ..measure.probe_kernels import ARCH, PROBES, Launch, bind, builds_of, fields, probe_build, source, units  # noqa: F401
 from .. import stages as _stages
-from ..stage import Stage, max_active_clusters, parse_signature, _SCALARS
+from ..stage import Stage, max_active_clusters
 from . import measured_format as calibration   # the file format this module writes
 
-PROBES = ("clock", "wgmma", "tma", "store", "sync", "epilogue", "stream", "launch")
-ARCH = "sm_90a"
 FAMILY_TIMEOUT_S = 90.0    # a family takes seconds; a bounded wait traps; a hang is cut here
 SUSTAIN_S = 2.0
 LAUNCH_BURST = 20          # the launch probe's one-wave launches, as the blind run times a stage (pelib.predict.blind)
 # dense FP8 per SM per clock, 8,192 on Hopper: 1,979 TFLOPS / (132 SMs x 1.83 GHz) (book/data/gpu_specs.yaml)
 WGMMA_FLOP_PER_CLK_SM = sol.spec("H100 SXM").fp8_flops_per_clk_sm
-
-
-def source(probe: str) -> Path:
-    """src/kernels/probes/calib_<probe>.cu."""
-    if probe not in PROBES:
-        raise KeyError(f"no probe {probe!r}; the probes are {PROBES}")
-    return KERNELS / "probes" / f"calib_{probe}.cu"
-
-
-@lru_cache(maxsize=None)
-def fields(probe: str) -> dict[str, int]:
-    """{field: word} of a probe's record, parsed from its `enum calib_<probe>_field` (the one definition)."""
-    text = source(probe).read_text()
-    pat = re.compile(rf"^\s*CALIB_{probe.upper()}_([A-Z0-9_]+)\s*=\s*(\d+)\s*,", re.M)
-    out = {name.lower(): int(n) for name, n in pat.findall(text) if name != "FIELDS"}
-    if sorted(out.values()) != list(range(len(out))):
-        raise ValueError(f"{source(probe).name}: the record fields must be numbered 0..n-1, got {sorted(out.values())}")
-    return out
 
 
 # ---- what to launch -----------------------------------------------------------------------------------
@@ -136,26 +115,6 @@ class Scale:
                    launch_spin=100, launch_waves=(1, 2),
                    store_active=(1, 4), store_groups=(1, 3), stream_loads=((0, 0), (4, 2)), sustain_s=1e-3,
                    sustain_chain=3)
-
-
-@dataclass
-class Launch:
-    """One probe launch: the build (probe, defines), its scalar arguments, grid and cluster; which buffer
-    each pointer parameter gets; `prepare`: 'flush' (L2 flushed first), 'warm' (launched once before, the
-    second launch kept: an L2-resident footprint) or 'none'; `point`: its coordinates in a sweep."""
-
-    probe: str
-    defines: dict
-    params: dict
-    grid: int
-    cluster: int = 1
-    label: str = ""
-    tensors: dict = field(default_factory=dict)
-    prepare: str = "flush"
-    point: dict = field(default_factory=dict)
-    repeat_s: float = 0.0            # > 0: launched back to back this long (the sustained regime)
-    burst: int = 0                   # > 1: launched this many times after a warm-up, each after its `prepare`
-                                     # (the blind run's regime); `ms` the median of their event times
 
 
 def plan(sc: Scale) -> list[Launch]:
@@ -237,21 +196,6 @@ def plan(sc: Scale) -> list[Launch]:
                       label=f"sustained: wgmma m64n256k32 x 2 back to back for {sc.sustain_s:g} s", prepare="none",
                       repeat_s=sc.sustain_s, point={"sustained": True}))
     return out
-
-
-def builds_of(jobs) -> list[tuple[str, dict]]:
-    """The distinct (probe, defines) builds of a list of launches."""
-    seen, out = set(), []
-    for j in jobs:
-        key = (j.probe, json.dumps(j.defines, sort_keys=True))
-        if key not in seen:
-            seen.add(key)
-            out.append((j.probe, dict(j.defines)))
-    return out
-
-
-def probe_build(probe: str, defines: dict):
-    return _build(source(probe), ARCH, defines)
 
 
 def _build_one(args):
@@ -338,43 +282,6 @@ def make_buffers(sc: Scale, names, device: str) -> dict:
         else:
             raise KeyError(f"no buffer {n!r}; the buffers are {sorted(BUFFERS)}")
     return out
-
-
-def map_spec(b, param: str, t):
-    """The tensor map of parameter tmap_<param> over tensor t, from the build's exported box."""
-    rows = b.exports[f"tmap_{param}_box_rows"]
-    cols = b.exports[f"tmap_{param}_box_cols"]
-    return tma.spec_from_tensor(t, (rows, cols), swizzle=int(b.exports[f"tmap_{param}_swizzle"])).validate()
-
-
-def bind(b, job: Launch, out, tbuf, bufs: dict, make_map) -> tuple:
-    """The kernel's arguments by parameter name: out, timing, tensor maps (make_map(spec, tensor)),
-    the job's buffers and scalars with the C type's width."""
-    _, sig = parse_signature(b.source.read_text())
-    args = []
-    for typ, name in sig:
-        if name.startswith("tmap_"):
-            t = bufs[job.tensors.get(name, name[5:])]
-            args.append(make_map(map_spec(b, name[5:], t), t))
-        elif "*" in typ:
-            if name == "out":
-                args.append(out)
-            elif name == "timing":
-                args.append(tbuf)
-            else:
-                key = job.tensors.get(name, name)
-                if key not in bufs:
-                    raise KeyError(f"calib_{job.probe}: parameter {name} needs buffer {key!r}, have {sorted(bufs)}")
-                args.append(bufs[key])
-        else:
-            if name not in job.params:
-                raise KeyError(f"calib_{job.probe}: no value for scalar parameter {typ} {name} in {job.params}")
-            args.append(_SCALARS[typ](job.params[name]))
-    return tuple(args)
-
-
-def units(b, grid: int) -> int:
-    return grid * int(b.exports.get("units_per_cta", 1))
 
 
 # ---- running: one launch on the GPU or in the simulator --------------------------------------------------
