@@ -404,7 +404,41 @@ def _make_build(path, arch, defines, cubin, log, cached, entry=None) -> Build:
                  ptxas=parse_ptxas(log), exports=elf.read_exports(cubin), cached=cached, entry=entry)
 
 
-def _compile(path: Path, srcs: list[tuple[str, Path, str]], opts: dict, name_expressions) -> tuple[bytes, str]:
+def ptx(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None) -> str:
+    """The PTX NVRTC hands ptxas for `stage`, with build()'s options (not cached). ptxas itself is not
+    deterministic under NVRTC 13.5 (the same PTX gets another register numbering from one process to the
+    next in a few builds), so this, not the cubin, is what says that a change left the device code alone."""
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}: the book builds for {', '.join(ARCHS)}")
+    path = _kernel_path(stage)
+    defines = dict(defines or {})
+    include_dirs = _include_paths(path.parent)
+    srcs = expand_sources(path, [Path(d) for d in include_dirs])
+    check_defines(defines, srcs, path)
+    opts = {"arch": arch, "std": "c++17", "define_macro": _format_defines(defines) or None,
+            "include_path": include_dirs, **nvrtc_cache_options()}
+    from cuda.bindings import nvrtc
+    from cuda.core import ProgramOptions
+    flags = ProgramOptions(name=path.name, **opts).as_bytes("nvrtc")
+    flags = [f.replace(b"-arch=sm_", b"-arch=compute_") for f in flags]   # the virtual arch: its PTX
+    err, prog = nvrtc.nvrtcCreateProgram(srcs[0][2].encode(), path.name.encode(), 0, [], [])
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(flags), flags)
+        if int(err) != 0:
+            _, n = nvrtc.nvrtcGetProgramLogSize(prog)
+            text = b" " * n
+            nvrtc.nvrtcGetProgramLog(prog, text)
+            raise BuildError(f"NVRTC could not make the PTX of {path.name} for {arch}: {text.decode(errors='replace')}")
+        _, n = nvrtc.nvrtcGetPTXSize(prog)
+        out = b" " * n
+        nvrtc.nvrtcGetPTX(prog, out)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return out.rstrip(b"\0").decode()
+
+
+def _compile(path: Path, srcs: list[tuple[str, Path, str]], opts: dict, name_expressions,
+             target: str = "cubin") -> tuple[bytes, str]:
     try:
         from cuda.core import Program, ProgramOptions
     except ImportError:  # older cuda-core
@@ -418,7 +452,7 @@ def _compile(path: Path, srcs: list[tuple[str, Path, str]], opts: dict, name_exp
     try:
         prog = Program(source, "c++", options=options)
         kw = {"name_expressions": tuple(name_expressions)} if name_expressions else {}
-        obj = prog.compile("cubin", logs=log, **kw)
+        obj = prog.compile(target, logs=log, **kw)
     except Exception as e:
         text = f"{log.getvalue()}\n{e}"
         if type(e).__name__ in ("DynamicLibNotFoundError", "RuntimeError") and "nvrtc" in text.lower() \
