@@ -212,6 +212,35 @@ def test_traffic_scales_tiles_and_prologue_apart():
     assert model.traffic(su, res)["by_kind"]["stg"] == 3.0e9 and model.traffic(su, res)["dram_write"] == 3.0e9
 
 
+def test_a_cut_k_loop_scales_every_operand_load():
+    """Where the simulated K is cut (the NVFP4 shapes: M = 128, K up to 16,384), an operand's bytes grow with
+    K whether its loads sit in a tile's marks or not (a one-tile CTA's carry none); the stores and what the
+    epilogue reads (LDG) do not. At 128 x 7168 x 16384 DRAM then moves A, B and their scales once: the
+    69.07 MB of the shape's bytes, not the cut K's eighth of them."""
+    from types import SimpleNamespace as NS
+
+    from pelib.predict import model
+    from pelib.problems import nvfp4_gemm
+    full = nvfp4_gemm("k16384")
+    ratio = 8.0                                               # 64 K blocks of 256 simulated as 8
+    cut_k = full.k / ratio
+    ctas = 112
+    per_cta = {"tma_load.a": 128 * cut_k / 2, "tma_load.b": 64 * cut_k / 2, "tma_load.sfa": 128 * cut_k / 16,
+               "tma_load.sfb": 64 * cut_k / 16, "ldg": 1000.0}
+    su = NS(n_sim=1, ctas={0}, k_ratio=ratio, full=full, cfg=NS(grid_kind=0, tiles=ctas, ctas=ctas),
+            stores=2.0 * full.m * full.n)
+    res = NS(traffic={(0, w, False): v for w, v in per_cta.items()})
+    t = model.traffic(su, res)
+    assert t["by_kind"]["tma_load.a"] == ctas * 128 * full.k / 2             # A read by every column tile
+    assert t["by_kind"]["tma_load.b"] == full.n * full.k / 2                 # B once
+    assert t["by_kind"]["ldg"] == ctas * 1000.0                              # not scaled with K
+    sizes = model.tensor_bytes(full)
+    assert t["dram_read"] == sizes["a"] + sizes["b"] + sizes["sfa"] + sizes["sfb"] + ctas * 1000.0
+    assert t["dram"] == pytest.approx(69.07e6 + ctas * 1000.0, rel=1e-3)
+    res.traffic = {(0, w, True): v for w, v in per_cta.items()}              # the same loads inside a tile's marks
+    assert model.traffic(su, res)["by_kind"] == t["by_kind"]
+
+
 @pytest.mark.parametrize("key, plain", [("sm90/03a_register_epilogue", True), ("sm90/12_tma_store", False)])
 def test_the_simulator_counts_the_kernels_own_global_bytes(key, plain):
     """The engine counts every global load and store the kernel makes itself, per tensor (the report's gmem):

@@ -545,7 +545,7 @@ def tensor_bytes(problem) -> dict:
 def traffic(su: Setup, res) -> dict:
     """The kernel's own bytes on the full problem: TMA load boxes by tensor, LDG and TMA-store bytes from the
     replayed CTAs' instructions (ReplayResult.traffic) scaled from the replayed CTA tiles to the full grid's
-    (and, for loads, from the simulated K to the full one); STG bytes the simulated run's own (Setup.stores):
+    (and, for TMA loads, in a tile or not, from the simulated K to the full one); STG bytes the simulated run's own (Setup.stores):
     "l2" the bytes between the SMs and L2 (a multicast box once; the L2 prefetches' boxes, Setup.prefetch),
     "dram" what DRAM must move (every store; each tensor's reads at most once its size: L2 keeps what other
     CTAs re-read; LDG reads, the comb table's, likewise), "write_share" the stores' part of "dram"."""
@@ -555,8 +555,11 @@ def traffic(su: Setup, res) -> dict:
     by = defaultdict(float)
     for (c, what, in_tile), v in res.traffic.items():
         if c in su.ctas:
-            k = su.k_ratio if what.startswith("tma_load") or what == "ldg" else 1.0
-            by[what] += v * (per_tile * k if in_tile else once)
+            # an operand's bytes grow with K wherever they are loaded: in a tile's K loop or before any tile (a
+            # one-tile CTA's loads carry no tile mark); what the epilogue reads (LDG: the comb table) and stores
+            # do not
+            k = su.k_ratio if what.startswith("tma_load") else 1.0
+            by[what] += v * (per_tile if in_tile else once) * k
     if su.stores is not None:
         by["stg"] = float(su.stores)      # counted by the simulator, not walked from the SASS
     if getattr(su, "prefetch", 0.0):
