@@ -66,6 +66,56 @@ def test_a_chip_is_named_exactly():
     assert C.load("H100").chip == "h100"
 
 
+def test_a_measured_file_of_another_chip_is_refused(tmp_path):
+    """PR18: an H100 measurement relabelled as an A100 (108 SMs) was priced as the A100 over the H100's
+    provisional costs, with exit status 0: a file's own device must be the chip whose costs it replaces."""
+    from pelib.paths import ROOT
+    doc = json.loads((ROOT / "results/2026-11-27-h100/calibration-nvidia-h100-80gb-hbm3.json").read_text())
+    doc["env"]["device"], doc["env"]["sm_count"] = "NVIDIA A100-SXM4-80GB", 108
+    p = tmp_path / "meas_a100.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(C.CalibrationError, match=r"measured on 'NVIDIA A100-SXM4-80GB' \(chip 'a100'\).*h100"):
+        M.resolve(str(p), "h100")
+    doc["env"]["device"] = "NVIDIA H200"         # a measured chip the model knows: told which --gpu to pass
+    p.write_text(json.dumps(doc))
+    with pytest.raises(C.CalibrationError, match="pass --gpu h200"):
+        M.resolve(str(p), "h100")
+
+
+def test_a_calibration_that_is_not_a_file_is_named_as_such(tmp_path):
+    """PR20, CL04: a folder and /dev/null were read as chip names ('no chip ...'), None was a raw TypeError, ''
+    was 'no calibration file .'."""
+    from pelib.predict import measured_format as F
+    with pytest.raises(C.CalibrationError, match="is a folder, not a calibration file"):
+        C.load(tmp_path)
+    with pytest.raises(C.CalibrationError, match="is a folder, not a calibration file"):
+        F.load(tmp_path)
+    with pytest.raises(C.CalibrationError, match="not a regular file"):
+        C.load("/dev/null")
+    for bad in (None, "", "  ", 42):
+        with pytest.raises(C.CalibrationError, match="name a chip|pass the path"):
+            (C.load if bad != "" else F.load)(bad)
+        with pytest.raises(C.CalibrationError, match="pass the path"):
+            F.load(bad)
+
+
+def test_a_negative_measured_constant_is_refused_by_the_file_format(tmp_path):
+    """CL03: measured_format.load took dram.copy_gbps -3000 and mbarrier.arrive_cycles -50 (only the model's
+    later check refused them)."""
+    from pelib.paths import ROOT
+    from pelib.predict import measured_format as F
+    doc = json.loads((ROOT / "results/2026-11-27-h100/calibration-nvidia-h100-80gb-hbm3.json").read_text())
+    assert F.problems(doc) == []
+    doc["constants"]["dram.copy_gbps"]["value"] = -3000.0
+    doc["constants"]["mbarrier.arrive_cycles"]["value"] = -50.0
+    p = tmp_path / "meas_neg.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(C.CalibrationError) as e:
+        F.load(p)
+    assert "'dram.copy_gbps': value -3000.0 is negative" in str(e.value)
+    assert "'mbarrier.arrive_cycles': value -50.0 is negative" in str(e.value)
+
+
 def test_costs_of_a_chip_that_cannot_run_the_stage_are_refused():
     """PR03 / PR04: sm_90a code on B200 costs, tcgen05 code on H100 costs, unless the prediction says TRANSFERRED."""
     with pytest.raises(model.PredictError, match="sm_90a code.*b200"):

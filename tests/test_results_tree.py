@@ -11,7 +11,7 @@ import pytest
 
 from pelib import bench, results
 from pelib.views import readme
-from pelib.paths import RESULTS
+from pelib.paths import RESULTS, ROOT
 from pelib.views import hopper as hv, hopper_limits, numerics
 
 SWEEP_H100 = "2026-11-24-h100/hopper-sweep-2026-11-24T064020-nvidia-h100-80gb-hbm3.json"
@@ -125,3 +125,18 @@ def test_the_book_loaders_name_the_file_they_cannot_read(tmp_path, what, monkeyp
             hopper_limits.blind_run("h100", root)
         else:
             numerics.proof_runs(root)
+
+
+def test_the_blind_round_loaders_name_the_file_they_cannot_read(tmp_path, monkeypatch):
+    """Before (BK05): views.blind_rounds' comparison and misses tables raised a raw JSONDecodeError (its
+    _run_doc read with json.loads, not results.load)."""
+    from pelib.views import blind_rounds as br
+    chip = "h100"
+    name = br.RUNS[chip][0]
+    src = ROOT / name / "prediction-vs-measured.json"
+    dst = tmp_path / name / "prediction-vs-measured.json"
+    dst.parent.mkdir(parents=True)
+    dst.write_text(src.read_text()[: len(src.read_text()) // 2])
+    monkeypatch.setattr(br, "ROOT", tmp_path)
+    with pytest.raises(results.ResultsFileError, match=r"prediction-vs-measured\.json cannot be read"):
+        br.blind_comparison(chip)

@@ -39,3 +39,19 @@ def test_make_test_refuses_a_test_jobs_that_is_no_number(jobs):
     ok = subprocess.run(["make", "-s", "-C", str(ROOT), "test-jobs-checked", "TEST_JOBS=2"], capture_output=True,
                         text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
+
+
+WORKERS = [("predict.blind", ["--worker", "1"]), ("predict.probes", ["--worker", "0", "--records", "/nonexistent"]),
+           ("predict.first_hour", ["--worker", "1"]), ("measure.sweep", ["--worker", "1"]),
+           ("sim.proof", ["--worker", "1", "--out", "/nonexistent"])]
+
+
+@pytest.mark.parametrize("name,argv", WORKERS, ids=[w[0] for w in WORKERS])
+def test_the_hidden_worker_flag_refuses_what_is_no_jobs_file(name, argv, capsys):
+    """Before (GC03, GC08): a raw FileNotFoundError: [Errno 2] No such file or directory: '1'."""
+    mod = importlib.import_module(f"pelib.{name}")
+    with pytest.raises(SystemExit) as e:
+        mod.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--worker" in err and "no such file here" in err and "run the command without it" in err, err

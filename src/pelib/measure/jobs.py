@@ -94,6 +94,16 @@ def worker_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
 
 
+def jobs_path(path) -> Path:
+    """--worker's jobs file (a runner writes it for its own worker processes); anything else ends the process
+    with one line and exit status 2."""
+    if not Path(str(path)).is_file():
+        print(f"--worker {str(path)!r}: --worker is the runner's own, followed by the jobs file it writes for a "
+              f"worker process (no such file here); run the command without it", file=sys.stderr)
+        raise SystemExit(2)
+    return Path(str(path))
+
+
 def parse(ap: argparse.ArgumentParser, argv, kinds: dict, **hidden) -> argparse.Namespace | int:
     """A GPU runner's command line, with the entry points it serves itself when it re-invokes itself: its
     worker processes (--worker ...) and each hidden `--NAME` of `hidden` (NAME: fn(namespace) -> exit status
@@ -115,7 +125,7 @@ def parse(ap: argparse.ArgumentParser, argv, kinds: dict, **hidden) -> argparse.
 def worker(kinds: dict, jobs_file: str, data_dir: str, start: int, iters: int) -> None:
     """Run jobs[start:] of jobs_file in this process by their kind, printing START / JOB lines; exit 3
     after a job that faulted the CUDA context."""
-    todo = json.loads(Path(jobs_file).read_text())
+    todo = json.loads(jobs_path(jobs_file).read_text())
     ctx = Context(Data(data_dir), iters, data_dir)
     for i in range(start, len(todo)):
         job = todo[i]

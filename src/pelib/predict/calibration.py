@@ -225,8 +225,11 @@ def from_json(doc: dict, path: str = "") -> Calibration:
 def load(which: str | Path) -> Calibration:
     """A calibration by chip name ('h100', 'h200', 'b200', exactly: the newest measured one under
     results/<date>-<chip>/, else the provisional file under pelib/predict/calibrations) or by path."""
+    if not isinstance(which, (str, Path)) or not str(which).strip():
+        raise CalibrationError(f"calibration {which!r}: name a chip ({sorted(CHIPS)}) or a calibration file")
     p = Path(which)
-    if not p.suffix:
+    # a name with no suffix is a chip unless it is a path (a folder, /dev/null): those are refused as files
+    if not p.suffix and not p.exists() and "/" not in str(which):
         chip = str(which).lower()
         if chip not in CHIPS:
             raise CalibrationError(f"no chip {which!r}: name one of {sorted(CHIPS)} exactly, or pass a calibration "
@@ -247,6 +250,10 @@ def load(which: str | Path) -> Calibration:
 def read_json(p: Path, missing: str) -> dict:
     """A calibration file's JSON; CalibrationError where it is absent (`missing` says what to pass instead) or
     is no JSON (a truncated copy?)."""
+    if p.is_dir():
+        raise CalibrationError(f"{p} is a folder, not a calibration file: name the JSON file in it ({missing})")
+    if p.exists() and not p.is_file():
+        raise CalibrationError(f"{p} is not a regular file (a device or a pipe?): {missing}")
     if not p.is_file():
         raise CalibrationError(f"no calibration file {p} (no such file): {missing}")
     try:

@@ -186,6 +186,14 @@ def from_measured(doc: dict, path: str, base: _cal.Calibration) -> _cal.Calibrat
                                     f"got {doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r}): "
                                     "pass the file `python -m pelib.predict.probes` wrote")
     env = doc.get("env") or {}
+    # the file's own chip must be the one whose constants it replaces (its arch is what the stage is checked
+    # against, and its SM count what the grid is laid out on)
+    measured_chip = results.chip_slug(env.get("device") or "none")
+    if measured_chip != base.chip:
+        raise _cal.CalibrationError(
+            f"{path} was measured on {env.get('device')!r} (chip {measured_chip!r}), but it would replace the "
+            f"costs of the {base.chip} calibration: pass --gpu {measured_chip} if the model knows that chip "
+            f"({sorted(_cal.CHIPS)}), or a file measured on a {base.chip}")
     # a constant the cost table no longer has (l2.demand_miss, now counted from the schedule) is not carried over
     consts = {k: dict(v) for k, v in base.constants.items() if k in _costs.COSTS}
     for name, (value, src) in _derive(doc).items():

@@ -196,6 +196,9 @@ def problems(doc) -> list[str]:
         v = c.get("value")
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             out.append(f"{where}: value {v!r} is not a finite number")
+        elif v < 0:     # every constant is a time, a rate, a count or a ratio: none is below 0
+            out.append(f"{where}: value {v!r} is negative: a measured {c.get('unit', 'value')} is 0 or more "
+                       "(a probe whose subtraction went wrong? rerun python -m pelib.predict.probes)")
         if c.get("unit") not in UNITS:
             out.append(f"{where}: unit {c.get('unit')!r} is not one of {UNITS}")
         elif k in known and c["unit"] != known[k][0]:
@@ -242,5 +245,8 @@ def check(doc, path: str = "") -> Calibration:
 
 def load(path) -> Calibration:
     """Read and check a calibration JSON (CalibrationError naming each problem)."""
+    if not isinstance(path, (str, Path)) or not str(path).strip():
+        raise CalibrationError(f"calibration file {path!r}: pass the path of the JSON file "
+                               "`python -m pelib.predict.probes --out DIR` writes")
     p = Path(path)
     return check(read_json(p, "the GPU command `python -m pelib.predict.probes --out DIR` writes it"), str(p))

@@ -413,7 +413,7 @@ def _load(path: Path) -> Record:
 
 def _worker(jobs_file: str, rec_dir: str) -> int:
     """Body of a worker process: its family's launches on the GPU, one .npz per launch as it finishes."""
-    doc = json.loads(Path(jobs_file).read_text())
+    doc = json.loads(_jobs.jobs_path(jobs_file).read_text())
     sc, jobs, idx = Scale(**doc["scale"]), [Launch(**j) for j in doc["jobs"]], doc["indices"]
     names = sorted({n for j in jobs for n in NEEDS[j.probe]})
     runner = Runner(sc, "gpu", names)

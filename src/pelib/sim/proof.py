@@ -567,6 +567,9 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
+        if not Path(a.worker).is_file():    # the hidden flag of this command's own worker processes
+            ap.error(f"--worker {a.worker!r}: --worker is this command's own, followed by the jobs file it writes "
+                     "for a worker process (no such file here); run the command without it")
         return _worker(Path(a.worker), a.start, Path(a.out))
     if a.device == "gpu" and not a.out:
         ap.error("--device gpu needs --out FOLDER (a new folder: the committed proofs stay as they are)")

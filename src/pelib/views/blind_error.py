@@ -6,9 +6,9 @@ read from those files, never typed; a missing file is an error that names it.
 """
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 
+from .. import results
 from ..paths import ROOT
 
 # The newest blind round of the model as it is (the predictions committed before the measurement): the sixth,
@@ -32,7 +32,7 @@ def errors() -> dict[str, dict]:
         if not p.is_file():
             raise BlindErrorMissing(f"the blind comparison {rel} is not in the repository; it holds the model's "
                                     "error bar (pelib.predict.blind writes it on a Hopper GPU)")
-        d = json.loads(p.read_text())
+        d = results.load(p, named=False)
         m = d.get("measurement") or {}
         out[chip] = {"mae": float(d["summary"]["mae"]), "worst": float(d["summary"]["worst"]),
                      "stages": int(d["summary"]["stages"]), "device": m.get("device", chip),

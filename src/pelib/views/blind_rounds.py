@@ -9,9 +9,8 @@ model, committed, then measured on a Hopper GPU; each round's comparison read fr
 from __future__ import annotations
 
 import html
-import json
 
-from .. import evidence
+from .. import evidence, results
 from ..facts import Table
 from ..paths import ROOT
 from ..predict import compare, misses as _misses, predict
@@ -29,7 +28,7 @@ V2_FILES = (f"predictions-sm90{V2}.json", f"prediction-vs-measured{V2}.json")   
 
 def _run_doc(chip: str, name: str) -> dict | None:
     p = ROOT / RUNS[chip][0] / name
-    return json.loads(p.read_text()) if p.is_file() else None
+    return results.load(p, named=False) if p.is_file() else None
 
 
 def blind_comparison(chip: str) -> dict:
@@ -79,7 +78,7 @@ def rounds() -> list[tuple[str, dict, str]]:
     """(round, comparison document, what changed) of every committed blind round on the H200, in order."""
     out = []
     for n, path, what in ROUNDS:
-        doc = blind_comparison("h200") if path is None else (json.loads(path.read_text()) if path.is_file() else None)
+        doc = blind_comparison("h200") if path is None else (results.load(path, named=False) if path.is_file() else None)
         if doc is not None:
             out.append((n, doc, what))
     return out
@@ -119,7 +118,7 @@ ROUND6_V2 = ROOT / "results" / "2026-12-03-h200" / "round6" / "prediction-vs-mea
 
 def round6_v2() -> dict | None:
     """Round 6's not-blind re-make (ROUND6_V2), or None before it is committed."""
-    return json.loads(ROUND6_V2.read_text()) if ROUND6_V2.is_file() else None
+    return results.load(ROUND6_V2, named=False) if ROUND6_V2.is_file() else None
 
 
 def _fixed_rows(doc: dict, fixed: dict | None) -> dict:
@@ -211,12 +210,12 @@ def round_scatter(doc: dict | None = None, before: dict | None = None):
 
 def traffic6() -> dict:
     """Round 6's variants: their predicted bytes against that day's Nsight Compute counters (TRAFFIC6)."""
-    return json.loads(TRAFFIC6.read_text())
+    return results.load(TRAFFIC6, named=False)
 
 
 def traffic4() -> dict:
     """The fourth round's predicted bytes against that day's Nsight Compute counters (TRAFFIC4)."""
-    return json.loads(TRAFFIC4.read_text())
+    return results.load(TRAFFIC4, named=False)
 
 
 def traffic_line(doc: dict | None = None) -> "Line":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import bench, device, paths, problems, records, sol
+from .. import bench, device, paths, problems, records, results, sol
 from ..isa import descriptors as D, sass
 from ..facts import Table, evidence_label
 from ..kinds.nvfp4 import max_stages_that_fit, sf_ktile_bytes  # noqa: F401  (the chapter shows the refusal)
@@ -616,16 +616,13 @@ def write_beyond_predictions(out=None, cal=None, **kw):
 
 def beyond_doc(path=None) -> dict | None:
     """The newest committed BEYOND_DOC (results/<date>-b200/), or the one at `path`; None if there is none."""
-    import json
-    from pathlib import Path
-
     from .. import paths   # the repository root, only to find a committed document
     if path is None:
         found = sorted((paths.ROOT / "results").glob(f"*-b200/{BEYOND_DOC}"))
         if not found:
             return None
         path = found[-1]
-    return json.loads(Path(path).read_text())
+    return results.load(path, named=False)
 
 
 def beyond_table(doc=None, bar: dict | None = None, columns=None) -> Table:

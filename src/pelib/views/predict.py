@@ -8,10 +8,8 @@ one, the B200 history and the NVFP4 ring sweep against the lab's records.
 from __future__ import annotations
 
 import functools
-import json
-from pathlib import Path
 
-from .. import evidence, records
+from .. import evidence, records, results
 from ..facts import Table
 from ..paths import ROOT
 from ..predict import compare, predict
@@ -22,7 +20,7 @@ from . import protocol
 
 
 def _doc(source) -> dict:
-    return source if isinstance(source, dict) else json.loads(Path(source).read_text())
+    return source if isinstance(source, dict) else results.load(source, named=False)
 
 
 def comparison_table(source) -> Table:
@@ -214,7 +212,7 @@ def hopper_error_bar(path=None) -> dict | None:
     p = ROOT / path
     if not p.is_file():
         return None
-    d = json.loads(p.read_text())
+    d = results.load(p, named=False)
     m = d.get("measurement") or {}
     return {**{k: d["summary"][k] for k in ("mae", "worst", "stages")}, "device": m.get("device"),
             "date": str(m.get("date") or "")[:10], "path": path}

@@ -12,11 +12,10 @@ the measured path instead (pelib.views.fp8.results_table and friends); these fun
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from pathlib import Path
 
-from .. import device, evidence
+from .. import device, evidence, results
 from ..sim import catalog as sim_catalog, runs as sim_runs
 from ..facts import Table
 from ..paths import KERNELS, RESULTS
@@ -428,7 +427,7 @@ def proof_record(results_dir: Path | None = None) -> dict | None:
     found = sorted(root.glob("*/sim_proof.json"))
     if not found:
         return None
-    data = json.loads(found[-1].read_text())
+    data = results.load(found[-1], named=False)
     data.setdefault("path", str(found[-1].relative_to(root.parent)))
     return data
 
