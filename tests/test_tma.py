@@ -124,3 +124,33 @@ def test_swizzle_128b_pattern():
     assert tma.swizzle_byte_offset(3 * 128 + 16 + 5, 64) == 3 * 128 + ((1 ^ 3) * 16) + 5
     assert tma.swizzle_byte_offset(1 * 128 + 0, 32) == 128 + 16
     assert tma.swizzle_byte_offset(777, 0) == 777
+
+
+def test_a_map_past_its_tensor_is_refused():
+    """HB27: F24's output map is sized from the problem; over an output view cut 64 rows short its TMA stores
+    wrote those 64 rows of memory that was not the tensor's, on a clean report (a TMA access is checked
+    against its map alone). A map must lie inside the tensor it is made over."""
+    import torch
+    buf = torch.zeros((128, 64), dtype=torch.bfloat16)
+    view = buf[:64]
+    full = tma.make_spec(torch.bfloat16, (128, 64), (32, 64), address=view.data_ptr())
+    with pytest.raises(tma.TensorMapError, match=r"tmap_out spans bytes \[\+0, \+16,384\) of its tensor, which holds 8,192 B"):
+        tma.check_owner(full, view, "out")
+    tma.check_owner(full, buf, "out")                                          # the whole buffer holds it
+    tma.check_owner(tma.spec_from_tensor(view, (32, 64)), view, "out")        # a map sized from the tensor
+    strided = buf[:, :32]                                                      # rows of 64, 32 used: its span
+    tma.check_owner(tma.spec_from_tensor(strided, (32, 32)), strided, "out")
+
+
+def test_the_simulated_f24_refuses_an_output_cut_short(monkeypatch):
+    """The same through the simulator's host plan, with Problem.validate (which refuses the short view first on
+    the public path) stepped around as the attempt did."""
+    from pelib.sim import host as sim_host
+    from pelib.stage import Stage
+    s = Stage("fp8/variants/09_f24_swizzled_staging")
+    prob = s.problem("sim")
+    t = s.inputs(prob, 0, "sim")
+    t["out"] = t["out"][: prob.m - 64]
+    monkeypatch.setattr(type(prob), "validate", lambda self, tensors, device=None: None)
+    with pytest.raises(tma.TensorMapError, match="tmap_out spans bytes"):
+        sim_host.plan(s, prob, t)

@@ -252,6 +252,24 @@ def make_spec(dtype, shape, box, *, strides=None, address: int = 0, swizzle: int
                          source_dtype=src if src != tdt else "")
 
 
+def check_owner(spec: TensorMapSpec, owner, param: str = "") -> None:
+    """Refuse a bound map that reaches past the tensor it is made over: a TMA load or store is checked
+    against its map alone (on the GPU and in the simulator), so a map sized from the problem over a shorter
+    tensor (an output view cut short) writes memory that is not the tensor's."""
+    if owner is None or not spec.address or not hasattr(owner, "data_ptr"):
+        return
+    elem = spec.elem_bytes or 1
+    last = spec.address + (spec.dims[0] - 1) * elem + sum((d - 1) * st for d, st in zip(spec.dims[1:], spec.strides)) + elem
+    span = (sum((n - 1) * st for n, st in zip(owner.shape, owner.stride())) + 1) * owner.element_size() if owner.numel() else 0
+    lo, hi = int(owner.data_ptr()), int(owner.data_ptr()) + span
+    if spec.address < lo or last > hi:
+        name = f"tmap_{param}" if param else "a tensor map"
+        raise TensorMapError(f"{name} spans bytes [{spec.address - lo:+,}, {last - lo:+,}) of its tensor, which holds "
+                             f"{span:,} B ({tuple(owner.shape)}, {owner.dtype}): its TMA boxes would reach memory "
+                             "that is not the tensor's. Give the tensor the problem's full shape (Problem.validate "
+                             "says which) or size the map from the tensor")
+
+
 def spec_from_tensor(t, box, **kw) -> TensorMapSpec:
     """A spec for torch tensor `t` with `box` in t.shape order (outermost first)."""
     return make_spec(t.dtype, tuple(t.shape), box, strides=tuple(t.stride()), address=t.data_ptr(), **kw)
