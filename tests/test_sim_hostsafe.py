@@ -61,6 +61,28 @@ def test_a_host_call_or_signal_in_a_kernel_is_a_report_and_the_process_lives(mod
     assert_lives()
 
 
+@pytest.mark.parametrize("mode,where", [(17, "case 17: memcpy"), (18, "case 18: memset")], ids=["memcpy", "memset"])
+def test_a_block_copy_past_its_tensor_is_reported(mode, where):
+    """Before (HB09): memcpy past the end of `out` wrote the next 64 elements of the buffer on a clean report
+    (the C library's own stores are not instrumented)."""
+    buf = torch.zeros(80, dtype=torch.int32)
+    out = buf[:64]
+    p = sim.prepare(KERNEL, (out, np.int32(mode)), grid=(2, 1, 1), block=(32, 1, 1), cluster=(1, 1, 1), smem=0,
+                    kernel="sim_hostsafe", arch="host", names=("out", "mode"))
+    rep = p.run(check=False)
+    assert not rep.ok and rep.misuse, rep.summary()
+    rec = rep.misuse[0]
+    assert "of 32 B" in rec["text"] and "outside every tensor" in rec["text"] and "`out`" in rec["text"], rec["text"]
+    if shutil.which("addr2line"):
+        assert rec["line"] == line_of(where), rec
+    assert int((buf[64:] != 0).sum()) == 0          # stopped before the copy
+
+
+def test_block_copies_inside_a_tensor_stay_clean():
+    rep = plan(19)[0].run()
+    assert rep.ok, rep.summary()
+
+
 @pytest.mark.parametrize("mode,where", [(11, ("for (unsigned x = 1;",)),
                                         (12, ("volatile int flag = 0;", "while (flag == 0)"))],
                          ids=["register-loop", "volatile-local"])

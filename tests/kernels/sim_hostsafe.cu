@@ -11,9 +11,12 @@
 //   mode 12 a spin on a volatile local nobody sets (loads of the thread's own stack only)
 //   mode 13 quick_exit(0)
 //   mode 15 _exit(0)                     mode 16 std::abort()
+//   mode 17 memcpy 32 B over out's end   mode 18 memset 32 B over out's end
+//   mode 19 memmove and memset inside out (benign)
 #include <assert.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -48,6 +51,9 @@ extern "C" __global__ void sim_hostsafe(u32* out, int mode) {
       case 13: quick_exit(0);
       case 15: _exit(0);
       case 16: std::abort();
+      case 17: memcpy(out + 60, out, 32); break;
+      case 18: memset(out + 60, 0, 32); break;
+      case 19: memmove(out + 4, out + 8, 16); memset(out + 8, 0, 16); break;
       default: break;
     }
   }

@@ -266,7 +266,10 @@ INSTRUMENT = {"g++": ("-g1", "-gdwarf-4", "-fstack-clash-protection", "-fsanitiz
 # The host calls that would end the process (runtime/memory.cpp's __wrap_*): a stage library's references to
 # them bind to the engine's wrappers, which turn a call from a simulated thread into a report.
 WRAPPED = ("abort", "exit", "_exit", "_Exit", "quick_exit", "pthread_exit", "__assert_fail", "raise", "kill")
-LINK_WRAP = ("-Wl," + ",".join(f"--wrap={w}" for w in WRAPPED),)
+# The C library's block copies, whose own accesses the instrumentation does not see: the wrappers check both
+# ranges as the stage's accesses first.
+CHECKED = ("memcpy", "memmove", "memset")
+LINK_WRAP = ("-Wl," + ",".join(f"--wrap={w}" for w in WRAPPED + CHECKED),)
 
 
 def stage_build(source: Path, kernel: str, defines: dict | None = None) -> HostBuild:

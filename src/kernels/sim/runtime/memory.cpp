@@ -477,5 +477,27 @@ int __wrap_kill(pid_t pid, int sig) {
     pe_sim::host_call(pe_sim::fmt("kill(%d, %d: %s)", int(pid), sig, strsignal(sig)), PE_SIM_PC);
   return kill(pid, sig);
 }
+// The C library's block copies: their own loads and stores are not instrumented, so the stage's calls are
+// checked here as one access of n bytes at each end (a global range past its tensor, a shared one past the
+// CTA's window, the happens-before shadows) before the copy runs. memcpy, memmove and memset are the
+// C library's (ISO C 7.24.2.1, 7.24.2.2, 7.24.6.1), which the engine (not linked with --wrap) calls as they are.
+void* __wrap_memcpy(void* d, const void* s, size_t n) {
+  if (n) {
+    pe_sim::raw_access(uintptr_t(s), n, false, PE_SIM_PC);
+    pe_sim::raw_access(uintptr_t(d), n, true, PE_SIM_PC);
+  }
+  return memcpy(d, s, n);
+}
+void* __wrap_memmove(void* d, const void* s, size_t n) {
+  if (n) {
+    pe_sim::raw_access(uintptr_t(s), n, false, PE_SIM_PC);
+    pe_sim::raw_access(uintptr_t(d), n, true, PE_SIM_PC);
+  }
+  return memmove(d, s, n);
+}
+void* __wrap_memset(void* d, int c, size_t n) {
+  if (n) pe_sim::raw_access(uintptr_t(d), n, true, PE_SIM_PC);
+  return memset(d, c, n);
+}
 #undef PE_SIM_PC
 }
