@@ -28,12 +28,14 @@ from pelib import emulate as E
 from pelib import gonogo as G
 from pelib import launch as L
 from pelib import problems as P
+from pelib import records as RC
 from pelib import reference as R
 from pelib import results as RS
 from pelib.sim import engine as SIM
 from pelib.sim import budget as SB
 from pelib.sim import host as sim_host
 from pelib import stage as stage_mod
+from pelib import timing as TM
 from pelib import tma as T
 from pelib import verify as Y
 from pelib.models import pipeline as MP
@@ -123,6 +125,11 @@ BUILD = [
      "headers it includes, so it would change nothing; did you mean NUM_STAGES?"),
     ("D07-no-near-name", lambda t: B.build(_file(t, "k.cu"), defines={"QQQ_ZZZ": 1}), ValueError,
      "define 'QQQ_ZZZ' occurs nowhere in k.cu"),
+    ("D09", lambda t: B.build("fp8/06_stages.cu", defines={"NUM_STAGES": ""}), ValueError,
+     "define NUM_STAGES='' has no value: give one (e.g. NUM_STAGES=4), or leave NUM_STAGES out for 06_stages.cu's "
+     "default"),
+    ("D09-ptx-blank", lambda t: B.ptx("fp8/06_stages.cu", defines={"NUM_STAGES": "  "}), ValueError,
+     "define NUM_STAGES='  ' has no value"),
     ("S04", lambda t: B.build(_file(t, "nok.cu", "__device__ int f() { return 1; }\n"), "sm_90a", cache=False).facts,
      ValueError, "nok.cu defines no __global__ kernel"),
     ("S05", lambda t: _two_kernels(t).summary(), ValueError,
@@ -252,9 +259,11 @@ EMULATE = [
     ("E10-arch", lambda t: E.TileParams.from_exports({"mma_arch": 80}), E.EmulationError,
      "mma_arch=80: the emulator models [90, 100]"),
     ("E10-kind", lambda t: E.TileParams.from_exports({"mma_kind": 99}), E.EmulationError, "mma_kind=99"),
-    # mma_n=64 re-encodes idesc, and the modelled hardware then refuses the 128-row B box for a 64-row tile.
+    # mma_n=64 re-encodes idesc, and the modelled hardware then refuses the 128-row B box for a 64-row tile
+    # (was 'boxes 128/128 rows do not tile the per-CTA 128/64 rows', naming neither mma_n nor a fix).
     ("E12", lambda t: _fp8_check(overrides={"mma_n": 64}), E.EmulationError,
-     "boxes 128/128 rows do not tile the per-CTA 128/64 rows"),
+     "mma_n=64 gives 64 B rows per CTA, which the 128-row B box (b_box_n=128) does not tile: use mma_n 128 or 256, "
+     "or b_box_n a divisor of 64"),
     ("E13", _f32_operand, E.EmulationError,
      "A has dtype float32 (4 B per element), but a e4m3 operand is passed as its raw bits"),
     ("E14", lambda t: _fp8_check(overrides={"a_fmt": "e5m2", "a_major": "MN"}), FAIL, "'within_1ulp': False"),
@@ -353,6 +362,9 @@ GONOGO = [
      "unknown evidence kinds ['guessed']"),
     ("card-rules", lambda t: G.Card.from_dict({"id": "F98", "title": "t", "success": {"metric": "x"}}), ValueError,
      "card F98: 'success' must be a list of rules"),
+    # the cards' records (pelib.records.load): a name that climbs out of book/data read any file as YAML
+    ("G12", lambda t: RC.load("../../README.md"), ValueError,
+     f"record name '../../README.md' points outside {RC.paths.DATA}: name a file there (fp8_experiments.yaml, "),
 ]
 
 
@@ -733,6 +745,9 @@ LEFTOVERS = [
     ("profile-nan", lambda t: MP.Params(1.0, 1.0, warp_profile=(1.0, float("nan"))), MP.ModelError,
      "warp_profile[1]=nan is not finite"),
     ("delta-nan", lambda t: MP.outcome(phase1_delta=float("nan")), MP.ModelError, "Scenario: phase1=nan is not finite"),
+    ("M03", lambda t: MP.Scenario(stages=2.5), MP.ModelError,
+     "Scenario: stages=2.5 must be a whole number >= 1 (an int, e.g. stages=4, the default)"),
+    ("M03-ctas", lambda t: MP.Scenario(ctas=0), MP.ModelError, "Scenario: ctas=0 must be a whole number >= 1"),
     ("nvfp4-override-typo", lambda t: _nvfp4_check(overrides={"k_advance_byte": 64}), E.EmulationError,
      "unknown override k_advance_byte (did you mean k_advance_bytes?): an NVFP4 override replaces one of "
      "01_pipelined's exports or a TileParams field"),
@@ -783,3 +798,86 @@ def test_cli_grid_runs_the_persistent_grid_it_names_and_refuses_what_no_gpu_take
         with pytest.raises(SystemExit):
             stage_mod.main(["sm90/02_persistent_cluster", "--device", "sim", "--grid", bad])
         assert "is not a number of CTAs: give a positive integer" in capfd.readouterr().err
+
+
+def test_the_equilibrium_widget_says_which_values_its_controls_take():
+    """W07: widgets['stages'].value = 50 is ipywidgets' own TraitError ('Invalid selection'), left as it is (the
+    raw slider is the library's); the project's way to set a control, select(), refuses it listing the options,
+    and the docstring says which values each control takes and points at select()."""
+    from pelib.views import model_widgets as MW, widgets as WG
+    doc = MW.equilibrium_widget.__doc__
+    assert "w.select(stages=5" in doc and "stages 2-6" in doc and MW.CONTROLS["stages"] == [2, 3, 4, 5, 6]
+    assert all(k in doc for k in MW.CONTROLS) and "epi_warps 2, 3, 4, 5, 6 or 8" in doc
+    w = MW.equilibrium_widget(live=False, static=False)
+    with pytest.raises(WG.WidgetError, match=r"stages=50 is not one of the options \[2, 3, 4, 5, 6\]"):
+        w.select(stages=50)
+
+
+# =================================================================================================
+# python -m pelib.stage: what it is told to run, sweep and trace (N, PR attempts of the December round)
+# =================================================================================================
+def _no_run(*a, **k):
+    pytest.fail("the run went ahead")
+
+
+CLI = [
+    ("N02", ["fp8", "--device", "sim"], "fp8 is a family, not a stage: name one of its stage files, e.g. "
+     "fp8/00_ws_cta1 (it has 00_ws_cta1, 01_cta2, "),
+    ("N02-table", ["sm90", "--device", "sim"], "13_one_prefetcher); --table lists every stage"),
+    ("N02-near", ["fp8/06_stage", "--device", "sim"],
+     "no stage file 'fp8/06_stage' under src/kernels; did you mean fp8/06_stages?"),
+    ("N03", ["{tmp}/outside.cu", "--device", "sim"],
+     "outside.cu is outside src/kernels: stage files live under src/kernels/<family>/ (the family picks the kind "
+     "that builds and runs it); copy the file there to run it"),
+    ("N21", ["fp8/06_stages", "--device", "compile", "--sweep", "NUM_STAGES"],
+     "--sweep 'NUM_STAGES' lists no values: give the define and its values, e.g. --sweep NUM_STAGES=2,3,4"),
+    ("N22", ["fp8/06_stages", "--device", "compile", "--sweep", "NUM_STAGES=4,,5"],
+     "--sweep 'NUM_STAGES=4,,5' has an empty value: give the define and its values, e.g. --sweep NUM_STAGES=2,3,4"),
+    ("N16", ["sm90/00_tma_wgmma", "--device", "sim", "--trace", "/proc/version"],
+     "--trace: cannot write a trace to /proc/version ("),
+    ("PR28", ["sm90/06_permuted_b", "--device", "predict", "--trace", "/proc/version"],
+     "): give a writable file path ending in .json (e.g. ./trace.json)"),
+    ("D-empty", ["fp8/06_stages", "--device", "compile", "-D", "NUM_STAGES="],     # was built as NUM_STAGES=1
+     "-D 'NUM_STAGES=' gives NUM_STAGES no value: give one (-D NUM_STAGES=4) or write -D NUM_STAGES for 1"),
+    ("D-noname", ["fp8/06_stages", "--device", "compile", "-D", "=4"], "-D '=4' names no define"),
+    ("trace-no-folder", ["sm90/00_tma_wgmma", "--device", "sim", "--trace", "/no/such/folder/t.json"],
+     "cannot write a trace to /no/such/folder/t.json (no folder /no/such/folder)"),
+]
+
+
+@pytest.mark.parametrize("argv, phrase", [pytest.param(a, p, id=i) for i, a, p in CLI])
+def test_cli_bad_inputs(argv, phrase, tmp_path, monkeypatch, capsys):
+    """Refused before anything is built or run: one line on stderr, exit status 2 (was a raw traceback, a
+    cut-off 'does not compile' line, or a result and then an OSError naming no path)."""
+    if "/proc/version" in argv and not Path("/proc/version").is_file():
+        pytest.skip("no /proc/version here")
+    (tmp_path / "outside.cu").write_text(TINY)
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    monkeypatch.setattr(Stage, "run", _no_run)
+    with pytest.raises(SystemExit) as e:
+        stage_mod.main(argv, runners={"sim": _no_run, "predict": _no_run})
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.count("\n") == 0 and "Traceback" not in err, err
+    assert phrase in err, err
+
+
+def test_cli_trace_that_fails_on_write_names_its_path(monkeypatch, capsys):
+    """The write itself failing (the path passed the check before the run): one line naming the path and the
+    fix, exit status 1, where it was a raw OSError: [Errno 5] Input/output error."""
+    if not Path("/proc/version").is_file():
+        pytest.skip("no /proc/version here")
+    monkeypatch.setattr(TM, "check_trace_path", lambda path: None)
+    events = [dict(kind="exit", warp=0, role="producer", cluster=0, rank=0, lane=0, seq=0, cta=0)]
+    run = lambda s, a, trace: {"ok": True, "problem": a.problem, "label": s.label, "events": events}  # noqa: E731
+    assert stage_mod.main(["sm90/00_tma_wgmma", "--device", "sim", "--trace", "/proc/version"],
+                          runners={"sim": run}) == 1
+    out = capsys.readouterr().out
+    assert "--trace: cannot write a trace to /proc/version (" in out and "ending in .json" in out, out
+
+
+def test_cli_sweep_position_that_does_not_compile_says_why(capsys):
+    """N21: the line ended at 'with defines ['NUM_STAGES=']:'; now the compiler's first error follows it."""
+    assert stage_mod.main(["fp8/06_stages", "--device", "compile", "--sweep", "NUM_STAGES=abc"]) == 1
+    out = capsys.readouterr().out
+    assert "06_stages NUM_STAGES=abc: does not compile: NVRTC could not compile 06_stages.cu for sm_100a with " \
+           "defines ['NUM_STAGES=abc']: 06_stages.cu(" in out and 'error: identifier "abc" is undefined' in out, out

@@ -303,10 +303,14 @@ def expand_sources(path: Path, include_dirs: list[Path]) -> list[tuple[str, Path
 
 
 def check_defines(defines: dict, sources: list[tuple[str, Path, str]], stage: Path) -> None:
-    """Refuse a define whose name occurs in none of the sources (a typo would build the default kernel)."""
+    """Refuse a define whose name occurs in none of the sources (a typo would build the default kernel), or
+    whose value is empty (NVRTC would expand the macro to nothing and fail on every use of it)."""
     texts = [t for _, _, t in sources]
     words = None
-    for name in defines:
+    for name, value in defines.items():
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(f"define {name}={value!r} has no value: give one (e.g. {name}=4), or leave {name} "
+                             f"out for {stage.name}'s default")
         pat = re.compile(rf"\b{re.escape(name)}\b")
         if any(pat.search(t) for t in texts):
             continue

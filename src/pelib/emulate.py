@@ -909,8 +909,16 @@ def emulate_tile(params: TileParams, A, B, *, sfa=None, sfb=None, m0: int = 0, n
                              f"n0 in 0..{gb.shape[0] - tile_n}")
     rows_a = tile_m // ncta               # A rows in one CTA's smem
     rows_b = tile_n // ncta               # B rows in one CTA's smem (N split across the pair)
-    if p.a_box_m > rows_a or rows_a % p.a_box_m or rows_b % p.b_box_n:
-        raise EmulationError(f"boxes {p.a_box_m}/{p.b_box_n} rows do not tile the per-CTA {rows_a}/{rows_b} rows")
+    # named by the fields the rows come from: an override of mma_m/mma_n (or of a box) is the usual cause
+    for op, dim, box, rows in (("A", "mma_m", "a_box_m", rows_a), ("B", "mma_n", "b_box_n", rows_b)):
+        box_rows = getattr(p, box)
+        if box_rows > rows or rows % box_rows:
+            step = box_rows * ncta
+            fits = " or ".join(str(v) for v in range(step, 257, step)) or f"a multiple of {step}"
+            raise EmulationError(f"{dim}={getattr(p, dim)} gives {rows} {op} rows per CTA"
+                                 f"{' (split over the CTA pair)' if ncta > 1 else ''}, which the {box_rows}-row "
+                                 f"{op} box ({box}={box_rows}) does not tile: use {dim} {fits}, or {box} a "
+                                 f"divisor of {rows}")
     bk_b = p.b_block_k or p.block_k       # B's K per stage: one B stage serves bk_b / block_k A stages
     if bk_b % p.block_k:
         raise EmulationError(f"b_block_k={bk_b} must be a multiple of block_k={p.block_k}")

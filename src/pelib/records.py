@@ -36,6 +36,10 @@ def load(name: str) -> dict:
     """The raw YAML of one data file (by short name or file name)."""
     fname = FILES.get(name, name)
     path = paths.DATA / fname
+    if not path.resolve().is_relative_to(paths.DATA.resolve()):   # '../../README.md' read any YAML-ish file
+        raise ValueError(f"record name {name!r} points outside {paths.DATA}: name a file there "
+                         f"({', '.join(sorted(p.name for p in paths.DATA.glob('*.yaml')))}) or a short name "
+                         f"({', '.join(sorted(FILES))})")
     if not path.exists():
         raise FileNotFoundError(f"no record file {path}; known: {sorted(FILES)}")
     with open(path) as f:

@@ -21,6 +21,7 @@ timing model's hosts are apart.
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import re
 import subprocess
@@ -230,6 +231,10 @@ def max_active_clusters(build, kernel: str, cfg: LaunchConfig, device_index: int
 # ---- the stage ------------------------------------------------------------------------------------
 
 def _key(path: Path) -> str:
+    """'fp8/06_stages': the path under src/kernels (its first folder is the family, which picks the kind)."""
+    if not path.is_relative_to(KERNELS):
+        raise StageError(f"{path} is outside src/kernels: stage files live under src/kernels/<family>/ (the family "
+                         "picks the kind that builds and runs it); copy the file there to run it")
     return str(path.relative_to(KERNELS).with_suffix(""))
 
 
@@ -302,7 +307,12 @@ class Stage:
             self.build
         except _build.BuildError as e:
             m = re.search(r'static assertion failed with "([^"]+)"', str(e))
-            return m.group(1) if m else str(e).splitlines()[0]
+            if m:
+                return m.group(1)
+            # the head line ends in a colon: the compiler's first error line says what is wrong
+            err = re.search(r"^\S+\(\d+\): (?:catastrophic )?error: .*$", str(e), re.M)
+            head = str(e).splitlines()[0]
+            return f"{head} {err.group(0).strip()}" if err else head
         return None
 
     def facts_row(self) -> dict:
@@ -429,6 +439,8 @@ class Stage:
         prob.validate(tensors, device=f"cuda:{(info or _device.current()).ordinal}")
         cfg = self.launch_config(prob, info=info, grid=grid)
         specs = self.hooked_specs(prob, tensors, spec_hook)
+        for k, s in specs.items():
+            tma.check_owner(s, self.kind.map_owner(k, tensors), k)
         maps = {k: tma.encode(s, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
         plan = launch.prepare(self.build if timing is None else self.timing_build(),
                               self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
@@ -628,17 +640,31 @@ def table(stage_list=None, measured: dict | None = None, chips=("h100", "h200"))
 # ---- the command line ---------------------------------------------------------------------------------
 
 def _defines(items) -> dict:
+    """-D K=v as {K: v}; -D K alone is 1 (the compiler's -DK), -D K= with nothing after it is refused."""
     out = {}
     for it in items or []:
-        k, _, v = it.partition("=")
+        k, eq, v = it.partition("=")
+        if not k.strip():
+            raise StageError(f"-D {it!r} names no define: give -D NAME=VALUE, e.g. -D NUM_STAGES=4")
+        if eq and not v.strip():
+            raise StageError(f"-D {it!r} gives {k} no value: give one (-D {k}=4) or write -D {k} for 1")
         out[k] = int(v) if re.fullmatch(r"-?\d+", v) else (v or 1)
     return out
 
 
 def _sweep(spec: str | None) -> list[dict]:
+    """--sweep K=a,b,c as one {K: value} per position; a spec without a define or a value is refused (an empty
+    value would build the macro as nothing)."""
     if not spec:
         return [{}]
     k, _, vals = spec.partition("=")
+    fix = f"give the define and its values, e.g. --sweep {k.strip() or 'NUM_STAGES'}=2,3,4"
+    if not k.strip():
+        raise StageError(f"--sweep {spec!r} names no define: {fix}")
+    if not vals.strip():
+        raise StageError(f"--sweep {spec!r} lists no values: {fix}")
+    if any(not v.strip() for v in vals.split(",")):
+        raise StageError(f"--sweep {spec!r} has an empty value: {fix}")
     return [{k: int(v) if re.fullmatch(r"-?\d+", v) else v} for v in vals.split(",")]
 
 
@@ -697,11 +723,33 @@ def _ctas(v: str) -> int:
     return n
 
 
+def _no_stage(name: str, err: FileNotFoundError) -> str:
+    """Why a command-line stage name finds no stage file: a family (its files listed), else the close names."""
+    fam = name.strip("/")
+    if fam in stages.FAMILIES:
+        files = [p.stem for p in stages.family_stages(fam)]
+        return (f"{name} is a family, not a stage: name one of its stage files, e.g. {fam}/{files[0]} (it has "
+                f"{', '.join(files)}); --table lists every stage")
+    if "ambiguous" in str(err):   # resolve's own message lists the files it could mean
+        return str(err)
+    keys = [str(p.relative_to(KERNELS).with_suffix("")) for p in stages.all_stages()]
+    n = name.removesuffix(".cu")
+    near = difflib.get_close_matches(n, keys, n=3, cutoff=0.75)
+    if not near:   # a bare file name: compared with the files' names
+        stems = difflib.get_close_matches(Path(n).name, [Path(k).name for k in keys], n=3, cutoff=0.75)
+        near = [k for k in keys if Path(k).name in stems]
+    hint = f"; did you mean {' or '.join(near)}?" if near else "; --table lists every stage"
+    return f"no stage file {name!r} under src/kernels{hint}"
+
+
 def main(argv=None, runners: dict | None = None) -> int:
     """python -m pelib.stage. `runners` {device: fn(stage, args, trace) -> result dict, or a bool once it has
     printed its own} runs a device Stage does not: pelib.sim.host.main passes 'sim', pelib.predict.host.main 'predict'."""
     ap = parser()
     a = ap.parse_args(argv)
+
+    def refuse(msg: str):   # one line and exit status 2, as ap.error but without its usage block
+        ap.exit(2, f"{ap.prog}: error: {msg}\n")
     if a.table:
         given = [f for f, v in (("-D", a.defines), ("--device", a.device), ("--sweep", a.sweep)) if v]
         if given:   # the table is of the files at their defaults: a flag it does not read is refused, not dropped
@@ -711,9 +759,13 @@ def main(argv=None, runners: dict | None = None) -> int:
         return 0
     if not a.stage:
         ap.error("name a stage (family/name) or pass --table")
-    base = Stage(a.stage, _defines(a.defines))
+    try:
+        base = Stage(a.stage, _defines(a.defines))
+        positions = _sweep(a.sweep)
+    except (FileNotFoundError, StageError) as e:
+        refuse(_no_stage(a.stage, e) if isinstance(e, FileNotFoundError) else str(e))
     device = a.device or ("gpu" if _device.can_run(base.arch) else "compile")
-    swept = set(_sweep(a.sweep)[0]) if a.sweep else set()
+    swept = set(positions[0]) if a.sweep else set()
     if swept & set(base.defines):
         ap.error(f"-D {', '.join(sorted(swept & set(base.defines)))} and --sweep set the same define: the sweep's "
                  "values would replace it; give it in one of them")
@@ -727,11 +779,15 @@ def main(argv=None, runners: dict | None = None) -> int:
                  "(add --device predict)")
     if a.problem is None:   # the simulator's default is its family's test size
         a.problem = {"sim": "sim", "predict": "full"}.get(device, "small")
-    positions = _sweep(a.sweep)
     try:
         traces = trace_paths(a.trace, positions)
     except StageError as e:
         ap.error(str(e))
+    for t in filter(None, traces):   # before the run: a simulation or a prediction takes a while
+        try:
+            _timing.check_trace_path(t)
+        except _timing.TraceWriteError as e:
+            refuse(f"--trace: {e}")
     if device in OFF_STAGE and device not in (runners or {}):
         # the simulator and the timing model stand above Stage (they run it), so their command line is
         # their host module's (pelib.sim.host, pelib.predict.host): the same arguments, in a process of its own
@@ -747,7 +803,12 @@ def main(argv=None, runners: dict | None = None) -> int:
             continue
         print(Table([s.facts_row()], f"{s.key} — {evidence_label(s.build)}"))
         if device in OFF_STAGE:
-            res = runners[device](s, a, trace)
+            try:
+                res = runners[device](s, a, trace)
+            except _timing.TraceWriteError as e:   # a runner that writes its own trace (a prediction)
+                print(f"--trace: {e}")
+                ok = False
+                continue
             if isinstance(res, bool):   # it printed its own report (a prediction) or its refusal
                 ok &= res
                 continue
@@ -784,8 +845,12 @@ def _write_trace(s: Stage, problem, device: str, res: dict, path: str) -> bool:
                 "device": env["device"], "date": env["date"], "git": env["git"], "driver": env.get("driver_version"),
                 "sm_clock_max_khz": env.get("sm_clock_max_khz"), "timing_build": "TIMING=1",
                 "wait_kind": s.timing_build().exports.get("wait_kind")}
-        tm.save(path + ".records.npz", **meta)
-        _timing.chrome_trace(tm, path, **{k: meta[k] for k in ("stage", "device", "date", "git")})
+        try:
+            tm.save(path + ".records.npz", **meta)
+            _timing.chrome_trace(tm, path, **{k: meta[k] for k in ("stage", "device", "date", "git")})
+        except OSError as e:
+            print(f"--trace: {_timing.unwritable(path, e)}")
+            return False
         print(f"wrote {path} (measured clock64, {tm.layout.ctas} CTAs) and {path}.records.npz")
         return True
     if device == "sim":
@@ -795,10 +860,14 @@ def _write_trace(s: Stage, problem, device: str, res: dict, path: str) -> bool:
         if events is None:
             print("--trace: the simulator returned no event log")
             return False
-        _timing.chrome_trace(events, path, stage=s.key + (" " + s.label.split(" ", 1)[1] if s.defines else ""),
-                             device=res.get("device", "pelib.sim (CPU model)"),
-                             date=clock.today().isoformat(),
-                             git=bench.git_revision())
+        try:
+            _timing.chrome_trace(events, path, stage=s.key + (" " + s.label.split(" ", 1)[1] if s.defines else ""),
+                                 device=res.get("device", "pelib.sim (CPU model)"),
+                                 date=clock.today().isoformat(),
+                                 git=bench.git_revision())
+        except _timing.TraceWriteError as e:
+            print(f"--trace: {e}")
+            return False
         print(f"wrote {path} (simulated order, not time)")
         return True
     print("--trace needs --device gpu (a TIMING run's clock64 records) or --device sim (the event log)")

@@ -13,6 +13,7 @@ one rule, so the trace, the book's pictures and the timing model read one model.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -379,8 +380,48 @@ def chrome_trace(source, path=None, *, stage: str = "", device: str = "", date: 
                          "date": meta.get("date", ""), "git": meta.get("git", ""),
                          **{k: str(v) for k, v in meta.items() if k not in ("stage", "device", "date", "git")}}}
     if path is not None:
-        Path(path).write_text(json.dumps(out, separators=(",", ":")) + "\n")
+        try:
+            Path(path).write_text(json.dumps(out, separators=(",", ":")) + "\n")
+        except OSError as e:
+            raise unwritable(path, e) from None
     return out
+
+
+class TraceWriteError(OSError):
+    """A trace (or the records beside it) cannot be written where asked; the message names the path and the fix."""
+
+
+def _cannot(path, why) -> TraceWriteError:
+    return TraceWriteError(f"cannot write a trace to {path} ({why}): give a writable file path ending in .json "
+                           "(e.g. ./trace.json)")
+
+
+def unwritable(path, err: OSError) -> TraceWriteError:
+    """The TraceWriteError of a failed write of the trace `path` (or of a file beside it: err.filename)."""
+    return err if isinstance(err, TraceWriteError) else _cannot(err.filename or path, err.strerror or err)
+
+
+def check_trace_path(path) -> None:
+    """Refuse, before a run, a trace path that cannot be written: a folder, a file the system will not open
+    for writing (/proc/version, a read-only mount), or a missing or unwritable folder. Creates nothing."""
+    p = Path(path)
+    why = None
+    if p.is_dir():
+        why = "it is a folder"
+    elif p.is_file():
+        try:
+            with open(p, "a"):   # append without writing: the file is left as it is
+                pass
+        except OSError as e:
+            why = e.strerror or str(e)
+    elif not p.exists():     # (a device or a FIFO is the user's choice: left to the write)
+        parent = p.parent
+        if not parent.is_dir():
+            why = f"no folder {parent}"
+        elif not os.access(parent, os.W_OK):
+            why = f"the folder {parent} is not writable"
+    if why:
+        raise _cannot(path, why)
 
 
 def check_trace(trace: dict) -> list[str]:

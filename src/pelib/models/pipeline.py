@@ -211,6 +211,12 @@ class Scenario:
     def __post_init__(self):
         _check_finite("Scenario", kloop=self.kloop, phase1=self.phase1, phase2b=self.phase2b,
                       tma0_delta=self.tma0_delta)
+        # counts index the model's arrays: a float (stages=2.5) was an IndexError deep in simulate()
+        for name in ("stages", "k_iters", "epi_warps", "ctas", "acc_buffers"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ModelError(f"Scenario: {name}={v!r} must be a whole number >= 1 (an int, e.g. "
+                                 f"{name}={Scenario.__dataclass_fields__[name].default}, the default)")
         if min(self.kloop, self.phase1, self.phase2b) <= 0:
             raise ModelError(f"phase times must be positive, got K-loop {self.kloop}, Phase 1 {self.phase1}, "
                              f"Phase 2B {self.phase2b}: a delta larger than the phase itself?")
@@ -220,8 +226,6 @@ class Scenario:
             raise ModelError(f"epi_warps={self.epi_warps}: use 1..16")
         if self.acc_buffers not in (1, 2):
             raise ModelError(f"acc_buffers={self.acc_buffers}: TMEM has 512 columns, 256 per accumulator: use 1 or 2")
-        if self.k_iters < 1 or self.ctas < 1:
-            raise ModelError("k_iters and ctas must be >= 1")
 
     @property
     def smem_bytes(self) -> int:

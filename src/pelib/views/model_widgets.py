@@ -161,7 +161,12 @@ OFFLINE = {"epi_warps": [2, 4, 8]}
 def equilibrium_widget(live: bool = True, static: bool = True, columns=None):
     """The model's widget: one slider per control (pelib.views.widgets.sweep_grid), the outcome's table,
     notes and timeline for the chosen values; above it, the static table. columns: the outcome table's
-    columns (default: all of them)."""
+    columns (default: all of them).
+
+    Each control takes only its options in CONTROLS: stages 2-6, epi_warps 2, 3, 4, 5, 6 or 8, phase1_delta
+    and kloop_delta -600..300 in steps of 25, tmem_share 0.0..1.0 in steps of 0.1. Set them from code with
+    w.select(stages=5, ...), which refuses any other value and lists the options; w.widgets[name] are the raw
+    ipywidgets sliders, whose own TraitError ('Invalid selection: value not found') answers a value they lack."""
     def show(**v):
         table, fig, notes = render(**v)
         if columns:
