@@ -147,3 +147,16 @@ def test_a_sweep_table_shows_runs_and_names_the_failed_in_one_note():
     assert len(t.rows) == len(first["variants"]) - len(failed)
     said = " ".join(t.notes)
     assert all(label in said for label in failed) and "trapped (launch failed)" in said
+
+
+def test_a_data_path_picture_is_drawn_where_it_teaches():
+    """The review of 2026-12-01 found one data-path picture in 17 chapters. A stage's data path is drawn on at
+    most three pages (the preface's destination, the FP8 problem's road map, the first hour's kernel), and no
+    more than 14 pages draw one at all: a page about waiting, warps or a schedule draws that instead."""
+    from collections import Counter
+    chapters = Path(__file__).resolve().parents[1] / "book" / "chapters"
+    calls = [(p.stem, m.group(1)) for p in sorted(chapters.glob("*.md"))
+             for m in re.finditer(r'diagrams\.data_path\("([^"]+)"', p.read_text())]
+    per_stage = Counter(stage for _, stage in calls)
+    assert max(per_stage.values()) <= 3, f"one data path on more than three pages: {per_stage.most_common(3)}"
+    assert len({page for page, _ in calls}) <= 14, f"{len(calls)} pages draw a data path: {sorted(calls)}"
