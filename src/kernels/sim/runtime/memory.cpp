@@ -142,6 +142,10 @@ void raw_slow(Fiber* f, uintptr_t a, size_t n, bool write, void* pc) {
     return;
   }
   if (in_segments(a) && !write) return;
+  // a range that starts inside a tensor and runs past its end (a block copy's) is that tensor's overrun,
+  // wherever the heap put the tensor beside the shared windows
+  bool starts_in_tensor = false;
+  for (const PeSimRange& tr : E->tensors) starts_in_tensor |= a - tr.base < tr.bytes;
   // past the shared window (smem_raw[600 KiB], a pointer with a bad offset), unless it is nearer the end of a
   // tensor it could overrun (by less than the tensor's own size): where the heap put the tensors and the
   // windows decides no more than that, so a shared index far past the window is reported as one
@@ -149,7 +153,7 @@ void raw_slow(Fiber* f, uintptr_t a, size_t n, bool write, void* pc) {
   for (const PeSimRange& tr : E->tensors)
     if (a >= tr.base + tr.bytes && a - (tr.base + tr.bytes) <= tr.bytes)
       to_tensor = std::min<uint64_t>(to_tensor, a - (tr.base + tr.bytes));
-  if (a >= w && a - w < c->win_size + (16u << 20) && a - w - c->win_size < to_tensor)
+  if (!starts_in_tensor && a >= w && a - w < c->win_size + (16u << 20) && a - w - c->win_size < to_tensor)
     raw_fatal(fmt("a plain %s of %zu B at shared offset 0x%llx (smem_raw + %llu) is outside CTA %d's shared memory "
                   "(%u B of dynamic shared memory declared; the simulator's window ends at %u B)",
                   write ? "store" : "load", n, (unsigned long long)(a - w - c->dyn_off),
