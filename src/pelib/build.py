@@ -322,6 +322,20 @@ def check_defines(defines: dict, sources: list[tuple[str, Path, str]], stage: Pa
                          f"includes, so it would change nothing{hint}")
 
 
+def _program(stage, arch: str, defines: dict | None) -> tuple[Path, dict, list, dict]:
+    """What build() and ptx() compile: the stage's path, its defines (checked against its sources), the
+    sources it includes, and the NVRTC options both share (arch, C++17, defines, include paths)."""
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}: the book builds for {', '.join(ARCHS)}")
+    path = _kernel_path(stage)
+    defines = dict(defines or {})
+    include_dirs = _include_paths(path.parent)
+    srcs = expand_sources(path, [Path(d) for d in include_dirs])
+    check_defines(defines, srcs, path)
+    return path, defines, srcs, {"arch": arch, "std": "c++17", "define_macro": _format_defines(defines) or None,
+                                 "include_path": include_dirs}
+
+
 def build(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None,
           *, name_expressions=(), cache: bool = True, extra_options: dict | None = None) -> Build:
     """Compile `stage` (a path, or a name relative to src/kernels) for `arch` and return a Build.
@@ -329,21 +343,14 @@ def build(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None,
     The result is cached (pelib.cache): the key covers the stage and every header it includes, the
     defines and options, and the NVRTC version; each cached artifact is checked against its sha256.
     """
-    if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}: the book builds for {', '.join(ARCHS)}")
-    path = _kernel_path(stage)
-    defines = dict(defines or {})
     extra = dict(extra_options or {})
     for k in extra:
         if k in OWNED_OPTIONS:
             how = f" (use build()'s {OWNED_OPTIONS[k]})" if OWNED_OPTIONS[k] else ""
             raise ValueError(f"extra_options[{k!r}] is set by build() itself and may not be replaced{how}")
-    include_dirs = _include_paths(path.parent)
-    srcs = expand_sources(path, [Path(d) for d in include_dirs])
-    check_defines(defines, srcs, path)
+    path, defines, srcs, base = _program(stage, arch, defines)
     version = toolchain_version()
-    opts = {"arch": arch, "std": "c++17", "define_macro": _format_defines(defines) or None,
-            "include_path": include_dirs, "ptxas_options": ["-v"], **nvrtc_cache_options(), **extra}
+    opts = {**base, "ptxas_options": ["-v"], **nvrtc_cache_options(), **extra}
     key = _cache.key(files=[(n, t.encode()) for n, _, t in srcs],
                      options={k: v for k, v in opts.items() if k != "include_path"},
                      tool=f"{version} cuda-core-{_cuda_core_version()}",
@@ -412,15 +419,8 @@ def ptx(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None) -
     """The PTX NVRTC hands ptxas for `stage`, with build()'s options (not cached). ptxas itself is not
     deterministic under NVRTC 13.5 (the same PTX gets another register numbering from one process to the
     next in a few builds), so this, not the cubin, is what says that a change left the device code alone."""
-    if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}: the book builds for {', '.join(ARCHS)}")
-    path = _kernel_path(stage)
-    defines = dict(defines or {})
-    include_dirs = _include_paths(path.parent)
-    srcs = expand_sources(path, [Path(d) for d in include_dirs])
-    check_defines(defines, srcs, path)
-    opts = {"arch": arch, "std": "c++17", "define_macro": _format_defines(defines) or None,
-            "include_path": include_dirs, **nvrtc_cache_options()}
+    path, _, srcs, base = _program(stage, arch, defines)
+    opts = {**base, **nvrtc_cache_options()}
     from cuda.bindings import nvrtc
     from cuda.core import ProgramOptions
     flags = ProgramOptions(name=path.name, **opts).as_bytes("nvrtc")

@@ -439,8 +439,6 @@ class Stage:
         prob.validate(tensors, device=f"cuda:{(info or _device.current()).ordinal}")
         cfg = self.launch_config(prob, info=info, grid=grid)
         specs = self.hooked_specs(prob, tensors, spec_hook)
-        for k, s in specs.items():
-            tma.check_owner(s, self.kind.map_owner(k, tensors), k)
         maps = {k: tma.encode(s, owner=self.kind.map_owner(k, tensors)) for k, s in specs.items()}
         plan = launch.prepare(self.build if timing is None else self.timing_build(),
                               self.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
@@ -449,9 +447,13 @@ class Stage:
         return plan
 
     def hooked_specs(self, prob, tensors: dict, spec_hook=None) -> dict:
-        """The tensor maps' specs bound to `tensors`, after `spec_hook(specs) -> specs` (if given)."""
+        """The tensor maps' specs bound to `tensors`, after `spec_hook(specs) -> specs` (if given), each checked
+        to lie inside the tensor it is made over (tma.check_owner): the one place both back ends take them from."""
         specs = self.tensor_map_specs(prob, tensors)
-        return spec_hook(specs) if spec_hook else specs
+        specs = spec_hook(specs) if spec_hook else specs
+        for k, s in specs.items():
+            tma.check_owner(s, self.kind.map_owner(k, tensors), k)
+        return specs
 
     # ---- run -------------------------------------------------------------------------------------
     def inputs(self, problem="small", seed: int = 0, device: str = "gpu", info=None, exact: bool = False) -> dict:

@@ -64,8 +64,6 @@ def plan(stage: Stage, problem, tensors: dict, timing=None, grid: int | None = N
     cfg = config(stage, prob, grid)
     check(stage, prob, cfg, verify=False, inputs=False)
     specs = stage.hooked_specs(prob, tensors, spec_hook)
-    for k, s in specs.items():
-        tma.check_owner(s, stage.kind.map_owner(k, tensors), k)
     maps = {k: tma.TensorMap(s, cumap=None, owner=stage.kind.map_owner(k, tensors)) for k, s in specs.items()}
     defines = stage.defines if timing is None else {**stage.defines, "TIMING": 1}
     p = sim.prepare(stage.build if timing is None else stage.timing_build(),
