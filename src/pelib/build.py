@@ -422,8 +422,7 @@ def ptx(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None) -
     path, _, srcs, base = _program(stage, arch, defines)
     opts = {**base, **nvrtc_cache_options()}
     from cuda.bindings import nvrtc
-    from cuda.core import ProgramOptions
-    flags = ProgramOptions(name=path.name, **opts).as_bytes("nvrtc")
+    flags = _cuda_core()[1](name=path.name, **opts).as_bytes("nvrtc")
     flags = [f.replace(b"-arch=sm_", b"-arch=compute_") for f in flags]   # the virtual arch: its PTX
     err, prog = nvrtc.nvrtcCreateProgram(srcs[0][2].encode(), path.name.encode(), 0, [], [])
     try:
@@ -441,8 +440,8 @@ def ptx(stage: str | Path, arch: str = "sm_100a", defines: dict | None = None) -
     return out.rstrip(b"\0").decode()
 
 
-def _compile(path: Path, srcs: list[tuple[str, Path, str]], opts: dict, name_expressions,
-             target: str = "cubin") -> tuple[bytes, str]:
+def _cuda_core():
+    """cuda.core's Program and ProgramOptions (cuda.core.experimental in older cuda-core)."""
     try:
         from cuda.core import Program, ProgramOptions
     except ImportError:  # older cuda-core
@@ -450,13 +449,18 @@ def _compile(path: Path, srcs: list[tuple[str, Path, str]], opts: dict, name_exp
             from cuda.core.experimental import Program, ProgramOptions
         except ImportError as e:
             raise ToolchainError("cuda.core is missing: pip install cuda-core") from e
+    return Program, ProgramOptions
+
+
+def _compile(path: Path, srcs: list[tuple[str, Path, str]], opts: dict, name_expressions) -> tuple[bytes, str]:
+    Program, ProgramOptions = _cuda_core()
     source = srcs[0][2]
     log = io.StringIO()
     options = ProgramOptions(name=path.name, **opts)
     try:
         prog = Program(source, "c++", options=options)
         kw = {"name_expressions": tuple(name_expressions)} if name_expressions else {}
-        obj = prog.compile(target, logs=log, **kw)
+        obj = prog.compile("cubin", logs=log, **kw)
     except Exception as e:
         text = f"{log.getvalue()}\n{e}"
         if type(e).__name__ in ("DynamicLibNotFoundError", "RuntimeError") and "nvrtc" in text.lower() \
