@@ -86,3 +86,61 @@ def test_accumulation_choices_and_what_they_refuse(monkeypatch):
         sim.current_accumulation()
     with pytest.raises(sim.SimError, match=r"A \[T, M, K\]"):
         sim.dot_f8_tiles(np.zeros((1, 4, 32), np.uint8), np.zeros((1, 8, 16), np.uint8), np.zeros((1, 4, 8), np.uint32))
+
+
+# The C++ model reads each instruction's operands decoded once and sums a block in doubles where the rule's
+# terms fit 31 bits (model/blockfma.h block_f8_decoded), in 64-bit shifts where they do not: both against the
+# exact rational reference of tests/test_blockfma.py, on every rule the C++ side can be given, both formats,
+# tiles whose rows share operands as a wgmma's do, plus rows with NaN or Inf among finite ones.
+from test_blockfma import _random_vectors, reference   # noqa: E402
+
+_CXX_RULES = [   # (frac_bits, out_bits, block, round_nearest): 13/13/32 Hopper, 25/23/32 tcgen05 f8f6f4
+    (13, 13, 32, 0), (25, 23, 32, 0), (8, 23, 32, 1), (20, 17, 16, 0), (26, 23, 32, 1),
+    (30, 23, 32, 0), (36, 20, 16, 1), (40, 23, 32, 0)]
+
+
+def _cxx_tiles(a, b, d, fmt, rule):
+    import ctypes
+    frac, out, block, rn = rule
+    T, M, K = a.shape
+    N = b.shape[1]
+    p6 = (ctypes.c_int32 * 6)(frac, out, -1000, block, rn, 0)
+    res = np.zeros((T, M, N), np.uint32)
+    err = ctypes.create_string_buffer(512)
+    vp = ctypes.c_void_p
+    rc = sim._engine().pe_sim_dot_f8_tiles(vp(a.ctypes.data), vp(b.ctypes.data), vp(d.ctypes.data), vp(res.ctypes.data),
+                                           ctypes.c_int64(T), M, N, K, K, int(fmt == "e5m2"), 1, p6, err,
+                                           ctypes.c_uint64(len(err)))
+    assert rc == 0, err.value.decode()
+    return res
+
+
+@pytest.mark.parametrize("rule", _CXX_RULES, ids=[f"f{r[0]}-o{r[1]}-k{r[2]}-{'rn' if r[3] else 'rz'}" for r in _CXX_RULES])
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_the_cxx_fast_paths_equal_the_exact_rational_rule(rule, fmt):
+    frac, out, block, rn = rule
+    rng = np.random.default_rng(frac * 131 + out * 7 + block + rn + (fmt == "e5m2"))
+    a, b, d = _random_vectors(rng, 48, fmt)
+    a, b, d = np.ascontiguousarray(a.reshape(4, 12, 32)), np.ascontiguousarray(b[:24].reshape(1, 24, 32)), d
+    b = np.ascontiguousarray(np.repeat(b, 4, axis=0))
+    dd = np.ascontiguousarray(rng.choice(d, (4, 12, 24)).astype(np.uint32))
+    got = _cxx_tiles(a, b, dd, fmt, rule)
+    model = F.BlockFMA("cxx", frac_bits=min(frac, 26), ref="exp_sum", d_ref="expo", d_stage="block",
+                       trunc="toward_zero", out_bits=out, out_round="rn" if rn else "rz", k=32, group=32)
+    import dataclasses
+    model = dataclasses.replace(model, frac_bits=frac) if frac > 26 else model   # reference() reads the fields only
+    bad = []
+    for t in range(4):
+        for i in range(12):
+            for j in range(24):
+                if block == 32:
+                    want = reference(a[t, i], b[t, j], dd[t, i, j], model, fmt)
+                else:   # two blocks of 16, D carried: the reference's 32-product vector with the other half zero
+                    lo, hi = np.zeros(32, np.uint8), np.zeros(32, np.uint8)
+                    lo[:16], hi[:16] = a[t, i, :16], a[t, i, 16:]
+                    blo, bhi = np.zeros(32, np.uint8), np.zeros(32, np.uint8)
+                    blo[:16], bhi[:16] = b[t, j, :16], b[t, j, 16:]
+                    want = reference(hi, bhi, reference(lo, blo, dd[t, i, j], model, fmt), model, fmt)
+                if int(got[t, i, j]) != want:
+                    bad.append((t, i, j, hex(int(got[t, i, j])), hex(want)))
+    assert not bad, f"{rule} {fmt}: {len(bad)} of {4 * 12 * 24} differ, e.g. {bad[:4]}"

@@ -135,44 +135,50 @@ int pe_sim_get_accumulation(int32_t* p18, int defaults) {
 // dot_f8 over probe-style tiles: out[t][i][j] = A[t][i] . B[t][j] + D[t][i][j] (A u8 [tiles][m][k], B u8
 // [tiles][n][k], D and out FP32 bits [tiles][m][n]) as k / k_instr instructions of k_instr products in K
 // order, scale-d of the first one = first_scale_d; p6 as pe_sim_gmma_f8 (null: accumulation().wgmma_f8).
+// Each instruction's rows are decoded once (F8Rows, dot_f8_rows), as wgmma and tcgen05.mma run them.
+namespace {
+void dot_f8_tiles(const uint8_t* a, const uint8_t* b, const uint32_t* d, uint32_t* out, int64_t tiles, int m, int n,
+                  int k, int k_instr, int fmt_a, int fmt_b, int first_scale_d, const pe_sim::BlockFma& p,
+                  const char* what) {
+  if (k_instr < 1 || k_instr > 64 || k % k_instr)
+    pe_sim::model_fail("k = %d in instructions of %d products: 1..64 dividing k", k, k_instr);
+  pe_sim::check_dot_f8(p, k_instr, fmt_a, fmt_b, what);
+  std::vector<uint8_t> ca(size_t(m) * k_instr), cb(size_t(n) * k_instr);
+  pe_sim::F8Rows ra, rb;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const size_t o0 = size_t(t) * m * n;
+    for (size_t o = 0; o < size_t(m) * n; ++o) out[o0 + o] = d[o0 + o];
+    for (int s = 0; s < k; s += k_instr) {
+      for (int i = 0; i < m; ++i) std::memcpy(&ca[size_t(i) * k_instr], a + (size_t(t) * m + i) * k + s, k_instr);
+      for (int j = 0; j < n; ++j) std::memcpy(&cb[size_t(j) * k_instr], b + (size_t(t) * n + j) * k + s, k_instr);
+      ra.decode(ca.data(), m, k_instr, fmt_a);
+      rb.decode(cb.data(), n, k_instr, fmt_b);
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+          uint32_t& acc = out[o0 + size_t(i) * n + j];
+          acc = pe_sim::dot_f8_rows(ra, i, rb, j, acc, s > 0 || first_scale_d, p);
+        }
+    }
+  }
+}
+}  // namespace
+
 int pe_sim_dot_f8_tiles(const uint8_t* a, const uint8_t* b, const uint32_t* d, uint32_t* out, int64_t tiles, int m,
                         int n, int k, int k_instr, int fmt, int first_scale_d, const int32_t* p6, char* err,
                         uint64_t err_len) {
   const pe_sim::BlockFma p = p6 ? pe_sim::BlockFma{p6[0], p6[1], p6[2], p6[3], p6[4], p6[5]}
                                 : pe_sim::accumulation().wgmma_f8;
-  PE_SIM_TRY(if (k_instr < 1 || k_instr > 64 || k % k_instr)
-                 pe_sim::model_fail("k = %d in instructions of %d products: 1..64 dividing k", k, k_instr);
-             pe_sim::check_block_fma(p, k_instr, "dot_f8_tiles");
-             for (int64_t t = 0; t < tiles; ++t) for (int i = 0; i < m; ++i) for (int j = 0; j < n; ++j) {
-               const uint8_t* ar = a + (size_t(t) * m + i) * k;
-               const uint8_t* br = b + (size_t(t) * n + j) * k;
-               const size_t o = (size_t(t) * m + i) * n + j;
-               uint32_t acc = d[o];
-               for (int s = 0; s < k; s += k_instr)
-                 acc = pe_sim::dot_f8(ar + s, br + s, k_instr, fmt, acc, s > 0 || first_scale_d, p);
-               out[o] = acc;
-             })
+  PE_SIM_TRY(dot_f8_tiles(a, b, d, out, tiles, m, n, k, k_instr, fmt, fmt, first_scale_d, p, "dot_f8_tiles");)
 }
 
 // The same with A and B in their own formats (fmt_a, fmt_b: 0 E4M3, 1 E5M2), as kind::f8f6f4 mixes them
-// (umma_block_fma's dot_f8 with fmt_b).
+// (umma_block_fma's dot_f8_rows with B's format).
 int pe_sim_dot_f8x_tiles(const uint8_t* a, const uint8_t* b, const uint32_t* d, uint32_t* out, int64_t tiles, int m,
                          int n, int k, int k_instr, int fmt_a, int fmt_b, int first_scale_d, const int32_t* p6,
                          char* err, uint64_t err_len) {
   const pe_sim::BlockFma p = p6 ? pe_sim::BlockFma{p6[0], p6[1], p6[2], p6[3], p6[4], p6[5]}
                                 : pe_sim::accumulation().umma_f8f6f4;
-  PE_SIM_TRY(if (k_instr < 1 || k_instr > 64 || k % k_instr)
-                 pe_sim::model_fail("k = %d in instructions of %d products: 1..64 dividing k", k, k_instr);
-             pe_sim::check_block_fma(p, k_instr, "dot_f8x_tiles");
-             for (int64_t t = 0; t < tiles; ++t) for (int i = 0; i < m; ++i) for (int j = 0; j < n; ++j) {
-               const uint8_t* ar = a + (size_t(t) * m + i) * k;
-               const uint8_t* br = b + (size_t(t) * n + j) * k;
-               const size_t o = (size_t(t) * m + i) * n + j;
-               uint32_t acc = d[o];
-               for (int s = 0; s < k; s += k_instr)
-                 acc = pe_sim::dot_f8(ar + s, br + s, k_instr, fmt_a, acc, s > 0 || first_scale_d, p, fmt_b);
-               out[o] = acc;
-             })
+  PE_SIM_TRY(dot_f8_tiles(a, b, d, out, tiles, m, n, k, k_instr, fmt_a, fmt_b, first_scale_d, p, "dot_f8x_tiles");)
 }
 
 }  // extern "C"

@@ -6,6 +6,7 @@
 //                       last-bit weight and the exponent the aligner reads
 //   block_fma           one block: integer products and D aligned to one exponent, truncated, summed, cut
 //   dot_f8              one instruction's k FP8 products into D (blocks of p.block, D carried between them)
+//   F8Rows, dot_f8_rows the same with an instruction's operand rows decoded once (wgmma, tcgen05 f8f6f4)
 //
 // The rule (Hopper wgmma .f32.e4m3/.e5m2, measured on an H100 on 2026-11-27 over 2,867,200 probe outputs
 // with 0 mismatches, results/2026-11-27-h100/tcprobe.json; source of the model: Khattak & Mikaitis,
@@ -33,6 +34,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "model/error.h"
 
@@ -338,39 +340,115 @@ inline uint32_t block_fma_ints(const int32_t* mag, const int32_t* ref, const int
   return sum == 0 ? 0 : encode_f32(sum < 0, uint64_t(sum < 0 ? -sum : sum), grid, p.out_bits, p.round_nearest != 0);
 }
 
-// One block of n FP8 products without NaN or Inf operands (and a finite D): the rule of block_fma in integers.
-// Returns false (nothing written) when an operand or D is special: the caller takes the Term path.
-inline bool block_fma_f8_finite(const uint8_t* a, const uint8_t* b, int n, int fa, int fb, uint32_t& d_bits,
-                                bool scale_d, const BlockFma& p) {
-  const F8Tables& T = f8_tables();
-  const Fp d = scale_d ? fp_f32(d_bits) : Fp{0, 0, 0, false, false, false};
-  if (d.nan || d.inf) return false;
-  const uint32_t *ta = T.p[fa], *tb = T.p[fb];
-  int32_t mag[64], ref[64];
-  int64_t neg[64];
-  uint32_t special = 0;
-  for (int i = 0; i < n; ++i) {   // branch-free: each product's significand, window exponent and sign
-    const uint32_t x = ta[a[i]], y = tb[b[i]];
-    special |= x | y;
-    mag[i] = int32_t(x & 0xFF) * int32_t(y & 0xFF);
-    ref[i] = int32_t(x >> 8 & 0xFF) + int32_t(y >> 8 & 0xFF) - 128;
-    neg[i] = int64_t((x ^ y) >> 16 & 1);
+// FP8 elements as the block FMA reads them, decoded once per instruction (F8Rows) rather than once per output:
+// significand (an integer, at most 15), window exponent (F8_ZERO_REF for a zero, so a zero product never sets R),
+// sign (0 or 1) and exact value in their own arrays, so that the loops over a block below run without table lookups.
+constexpr int32_t F8_ZERO_REF = -(1 << 20);
+inline void decode_f8(const uint8_t* v, int n, int fmt, int32_t* mag, int32_t* ref, int32_t* neg, double* val,
+                      bool& special) {
+  const uint32_t* t = f8_tables().p[fmt];
+  const float* fv = f8_tables().v[fmt];
+  uint32_t any = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t x = t[v[i]];
+    any |= x;
+    mag[i] = int32_t(x & 0xFF);
+    ref[i] = mag[i] ? int32_t(x >> 8 & 0xFF) - 64 : F8_ZERO_REF;
+    neg[i] = int32_t(x >> 16 & 1);
+    val[i] = double(fv[v[i]]);
   }
-  if (special & F8_SPECIAL) return false;
-  d_bits = block_fma_ints(mag, ref, neg, n, F8_MANT[fa] + F8_MANT[fb], d, p);
-  return true;
+  special = (any & F8_SPECIAL) != 0;
+}
+
+// The rule of block_fma_ints for one block of n FP8 products a[i] b[i], the operands decoded (decode_f8), none NaN
+// or Inf, D finite: R = the largest window exponent among the nonzero products and D, at least min_exp; each
+// product, its last bit 2^(ref - mant), cut toward zero onto 2^(R - frac_bits); the integers summed; the sum cut
+// into FP32. A product's significand is below 2^8 (15 x 15) and a term moves it by at most smax = frac_bits - mant
+// bits, so where smax <= 23 a term is the exact product value times 2^(frac_bits - R) converted to int32 (a
+// conversion that truncates, the cut toward zero); wider rules take the 64-bit shifts of block_fma_ints.
+template <int N>
+inline uint32_t block_f8_decoded(const int32_t* am, const int32_t* ar, const int32_t* an, const double* av,
+                                 const int32_t* bm, const int32_t* br, const int32_t* bn, const double* bv, int n_dyn,
+                                 int mant, const Fp& d, const BlockFma& p) {
+  const int n = N ? N : n_dyn;
+  int R = INT32_MIN;
+  for (int i = 0; i < n; ++i) R = std::max(R, ar[i] + br[i]);
+  if (R < F8_ZERO_REF / 2) R = INT32_MIN;   // every product zero
+  if (d.mag) R = std::max(R, int(d.expo));
+  if (R == INT32_MIN) return 0;             // every term zero: +0 (probe class zero_signs)
+  R = std::max(R, p.min_exp);
+  const int grid = R - p.frac_bits, base = mant + grid, smax = p.frac_bits - mant;
+  int64_t sum = 0;
+  const int e = p.frac_bits - R;
+  if (smax <= 23 && av && bv && e > -1000 && e < 1000) {
+    // a term is the signed product a b (exact in a double: 4-bit significands) times 2^(frac_bits - R), cut
+    // toward zero: below 2^31 in magnitude (2^8 x 2^smax), so a double -> int32 conversion (truncating) is exact
+    const uint64_t scale_bits = uint64_t(e + 1023) << 52;
+    double scale;
+    std::memcpy(&scale, &scale_bits, 8);
+    int32_t t[N ? N : 64];
+    for (int i = 0; i < n; ++i) t[i] = int32_t(av[i] * bv[i] * scale);
+    for (int i = 0; i < n; ++i) sum += t[i];
+  } else {
+    for (int i = 0; i < n; ++i) {
+      const int sh = std::min(std::max(40 - (ar[i] + br[i] - base), 0), 63);
+      const int64_t t = (int64_t(am[i] * bm[i]) << 40) >> sh;
+      const int64_t s = an[i] ^ bn[i];
+      sum += (t ^ -s) + s;
+    }
+  }
+  if (d.mag) {
+    const int s = d.lsb - grid;
+    const int64_t t = s >= 0 ? d.mag << s : (-s >= 63 ? 0 : d.mag >> -s);
+    sum += d.neg ? -t : t;
+  }
+  return sum == 0 ? 0 : encode_f32(sum < 0, uint64_t(sum < 0 ? -sum : sum), grid, p.out_bits, p.round_nearest != 0);
 }
 }  // namespace detail
 
-// One instruction: k FP8 products a[i] b[i] (fmt 0 E4M3, 1 E5M2; fmt_b for B when it differs, kind::f8f6f4)
-// into D under p.
-inline uint32_t dot_f8(const uint8_t* a, const uint8_t* b, int k, int fmt, uint32_t d_bits, bool scale_d,
-                       const BlockFma& p, int fmt_b = -1) {
-  if (fmt_b < 0) fmt_b = fmt;
+// One instruction's FP8 operand rows (rows x k bytes, one format), decoded once: dot_f8_rows reads row r's
+// elements at r * k. The bytes stay the caller's (the path for a block with a NaN or Inf reads them).
+struct F8Rows {
+  const uint8_t* bytes = nullptr;
+  int rows = 0, k = 0, fmt = 0;
+  std::vector<int32_t> mag, ref, neg;
+  std::vector<double> val;
+  std::vector<uint8_t> special;   // per row
+  void decode(const uint8_t* b, int nrows, int kk, int f) {
+    if (f != 0 && f != 1) model_fail("FP8 format code %d: 0 E4M3, 1 E5M2", f);
+    bytes = b, rows = nrows, k = kk, fmt = f;
+    const size_t n = size_t(nrows) * size_t(kk);
+    mag.resize(n), ref.resize(n), neg.resize(n), val.resize(n), special.resize(size_t(nrows));
+    for (int r = 0; r < nrows; ++r) {
+      bool sp = false;
+      const size_t o = size_t(r) * size_t(kk);
+      detail::decode_f8(b + o, kk, f, &mag[o], &ref[o], &neg[o], &val[o], sp);
+      special[size_t(r)] = sp;
+    }
+  }
+};
+
+
+// The checks of one FP8 instruction of k products under p (dot_f8 makes them on every call; the callers of
+// dot_f8_rows once per instruction).
+inline void check_dot_f8(const BlockFma& p, int k, int fmt, int fmt_b, const char* what) {
   if (fmt != 0 && fmt != 1) model_fail("FP8 format code %d: 0 E4M3, 1 E5M2", fmt);
   if (fmt_b != 0 && fmt_b != 1) model_fail("FP8 format code %d: 0 E4M3, 1 E5M2", fmt_b);
-  if (k > 64) model_fail("dot_f8: %d products, at most 64 per instruction", k);
-  const detail::F8Tables& T = detail::f8_tables();
+  if (k > 64) model_fail("%s: %d products, at most 64 per instruction", what, k);
+  if (p.frac_bits == 0) return;
+  check_block_fma(p, k, what);
+  if (p.group) model_fail("%s: FP8 products have no scales: group must be 0, got %d", what, p.group);
+}
+
+namespace detail {
+// One instruction's k products of a row of A and one of B, each given as its bytes and decoded (decode_f8), into
+// D under p (checked: check_dot_f8). A block with a NaN or Inf operand, or a special D, takes the Term path
+// (product, block_fma); every other block block_f8_decoded.
+inline uint32_t dot_f8_decoded(const uint8_t* a, const int32_t* am, const int32_t* ar, const int32_t* an, const double* av,
+                               bool a_special, const uint8_t* b, const int32_t* bm, const int32_t* br, const int32_t* bn,
+                               const double* bv, bool b_special,
+                               int k, int fmt, int fmt_b, uint32_t d_bits, bool scale_d, const BlockFma& p) {
+  const F8Tables& T = f8_tables();
   if (p.frac_bits == 0) {
     float va[64], vb[64];
     for (int i = 0; i < k; ++i) {
@@ -379,12 +457,20 @@ inline uint32_t dot_f8(const uint8_t* a, const uint8_t* b, int k, int fmt, uint3
     }
     return exact_dot(va, vb, k, d_bits, scale_d);
   }
-  check_block_fma(p, k, "dot_f8");
-  if (p.group) model_fail("dot_f8: FP8 products have no scales: group must be 0, got %d", p.group);
-  Term t[64];
+  const int mant = F8_MANT[fmt] + F8_MANT[fmt_b];
   for (int b0 = 0; b0 < k; b0 += p.block) {
     const int n = p.block;
-    if (!detail::block_fma_f8_finite(a + b0, b + b0, n, fmt, fmt_b, d_bits, scale_d, p)) {
+    const Fp d = scale_d ? fp_f32(d_bits) : Fp{0, 0, 0, false, false, false};
+    bool special = d.nan || d.inf;
+    if (!special && (a_special || b_special))
+      for (int i = b0; i < b0 + n; ++i) special |= ((T.p[fmt][a[i]] | T.p[fmt_b][b[i]]) & F8_SPECIAL) != 0;
+    if (!special) {
+      d_bits = n == 32 ? block_f8_decoded<32>(am + b0, ar + b0, an + b0, av + b0, bm + b0, br + b0, bn + b0, bv + b0, n,
+                                              mant, d, p)
+                       : block_f8_decoded<0>(am + b0, ar + b0, an + b0, av + b0, bm + b0, br + b0, bn + b0, bv + b0, n,
+                                             mant, d, p);
+    } else {
+      Term t[64];
       for (int i = 0; i < n; ++i) {
         const Fp f[2] = {T.f[fmt][a[b0 + i]], T.f[fmt_b][b[b0 + i]]};
         t[i] = product(f, 2);
@@ -394,6 +480,31 @@ inline uint32_t dot_f8(const uint8_t* a, const uint8_t* b, int k, int fmt, uint3
     scale_d = true;
   }
   return d_bits;
+}
+}  // namespace detail
+
+// One instruction: k FP8 products a[i] b[i] (fmt 0 E4M3, 1 E5M2; fmt_b for B when it differs, kind::f8f6f4)
+// into D under p.
+inline uint32_t dot_f8(const uint8_t* a, const uint8_t* b, int k, int fmt, uint32_t d_bits, bool scale_d,
+                       const BlockFma& p, int fmt_b = -1) {
+  if (fmt_b < 0) fmt_b = fmt;
+  check_dot_f8(p, k, fmt, fmt_b, "dot_f8");
+  int32_t am[64], ar[64], an[64], bm[64], br[64], bn[64];
+  double av[64], bv[64];
+  bool as = false, bs = false;
+  detail::decode_f8(a, k, fmt, am, ar, an, av, as);
+  detail::decode_f8(b, k, fmt_b, bm, br, bn, bv, bs);
+  return detail::dot_f8_decoded(a, am, ar, an, av, as, b, bm, br, bn, bv, bs, k, fmt, fmt_b, d_bits, scale_d, p);
+}
+
+// dot_f8 of row m of A and row n of B, both decoded once for the instruction (F8Rows; k = A.k = B.k), under p
+// checked once by the caller (check_dot_f8): gmma_f8 and umma_block_fma.
+inline uint32_t dot_f8_rows(const F8Rows& A, int m, const F8Rows& B, int n, uint32_t d_bits, bool scale_d,
+                            const BlockFma& p) {
+  const size_t oa = size_t(m) * size_t(A.k), ob = size_t(n) * size_t(B.k);
+  return detail::dot_f8_decoded(A.bytes + oa, &A.mag[oa], &A.ref[oa], &A.neg[oa], &A.val[oa], A.special[size_t(m)],
+                                B.bytes + ob, &B.mag[ob], &B.ref[ob], &B.neg[ob], &B.val[ob], B.special[size_t(n)], A.k,
+                                A.fmt, B.fmt, d_bits, scale_d, p);
 }
 
 // One kind::mxf4nvf4 instruction (64 E2M1 products, block16 scales: sa[k / 16], sb[k / 16]; scale_fmt 0 UE4M3,

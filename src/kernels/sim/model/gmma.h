@@ -50,18 +50,21 @@ inline void gmma_f8(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_
   if (N < 8 || N > 256 || N % 8)
     model_fail("wgmma m64n%dk32: N must be a multiple of 8 in 8..256 (PTX ISA 9.7.15.5.2)", N);
   if (fmt != 0 && fmt != 1) model_fail("wgmma FP8 format code %d: 0 .e4m3, 1 .e5m2", fmt);
-  check_block_fma(p, 32, "wgmma");
   SmemDescFields fa = decode_gmma_desc(adesc), fb = decode_gmma_desc(bdesc);
   std::vector<uint8_t> a(64 * 32), b(size_t(N) * 32);
   read_kmajor(fa, 64, 32, smem, smem_size, smem_base_addr, a.data(), "wgmma A");
   read_kmajor(fb, uint32_t(N), 32, smem, smem_size, smem_base_addr, b.data(), "wgmma B");
+  check_dot_f8(p, 32, fmt, fmt, "wgmma");
+  F8Rows ra, rb;   // decoded once for the instruction's 64 x N outputs
+  ra.decode(a.data(), 64, 32, fmt);
+  rb.decode(b.data(), N, 32, fmt);
   for (int t = 0; t < 128; ++t) {
     if (!acc[t]) model_fail("wgmma: accumulator pointer of warpgroup thread %d is null", t);
     for (int i = 0; i < N / 2; ++i) {
       const int m = wgmma_acc_row(t, i), n = wgmma_acc_col(t, i);
       uint32_t d;
       std::memcpy(&d, &acc[t][i], 4);
-      d = dot_f8(&a[size_t(m) * 32], &b[size_t(n) * 32], 32, fmt, d, scale_d, p);
+      d = dot_f8_rows(ra, m, rb, n, d, scale_d, p);
       std::memcpy(&acc[t][i], &d, 4);
     }
   }

@@ -206,6 +206,11 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
   std::vector<uint8_t> bsigned(bbytes);
   if (id.b_neg) for (auto& x : bsigned) x ^= 0x80;
   std::vector<Fp> bq, bs;
+  F8Rows rb, ra;   // f8f6f4: the operand rows decoded once per instruction
+  if (!scaled) {
+    check_dot_f8(p, K, id.a_fmt, id.b_fmt, "tcgen05.mma kind::f8f6f4");
+    rb.decode(bsigned.data(), int(N), K, id.b_fmt);
+  }
   if (scaled) {
     bq.resize(size_t(N) * K);
     bs.resize(size_t(N) * 4);
@@ -222,6 +227,7 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
     else
       read_kmajor(fa, rows_a, kbytes, c.smem, c.smem_size, c.smem_base_addr, abytes.data(), "tcgen05.mma A");
     if (id.a_neg && !scaled) for (auto& x : abytes) x ^= 0x80;
+    if (!scaled) ra.decode(abytes.data(), int(rows_a), K, id.a_fmt);
     for (uint32_t m = 0; m < rows_a; ++m) {
       uint32_t* drow = c.tmem + size_t(m) * TMEM_COLS + dcol;
       Fp aq[64], as[4];
@@ -232,8 +238,7 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
       for (uint32_t n = 0; n < N; ++n) {
         uint32_t d = drow[n];
         if (!scaled) {
-          d = dot_f8(&abytes[size_t(m) * kbytes], &bsigned[size_t(n) * kbytes], K, id.a_fmt, d, enable_input_d, p,
-                     id.b_fmt);
+          d = dot_f8_rows(ra, int(m), rb, int(n), d, enable_input_d, p);
         } else {
           d = dot_mxf4(aq, &bq[size_t(n) * K], as, &bs[size_t(n) * 4], d, enable_input_d, id.scale_fmt, p);
         }
