@@ -366,13 +366,36 @@ inline void decode_f8(const uint8_t* v, int n, int fmt, int32_t* mag, int32_t* r
 // into FP32. A product's significand is below 2^8 (15 x 15) and a term moves it by at most smax = frac_bits - mant
 // bits, so where smax <= 23 a term is the exact product value times 2^(frac_bits - R) converted to int32 (a
 // conversion that truncates, the cut toward zero); wider rules take the 64-bit shifts of block_fma_ints.
+// The two loops over a 32-product block, built for the host's vector unit where it has AVX2 (a resolver picks at
+// load time; the result is the same integers either way).
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define PE_SIM_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PE_SIM_VECTOR_CLONES
+#endif
+PE_SIM_VECTOR_CLONES static int max_ref32(const int32_t* ar, const int32_t* br) {
+  int R = INT32_MIN;
+  for (int i = 0; i < 32; ++i) R = std::max(R, ar[i] + br[i]);
+  return R;
+}
+PE_SIM_VECTOR_CLONES static int64_t terms32(const double* av, const double* bv, double scale) {
+  int32_t t[32];
+  for (int i = 0; i < 32; ++i) t[i] = int32_t(av[i] * bv[i] * scale);
+  int64_t sum = 0;
+  for (int i = 0; i < 32; ++i) sum += t[i];
+  return sum;
+}
+
 template <int N>
 inline uint32_t block_f8_decoded(const int32_t* am, const int32_t* ar, const int32_t* an, const double* av,
                                  const int32_t* bm, const int32_t* br, const int32_t* bn, const double* bv, int n_dyn,
                                  int mant, const Fp& d, const BlockFma& p) {
   const int n = N ? N : n_dyn;
   int R = INT32_MIN;
-  for (int i = 0; i < n; ++i) R = std::max(R, ar[i] + br[i]);
+  if (N == 32)
+    R = max_ref32(ar, br);
+  else
+    for (int i = 0; i < n; ++i) R = std::max(R, ar[i] + br[i]);
   if (R < F8_ZERO_REF / 2) R = INT32_MIN;   // every product zero
   if (d.mag) R = std::max(R, int(d.expo));
   if (R == INT32_MIN) return 0;             // every term zero: +0 (probe class zero_signs)
@@ -386,9 +409,13 @@ inline uint32_t block_f8_decoded(const int32_t* am, const int32_t* ar, const int
     const uint64_t scale_bits = uint64_t(e + 1023) << 52;
     double scale;
     std::memcpy(&scale, &scale_bits, 8);
-    int32_t t[N ? N : 64];
-    for (int i = 0; i < n; ++i) t[i] = int32_t(av[i] * bv[i] * scale);
-    for (int i = 0; i < n; ++i) sum += t[i];
+    if (N == 32) {
+      sum = terms32(av, bv, scale);
+    } else {
+      int32_t t[64];
+      for (int i = 0; i < n; ++i) t[i] = int32_t(av[i] * bv[i] * scale);
+      for (int i = 0; i < n; ++i) sum += t[i];
+    }
   } else {
     for (int i = 0; i < n; ++i) {
       const int sh = std::min(std::max(40 - (ar[i] + br[i] - base), 0), 63);
