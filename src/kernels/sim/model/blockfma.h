@@ -229,6 +229,13 @@ inline uint32_t exact_dot(const float* va, const float* vb, int k, uint32_t d_bi
 // packed FP4 in shared memory; pelib.emulate.decode_values).
 inline Fp fp_e2m1_packed(const uint8_t* row, int k) { return fp_e2m1(uint8_t(k & 1 ? row[k / 2] >> 4 : row[k / 2] & 15)); }
 
+// An E2M1 element as a signed integer in units of 2^-1 (0, +-1, 2, 3, 4, 6, 8, 12: the value times 2, exact):
+// the form block_fma_groups sums a group in, decoded once per row (umma_block_fma) or per call (dot_mxf4).
+inline int32_t e2m1_halves(const Fp& f) {
+  const int32_t v = int32_t(f.mag << (f.lsb + 1));   // an E2M1 last bit is 2^-1 or more
+  return f.neg ? -v : v;
+}
+
 // MMA-Sim's block-scaled rule (p.group > 0; github.com/microsoft/MMA-Sim src/mmasim/mmasim/arithmetic/fdpa.py
 // gst_fdpa): n E2M1 products a[i] b[i], A's scale sa[i / vec] and B's sb[i / vec] (vec elements per scale, a
 // multiple of p.group), and D. Each group of p.group products is summed exactly and times s_a s_b; its window
@@ -236,8 +243,9 @@ inline Fp fp_e2m1_packed(const uint8_t* row, int k) { return fp_e2m1(uint8_t(k &
 // group whose products cancel to 0 keeps it); R = the largest window of those and D's, at least min_exp (MMA-Sim's
 // e_zero); each group sum and D cut toward zero onto 2^(R - frac_bits), summed exactly, cut to FP32. A NaN scale
 // or D gives 0x7FFFFFFF, an infinite D itself. pelib.numerics.blockfma B200_MXF4NVF4 is the Python twin.
-inline uint32_t block_fma_groups(const Fp* a, const Fp* b, const Fp* sa, const Fp* sb, int n, int vec, uint32_t d_bits,
-                                 bool scale_d, const BlockFma& p) {
+// block_fma_groups_halves takes the elements as e2m1_halves, block_fma_groups as Fp.
+inline uint32_t block_fma_groups_halves(const int32_t* a2, const int32_t* b2, const Fp* sa, const Fp* sb, int n, int vec,
+                                        uint32_t d_bits, bool scale_d, const BlockFma& p) {
   if (p.group < 1 || vec % p.group || n % p.group) model_fail("block_fma_groups: group %d, %d per scale, %d products", p.group, vec, n);
   const Fp d = scale_d ? fp_f32(d_bits) : Fp{0, 0, 0, false, false, false};
   bool nan = d.nan;
@@ -251,16 +259,15 @@ inline uint32_t block_fma_groups(const Fp* a, const Fp* b, const Fp* sa, const F
   const int ng = n / p.group;
   for (int j = 0; j < ng; ++j) {
     const Fp &s = sa[j * p.group / vec], &t = sb[j * p.group / vec];
-    int64_t isum = 0;   // the group's products in units of 2^-2 (an E2M1 last bit is 2^-1 or more): exact
-    bool any = false;
-    for (int i = j * p.group; i < (j + 1) * p.group; ++i) {
-      const int64_t m = a[i].mag * b[i].mag;
-      any |= m != 0;
-      const int64_t v = m << (a[i].lsb + b[i].lsb + 2);
-      isum += (a[i].neg ^ b[i].neg) ? -v : v;
+    int32_t isum = 0, any = 0;   // the group's products in units of 2^-2: exact (16 x 12 x 12 at most)
+    const int32_t *x = a2 + j * p.group, *y = b2 + j * p.group;
+    for (int i = 0; i < p.group; ++i) {
+      const int32_t m = x[i] * y[i];
+      isum += m;
+      any |= m;
     }
-    live[j] = any && s.mag && t.mag;
-    gmag[j] = isum * s.mag * t.mag;
+    live[j] = any != 0 && s.mag && t.mag;
+    gmag[j] = int64_t(isum) * s.mag * t.mag;
     glsb[j] = s.lsb + t.lsb - 2;
     gref[j] = s.expo + t.expo;
     if (live[j]) R = std::max(R, gref[j]);
@@ -284,6 +291,14 @@ inline uint32_t block_fma_groups(const Fp* a, const Fp* b, const Fp* sa, const F
   }
   if (sum == 0) return 0;
   return detail::encode_f32(sum < 0, uint64_t(sum < 0 ? -sum : sum), grid, p.out_bits, p.round_nearest != 0);
+}
+
+inline uint32_t block_fma_groups(const Fp* a, const Fp* b, const Fp* sa, const Fp* sb, int n, int vec, uint32_t d_bits,
+                                 bool scale_d, const BlockFma& p) {
+  if (n > 64) model_fail("block_fma_groups: %d products, at most 64", n);
+  int32_t a2[64], b2[64];
+  for (int i = 0; i < n; ++i) a2[i] = e2m1_halves(a[i]), b2[i] = e2m1_halves(b[i]);
+  return block_fma_groups_halves(a2, b2, sa, sb, n, vec, d_bits, scale_d, p);
 }
 
 namespace detail {
@@ -538,14 +553,16 @@ inline uint32_t dot_f8_rows(const F8Rows& A, int m, const F8Rows& B, int n, uint
 // 1 UE8M0) into D under p: p.group > 0 MMA-Sim's rule (block_fma_groups), else blocks of p.block products, each
 // a b s_a s_b exact with the four exponents summed as its window (block_fma). umma.h umma_block_fma and the
 // ABI's pe_sim_dot_mxf4_tiles both call it.
+// a2, b2 (optional): the same elements as e2m1_halves, decoded once per row by the caller.
 inline uint32_t dot_mxf4(const Fp* a, const Fp* b, const Fp* sa, const Fp* sb, uint32_t d, bool scale_d, int scale_fmt,
-                         const BlockFma& p) {
+                         const BlockFma& p, const int32_t* a2 = nullptr, const int32_t* b2 = nullptr) {
   constexpr int K = 64;
   bool first = scale_d;
   Term t[64];
   for (int b0 = 0; b0 < K; b0 += p.block) {
     if (p.group) {   // MMA-Sim's rule: exact group sums, windows from the scales
-      d = block_fma_groups(a + b0, b + b0, sa + b0 / 16, sb + b0 / 16, p.block, 16, d, first, p);
+      d = a2 && b2 ? block_fma_groups_halves(a2 + b0, b2 + b0, sa + b0 / 16, sb + b0 / 16, p.block, 16, d, first, p)
+                   : block_fma_groups(a + b0, b + b0, sa + b0 / 16, sb + b0 / 16, p.block, 16, d, first, p);
       first = true;
       continue;
     }

@@ -206,6 +206,7 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
   std::vector<uint8_t> bsigned(bbytes);
   if (id.b_neg) for (auto& x : bsigned) x ^= 0x80;
   std::vector<Fp> bq, bs;
+  std::vector<int32_t> b2;   // mxf4nvf4: B's elements as e2m1_halves, once per instruction
   F8Rows rb, ra;   // f8f6f4: the operand rows decoded once per instruction
   if (!scaled) {
     check_dot_f8(p, K, id.a_fmt, id.b_fmt, "tcgen05.mma kind::f8f6f4");
@@ -216,6 +217,8 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
     bs.resize(size_t(N) * 4);
     for (uint32_t n = 0; n < N; ++n) {
       for (int k = 0; k < K; ++k) bq[size_t(n) * K + k] = fp_elem(&bbytes[size_t(n) * kbytes], k, id.b_neg);
+      b2.resize(size_t(N) * K);
+      for (int k = 0; k < K; ++k) b2[size_t(n) * K + k] = e2m1_halves(bq[size_t(n) * K + k]);
       for (int i = 0; i < 4; ++i) bs[size_t(n) * 4 + i] = fp_scale(ctas[0], sfb_tmem, n, i);
     }
   }
@@ -231,8 +234,9 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
     for (uint32_t m = 0; m < rows_a; ++m) {
       uint32_t* drow = c.tmem + size_t(m) * TMEM_COLS + dcol;
       Fp aq[64], as[4];
+      int32_t a2[64];
       if (scaled) {
-        for (int k = 0; k < K; ++k) aq[k] = fp_elem(&abytes[size_t(m) * kbytes], k, id.a_neg);
+        for (int k = 0; k < K; ++k) aq[k] = fp_elem(&abytes[size_t(m) * kbytes], k, id.a_neg), a2[k] = e2m1_halves(aq[k]);
         for (int i = 0; i < 4; ++i) as[i] = fp_scale(c, sfa_tmem, m, i);
       }
       for (uint32_t n = 0; n < N; ++n) {
@@ -240,7 +244,8 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
         if (!scaled) {
           d = dot_f8_rows(ra, int(m), rb, int(n), d, enable_input_d, p);
         } else {
-          d = dot_mxf4(aq, &bq[size_t(n) * K], as, &bs[size_t(n) * 4], d, enable_input_d, id.scale_fmt, p);
+          d = dot_mxf4(aq, &bq[size_t(n) * K], as, &bs[size_t(n) * 4], d, enable_input_d, id.scale_fmt, p, a2,
+                       &b2[size_t(n) * K]);
         }
         drow[n] = d;
       }
