@@ -18,13 +18,12 @@ from ..paths import KERNELS
 
 SIM_DIR = KERNELS / "sim"
 RUNTIME_SOURCES = ("runtime/engine.cpp", "runtime/fiber.cpp", "model/abi.cpp")   # abi: the models' C ABI
-# Stages -O1: -O2 builds a stage in 0.85 s instead of 0.7 s and runs its own code no faster. The engine -O3: it
-# holds the MMA arithmetic (model/blockfma.h), where a test-size run spends most of its time, whose loops over a
-# block the compiler vectorises at -O3 (measured here, 2026-12-07: 0.9 ns a product against 2.0 at -O1 and 1.3 at
-# -O2), for a few seconds more once per engine build. PELIB_SIM_OPT sets both.
+# -O1 for both: measured here, -O2 builds the engine in 10.9 s instead of 8.3 s and a stage in 0.85 s
+# instead of 0.7 s, and runs a test-size stage no faster (0.2-0.5 s either way); the MMA arithmetic's block
+# loops, where a run spends most of its time, carry their own -O3 and AVX2 (model/blockfma.h). An engine at -O3
+# builds in 13 s and runs a test-size stage 3-15 % faster (2026-12-07). PELIB_SIM_OPT overrides.
 OPT_ENV = "PELIB_SIM_OPT"
 DEFAULT_OPT = "-O1"
-ENGINE_OPT = "-O3"
 
 
 def opt_level() -> str:
@@ -36,11 +35,6 @@ def opt_level() -> str:
         raise SimBuildError(f"{OPT_ENV}={os.environ[OPT_ENV]!r}: one optimisation level of the host compiler "
                             f"(-O0, -O1, -O2, -O3, -Os, -Og); the default is {DEFAULT_OPT}: set one or unset {OPT_ENV}")
     return raw
-
-
-def engine_opt_level() -> str:
-    """The engine's optimisation flag: PELIB_SIM_OPT where set, else ENGINE_OPT."""
-    return opt_level() if os.environ.get(OPT_ENV, "").strip() else ENGINE_OPT
 # -ffp-contract=off: the host rounds every float multiply and add on its own, as written. NVRTC contracts
 # a*b+c into one FMA by default (NVRTC guide, "Supported Compile Options": --fmad=true), but no stage's
 # SASS holds an FFMA or DFMA (tests/test_sim_build.py checks every cubin), so the device rounds each one
@@ -248,7 +242,7 @@ def engine_build() -> HostBuild:
     """The engine + models library (src/kernels/sim/runtime and model), cached."""
     text = "".join(f'#include "{SIM_DIR / s}"\n' for s in RUNTIME_SOURCES)
     # -lrt: timer_create (the watchdog, runtime/memory.cpp) lives there before glibc 2.34
-    return _compile("pesim-engine", text, [], [*CXXFLAGS, engine_opt_level(), *_includes(), "-lrt"], "libpesim.so")
+    return _compile("pesim-engine", text, [], [*CXXFLAGS, opt_level(), *_includes(), "-lrt"], "libpesim.so")
 
 
 def _define_flags(defines: dict) -> list[str]:

@@ -383,7 +383,9 @@ inline void decode_f8(const uint8_t* v, int n, int fmt, int32_t* mag, int32_t* r
 // conversion that truncates, the cut toward zero); wider rules take the 64-bit shifts of block_fma_ints.
 // The two loops over a 32-product block, built for the host's vector unit where it has AVX2 (a resolver picks at
 // load time; the result is the same integers either way).
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define PE_SIM_VECTOR_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))   // GCC vectorises at -O3
+#elif defined(__x86_64__) && defined(__linux__) && defined(__clang__)
 #define PE_SIM_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define PE_SIM_VECTOR_CLONES
