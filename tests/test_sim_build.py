@@ -203,3 +203,28 @@ def test_no_stage_lets_nvrtc_contract_a_multiply_and_an_add():
             elif base in ("HFMA2", "HFMA") and not re.search(r"-RZ, RZ,|, 1, 1, ", text):
                 bad.append(f"{s.key}: {text[:80]}")
     assert not bad, "\n".join(bad[:20])
+
+
+@pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
+def test_a_stage_builds_through_the_precompiled_prelude_into_the_same_code(tmp_path, monkeypatch):
+    """g++ builds the system headers every stage library includes once (sim.build.prelude_dir); a stage build
+    uses it (-Winvalid-pch would say in its log if not) and its machine code is what it is without it."""
+    if sim_build.compiler().kind != "g++":
+        pytest.skip("the precompiled prelude is g++'s")
+    from pelib.stage import Stage
+    monkeypatch.setattr(sim_build, "_CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(sim_build, "_MEMO", {})
+    b = Stage("sm90/06_permuted_b").build
+    with_pch = sim_build.stage_build(b.source, b.kernel, {})
+    assert not with_pch.cached and "not used because" not in with_pch.log, with_pch.log
+    pch = list((tmp_path / "cache").glob("pesim-prelude-*/prelude.h.gch"))
+    assert len(pch) == 1 and pch[0].stat().st_size > 1_000_000, pch
+    monkeypatch.setattr(sim_build, "prelude_dir", lambda flags: None)
+    plain = sim_build.stage_build(b.source, b.kernel, {})
+    assert not plain.cached and plain.path != with_pch.path
+
+    def code(p):
+        out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(p)], capture_output=True, text=True)
+        return [ln for ln in out.stdout.splitlines() if "file format" not in ln]
+    if shutil.which("objdump"):
+        assert code(with_pch.path) == code(plain.path)

@@ -185,10 +185,11 @@ def build_key(cc: Compiler, source_text: str, flags, files=()) -> str:
 
 
 def _compile(name: str, source_text: str, files: list[tuple[str, bytes]], flags: list[str], out_name: str,
-             *, fresh: bool = False) -> HostBuild:
+             *, fresh: bool = False, beside: dict | None = None) -> HostBuild:
     """Compile one translation unit (given as text) into a shared library, through the cache (fresh=True:
     build even where the cache has an entry, and replace it). The key holds the compiler's resolved path and
-    full version line and the flags: a library is served only to the compiler and flags that built it."""
+    full version line and the flags: a library is served only to the compiler and flags that built it.
+    `beside`: more files ({name: bytes}) the cache entry keeps next to the output."""
     import time
     cc = compiler()
     base = build_key(cc, source_text, flags, files)
@@ -218,7 +219,7 @@ def _compile(name: str, source_text: str, files: list[tuple[str, bytes]], flags:
         deps = [d for d in _cache.parse_depfile(dep.read_text()) if d.resolve() != src.resolve()]
         data = out.read_bytes()
         secs = time.perf_counter() - t0
-        e = store.store(name, base, deps, {out_name: data},
+        e = store.store(name, base, deps, {out_name: data, **(beside or {})},
                         {"compiler": cc.tool, "compiler_path": cc.real, "compiler_version": cc.banner, "flags": flags})
         if e is not None:
             _MEMO.pop(memo_key, None)
@@ -274,6 +275,29 @@ CHECKED = ("memcpy", "memmove", "memset")
 LINK_WRAP = ("-Wl," + ",".join(f"--wrap={w}" for w in WRAPPED + CHECKED),)
 
 
+# The system headers every stage library includes (runtime/api.h, runtime/entry.h), parsed once into a precompiled
+# header (g++ only): a stage builds in 0.25 s instead of 0.36 s, into the same machine code (measured here on
+# sm90/06, 2026-12-07). The library includes it first; the headers' own include guards make their later
+# inclusions empty, and no stage macro reaches them (a stage's defines are its own, pelib.build.check_defines).
+PRELUDE_HEADERS = ("cmath", "cstddef", "cstdint", "cstdio", "cstring", "type_traits", "utility", "link.h", "dlfcn.h")
+
+
+def prelude_dir(flags: list[str]) -> Path | None:
+    """The cached folder holding prelude.h and its precompiled prelude.h.gch for these compile flags (the stage
+    build's, less its linking and its defines), or None where there is none to use (clang++, no writable cache,
+    a compiler that cannot make one): the stage then builds without it, the same library a little slower."""
+    if compiler().kind != "g++":
+        return None
+    text = "".join(f"#include <{h}>\n" for h in PRELUDE_HEADERS)
+    pch_flags = [f for f in flags if f != "-shared" and not f.startswith(("-Wl,", "-D"))] + ["-x", "c++-header"]
+    try:
+        b = _compile("pesim-prelude", text, [], pch_flags, "prelude.h.gch", beside={"prelude.h": text.encode()})
+    except SimBuildError:
+        return None
+    d = b.path.parent
+    return d if b.path.name == "prelude.h.gch" and (d / "prelude.h").is_file() else None
+
+
 def stage_build(source: Path, kernel: str, defines: dict | None = None) -> HostBuild:
     """The stage file, unchanged, plus the entry point (runtime/entry.h), as a host shared library whose every
     memory access the engine checks."""
@@ -281,6 +305,10 @@ def stage_build(source: Path, kernel: str, defines: dict | None = None) -> HostB
     text = f'#include "{source}"\n#include "runtime/entry.h"\nPE_SIM_ENTRY({kernel})\n'
     flags = [*CXXFLAGS, opt_level(), *INSTRUMENT[compiler().kind], *LINK_WRAP, *_includes(),
              *_define_flags(defines or {})]
+    pre = prelude_dir(flags)
+    if pre is not None:
+        text = '#include "prelude.h"\n' + text
+        flags = [f"-I{pre}", "-Winvalid-pch", *flags]   # a header it cannot use says so in the build log
     return _compile(f"{source.stem}-sim", text, [], flags, "stage.so")
 
 
