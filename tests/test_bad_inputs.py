@@ -842,7 +842,25 @@ CLI = [
     ("D-noname", ["fp8/06_stages", "--device", "compile", "-D", "=4"], "-D '=4' names no define"),
     ("trace-no-folder", ["sm90/00_tma_wgmma", "--device", "sim", "--trace", "/no/such/folder/t.json"],
      "cannot write a trace to /no/such/folder/t.json (no folder /no/such/folder)"),
+    # an unknown --problem was a KeyError traceback from pelib.problems on every device
+    ("problem-nvfp4", ["nvfp4/07_split_k_roles", "--device", "predict", "--problem", "n7168_k2048"],
+     "--problem: unknown problem 'n7168_k2048' for the nvfp4 stages: one of full, sim, ring, k16384, k2048, k7168"),
+    ("problem-sm90", ["sm90/06_permuted_b", "--device", "sim", "--problem", "nope"],
+     "unknown problem 'nope' for the sm90 stages: one of full, medium, siglip2, small, tiny, k128, tail, sim"),
+    ("problem-fp8", ["fp8/06_stages", "--device", "compile", "--problem", "k2048"],
+     "unknown problem 'k2048' for the fp8 stages: one of full, medium, siglip2, small, tiny, sim"),
 ]
+
+
+@pytest.mark.parametrize("argv", [["fp8/06_stages", "--device", "sim", "--problem", "tiny"],
+                                  ["nvfp4/07_split_k_roles", "--device", "predict", "--problem", "tiny"]],
+                         ids=["sim-tiles", "predict-tiles"])
+def test_cli_problem_the_build_does_not_take_is_one_line(argv, capfd):
+    """A named problem whose dimensions the build's tiles do not divide: 'refused: ...' and exit status 1 (was a
+    KindError or ProblemError traceback from the runner)."""
+    assert stage_mod.main(argv) == 1   # the simulator's and the model's command lines run in a process of their own
+    out = capfd.readouterr().out
+    assert "refused: " in out and "Traceback" not in out and "multiple of" in out, out
 
 
 @pytest.mark.parametrize("argv, phrase", [pytest.param(a, p, id=i) for i, a, p in CLI])

@@ -183,6 +183,9 @@ _PATCH_EMBED = {
 }
 
 
+PATCH_EMBED_NAMES = tuple(sorted(_PATCH_EMBED))
+
+
 def patch_embed(name: str = "siglip2") -> PatchEmbed:
     """A named FP8 patch-embed problem: 'siglip2' (the lab notes'), 'medium', 'small', 'tiny'."""
     if name not in _PATCH_EMBED:
@@ -296,6 +299,9 @@ _NVFP4 = {
     "small": dict(m=128, n=256, k=512),
     "tiny": dict(m=8, n=8, k=64, tile={"m": 8, "n": 8, "k": 32}),
 }
+
+
+NVFP4_NAMES = tuple(sorted(_NVFP4))
 
 
 def nvfp4_gemm(name: str = "k16384") -> NvFp4Gemm:

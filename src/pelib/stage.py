@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import bench, build as _build, clock, device as _device, kinds, launch, records, results
-from . import sol, stages
+from . import problems as _problems, sol, stages
 from . import timing as _timing, tma, verify as _verify
 from .facts import Table, evidence_label
 from .paths import KERNELS
@@ -327,8 +327,15 @@ class Stage:
 
     # ---- launch --------------------------------------------------------------------------------
     def problem(self, problem="small"):
-        """A problem of this stage's family by name ('small', 'full', ...) or as given."""
-        return self.kind.problem(problem)
+        """A problem of this stage's family by name ('small', 'full', ...) or as given; an unknown name is a
+        StageError listing the names the family takes."""
+        try:
+            return self.kind.problem(problem)
+        except KeyError:
+            if not isinstance(problem, str):
+                raise
+            raise StageError(f"unknown problem {problem!r} for the {self.family} stages: one of "
+                             f"{', '.join(self.kind.problem_names())}") from None
 
     def launch_config(self, problem="small", info: _device.DeviceInfo | None = None,
                       grid: int | None = None, sm_count: int | None = None) -> LaunchConfig:
@@ -782,6 +789,10 @@ def main(argv=None, runners: dict | None = None) -> int:
     if a.problem is None:   # the simulator's default is its family's test size
         a.problem = {"sim": "sim", "predict": "full"}.get(device, "small")
     try:
+        base.problem(a.problem)
+    except StageError as e:
+        refuse(f"--problem: {e}")
+    try:
         traces = trace_paths(a.trace, positions)
     except StageError as e:
         ap.error(str(e))
@@ -811,13 +822,18 @@ def main(argv=None, runners: dict | None = None) -> int:
                 print(f"--trace: {e}")
                 ok = False
                 continue
+            except (kinds.KindError, _problems.ProblemError, StageError) as e:   # a problem the build does not take
+                print(f"refused: {e}")
+                ok = False
+                continue
             if isinstance(res, bool):   # it printed its own report (a prediction) or its refusal
                 ok &= res
                 continue
         else:
             try:
                 res = s.run(a.problem, device, time=Timed(iters=a.iters), launch=LaunchOptions(grid=a.grid))
-            except launch.LaunchError as e:   # a launch no GPU takes
+            # a launch no GPU takes, a problem the build's tiles do not take
+            except (launch.LaunchError, kinds.KindError, _problems.ProblemError, StageError) as e:
                 print(f"refused: {e}")
                 ok = False
                 continue

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import fp8, nvfp4, sm90
-from .base import Kind
+from .base import Kind, KindError
 
 KINDS: dict[str, Kind] = {"fp8": fp8.Fp8(), "nvfp4": nvfp4.Nvfp4(), "sm90": sm90.Sm90()}
 

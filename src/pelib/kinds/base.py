@@ -97,6 +97,10 @@ class Kind:
             return p
         return problems.patch_embed(self.FULL if p == "full" else p)
 
+    def problem_names(self) -> tuple:
+        """The names problem() takes ('full': the family's full problem)."""
+        return ("full", *problems.PATCH_EMBED_NAMES)
+
     def check_problem(self, stage, prob) -> None:
         ex = stage.exports
         need = {"M": (prob.m, ex.tile_m * ex.cluster_x), "N": (prob.n, ex.tile_n), "K": (prob.k, ex.block_k)}

@@ -69,6 +69,9 @@ class Fp8(Kind):
             return problems.PatchEmbed(name="sim", m=m, n=n, k=k)
         return super().problem(p)
 
+    def problem_names(self) -> tuple:
+        return (*super().problem_names(), "sim")
+
     def check_launch(self, stage, prob) -> None:
         ex = stage.exports
         if "k_iters" in ex and prob.k != ex["k_iters"] * ex.block_k:   # F28: the K-loop unrolled by hand

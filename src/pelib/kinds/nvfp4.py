@@ -224,6 +224,9 @@ class Nvfp4(Kind):
             return problems.NvFp4Gemm("sim", 128, 256, 1536)
         return problems.nvfp4_gemm(self.FULL if p == "full" else p)
 
+    def problem_names(self) -> tuple:
+        return ("full", "sim", "ring", *problems.NVFP4_NAMES)
+
     def check_problem(self, stage, prob) -> None:
         ex = stage.exports
         issues = check_layout(ex)

@@ -180,6 +180,9 @@ class Sm90(Kind):
             return problems.PatchEmbed(name=p, m=m, n=n, k=k, positions=196, tile={"m": 8, "n": 64, "k": 128})
         return super().problem(p)
 
+    def problem_names(self) -> tuple:
+        return (*super().problem_names(), *(n for n in CHECK_SHAPES if n not in problems.PATCH_EMBED_NAMES))
+
     def check_problem(self, stage, prob) -> None:
         """N and K whole blocks (M may end in a partial tile: TMA zero-fills it); the resident-B rules."""
         ex = stage.exports
