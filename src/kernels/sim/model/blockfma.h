@@ -375,12 +375,6 @@ inline void decode_f8(const uint8_t* v, int n, int fmt, int32_t* mag, int32_t* r
   special = (any & F8_SPECIAL) != 0;
 }
 
-// The rule of block_fma_ints for one block of n FP8 products a[i] b[i], the operands decoded (decode_f8), none NaN
-// or Inf, D finite: R = the largest window exponent among the nonzero products and D, at least min_exp; each
-// product, its last bit 2^(ref - mant), cut toward zero onto 2^(R - frac_bits); the integers summed; the sum cut
-// into FP32. A product's significand is below 2^8 (15 x 15) and a term moves it by at most smax = frac_bits - mant
-// bits, so where smax <= 23 a term is the exact product value times 2^(frac_bits - R) converted to int32 (a
-// conversion that truncates, the cut toward zero); wider rules take the 64-bit shifts of block_fma_ints.
 // The two loops over a 32-product block, built for the host's vector unit where it has AVX2 (a resolver picks at
 // load time; the result is the same integers either way).
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
@@ -403,6 +397,12 @@ PE_SIM_VECTOR_CLONES static int64_t terms32(const double* av, const double* bv, 
   return sum;
 }
 
+// The rule of block_fma_ints for one block of n FP8 products a[i] b[i], the operands decoded (decode_f8), none NaN
+// or Inf, D finite: R = the largest window exponent among the nonzero products and D, at least min_exp; each
+// product, its last bit 2^(ref - mant), cut toward zero onto 2^(R - frac_bits); the integers summed; the sum cut
+// into FP32. A product's significand is below 2^8 (15 x 15) and a term moves it by at most smax = frac_bits - mant
+// bits, so where smax <= 23 a term is the exact product value times 2^(frac_bits - R) converted to int32 (a
+// conversion that truncates, the cut toward zero); wider rules take the 64-bit shifts of block_fma_ints.
 template <int N>
 inline uint32_t block_f8_decoded(const int32_t* am, const int32_t* ar, const int32_t* an, const double* av,
                                  const int32_t* bm, const int32_t* br, const int32_t* bn, const double* bv, int n_dyn,
