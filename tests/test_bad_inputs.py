@@ -844,7 +844,8 @@ CLI = [
      "cannot write a trace to /no/such/folder/t.json (no folder /no/such/folder)"),
     # an unknown --problem was a KeyError traceback from pelib.problems on every device
     ("problem-nvfp4", ["nvfp4/07_split_k_roles", "--device", "predict", "--problem", "n7168_k2048"],
-     "--problem: unknown problem 'n7168_k2048' for the nvfp4 stages: one of full, sim, ring, k16384, k2048, k7168"),
+     "--problem: unknown problem 'n7168_k2048' for the nvfp4 stages: one of full, k16384, k2048, k7168, small, "
+     "tiny, sim, ring"),
     ("problem-sm90", ["sm90/06_permuted_b", "--device", "sim", "--problem", "nope"],
      "unknown problem 'nope' for the sm90 stages: one of full, medium, siglip2, small, tiny, k128, tail, sim"),
     ("problem-fp8", ["fp8/06_stages", "--device", "compile", "--problem", "k2048"],

@@ -97,9 +97,12 @@ class Kind:
             return p
         return problems.patch_embed(self.FULL if p == "full" else p)
 
+    SHARED_PROBLEMS: tuple = problems.PATCH_EMBED_NAMES   # the named problems of pelib.problems it takes
+    EXTRA_PROBLEMS: tuple = ()                             # the names its own problem() adds
+
     def problem_names(self) -> tuple:
         """The names problem() takes ('full': the family's full problem)."""
-        return ("full", *problems.PATCH_EMBED_NAMES)
+        return ("full", *self.SHARED_PROBLEMS, *self.EXTRA_PROBLEMS)
 
     def check_problem(self, stage, prob) -> None:
         ex = stage.exports

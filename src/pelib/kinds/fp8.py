@@ -59,6 +59,7 @@ def check_epi_map(ex: dict) -> list[str]:
 class Fp8(Kind):
     family = "fp8"
     MMA_OPCODES = ("UTCQMMA",)
+    EXTRA_PROBLEMS = ("sim",)
     # The simulator's test size: 6 pair tiles of 256 x 256 over 3 K slices; the persistent stages' 2 clusters
     # (SIM_SM_COUNT = 4) take 3 tiles each, so both accumulator buffers and the ring wrap.
     SIM = (768, 512, 384)
@@ -68,9 +69,6 @@ class Fp8(Kind):
             m, n, k = self.SIM
             return problems.PatchEmbed(name="sim", m=m, n=n, k=k)
         return super().problem(p)
-
-    def problem_names(self) -> tuple:
-        return (*super().problem_names(), "sim")
 
     def check_launch(self, stage, prob) -> None:
         ex = stage.exports

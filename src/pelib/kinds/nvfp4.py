@@ -206,6 +206,7 @@ def emulate_staged_epilogue(p, acc, alpha: float, prob, m_blk: int = 0, n_blk: i
 class Nvfp4(Kind):
     family = "nvfp4"
     FULL = "k16384"
+    SHARED_PROBLEMS, EXTRA_PROBLEMS = problems.NVFP4_NAMES, ("sim", "ring")
     CHECK_PROBLEMS = ("small", "ring")
     # make bench (pelib.measure.sweep.timed_shapes) times these beside the full problem: the log's three shapes
     TIMED_PROBLEMS = ("k7168", "k2048")
@@ -223,9 +224,6 @@ class Nvfp4(Kind):
         if p == "sim":    # the simulator's: 2 CTAs, 6 K tiles (the default 4-stage ring wraps)
             return problems.NvFp4Gemm("sim", 128, 256, 1536)
         return problems.nvfp4_gemm(self.FULL if p == "full" else p)
-
-    def problem_names(self) -> tuple:
-        return ("full", "sim", "ring", *problems.NVFP4_NAMES)
 
     def check_problem(self, stage, prob) -> None:
         ex = stage.exports

@@ -171,6 +171,7 @@ def comb_loads(schedule: list[list[tuple[int, int]]], period: int = RESIDUE_PERI
 class Sm90(Kind):
     family = "sm90"
     CHECK_PROBLEMS = CHECK_PROBLEMS
+    EXTRA_PROBLEMS = tuple(n for n in CHECK_SHAPES if n not in problems.PATCH_EMBED_NAMES)
     MMA_OPCODES = ("QGMMA", "UTMALDG", "UTMASTG", "STG", "STS")
     TENSOR_ALIASES = {"c": "out"}
 
@@ -179,9 +180,6 @@ class Sm90(Kind):
             m, n, k = CHECK_SHAPES[p]
             return problems.PatchEmbed(name=p, m=m, n=n, k=k, positions=196, tile={"m": 8, "n": 64, "k": 128})
         return super().problem(p)
-
-    def problem_names(self) -> tuple:
-        return (*super().problem_names(), *(n for n in CHECK_SHAPES if n not in problems.PATCH_EMBED_NAMES))
 
     def check_problem(self, stage, prob) -> None:
         """N and K whole blocks (M may end in a partial tile: TMA zero-fills it); the resident-B rules."""
