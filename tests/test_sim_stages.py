@@ -136,3 +136,23 @@ def test_result_says_simulated():
     r = sim_host.run(Stage("nvfp4/00_single_stage"), "sim")
     assert r["ok"] and r["evidence"].startswith("simulated") and "ms" not in r
     assert r["report"].events and r["report"].stats["steps"] > 0
+
+
+@pytest.mark.parametrize("key", ["sm90/06_permuted_b", "fp8/09_persistent_megakernel", "nvfp4/07_split_k_roles"])
+def test_a_run_without_arithmetic_logs_the_same_events_and_bytes(key):
+    """pelib.sim.host.events runs the stage with the MMAs computing nothing (the timing model wants its events
+    alone): every event, field for field, and every global byte are those of the run that computes, on the same
+    inputs and schedule; only the output differs (it is no GEMM)."""
+    s = Stage(key)
+    prob = s.problem("sim")
+    out = {}
+    for arith in (True, False):
+        t = s.inputs(prob, 3, "sim")
+        t["out"].fill_(0)
+        rep = sim_host.plan(s, prob, t, seed=3, arithmetic=arith).run()
+        out[arith] = (rep.events_array, rep.gmem, t["out"].clone())
+    (ev1, g1, o1), (ev0, g0, o0) = out[True], out[False]
+    assert len(ev1) > 1000 and ev1.tobytes() == ev0.tobytes()
+    by_tensor = lambda g: g["tensor"]   # noqa: E731 (the report lists tensors in heap order)
+    assert sorted(g1, key=by_tensor) == sorted(g0, key=by_tensor)
+    assert not torch.equal(o1, o0)   # the check can fail: only the outputs tell the runs apart

@@ -509,8 +509,9 @@ class SimPlan:
 
     def __init__(self, stage_lib: HostBuild, args: tuple, grid, block, cluster, smem: int, kernel: str, arch: str,
                  defines: dict, seed: int | str, timing: bool = False, slots: int | None = None,
-                 max_events: int = MAX_EVENTS, names: tuple | None = None):
+                 max_events: int = MAX_EVENTS, names: tuple | None = None, arithmetic: bool = True):
         self.lib = stage_lib
+        self.arithmetic = bool(arithmetic)   # False: the MMAs leave D as it was (a run for its events alone)
         self.kernel, self.arch, self.defines = kernel, arch, dict(defines or {})
         self.grid, self.block, self.cluster = tuple(grid), tuple(block), tuple(cluster)
         self.smem = int(smem)
@@ -620,6 +621,7 @@ class SimPlan:
         with _LOCK:   # one engine per process
             if eng.pe_sim_set_accumulation(p18, err, ctypes.c_uint64(len(err))):
                 raise SimError(f"the engine refused accumulation {self.accumulation!r}: {err.value.decode()}")
+            eng.pe_sim_set_arithmetic(int(self.arithmetic))
             eng.pe_sim_run(ctypes.byref(L))
             doc = json.loads(eng.pe_sim_report_json().decode())
             n = ctypes.c_int64(0)
@@ -629,7 +631,8 @@ class SimPlan:
                   if n.value else np.zeros(0, dt))
         stats = {k: doc.get(k) for k in ("steps", "switches", "ops", "p_async", "p_yield", "events_truncated",
                                          "hazards_total", "misuse_total", "warnings_total", "records_cap")}
-        stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster), accumulation=self.accumulation)
+        stats.update(slots=self.slots, grid=list(self.grid), cluster=list(self.cluster), accumulation=self.accumulation,
+                     arithmetic=self.arithmetic)
         for k in ("deadlock", "hazards", "misuse", "warnings"):
             resolve_lines(doc.get(k) or [], self.lib.path)
         self.report = SimReport(ok=bool(doc["ok"]), seed=self.seed, deadlock=doc["deadlock"], hazards=doc["hazards"],
@@ -659,11 +662,13 @@ class SimPlan:
 
 def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=None, seed: int | str = 0,
             timing: bool = False, slots: int | None = None, max_events: int = MAX_EVENTS,
-            names: tuple | None = None) -> SimPlan:
+            names: tuple | None = None, arithmetic: bool = True) -> SimPlan:
     """A simulated launch of `build`'s source (a pelib.build.Build: its source file and kernel name) with the
     same arguments a GPU launch binds (tensor maps as pelib.tma.TensorMap, tensors on the CPU, scalars).
     `names` are the kernel's parameter names (a report about an out-of-bounds access names its tensor). The
-    seed picks the interleaving: an integer, or 'lazy' / 'eager' (SCHEDULES); it has no other channel."""
+    seed picks the interleaving: an integer, or 'lazy' / 'eager' (SCHEDULES); it has no other channel.
+    arithmetic=False: the MMAs read and check their operands but compute nothing (the same protocol and events,
+    outputs that are no GEMM: the timing model's runs, pelib.sim.host.events)."""
     # the launch shapes every GPU refuses (block 0 or over 1,024 threads, grid 0, shared memory over the
     # limit) are refused here too, before anything is built, with pelib.launch's messages
     g, b, c, smem = launch.check_shape(grid, block, cluster, smem, name=kernel, smem_limit=SMEM_LIMIT,
@@ -675,7 +680,7 @@ def prepare(build, args, *, grid, block, cluster, smem, kernel, arch, defines=No
     src = getattr(build, "source", build)
     lib = stage_build(Path(src), kernel, defines)
     return SimPlan(lib, tuple(args), g, b, c, smem, kernel, arch, defines or {}, default_seed(seed), timing, slots,
-                   max_events, names)
+                   max_events, names, arithmetic)
 
 
 _LINES: dict = {}

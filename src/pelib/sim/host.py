@@ -55,7 +55,8 @@ def check(stage: Stage, problem, cfg: LaunchConfig, *, verify: bool = True, inpu
     return sim_budget.check(est, fixes=fixes)
 
 
-def plan(stage: Stage, problem, tensors: dict, timing=None, grid: int | None = None, spec_hook=None, seed: int = 0):
+def plan(stage: Stage, problem, tensors: dict, timing=None, grid: int | None = None, spec_hook=None, seed: int = 0,
+         arithmetic: bool = True):
     """A checked simulated launch: pelib.sim's plan, with the launch shape and the arguments a GPU launch binds
     (Stage.plan's). `spec_hook(specs) -> specs` may change the tensor maps first; `seed` picks the simulated
     interleaving (the seed's one channel)."""
@@ -70,7 +71,7 @@ def plan(stage: Stage, problem, tensors: dict, timing=None, grid: int | None = N
                     stage.args(prob, tensors, maps, timing), grid=cfg.grid, block=cfg.block,
                     cluster=cfg.cluster, smem=cfg.smem, kernel=stage.build.kernel, arch=stage.arch,
                     defines=defines, seed=seed, timing=timing is not None,
-                    names=tuple(name for _, name in stage.signature))
+                    names=tuple(name for _, name in stage.signature), arithmetic=arithmetic)
     p.config = cfg
     return p
 
@@ -104,14 +105,15 @@ def events(stage: Stage, problem="sim", seed: int = 0, timing: bool = False) -> 
     """One simulated run's event log (the simulator's schema, pelib.events), its launch, and the bytes of the
     kernel's own global loads and stores per tensor, and its L2 prefetches' boxes ({name: {"load": B, "store":
     B, "prefetch": B}}; a TMA load's or store's are in the log): inputs and interleaving both seeded by `seed`; timing=True runs the TIMING build with a
-    CPU record buffer, so its clock64 phase marks are logged too. The one call the timing model
+    CPU record buffer, so its clock64 phase marks are logged too. No MMA computes (arithmetic=False): the events
+    and bytes are those of a run that does (tests/test_sim_stages.py), at a fraction of its time. The one call the timing model
     (pelib.predict) makes into a run."""
     prob = stage.problem(problem)
     tensors = stage.inputs(prob, seed, "sim")
     buf = None
     if timing:
         buf = _timing.alloc(_timing.layout(stage.timing_build(), config(stage, prob).ctas), device="cpu")
-    p = plan(stage, prob, tensors, timing=buf, seed=seed)
+    p = plan(stage, prob, tensors, timing=buf, seed=seed, arithmetic=False)   # the events alone: no MMA computes
     rep = p.run()
     gmem = {g["tensor"]: {"load": int(g["load"]), "store": int(g["store"]), "prefetch": int(g.get("prefetch", 0))}
             for g in rep.gmem}

@@ -119,6 +119,12 @@ int pe_sim_set_accumulation(const int32_t* p18, char* err, uint64_t err_len) {
              pe_sim::accumulation() = pe_sim::Accumulation{q[0], q[1], q[2]})
 }
 
+// Whether wgmma and tcgen05.mma compute their outputs in the next launches (model/blockfma.h arithmetic_on).
+int pe_sim_set_arithmetic(int on) {
+  pe_sim::arithmetic_on() = on != 0;
+  return 0;
+}
+
 int pe_sim_get_accumulation(int32_t* p18, int defaults) {
   static const pe_sim::Accumulation initial = pe_sim::Accumulation{
       pe_sim::WGMMA_F8_H100, pe_sim::UMMA_F8F6F4_B200, pe_sim::UMMA_MXF4NVF4_B200};

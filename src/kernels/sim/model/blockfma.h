@@ -65,6 +65,13 @@ inline Accumulation& accumulation() {   // pelib.sim sets it before every launch
   static Accumulation a{WGMMA_F8_H100, UMMA_F8F6F4_B200, UMMA_MXF4NVF4_B200};
   return a;
 }
+// Whether an MMA computes its outputs (pelib.sim sets it before every launch: pe_sim_set_arithmetic). Off, wgmma
+// and tcgen05.mma still read and check their operands but leave D as it was: a run whose events are all that is
+// wanted (the timing model's; pelib.sim.host.events), the protocol and every event the same, the outputs not a GEMM.
+inline bool& arithmetic_on() {
+  static bool on = true;
+  return on;
+}
 
 inline void check_block_fma(const BlockFma& p, int k, const char* what) {
   if (p.frac_bits == 0) return;

@@ -55,6 +55,7 @@ inline void gmma_f8(const uint8_t* smem, uint32_t smem_size, uint32_t smem_base_
   read_kmajor(fa, 64, 32, smem, smem_size, smem_base_addr, a.data(), "wgmma A");
   read_kmajor(fb, uint32_t(N), 32, smem, smem_size, smem_base_addr, b.data(), "wgmma B");
   check_dot_f8(p, 32, fmt, fmt, "wgmma");
+  if (!arithmetic_on()) return;   // operands read and checked, D left as it was
   F8Rows ra, rb;   // decoded once for the instruction's 64 x N outputs
   ra.decode(a.data(), 64, 32, fmt);
   rb.decode(b.data(), N, 32, fmt);

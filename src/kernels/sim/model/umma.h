@@ -230,6 +230,7 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
     else
       read_kmajor(fa, rows_a, kbytes, c.smem, c.smem_size, c.smem_base_addr, abytes.data(), "tcgen05.mma A");
     if (id.a_neg && !scaled) for (auto& x : abytes) x ^= 0x80;
+    if (!arithmetic_on()) continue;   // operands read and checked, D left as it was
     if (!scaled) ra.decode(abytes.data(), int(rows_a), K, id.a_fmt);
     for (uint32_t m = 0; m < rows_a; ++m) {
       uint32_t* drow = c.tmem + size_t(m) * TMEM_COLS + dcol;
