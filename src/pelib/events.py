@@ -13,6 +13,7 @@ the graph from here, so they cannot disagree.
 """
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -23,6 +24,7 @@ from .paths import KERNELS
 KEYS = ("seq", "cta", "cluster", "rank", "warp", "lane", "role", "kind", "barrier", "index", "addr", "bar_cta", "phase",
         "parity", "tag", "bytes", "op", "slot", "acc", "tile", "what", "file", "line", "tensor", "dests", "coord")
 REQUIRED = ("seq", "cta", "warp", "kind")
+_KEYSET = frozenset(KEYS)
 # The one table of event kinds: what each is in a picture (its category), how a picture marks it (marker,
 # colour, legend; None: drawn as a span or not at all) and how the timing model's replay prices it (PRICES).
 # An async unit (TMA, tensor core) records its completions with warp -1. The engine's kinds (pelib.sim.engine.EVENT_KINDS,
@@ -138,17 +140,24 @@ def check(events) -> list[dict]:
         events = [{k: (v.item() if hasattr(v, "item") else v) for k, v in zip(events.dtype.names, row)}
                   for row in events]
     out = []
+    required = operator.itemgetter(*REQUIRED)
     for n, e in enumerate(events):
-        missing = [k for k in REQUIRED if e.get(k) is None]
-        if missing:
+        try:
+            whole = None not in required(e)
+        except KeyError:
+            whole = False
+        if not whole:
+            missing = [k for k in REQUIRED if e.get(k) is None]
             raise EventError(f"event {n} lacks {missing}: every event has {REQUIRED} (pelib.events.KEYS)")
         if e["kind"] not in KINDS:
             raise EventError(f"event {n} has kind {e['kind']!r}, not one of the schema's {sorted(KINDS)}")
-        if isinstance(e.get("barrier"), int) and not isinstance(e["barrier"], bool):
+        b = e.get("barrier")
+        if isinstance(b, int) and not isinstance(b, bool):
             raise EventError(f"event {n} names its barrier by the number {e['barrier']}: `barrier` is the barrier's "
                              "name (\"full\", with `index`), its shared-memory offset goes to `addr`, a bar.sync's id "
                              "to `tag` (the simulator's schema, pelib.sim.engine.event_schema())")
-        out.append({**dict.fromkeys(KEYS), **e})
+        # an event with every key (the simulator's) is copied as it is, any other filled with None first
+        out.append(dict(e) if e.keys() == _KEYSET else {**dict.fromkeys(KEYS), **e})
     out.sort(key=lambda e: e["seq"])
     return fill_roles(out)
 

@@ -99,11 +99,19 @@ class Graph:
     ctas: dict                       # cta -> (cluster, rank)
     node_of: dict = field(default_factory=dict, repr=False)   # an event's index -> the node that stands for it
     assumptions: list = field(default_factory=list)
+    _classes: dict | None = field(default=None, repr=False)
 
     @property
     def events(self) -> list:
         """The checked log (every kind, pelib.events.check), the graph's node `ev` indexes."""
         return self.hb.events
+
+    @property
+    def warp_classes(self) -> dict:
+        """pelib.events.warp_classes of the log, worked out once per graph (every replay of it asks)."""
+        if self._classes is None:
+            self._classes = _events.warp_classes(self.events)
+        return self._classes
 
     @classmethod
     def build(cls, events, sass=None) -> "Graph":

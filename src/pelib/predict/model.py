@@ -647,7 +647,7 @@ def replay_timing(res, g, ctas, stage) -> _timing.Timing | None:
     warps = sorted(w for (cc, w) in res.warps if cc == c)
     if not warps:
         return None
-    roles = {w: r for (cc, w), r in _events.warp_classes(g.events).items() if cc == c}   # the one rule
+    roles = {w: r for (cc, w), r in g.warp_classes.items() if cc == c}   # the one rule (pelib.events.warp_classes)
     one_tile = not int(stage.exports.get("grid_kind", 1) or 0)     # a grid of one tile per CTA (cluster)
     cuts = {}
     for w in warps:
