@@ -677,3 +677,15 @@ def test_umma_mxf4nvf4_block16_matches_torch(lib, exact):
         _mma(lib, "mxf4nvf4", [c], 0, da, db, idesc & ~(7 << 7) | 5 << 7, False, tm_sfa, tm_sfb)
     with pytest.raises(ModelError, match="outside the allocation"):
         _mma(lib, "mxf4nvf4", [Cta(0, 256)], 0, da, db, idesc, False, tm_sfa, tm_sfb)
+
+
+def test_the_models_compute_after_a_launch_that_computed_nothing(lib):
+    """A launch for its events alone (pelib.sim.host.events: arithmetic off) leaves the switch on when it ends:
+    the models' inline state is one object for every library of the process (a static of an inline function is
+    a unique symbol), so this library's wgmma tiles came out NaN in a CI worker that had run a prediction first."""
+    from pelib.sim import host as sim_host
+    from pelib.stage import Stage
+    s = Stage("sm90/00_tma_wgmma")
+    prob = s.problem("sim")
+    sim_host.plan(s, prob, s.inputs(prob, 0, "sim"), seed=0, arithmetic=False).run()
+    test_gmma_e4m3_k_loop_matches_torch(lib, 64, True)

@@ -622,7 +622,10 @@ class SimPlan:
             if eng.pe_sim_set_accumulation(p18, err, ctypes.c_uint64(len(err))):
                 raise SimError(f"the engine refused accumulation {self.accumulation!r}: {err.value.decode()}")
             eng.pe_sim_set_arithmetic(int(self.arithmetic))
-            eng.pe_sim_run(ctypes.byref(L))
+            try:
+                eng.pe_sim_run(ctypes.byref(L))
+            finally:   # the models' own entries (pe_sim_gmma_f8, the tiles) compute unless a launch says otherwise
+                eng.pe_sim_set_arithmetic(1)
             doc = json.loads(eng.pe_sim_report_json().decode())
             n = ctypes.c_int64(0)
             p = eng.pe_sim_events(ctypes.byref(n))
