@@ -424,29 +424,25 @@ inline uint32_t block_f8_decoded(const int32_t* am, const int32_t* ar, const int
   if (d.mag) R = std::max(R, int(d.expo));
   if (R == INT32_MIN) return 0;             // every term zero: +0 (probe class zero_signs)
   R = std::max(R, p.min_exp);
-  const int grid = R - p.frac_bits, base = mant + grid, smax = p.frac_bits - mant;
+  const int grid = R - p.frac_bits, smax = p.frac_bits - mant, e = p.frac_bits - R;
+  if (smax > 23 || e <= -1000 || e >= 1000) {   // a wider rule: block_fma_ints on the products
+    int32_t mag[64], ref[64];
+    int64_t neg[64];
+    for (int i = 0; i < n; ++i) mag[i] = am[i] * bm[i], ref[i] = ar[i] + br[i], neg[i] = an[i] ^ bn[i];
+    return block_fma_ints(mag, ref, neg, n, mant, d, p);
+  }
+  // a term is the signed product a b (exact in a double: 4-bit significands) times 2^(frac_bits - R), cut
+  // toward zero: below 2^31 in magnitude (2^8 x 2^smax), so a double -> int32 conversion (truncating) is exact
+  const uint64_t scale_bits = uint64_t(e + 1023) << 52;
+  double scale;
+  std::memcpy(&scale, &scale_bits, 8);
   int64_t sum = 0;
-  const int e = p.frac_bits - R;
-  if (smax <= 23 && av && bv && e > -1000 && e < 1000) {
-    // a term is the signed product a b (exact in a double: 4-bit significands) times 2^(frac_bits - R), cut
-    // toward zero: below 2^31 in magnitude (2^8 x 2^smax), so a double -> int32 conversion (truncating) is exact
-    const uint64_t scale_bits = uint64_t(e + 1023) << 52;
-    double scale;
-    std::memcpy(&scale, &scale_bits, 8);
-    if (N == 32) {
-      sum = terms32(av, bv, scale);
-    } else {
-      int32_t t[64];
-      for (int i = 0; i < n; ++i) t[i] = int32_t(av[i] * bv[i] * scale);
-      for (int i = 0; i < n; ++i) sum += t[i];
-    }
+  if (N == 32) {
+    sum = terms32(av, bv, scale);
   } else {
-    for (int i = 0; i < n; ++i) {
-      const int sh = std::min(std::max(40 - (ar[i] + br[i] - base), 0), 63);
-      const int64_t t = (int64_t(am[i] * bm[i]) << 40) >> sh;
-      const int64_t s = an[i] ^ bn[i];
-      sum += (t ^ -s) + s;
-    }
+    int32_t t[64];
+    for (int i = 0; i < n; ++i) t[i] = int32_t(av[i] * bv[i] * scale);
+    for (int i = 0; i < n; ++i) sum += t[i];
   }
   if (d.mag) {
     const int s = d.lsb - grid;

@@ -215,9 +215,9 @@ inline void umma_block_fma(int kind, const UmmaIdesc& id, int cta_group, const U
   if (scaled) {
     bq.resize(size_t(N) * K);
     bs.resize(size_t(N) * 4);
+    b2.resize(size_t(N) * K);
     for (uint32_t n = 0; n < N; ++n) {
       for (int k = 0; k < K; ++k) bq[size_t(n) * K + k] = fp_elem(&bbytes[size_t(n) * kbytes], k, id.b_neg);
-      b2.resize(size_t(N) * K);
       for (int k = 0; k < K; ++k) b2[size_t(n) * K + k] = e2m1_halves(bq[size_t(n) * K + k]);
       for (int i = 0; i < 4; ++i) bs[size_t(n) * 4 + i] = fp_scale(ctas[0], sfb_tmem, n, i);
     }
