@@ -784,3 +784,26 @@ def test_a_one_tile_ctas_phases_span_its_tile_not_a_k_step():
     cal = str(ROOT / "results/2026-12-02-h200/predict-calibration-h200.json")
     p = model.predict(Stage("sm90/00a_smem_ring"), "h200", cal)
     assert p.phases["kloop"]["avg"] > 0.5 * p.phases["tile"]["avg"] > 0
+
+
+def test_a_single_thread_issue_loop_is_no_k_loop_and_the_mma_k_comes_from_its_kind():
+    """nvfp4/07 issues each tcgen05.cp, tcgen05.mma and TMA load from one thread picked by its index: the compiler
+    wraps every such instruction in a loop of its own (ELECT, R2UR.BROADCAST, BRA.U.ANY). Those are no K loops: the
+    K loops are the producer's (4 TMA loads a pass) and the MMA issuer's (4 MMAs a pass), and one MMA of
+    kind::mxf4nvf4 is K = 64 (PTX ISA, tcgen05.mma shapes), not the 256 of a whole K tile, which priced every
+    NVFP4 MMA at four times its tensor-pipe time."""
+    from pelib.predict.sass_paths import uniform_waterfall
+    st = Stage("nvfp4/07_split_k_roles")
+    s = SassPaths.of(st)
+    wrapped = [(i.target, i.index) for i in s.instrs if i.is_branch and i.op.startswith("BRA.U.ANY")
+               and i.target is not None and i.target < i.index]
+    assert len(wrapped) >= 12 and all(uniform_waterfall(s.instrs[lo:hi + 1]) for lo, hi in wrapped)
+    per_pass = sorted((sum(i.op.startswith("UTMALDG") for i in s.instrs[lo:hi + 1]),
+                       sum(i.op.startswith("UTCOMMA") for i in s.instrs[lo:hi + 1])) for lo, hi in s.k_loops)
+    assert per_pass == [(0, 4), (4, 0)]
+    assert model.umma_shape(s, st.exports) == (128, 64, 64, True)
+    fp8 = Stage("fp8/09_persistent_megakernel")
+    assert model.umma_shape(SassPaths.of(fp8), fp8.exports)[2] == 32
+    # a K loop unrolled twice holds 8 MMAs a pass: its K per MMA is still the kind's
+    f28 = Stage("fp8/variants/09_f28_kloop_unroll")
+    assert model.umma_shape(SassPaths.of(f28), f28.exports)[2] == 32

@@ -40,6 +40,7 @@ import numpy as np
 
 from .. import events as _events, evidence, timing as _timing
 from ..sim import host as sim_host
+from ..isa import descriptors as _desc
 from ..isa.limits import SMEM_LIMIT
 from . import calibration as _cal, measured as _measured
 from .graph import Graph
@@ -391,16 +392,18 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
 
 def umma_shape(sass, ex) -> tuple:
     """(M per SM, N, K, FP4?) of one tcgen05.mma: M the CTA's tile rows (a cta_group::2 MMA computes each
-    SM's half of the pair's rows, PTX ISA 9.7.16.10), N the exported MMA N (or the tile's), K the K block
-    over the UTC*MMA instructions of one pass of the compiled K loop (4 x 32 for kind::f8f6f4, 4 x 64 for
-    the block-scaled FP4 kinds in these stages); (0, 0, 0, False) where the SASS has no tcgen05.mma."""
+    SM's half of the pair's rows, PTX ISA 9.7.16.10), N the exported MMA N (or the tile's), K the one its kind
+    fixes (isa.descriptors.MMA_K: the stage's mma_kind export; 32 for kind::f8f6f4, 64 for the block-scaled FP4
+    kinds); (0, 0, 0, False) where the SASS has no tcgen05.mma. Counting the MMAs of a loop in the SASS would
+    not do: the compiler wraps each single-thread UTC*MMA in a loop of its own (ELECT, R2UR.BROADCAST,
+    BRA.U.ANY: one pass when one thread issues it), and an unrolled K loop holds more than one K block."""
     pre = ("UTCQMMA", "UTCOMMA", "UTCHMMA", "UTCMMA", "UTCBMMA")
-    for lo, hi in sass.k_loops:
-        n = sum(1 for i in sass.instrs[lo:hi + 1] if i.op.startswith(pre))
-        if n:
-            return (int(ex["tile_m"]), int(ex.get("mma_n", ex["tile_n"])), int(ex["block_k"]) // n,
-                    ex.get("mma_kind") in (4, 5, 6))
-    return (0, 0, 0, False)
+    if not any(i.op.startswith(pre) for i in sass.instrs):
+        return (0, 0, 0, False)
+    kind = _desc.MMA_KINDS.get(int(ex.get("mma_kind", 2)))
+    if kind is None:
+        raise PredictError(f"mma_kind={ex.get('mma_kind')}: not a tcgen05.mma kind code ({_desc.MMA_KINDS})")
+    return (int(ex["tile_m"]), int(ex.get("mma_n", ex["tile_n"])), _desc.MMA_K[kind], kind in ("mxf4", "mxf4nvf4"))
 
 
 def default_clock(cal, clock=None):

@@ -447,6 +447,8 @@ def k_loops(instrs: list[LInstr], retry: set) -> list[tuple[int, int]]:
     out = []
     for lo, hi in loops:
         body = instrs[lo:hi + 1]
+        if uniform_waterfall(body):
+            continue
         mma = sum(1 for b in body if b.op.startswith(ANCHORS["mma"]))
         tma = sum(1 for b in body if b.op.startswith("UTMALDG"))
         # one K block per pass: at most 8 MMAs (4 k32 steps of a 128-B slice, or 4 x 2 halves) or 4 loads (A, B
@@ -455,6 +457,15 @@ def k_loops(instrs: list[LInstr], retry: set) -> list[tuple[int, int]]:
             if not any(o[0] >= lo and o[1] <= hi for o in out):
                 out.append((lo, hi))
     return out
+
+
+def uniform_waterfall(body: list[LInstr]) -> bool:
+    """A loop the compiler wraps around one uniform-datapath instruction (a UTMALDG, UTCCP, UTCBAR or UTC*MMA
+    issued by one thread picked by its index): ELECT a lane, R2UR.BROADCAST its operands into uniform registers, issue, and BRA.U.ANY back while
+    a lane with other operands is left. It runs once per distinct operand set of the active lanes (once where one
+    thread issues), whatever K is: no K loop, and no loop a walk repeats."""
+    return (body[-1].op.startswith("BRA.U.ANY") and any(b.op.startswith("ELECT") for b in body)
+            and sum(1 for b in body if b.op.startswith(("UTC", "UTMA", "UBLK"))) == 1)
 
 
 RETRY_GAP = 16      # a bounded wait's retry loop starts this close after its first try_wait
