@@ -13,14 +13,14 @@ from pelib.kinds.base import KindError
 from pelib.stage import Stage
 
 NEW = ("nvfp4/03_narrow_n", "nvfp4/04_split_k_cluster", "nvfp4/05_persistent_acc2", "nvfp4/06_cache_hints",
-       "nvfp4/07_split_k_roles")
+       "nvfp4/07_split_k_roles", "nvfp4/08_elected_issuers", "nvfp4/09_wide_split")
 SHAPES = ("k16384", "k7168", "k2048")
 
 
 @pytest.mark.parametrize("key", NEW)
 def test_parent_chain_and_tile(key):
     s = Stage(key)
-    assert s.exports.tile_m == 128 and s.exports.tile_n == 64
+    assert s.exports.tile_m == 128 and s.exports.tile_n == (128 if key == "nvfp4/09_wide_split" else 64)
     assert s.header.parent in ("nvfp4/01_pipelined", *NEW)
 
 
@@ -33,6 +33,30 @@ def test_grids_on_the_benchmark_shapes():
     assert c4.ctas == 224 and c4.cluster == (2, 1, 1) and c4.grid == (224, 1, 1)
     assert full["nvfp4/05_persistent_acc2"].persistent and full["nvfp4/05_persistent_acc2"].ctas == 112
     assert Stage("nvfp4/04_split_k_cluster", {"SPLIT_K": 4}).launch_config("k7168").ctas == 4 * 4096 // 64
+    assert full["nvfp4/08_elected_issuers"].ctas == 224
+    w = full["nvfp4/09_wide_split"]
+    assert w.ctas == 112 and w.cluster == (2, 1, 1)          # the K split over 128-wide tiles: one wave
+
+
+def test_the_elected_issuers_lose_the_compilers_issue_loops():
+    """Compiled: 07 picks its two issuing threads by index, and the compiler wraps each TMA load, scale copy, MMA
+    and commit in a loop of its own (ELECT, R2UR.BROADCAST, BRA.U.ANY); 08 elects them (elect.sync) and has none,
+    so its MMA issuer's K loop is a fraction of 07's instructions."""
+    from pelib.predict.sass_paths import SassPaths
+
+    def issue_loops(key):
+        s = SassPaths.of(Stage(key))
+        return s, sum(1 for i in s.instrs if i.is_branch and i.op.startswith("BRA.U.ANY") and i.target is not None
+                      and i.target < i.index)
+
+    s7, n7 = issue_loops("nvfp4/07_split_k_roles")
+    s8, n8 = issue_loops("nvfp4/08_elected_issuers")
+    assert n7 >= 12 and n8 == 0
+
+    def mma_loop_len(s):
+        lo, hi = next((lo, hi) for lo, hi in s.k_loops if any(i.op.startswith("UTCOMMA") for i in s.instrs[lo:hi + 1]))
+        return hi - lo + 1
+    assert mma_loop_len(s8) < 0.75 * mma_loop_len(s7)
 
 
 def test_split_k_refuses_a_k_it_cannot_share():

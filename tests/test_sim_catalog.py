@@ -142,6 +142,11 @@ def test_matches_needs_kind_and_site():
     hz = C.mutation("sm90-03-staging-reused-before-store-read")
     assert C.matches(hz, C.Outcome("hazard", detail="st.shared while a TMA store reads it"))[0]
     assert not C.matches(hz, C.Outcome("hazard", detail="TMEM read during an MMA"))[0]
+    el = C.mutation("nvfp4-08-elect-in-one-lane")      # a deadlock no wait tag marks: its site word
+    assert C.matches(el, C.Outcome("deadlock", (), detail="warp 1: elect.sync: lanes 0x00000001 of 0xffffffff"))[0]
+    assert not C.matches(el, C.Outcome("deadlock", (3,), detail="warp 0: mbarrier wait at tag 3"))[0]
+    with pytest.raises(C.CatalogError, match="names the wait tags"):
+        C.Mutation("x", el.stage, el.patches, "d", "deadlock")
 
 
 def test_agreement_rules():

@@ -7,7 +7,9 @@ cannot silently rot when a stage changes), plus a one-line description and the e
 
     deadlock   the simulator's deadlock lists a blocked wait at one of `tags` (the stage's wait tags, the
                third argument of mbarrier_wait_parity); on a GPU the bounded wait traps, prints its tag
-               (PE_WAIT_PRINTF) and pelib.launch raises KernelFault;
+               (PE_WAIT_PRINTF) and pelib.launch raises KernelFault; a deadlock no wait tag marks (a warp
+               collective such as elect.sync that some lanes never reach) names `site` instead, a word of the
+               simulator's deadlock report;
     hazard     a SimHazard whose kind or message names `site` (e.g. a shared-memory write while a TMA
                store still reads it);
     misuse     a SimMisuse whose kind or message names `site` (e.g. a TMEM read outside the warp's lane
@@ -77,7 +79,7 @@ class Mutation:
     description: str                 # one line: the mistake
     expect: str                      # one of KINDS
     tags: tuple = ()                 # deadlock: wait tags at which a blocked fiber must be reported
-    site: str = ""                   # hazard / misuse: a word the report's kind or message contains
+    site: str = ""                   # hazard / misuse (or a deadlock without tags): a word of the report
     gpu: str | None = None           # sm90: what an H100 shows (GPU_SHOWS); None: a race
     defines: dict = field(default_factory=dict)
     problem: str = "sim"
@@ -88,8 +90,9 @@ class Mutation:
     def __post_init__(self):
         if self.expect not in KINDS:
             raise CatalogError(f"{self.id}: expect={self.expect!r}, one of {KINDS}")
-        if self.expect == "deadlock" and not self.tags:
-            raise CatalogError(f"{self.id}: a deadlock names the wait tags where it shows")
+        if self.expect == "deadlock" and not self.tags and not self.site:
+            raise CatalogError(f"{self.id}: a deadlock names the wait tags where it shows, or the site of a blocked "
+                               "warp collective or barrier that no wait tag marks (elect.sync, bar.sync)")
         if self.expect in ("hazard", "misuse") and not self.site:
             raise CatalogError(f"{self.id}: a {self.expect} names the site (a word of the report)")
         if any(k not in KINDS for k in self.also):
@@ -303,8 +306,10 @@ def matches(mut: Mutation, out: Outcome) -> tuple[bool, str]:
     if out.kind not in kinds:
         return False, f"expected {' or '.join(sorted(kinds))}, got {out.kind}: {out.detail[:400]}"
     if out.kind == "deadlock":
-        if not set(out.tags) & set(mut.tags):
+        if mut.tags and not set(out.tags) & set(mut.tags):
             return False, f"deadlock at tags {sorted(out.tags)}, expected one of {list(mut.tags)}"
+        if not mut.tags and not any(w.lower() in out.detail.lower() for w in mut.site.split("|")):
+            return False, f"no blocked {mut.site!r} in the deadlock: {out.detail[:400]}"
     elif out.kind in ("hazard", "misuse"):
         lines = out.found.get(mut.expect) or [out.detail]
         words = [w.lower() for w in mut.site.split("|")]

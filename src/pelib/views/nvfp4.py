@@ -473,7 +473,7 @@ def on_b200(name: str = "00_single_stage", stages: int | None = None, *, mistake
 # ---- beyond the lab: 03-06 (the chapter "NVFP4 beyond the lab") ---------------------------------------------
 
 BEYOND = ("01_pipelined", "03_narrow_n", "04_split_k_cluster", "05_persistent_acc2", "06_cache_hints",
-          "07_split_k_roles")
+          "07_split_k_roles", "08_elected_issuers", "09_wide_split")
 BEYOND_DOC = "predictions-nvfp4-beyond.json"     # written by write_beyond_predictions, under results/<date>-b200/
 B200_SMS = 148
 # Public results on the same three shapes (M = 128; N, K = 7168, 16384 / 4096, 7168 / 7168, 2048), µs, as their
