@@ -215,3 +215,14 @@ def test_a_stage_the_model_cannot_replay_gets_a_row_that_says_why():
                      "error": "PredictError: no path to an expect_tx"}]
     t = v.beyond_table({"error_bar": None, "rows": rows})
     assert any("could not replay" in n for n in t.notes)
+
+
+def test_issue_loop_and_bytes_tables_come_from_the_sass_and_exports():
+    from pelib.views import nvfp4 as v
+    rows = {r["stage"]: r for r in v.issue_loops_table().rows}
+    assert rows["07_split_k_roles"]["issue loops"] >= 12 and rows["08_elected_issuers"]["issue loops"] == 0
+    assert (rows["08_elected_issuers"]["MMA issuer: instructions a K tile"]
+            < rows["07_split_k_roles"]["MMA issuer: instructions a K tile"])
+    b = {r["stage"]: r for r in v.ktile_bytes_table().rows}
+    assert b["08_elected_issuers"]["KiB a K tile"] == "28" and b["09_wide_split"]["KiB per 64 output columns"] == "18"
+    assert (b["08_elected_issuers"]["waves"], b["09_wide_split"]["waves"]) == (2, 1)

@@ -515,6 +515,42 @@ def work_split(name: str, shape: str = "k16384", sms: int = B200_SMS) -> dict:
             "persistent": cfg.persistent, "tiles_per_cta": (lo, hi), "sms": sms}
 
 
+def issue_loops(name: str) -> dict:
+    """Compiled, from the stage's SASS: the loops the compiler wraps around one single-thread uniform-datapath
+    instruction (ELECT, R2UR.BROADCAST, the instruction, BRA.U.ANY: pelib.predict.sass_paths.uniform_waterfall),
+    and the instructions of one pass of each K loop (the producer's holds the TMA loads, the MMA issuer's the
+    tcgen05.mma)."""
+    from ..predict.sass_paths import SassPaths, uniform_waterfall   # the SASS reader, loaded when asked
+    s = SassPaths.of(stage(name))
+    wrapped = sum(1 for i in s.instrs if i.is_branch and i.op.startswith("BRA.U.ANY") and i.target is not None
+                  and i.target < i.index and uniform_waterfall(s.instrs[i.target:i.index + 1]))
+    out = {"stage": name, "issue loops": wrapped}
+    for lo, hi in s.k_loops:
+        body = s.instrs[lo:hi + 1]
+        role = "MMA issuer" if any(b.op.startswith("UTC") and "MMA" in b.op for b in body) else "producer"
+        out[f"{role}: instructions a K tile"] = hi - lo + 1
+    return out
+
+
+def issue_loops_table(names=("07_split_k_roles", "08_elected_issuers")) -> Table:
+    """issue_loops of each stage as a table (compiled: NVRTC's SASS of the stage at its defaults)."""
+    return Table([issue_loops(n) for n in names], "One thread picked by its index, or elected: the compiler's issue "
+                 "loops and the K loops' length — compiled (each stage's SASS)")
+
+
+def ktile_bytes_table(names=("08_elected_issuers", "09_wide_split"), shape: str = "k16384") -> Table:
+    """What one K tile brings into an SM (its TMA bytes: A, B and both scale factors), per 64 output columns, and
+    the CTAs of the grid on `shape`, from each stage's exports and launch configuration (compiled)."""
+    rows = []
+    for n in names:
+        ex, w = stage(n).exports, work_split(n, shape)
+        kib = int(ex["stage_tx_bytes"]) / 1024
+        rows.append({"stage": n, "tile": w["tile"], "KiB a K tile": f"{kib:g}",
+                     "KiB per 64 output columns": f"{kib * 64 / int(ex.tile_n):g}", "CTAs": w["ctas"],
+                     "waves": w["waves"]})
+    return Table(rows, f"The bytes a K tile brings into an SM, and the grid on {shape} — compiled (exports)")
+
+
 def work_split_table(shape: str = "k16384", names=BEYOND) -> Table:
     """work_split of each stage on one shape, as a table (compiled: exports and launch configuration)."""
     rows = []

@@ -227,7 +227,8 @@ def patch_text(m, limit: int = 3) -> str:
 
 def _expected(m) -> str:
     if m.expect == "deadlock":
-        return f"deadlock at tag {' or '.join(str(t) for t in m.tags)}"
+        return (f"deadlock at tag {' or '.join(str(t) for t in m.tags)}" if m.tags else
+                f"deadlock at the {m.site}")
     if m.expect in ("hazard", "misuse"):
         return f"{m.expect} naming '{m.site}'"
     if m.expect == "clean":
@@ -250,11 +251,13 @@ def clean(text: str) -> str:
 
 
 def first_site(run: SimRun) -> str:
-    """The report's most telling entry: a blocked mbarrier wait (its tag) before other waits, else the first."""
+    """The report's most telling entry: a blocked mbarrier wait (its tag) before other waits, then a warp
+    collective some lanes never reached (elect.sync: the warps at a block barrier only wait behind it), else
+    the first."""
     items = run.deadlock or run.hazards or run.misuse
     if not items:
         return clean(run.stopped)
-    tagged = [x for x in items if re.search(r"\btag\b", x)]
+    tagged = [x for x in items if re.search(r"\btag\b", x)] or [x for x in items if "elect.sync" in x]
     return named(run, clean((tagged or items)[0])) + (f" (and {len(items) - 1} more)" if len(items) > 1 else "")
 
 
