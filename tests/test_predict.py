@@ -807,3 +807,13 @@ def test_a_single_thread_issue_loop_is_no_k_loop_and_the_mma_k_comes_from_its_ki
     # a K loop unrolled twice holds 8 MMAs a pass: its K per MMA is still the kind's
     f28 = Stage("fp8/variants/09_f28_kloop_unroll")
     assert model.umma_shape(SassPaths.of(f28), f28.exports)[2] == 32
+
+
+def test_a_one_tile_ctas_critical_path_is_its_k_loop_not_its_epilogue():
+    """A CTA of one tile replays a cut K loop, then its epilogue once: the critical path is read over the K loop's
+    steady state (from the last MMA's issue back), so the sentence names what bounds the K loop. 07's single MMA
+    thread issues more than its MMAs take (SASS issue); 09's short issuer waits for its K tiles' bytes."""
+    p7 = model.predict(Stage("nvfp4/07_split_k_roles"), gpu="b200", problem="k2048")
+    p9 = model.predict(Stage("nvfp4/09_wide_split"), gpu="b200", problem="k2048")
+    assert next(iter(p7.critical)) == "issue"
+    assert next(iter(p9.critical)) == "memory" and p9.sentence.startswith("bound by TMA loads")

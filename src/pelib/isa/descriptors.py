@@ -50,9 +50,9 @@ GMMA_LAYOUT = {0: 0, 128: 1, 64: 2, 32: 3}
 SWIZZLES = (0, 32, 64, 128)
 # MMA kind codes: the stages' mma_kind export and common/descriptors.cuh's UMMA_KIND_* (block-scaled 4-6).
 MMA_KINDS = {0: "f16", 1: "tf32", 2: "f8f6f4", 3: "i8", 4: "mxf8f6f4", 5: "mxf4", 6: "mxf4nvf4"}
-# The K of one dense tcgen05.mma of each kind (PTX ISA, tcgen05.mma, "Matrix shape": 32 bytes of A per row for
-# every kind; CUTLASS include/cute/arch/mma_sm100_umma.hpp: SM100_MMA_F16BF16_SS K = 16, TF32 K = 8, F8F6F4 K = 32,
-# MXF4 / MXF4NVF4 K = 64).
+# The K of one dense tcgen05.mma of each kind: 256 bits of A's elements a row (CUTLASS
+# include/cute/atom/mma_traits_sm100.hpp, "Logical shape-K is always 256bits": K = 256 / sizeof_bits(A); PTX ISA,
+# tcgen05.mma, the shapes of each .kind).
 MMA_K = {"f16": 16, "tf32": 8, "f8f6f4": 32, "i8": 32, "mxf8f6f4": 32, "mxf4": 64, "mxf4nvf4": 64}
 
 

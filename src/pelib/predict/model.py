@@ -496,7 +496,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     if tm is not None:
         tm.meta.update(order=_timing.PREDICTED_ORDER, device=cal.device, gpu=gpu or cal.chip,
                        label=evidence.predicted(cal.device, cal.date, provisional=cal.provisional))
-    crit = critical_path(res, g, ctas)
+    crit = critical_path(res, g, ctas, k_loop_only=not persistent)
     shares = crit["shares"]
     sentence = _sentence(shares, crit, per_tile, mem, cal)
     if bound == "DRAM":
@@ -783,10 +783,12 @@ CATEGORY = {"issue": "SASS issue", "tensor": "the tensor pipe", "memory": "TMA l
             "wait": "barrier hand-offs"}
 
 
-def critical_path(res, g, ctas) -> dict:
+def critical_path(res, g, ctas, k_loop_only: bool = False) -> dict:
     """Walk back from the replay's end through whatever set each time (a warp's own work, the signal that
     completed the phase it waited for, the tensor pipe's previous MMA, a TMA load's flight) over the
-    steady state (its second half), and share the time among categories."""
+    steady state (its second half), and share the time among categories. `k_loop_only` (a CTA of one tile,
+    whose replayed K loop is cut and extrapolated): the walk starts at the last MMA's issue by its own warp,
+    so the window is the K loop's steady state and not the epilogue that follows it once."""
     c = min(ctas)
     d = res.mma_done_times(c)
     t_lo = d[len(d) // 2] if len(d) >= 4 else 0.0
@@ -795,6 +797,9 @@ def critical_path(res, g, ctas) -> dict:
         return {"shares": {}, "window": 0.0}
     w = max(cands, key=lambda x: x.t)
     t = w.t
+    last = max((o for (cc, _), ops in res.ops.items() if cc == c for o in ops), key=lambda o: o[2], default=None)
+    if k_loop_only and last is not None and last[3] in res.warps and last[0] > t_lo:
+        w, t = res.warps[last[3]], last[0]
     acc: dict = {}
     pipe = {}
     for (cc, wg), ops in res.ops.items():

@@ -461,9 +461,9 @@ def k_loops(instrs: list[LInstr], retry: set) -> list[tuple[int, int]]:
 
 def uniform_waterfall(body: list[LInstr]) -> bool:
     """A loop the compiler wraps around one uniform-datapath instruction (a UTMALDG, UTCCP, UTCBAR or UTC*MMA
-    issued by one thread picked by its index): ELECT a lane, R2UR.BROADCAST its operands into uniform registers, issue, and BRA.U.ANY back while
-    a lane with other operands is left. It runs once per distinct operand set of the active lanes (once where one
-    thread issues), whatever K is: no K loop, and no loop a walk repeats."""
+    issued by one thread picked by its index): ELECT a lane, R2UR.BROADCAST its operands into uniform registers,
+    issue, and BRA.U.ANY back while a lane with other operands is left. It runs once per distinct operand set of
+    the active lanes (once where one thread issues), whatever K is: no K loop, and no loop a walk repeats."""
     return (body[-1].op.startswith("BRA.U.ANY") and any(b.op.startswith("ELECT") for b in body)
             and sum(1 for b in body if b.op.startswith(("UTC", "UTMA", "UBLK"))) == 1)
 
