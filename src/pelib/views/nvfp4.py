@@ -689,7 +689,8 @@ def beyond_table(doc=None, bar: dict | None = None, columns=None) -> Table:
     failed = sorted({r["stage"] for r in (doc or {}).get("rows", []) if r.get("error")})
     for n in BEYOND[1:]:
         us = [pred.get((f"nvfp4/{n}", s)) for s in shapes]
-        rows.append(row(f"nvfp4/{n}", us, f"predicted, {err}" if any(u is not None for u in us) else
+        rows.append(row(f"nvfp4/{n}", us, f"predicted, ± {bar['mae']:.0%}" if bar and any(u is not None for u in us) else
+                        f"predicted, {err}" if any(u is not None for u in us) else
                         "not predicted: the timing model cannot replay it (notes)" if f"nvfp4/{n}" in failed else
                         "predicted: pending (write_beyond_predictions)", "pelib.predict, this project"))
     notes = [f"error bar: {err}; the blind Hopper comparison's worst stage was off by {bar['worst']:.0%}" if bar else err,
