@@ -4,7 +4,7 @@
 // What changes: 07 runs the producer on threadIdx.x == 0 and the MMA issuer on threadIdx.x == 32. The compiler
 // cannot know that one lane alone is active there, so each instruction that takes its operands in uniform
 // registers (UTMALDG, UTCCP, UTCOMMA, UTCBAR) is wrapped in a loop of its own: ELECT a lane, R2UR.BROADCAST its
-// operands, issue, BRA.U.ANY back while a lane with other operands is left (07's SASS: 18 such loops, 12 of
+// operands, issue, BRA.U.ANY back while a lane with other operands is left (07's SASS: 18 such loops, 13 of
 // them in the MMA issuer's K loop). Here warp 0 and warp 1 each run `if (elect_one_sync())` (PTX ISA, elect.sync:
 // exactly one active lane; CUTLASS include/cute/arch/cluster_sm90.hpp elect_one_sync, the form of CUTLASS's and
 // DeepGEMM's sm100 producer and MMA warps, and of this book's fp8 stages), then reconverge with __syncwarp before
