@@ -59,6 +59,14 @@ def test_the_elected_issuers_lose_the_compilers_issue_loops():
     assert mma_loop_len(s8) < 0.75 * mma_loop_len(s7)
 
 
+def test_a_split_whose_partials_leave_no_room_for_a_stage_says_so():
+    """09 with SPLIT_K = 4: three 64 KiB partial tiles in rank 0 leave no room for even one ring stage; the
+    refusal says to lower SPLIT_K, not to use 'at most 0 stages'."""
+    s = Stage("nvfp4/09_wide_split", {"SPLIT_K": 4})
+    with pytest.raises(KindError, match="227 KB.*3 partial tiles.*smaller SPLIT_K"):
+        s.launch_config("k16384")
+
+
 def test_split_k_refuses_a_k_it_cannot_share():
     s = Stage("nvfp4/04_split_k_cluster", {"SPLIT_K": 4})
     with pytest.raises(KindError, match="SPLIT_K"):

@@ -238,8 +238,12 @@ class Nvfp4(Kind):
                    "build with a SPLIT_K that divides K / block_k" if split > 1 and prob.k % (ex.block_k * split) else "")
             raise KindError(f"{prob.name}: " + "; ".join(bad) + " (the NVFP4 stages do whole tiles only: pad)" + why)
         if ex.smem_bytes > ex.smem_limit:
+            fit = max_stages_that_fit(ex)
+            fix = (f"use at most {fit} stages" if fit >= 1 else
+                   f"not even one stage fits beside the {split - 1} partial tiles of {ex.get('partial_bytes', 0)} B "
+                   "that rank 0 holds: build with a smaller SPLIT_K" if split > 1 else "not even one stage fits")
             raise KindError(f"{stage.label} needs {ex.smem_bytes} B of shared memory per block; sm_100 allows "
-                            f"{ex.smem_limit} B (227 KB): use at most {max_stages_that_fit(ex)} stages")
+                            f"{ex.smem_limit} B (227 KB): {fix}")
 
     def exact_inputs(self, prob, seed: int, device) -> dict:
         """Seeded small integers (a in [-2, 2], b in [-1, 1]), every scale 1.0: each FP32 partial sum is an exact
