@@ -12,7 +12,7 @@
 // tile is the whole 128-row SF block: sfb_shift_cols(n) = 0). SPLIT_K = 3 or 4 would need 128 or 192 KiB of
 // partials and do not fit (the host refuses the launch and says to lower SPLIT_K).
 // Why: the timing model's replay of 08 is bound by the SM's TMA path once the MMA issuer's SASS is short: the
-// bytes a K tile brings in, not the tensor pipe (4 MMAs of 32 cycles in a K tile of about 600).
+// bytes a K tile brings in, not the tensor pipe (4 MMAs of 32 cycles in a K tile of about 510).
 // Recorded: none of this stage (the lab never ran it); 01's 128 x 128 tile is the lab's (nvfp4-gemm-optimization-log.md).
 // Run: python -m pelib.stage nvfp4/09_wide_split
 #include "common/types.cuh"
