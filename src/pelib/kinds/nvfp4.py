@@ -226,8 +226,7 @@ class Nvfp4(Kind):
         return problems.nvfp4_gemm(self.FULL if p == "full" else p)
 
     def check_problem(self, stage, prob) -> None:
-        ex = stage.exports
-        issues = check_layout(ex)
+        ex, issues = stage.exports, check_layout(stage.exports)
         if issues:
             raise KindError(f"inconsistent NVFP4 exports of {stage.label}:\n  - " + "\n  - ".join(issues))
         split = ex.get("split_k", 1)   # 04: the K tiles are shared by a cluster's CTAs
@@ -238,10 +237,8 @@ class Nvfp4(Kind):
                    "build with a SPLIT_K that divides K / block_k" if split > 1 and prob.k % (ex.block_k * split) else "")
             raise KindError(f"{prob.name}: " + "; ".join(bad) + " (the NVFP4 stages do whole tiles only: pad)" + why)
         if ex.smem_bytes > ex.smem_limit:
-            fit = max_stages_that_fit(ex)
-            fix = (f"use at most {fit} stages" if fit >= 1 else
-                   f"not even one stage fits beside the {split - 1} partial tiles of {ex.get('partial_bytes', 0)} B "
-                   "that rank 0 holds: build with a smaller SPLIT_K" if split > 1 else "not even one stage fits")
+            fit = max_stages_that_fit(ex)   # 0 where the split's partial tiles (SPLIT_K - 1 in rank 0) leave no room
+            fix = f"use at most {fit} stages" if fit else "no stage fits beside rank 0's partial tiles: lower SPLIT_K"
             raise KindError(f"{stage.label} needs {ex.smem_bytes} B of shared memory per block; sm_100 allows "
                             f"{ex.smem_limit} B (227 KB): {fix}")
 
