@@ -792,12 +792,13 @@ def test_a_single_thread_issue_loop_is_no_k_loop_and_the_mma_k_comes_from_its_ki
     K loops are the producer's (4 TMA loads a pass) and the MMA issuer's (4 MMAs a pass), and one MMA of
     kind::mxf4nvf4 is K = 64 (PTX ISA, tcgen05.mma shapes), not the 256 of a whole K tile, which priced every
     NVFP4 MMA at four times its tensor-pipe time."""
-    from pelib.predict.sass_paths import uniform_waterfall
+    from pelib.predict.sass_paths import issue_loops
     st = Stage("nvfp4/07_split_k_roles")
     s = SassPaths.of(st)
-    wrapped = [(i.target, i.index) for i in s.instrs if i.is_branch and i.op.startswith("BRA.U.ANY")
-               and i.target is not None and i.target < i.index]
-    assert len(wrapped) >= 12 and all(uniform_waterfall(s.instrs[lo:hi + 1]) for lo, hi in wrapped)
+    backs = [i for i in s.instrs if i.is_branch and i.op.startswith("BRA.U.ANY") and i.target is not None
+             and i.target < i.index]
+    wrapped = issue_loops(s.instrs)
+    assert len(wrapped) >= 12 and len(wrapped) == len(backs)   # every BRA.U.ANY loop here is one of them
     per_pass = sorted((sum(i.op.startswith("UTMALDG") for i in s.instrs[lo:hi + 1]),
                        sum(i.op.startswith("UTCOMMA") for i in s.instrs[lo:hi + 1])) for lo, hi in s.k_loops)
     assert per_pass == [(0, 4), (4, 0)]

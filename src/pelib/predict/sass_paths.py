@@ -468,6 +468,13 @@ def uniform_waterfall(body: list[LInstr]) -> bool:
             and sum(1 for b in body if b.op.startswith(("UTC", "UTMA", "UBLK"))) == 1)
 
 
+def issue_loops(instrs: list[LInstr]) -> list[tuple[int, int]]:
+    """(head, back branch) of every uniform_waterfall loop of the SASS: one per instruction a thread picked by
+    its index issues."""
+    return [(i.target, i.index) for i in instrs if i.is_branch and i.op.startswith("BRA.U.ANY") and i.target is not None
+            and i.target < i.index and uniform_waterfall(instrs[i.target:i.index + 1])]
+
+
 RETRY_GAP = 16      # a bounded wait's retry loop starts this close after its first try_wait
 NEAR_LINES, NEAR_PENALTY = 3, 64   # an anchor this many lines from the event's, at this price per line
 

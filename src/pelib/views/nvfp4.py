@@ -520,14 +520,11 @@ def issue_loops(name: str) -> dict:
     instruction (ELECT, R2UR.BROADCAST, the instruction, BRA.U.ANY: pelib.predict.sass_paths.uniform_waterfall),
     and the instructions of one pass of each K loop (the producer's holds the TMA loads, the MMA issuer's the
     tcgen05.mma)."""
-    from ..predict.sass_paths import SassPaths, uniform_waterfall   # the SASS reader, loaded when asked
+    from ..predict.sass_paths import ANCHORS, SassPaths, issue_loops as wrapped   # the SASS reader, when asked
     s = SassPaths.of(stage(name))
-    wrapped = sum(1 for i in s.instrs if i.is_branch and i.op.startswith("BRA.U.ANY") and i.target is not None
-                  and i.target < i.index and uniform_waterfall(s.instrs[i.target:i.index + 1]))
-    out = {"stage": name, "issue loops": wrapped}
+    out = {"stage": name, "issue loops": len(wrapped(s.instrs))}
     for lo, hi in s.k_loops:
-        body = s.instrs[lo:hi + 1]
-        role = "MMA issuer" if any(b.op.startswith("UTC") and "MMA" in b.op for b in body) else "producer"
+        role = "MMA issuer" if any(b.op.startswith(ANCHORS["mma"]) for b in s.instrs[lo:hi + 1]) else "producer"
         out[f"{role}: instructions a K tile"] = hi - lo + 1
     return out
 
@@ -686,11 +683,11 @@ def beyond_table(doc=None, bar: dict | None = None, columns=None) -> Table:
                     f"{RECORD_NOTE}, Optimization 4"))
     pred = {(r["stage"], r["shape"]): r["predicted_us"] for r in (doc or {}).get("rows", [])}
     err = f"± {bar['mae']:.0%} (blind Hopper MAE, {bar['stages']} stages, {bar['device']})" if bar else "error bar pending"
+    short = f"± {bar['mae']:.0%}" if bar else err    # a row's label; the note says what the error bar is
     failed = sorted({r["stage"] for r in (doc or {}).get("rows", []) if r.get("error")})
     for n in BEYOND[1:]:
         us = [pred.get((f"nvfp4/{n}", s)) for s in shapes]
-        rows.append(row(f"nvfp4/{n}", us, f"predicted, ± {bar['mae']:.0%}" if bar and any(u is not None for u in us) else
-                        f"predicted, {err}" if any(u is not None for u in us) else
+        rows.append(row(f"nvfp4/{n}", us, f"predicted, {short}" if any(u is not None for u in us) else
                         "not predicted: the timing model cannot replay it (notes)" if f"nvfp4/{n}" in failed else
                         "predicted: pending (write_beyond_predictions)", "pelib.predict, this project"))
     notes = [f"error bar: {err}; the blind Hopper comparison's worst stage was off by {bar['worst']:.0%}" if bar else err,
