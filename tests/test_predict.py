@@ -818,3 +818,28 @@ def test_a_one_tile_ctas_critical_path_is_its_k_loop_not_its_epilogue():
     p9 = model.predict(Stage("nvfp4/09_wide_split"), gpu="b200", problem="k2048")
     assert next(iter(p7.critical)) == "issue"
     assert next(iter(p9.critical)) == "memory" and p9.sentence.startswith("bound by TMA loads")
+
+
+def test_a_split_k_ctas_cut_k_loop_is_k_blocks_of_its_own():
+    """Where the model cuts a long K loop (one row of tiles), each CTA of a split-K cluster still walks K_BLOCKS
+    K blocks: the cut K is split_k times longer. With K_BLOCKS blocks shared by 2 CTAs, a 4-stage ring never
+    cycles, and the 'steady' period the extrapolation reads is the ring's fill."""
+    for key in ("nvfp4/01_pipelined", "nvfp4/09_wide_split", "nvfp4/10_reduce_scatter"):
+        st = Stage(key)
+        prob, _ = model.sim_problem(st, problem="k16384")
+        ex = st.exports
+        assert prob.k // ex.block_k // int(ex.get("split_k", 1)) == model.K_BLOCKS, key
+
+
+def test_b_loads_of_a_grid_of_one_row_of_tiles_always_miss_l2():
+    """At M = 128 every box of B and its scales is loaded by one CTA only (the grid has one row of tiles): each
+    such load is its box's first since the L2 flush, a miss whatever A's schedule (model.COLUMN_SIDE); on the
+    patch-embed problem B is re-read by every row of tiles and is not."""
+    su = model.prepare(Stage("nvfp4/09_wide_split"), 148, problem="k2048")
+    assert set(su.compulsory) == {"b", "sfb"}
+    assert model.prepare(Stage(S06), 132).compulsory == ()
+    from pelib.predict import history, load_calibration
+    cal = load_calibration(history.CALIBRATION)
+    mem = MemoryState(0.3, 0.0, 1.5, 0.0, 148, demand_miss=0.0)
+    hit, miss = mem.tma_cycles(cal, 16384, True), mem.tma_cycles(cal, 16384, True, miss=1.0)
+    assert miss > hit + 300                   # a DRAM round trip more than an L2 hit

@@ -186,13 +186,16 @@ K_BLOCKS = 8                   # K blocks simulated where the full K loop is lon
 def sim_problem(stage, tiles: int = TILES, problem="full"):
     """The full problem's N and K with an M small enough for the simulator: each CTA (cluster) of the
     simulator's grid takes at least `tiles` tiles. Where one tile's K loop is long (more than K_BLOCKS
-    blocks, the NVFP4 shapes) and the full problem has a single row of tiles, K is cut to K_BLOCKS blocks and
+    blocks, the NVFP4 shapes) and the full problem has a single row of tiles, K is cut to K_BLOCKS blocks a CTA and
     N to a few tiles: the K loop is the periodic part there, extrapolated like the tiles are."""
     full = stage.problem(problem)
     base = stage.problem("sim")
     ex = stage.exports
-    if full.k > K_BLOCKS * ex.block_k and full.m <= ex.tile_m * ex.cluster_x:
-        prob = replace(full, name=f"predict-k{K_BLOCKS}", n=min(full.n, 4 * ex.tile_n), k=K_BLOCKS * ex.block_k)
+    # K_BLOCKS blocks for each CTA's own K loop: a split-K cluster's CTAs share the tile's K, so the cut K is
+    # split_k times as long (with 4 blocks a CTA, a 4-stage ring never cycles and the "steady" period is the fill)
+    cut_k = K_BLOCKS * ex.block_k * int(ex.get("split_k", 1))
+    if full.k > cut_k and full.m <= ex.tile_m * ex.cluster_x:
+        prob = replace(full, name=f"predict-k{K_BLOCKS}", n=min(full.n, 4 * ex.tile_n), k=cut_k)
         return prob, stage.launch_config(prob, sm_count=stage.kind.SIM_SM_COUNT)
     rows = math.lcm(ex.tile_m * ex.cluster_x, int(base.tile.get("m", 1)) if hasattr(base, "tile") else 1)
     m = rows
@@ -250,6 +253,10 @@ def representative(graph, cfg) -> set:
 # resident or is re-read from L2); its loads are the ones that can miss L2. Named by tensor (an event's
 # `tensor`), not by box size: 02/03/03a's B half-box multicast is as large as their A box.
 STREAMED = ("a",)
+# The tensors an output column block reads (B and its scale factors): on a grid with one row of tiles (M no
+# larger than a tile, the NVFP4 shapes' M = 128) no two CTAs load the same box of them, so every such load
+# is its box's first since the L2 flush: a compulsory miss, whatever the schedule of A.
+COLUMN_SIDE = ("b", "sfb")
 
 
 @dataclass
@@ -274,6 +281,7 @@ class Setup:
     occupancy: str = ""                 # where a clustered persistent grid's resident clusters come from
     stores: float | None = None         # the kernel's own global store bytes on the full problem (prepare)
     prefetch: float = 0.0               # the bytes its L2 prefetches ask for on the full problem (prepare)
+    compulsory: tuple = ()              # tensors whose every load misses L2 (COLUMN_SIDE on one row of tiles)
 
     def sm_of(self) -> dict:
         """The replayed CTAs that share one SM (all of them where `resident` > 1; none otherwise)."""
@@ -387,7 +395,7 @@ def prepare(stage, sms: int, tiles: int = TILES, seed: int = 0, timing_build: bo
     prefetch = sum(v.get("prefetch", 0) for v in gmem.values()) * (full.m * full.n) / (sprob.m * sprob.n) * full.k / sprob.k
     return Setup(stage, g, ctas, full, cfg, sched, n_full, n_sim, waves, a_box, ex.tile_m * cx * full.k, sms,
                  umma_shape(sass, ex), full.k / sprob.k, resident, occupancy=occ_note, stores=stores,
-                 prefetch=prefetch)
+                 prefetch=prefetch, compulsory=COLUMN_SIDE if math.ceil(full.m / ex.tile_m) == 1 else ())
 
 
 def umma_shape(sass, ex) -> tuple:
@@ -460,7 +468,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
     for it in range(1, MAX_ITER + 1):
         if moved is None:
             res0 = Replay(g, cal, MemoryState(util, loc, clock_ghz, 0.0, su.sms, miss), ctas=ctas, streamed=su.streamed,
-                          umma_cycles=umma_cycles(su, cal), seed=0, sm_of=su.sm_of()).run()
+                          umma_cycles=umma_cycles(su, cal), seed=0, sm_of=su.sm_of(), compulsory=su.compulsory).run()
             moved = traffic(su, res0)
             share = moved["write_share"]
             l2_ws = moved["l2_write_share"]
@@ -468,7 +476,7 @@ def solve(su: Setup, cal, clock="timed", gpu: str = "") -> Prediction:
             l2_gbps = 0.5 * top        # a start for the fixed point; 0 (no L2 queueing) without the curves
         mem = MemoryState(util, loc, clock_ghz, share, su.sms, miss, l2_gbps, l2_ws)
         runs = [Replay(g, cal, mem, ctas=ctas, streamed=su.streamed, umma_cycles=umma_cycles(su, cal),
-                       seed=sd, sm_of=su.sm_of()).run() for sd in range(SEEDS)]
+                       seed=sd, sm_of=su.sm_of(), compulsory=su.compulsory).run() for sd in range(SEEDS)]
         res = runs[0]
         per_tile, end, more_k = (float(np.mean(v)) for v in zip(*(_period(r, ctas, su.n_sim, su.k_ratio) for r in runs)))
         body = (end + more_k + (su.n_full - su.n_sim) * per_tile if persistent
