@@ -64,9 +64,9 @@ def _replay_loads(key: str, m_tiles: int = 4):
     draw = mem.tma_draw
 
     class Spy(MemoryState):
-        def tma_draw(self, cal, nbytes, streamed, rng):
+        def tma_draw(self, cal, nbytes, streamed, rng, miss=None):
             seen.append((nbytes, streamed))
-            return draw(cal, nbytes, streamed, rng)
+            return draw(cal, nbytes, streamed, rng, miss)
     spy = Spy(0.5, 0.0, 1.6)
     res = Replay(g, cal, spy, ctas=set(g.ctas), streamed=("a",)).run()
     return g, res, seen

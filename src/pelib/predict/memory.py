@@ -112,11 +112,12 @@ class MemoryState:
             return 0.0
         return max(0.0, at - _ns(_monotone(cal.curve("l2.read"))[0])) * self.clock_ghz
 
-    def tma_parts(self, cal, streamed: bool = True):
+    def tma_parts(self, cal, streamed: bool = True, miss: float | None = None):
         """(hit, miss base, miss queueing, miss share) of an A box's latency in cycles, or None without the
         stream curves: a hit is the TMA sweep's L2-resident box; a demand miss is the sweep's unloaded DRAM
         box plus the queueing the stream probe's chase meets at the kernel's traffic and mix (its loaded
-        latency less its unloaded one); `demand_miss` of the streamed loads miss (demand_misses)."""
+        latency less its unloaded one); `demand_miss` of the streamed loads miss (demand_misses), or `miss` of
+        them where given (a compulsory miss: 1.0)."""
         chase = self.loaded_chase_ns(cal)
         l2 = self._curve_cycles(cal, "tma_load.l2")
         seq = cal.curve("tma_load.sequential")
@@ -124,16 +125,16 @@ class MemoryState:
             return None
         base = _ns(seq[0]) * self.clock_ghz
         excess = max(0.0, chase - _ns(_monotone(cal.curve("dram.read"))[0])) * self.clock_ghz
-        return l2, base, excess, (self.demand_miss if streamed else 0.0)
+        return l2, base, excess, (miss if miss is not None else self.demand_miss if streamed else 0.0)
 
-    def tma_draw(self, cal, nbytes: int, streamed: bool, rng) -> float:
+    def tma_draw(self, cal, nbytes: int, streamed: bool, rng, miss: float | None = None) -> float:
         """One load's latency drawn at random (rng: the replay's seeded random.Random): a hit, or a miss whose
         queueing is exponential with the loaded mean (an M/M/1 queue's waiting time, Kleinrock, Queueing
         Systems vol. 1, section 3.2), so that the ring's slots absorb the spread of arrivals as they can.
         Without the stream curves: the mean (tma_cycles)."""
-        parts = self.tma_parts(cal, streamed)
+        parts = self.tma_parts(cal, streamed, miss)
         if parts is None:
-            return self.tma_cycles(cal, nbytes, streamed)
+            return self.tma_cycles(cal, nbytes, streamed, miss)
         l2, base, excess, m = parts
         q = self.l2_queue_cycles(cal)
         wait = rng.expovariate(1.0 / q) if q > 0 else 0.0        # every request queues at L2 (hit or miss)
@@ -141,24 +142,24 @@ class MemoryState:
             return l2 + wait
         return base + wait + (rng.expovariate(1.0 / excess) if excess > 0 else 0.0)
 
-    def tma_cycles(self, cal, nbytes: int, streamed: bool = True) -> float:
+    def tma_cycles(self, cal, nbytes: int, streamed: bool = True, miss: float | None = None) -> float:
         """One TMA load of `nbytes` into shared memory: L2 latency, the SM's TMA bandwidth, and for a
         streamed operand the demand-miss share of the loaded DRAM latency. With measured curves
         (tma_load.l2 / .sequential / .scattered, an 8 KiB box each, the stages' A box): the L2 curve's
         latency, plus the demand-miss share (demand_misses) of (the DRAM curve mixed by locality - the L2 latency), at the
         kernel's load (util x the sequential curve's highest bandwidth). The box's transfer through the
         SM's TMA unit is the replay's (a server at tma.bytes_per_clk_sm)."""
-        parts = self.tma_parts(cal, streamed)
+        parts = self.tma_parts(cal, streamed, miss)
         if parts is not None:
             l2, base, excess, m = parts
             return l2 + self.l2_queue_cycles(cal) + m * max(0.0, base + excess - l2)
         l2 = self._curve_cycles(cal, "tma_load.l2")
         seq = self._curve_cycles(cal, "tma_load.sequential")
+        m = miss if miss is not None else self.demand_miss if streamed else 0.0
         if l2 is not None and seq is not None:
-            dram = self.dram_cycles(cal)
-            return l2 + (self.demand_miss * max(0.0, dram - l2) if streamed else 0.0)
+            return l2 + m * max(0.0, self.dram_cycles(cal) - l2)
         base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
-        return base + (self.demand_miss * self.dram_cycles(cal) if streamed else 0.0)
+        return base + m * self.dram_cycles(cal)
 
 
 def chase_ns(cal, level: str, gbps: float, write_share: float) -> float | None:

@@ -84,13 +84,16 @@ class ReplayResult:
 
 class Replay:
     def __init__(self, graph, cal, mem, ctas=None, streamed=None, umma_cycles: float = 0.0, seed: int = 0,
-                 sm_of: dict | None = None):
+                 sm_of: dict | None = None, compulsory=()):
         self.g, self.cal, self.mem = graph, cal, mem
         self.sm_of = dict(sm_of or {})         # cta -> the SM it shares with other replayed CTAs (default: its own)
         self.ctas = set(ctas) if ctas is not None else set(graph.ctas)
         # the streamed operand: TMA loads of these tensors ("a") may miss L2 (None: every load may); decided by
         # the tensor the load's map addresses, never by its size (a B half-box can be as large as an A box)
         self.streamed = None if streamed is None else frozenset(streamed)
+        # tensors no other CTA of the grid reads (model.COLUMN_SIDE on a grid of one row of tiles): every load of
+        # theirs is the box's first touch since the L2 flush, a miss
+        self.compulsory = frozenset(compulsory)
         self.umma_cycles = umma_cycles          # one tcgen05.mma's service on its SM's tensor pipe
         self.commit_src = defaultdict(list)     # commit node -> its arrives (one per destination CTA)
         self.store_bpc = mem.store_bytes_per_clk(cal)
@@ -362,7 +365,8 @@ class Replay:
             self.node_times[node.idx] = (t0, w.t)
             nbytes = node.bytes or 0          # the box: what each destination receives (a multicast reads it once)
             streamed = self.streamed is None or node.tensor in self.streamed
-            lat = self.mem.tma_draw(self.cal, nbytes, streamed, self.rng)
+            lat = self.mem.tma_draw(self.cal, nbytes, streamed, self.rng,
+                                    1.0 if node.tensor in self.compulsory else None)
             self.traffic[(node.cta, "tma_load." + (node.tensor or "?"), node.tile is not None)] += nbytes
             # the issuing SM's TMA unit moves one box at tma.bytes_per_clk_sm, one box after another: a box
             # issued while the unit is busy starts when it is free (its latency runs from there); a multicast
