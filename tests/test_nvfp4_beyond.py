@@ -13,14 +13,14 @@ from pelib.kinds.base import KindError
 from pelib.stage import Stage
 
 NEW = ("nvfp4/03_narrow_n", "nvfp4/04_split_k_cluster", "nvfp4/05_persistent_acc2", "nvfp4/06_cache_hints",
-       "nvfp4/07_split_k_roles", "nvfp4/08_elected_issuers", "nvfp4/09_wide_split")
+       "nvfp4/07_split_k_roles", "nvfp4/08_elected_issuers", "nvfp4/09_wide_split", "nvfp4/10_reduce_scatter")
 SHAPES = ("k16384", "k7168", "k2048")
 
 
 @pytest.mark.parametrize("key", NEW)
 def test_parent_chain_and_tile(key):
     s = Stage(key)
-    assert s.exports.tile_m == 128 and s.exports.tile_n == (128 if key == "nvfp4/09_wide_split" else 64)
+    assert s.exports.tile_m == 128 and s.exports.tile_n == (128 if key in ("nvfp4/09_wide_split", "nvfp4/10_reduce_scatter") else 64)
     assert s.header.parent in ("nvfp4/01_pipelined", *NEW)
 
 
@@ -227,3 +227,65 @@ def test_issue_loop_and_bytes_tables_come_from_the_sass_and_exports():
     b = {r["stage"]: r for r in v.ktile_bytes_table().rows}
     assert b["08_elected_issuers"]["KiB a K tile"] == "28" and b["09_wide_split"]["KiB per 64 output columns"] == "18"
     assert (b["08_elected_issuers"]["waves"], b["09_wide_split"]["waves"]) == (2, 1)
+
+
+def test_the_scattered_reduction_halves_the_partials_and_lets_split_k_4_fit():
+    """10: each rank receives SPLIT_K - 1 slices of TILE_N / SPLIT_K columns (09: SPLIT_K - 1 whole tiles in rank 0),
+    so SPLIT_K = 4 fits beside the 4-stage ring and fills N = 4096 with 128 CTAs (09: refused); SPLIT_K = 3 does not
+    compile (a slice is whole 32-column groups)."""
+    e9, e10 = Stage("nvfp4/09_wide_split").exports, Stage("nvfp4/10_reduce_scatter").exports
+    assert e10["partial_bytes"] * 2 == e9["partial_bytes"] and e10["slice_n"] == 64
+    s4 = Stage("nvfp4/10_reduce_scatter", {"SPLIT_K": 4})
+    cfg = s4.launch_config("k7168")
+    assert cfg.ctas == 128 and cfg.cluster == (4, 1, 1) and s4.exports.smem_bytes <= s4.exports.smem_limit
+    assert Stage("nvfp4/10_reduce_scatter").launch_config("k7168").ctas == 64
+    with pytest.raises(Exception, match="whole 32-column"):
+        Stage("nvfp4/10_reduce_scatter", {"SPLIT_K": 3}).build
+
+
+def test_the_scattered_reduction_gives_09s_bits():
+    """The slices are added in 09's order (rank 0 first), so on the same random inputs the simulated output of
+    10 is 09's bit for bit, on every schedule."""
+    outs = {}
+    for key in ("nvfp4/09_wide_split", "nvfp4/10_reduce_scatter"):
+        s = Stage(key)
+        t = s.inputs("sim", 5, "sim")
+        r = sim_host.run(s, "sim", seed=5, sim_seed="eager", inputs=t)
+        assert r["ok"], r["verify"]
+        outs[key] = t["out"].clone()
+    assert torch.equal(outs["nvfp4/09_wide_split"], outs["nvfp4/10_reduce_scatter"])
+
+
+@pytest.mark.parametrize("seed", ("lazy", "eager", 0))
+def test_split_k_4_of_the_scattered_reduction_on_the_simulator(seed):
+    """10 at SPLIT_K = 4 (its k7168 build: four ranks, three partial slices each) on the 'ring' problem (8 K tiles,
+    two a rank), verified against the NVFP4 reference on the standard schedules."""
+    s = Stage("nvfp4/10_reduce_scatter", {"SPLIT_K": 4})
+    r = sim_host.run(s, "ring", seed=3, sim_seed=seed)
+    assert r["ok"] and r["sim"].ok, r["verify"]
+
+
+def test_every_nvfp4_bench_variant_builds():
+    """make bench's NVFP4 variants name defines their stage files have (an unknown define is refused at build)."""
+    for key, defines in sweep.VARIANTS["nvfp4"]:
+        assert Stage(key, defines).build.facts.spills == 0, (key, defines)
+
+
+def test_the_per_shape_split_is_the_deepest_one_wave_and_gets_its_own_row():
+    """10's split per shape (compiled): the deepest of 2 and 4 whose grid is one wave of 148 SMs; the side-by-side
+    table shows it as its own predicted row, beside 10 at its default."""
+    from pelib.views import nvfp4 as v
+    assert [v.one_wave_split("10_reduce_scatter", s) for s in SHAPES] == [2, 4, 2]
+    asked = []
+
+    class P:
+        ms, sentence = 0.01, "bound by something"
+
+    def fake(stage, gpu, cal, problem):
+        asked.append((stage.key, dict(stage.defines), problem))
+        return P()
+    rows = v.beyond_predictions(cal=object(), names=("10_reduce_scatter",), predict_fn=fake)
+    assert [d for _, d, _ in asked] == [{}] * 3 + [{"SPLIT_K": 2}, {"SPLIT_K": 4}, {"SPLIT_K": 2}]
+    t = v.beyond_table({"error_bar": {"mae": 0.2, "worst": 0.8, "stages": 28, "device": "H200"}, "rows": rows})
+    entries = [r["entry"] for r in t.rows]
+    assert "nvfp4/10_reduce_scatter" in entries and "nvfp4/10_reduce_scatter, SPLIT_K 2/4/2 (one wave a shape)" in entries

@@ -473,7 +473,10 @@ def on_b200(name: str = "00_single_stage", stages: int | None = None, *, mistake
 # ---- beyond the lab: 03-06 (the chapter "NVFP4 beyond the lab") ---------------------------------------------
 
 BEYOND = ("01_pipelined", "03_narrow_n", "04_split_k_cluster", "05_persistent_acc2", "06_cache_hints",
-          "07_split_k_roles", "08_elected_issuers", "09_wide_split")
+          "07_split_k_roles", "08_elected_issuers", "09_wide_split", "10_reduce_scatter")
+# A stage whose K split is chosen per shape in the side-by-side table: the deepest of its splits whose grid is one
+# wave on the B200 (one_wave_split), as a competition entry picks its configuration by shape.
+PER_SHAPE_SPLIT = {"10_reduce_scatter": (2, 4)}
 BEYOND_DOC = "predictions-nvfp4-beyond.json"     # written by write_beyond_predictions, under results/<date>-b200/
 B200_SMS = 148
 # Public results on the same three shapes (M = 128; N, K = 7168, 16384 / 4096, 7168 / 7168, 2048), µs, as their
@@ -604,6 +607,24 @@ def work_picture(shape: str = "k16384", names=BEYOND):
     return Diagram("work", "nvfp4/" + "+".join(n[:2] for n in names), svg.render(), cap)
 
 
+def one_wave_split(name: str, shape: str, splits=None, sms: int = B200_SMS) -> int:
+    """The deepest SPLIT_K of the stage's splits (PER_SHAPE_SPLIT) whose grid on `shape` is one wave of `sms`
+    SMs and which the host launches (K shared evenly, shared memory fits): compiled, from the exports and the
+    launch configuration. 10 on N = 7168: 2 (112 CTAs; 4 would be 224), on N = 4096: 4 (128 CTAs)."""
+    from ..kinds.base import KindError   # the host's refusal of a split it cannot launch
+    best = None
+    for k in splits or PER_SHAPE_SPLIT[name]:
+        try:
+            cfg = stage(name, SPLIT_K=k).launch_config(shape, sm_count=sms)
+        except KindError:
+            continue
+        if cfg.ctas <= sms and (best is None or k > best):
+            best = k
+    if best is None:
+        raise ValueError(f"{name} on {shape}: none of the splits {splits or PER_SHAPE_SPLIT[name]} launches in one wave")
+    return best
+
+
 def beyond_predictions(cal=None, names=BEYOND, shapes=SHAPES, predict_fn=None, log=None) -> list[dict]:
     """Each stage predicted on the B200 on each shape through pelib.predict (its own simulated event graph,
     the committed B200 calibration unless `cal`): µs and the critical-path sentence. About a minute a
@@ -612,21 +633,24 @@ def beyond_predictions(cal=None, names=BEYOND, shapes=SHAPES, predict_fn=None, l
     cal = cal if cal is not None else load_calibration(history.CALIBRATION)
     predict_fn = predict_fn or predict
     rows = []
-    for n in names:
-        for shape in shapes:
-            try:
-                p = predict_fn(stage(n), "b200", cal, problem=shape)
-            except Exception as e:   # a stage the model cannot replay yet: its row says why, the others go on
-                # the reason without this machine's paths: a committed document names files by repository path
-                why = f"{type(e).__name__}: {e}".replace(str(paths.ROOT) + "/", "")[:300]
-                rows.append({"stage": f"nvfp4/{n}", "shape": shape, "predicted_us": None, "error": why})
-                if log:
-                    log(f"{n:22s} {shape:7s} NOT PREDICTED: {type(e).__name__}: {str(e)[:120]}")
-                continue
-            rows.append({"stage": f"nvfp4/{n}", "shape": shape, "predicted_us": round(p.ms * 1e3, 2),
-                         "critical_path": p.sentence, "evidence": getattr(p, "evidence", "predicted")})
+    jobs = [(n, shape, {}) for n in names for shape in shapes]
+    jobs += [(n, shape, {"SPLIT_K": one_wave_split(n, shape)}) for n in names if n in PER_SHAPE_SPLIT for shape in shapes]
+    for n, shape, defines in jobs:
+        try:
+            p = predict_fn(stage(n, **defines), "b200", cal, problem=shape)
+        except Exception as e:   # a stage the model cannot replay yet: its row says why, the others go on
+            # the reason without this machine's paths: a committed document names files by repository path
+            why = f"{type(e).__name__}: {e}".replace(str(paths.ROOT) + "/", "")[:300]
+            rows.append({"stage": f"nvfp4/{n}", "shape": shape, "predicted_us": None, "error": why,
+                         **({"defines": defines} if defines else {})})
             if log:
-                log(f"{n:22s} {shape:7s} predicted {p.ms * 1e3:8.2f} us  {p.sentence[:90]}")
+                log(f"{n:22s} {shape:7s} NOT PREDICTED: {type(e).__name__}: {str(e)[:120]}")
+            continue
+        rows.append({"stage": f"nvfp4/{n}", "shape": shape, "predicted_us": round(p.ms * 1e3, 2),
+                     **({"defines": defines} if defines else {}),
+                     "critical_path": p.sentence, "evidence": getattr(p, "evidence", "predicted")})
+        if log:
+            log(f"{n:22s} {shape:7s} predicted {p.ms * 1e3:8.2f} us  {p.sentence[:90]}")
     return rows
 
 
@@ -681,7 +705,9 @@ def beyond_table(doc=None, bar: dict | None = None, columns=None) -> Table:
     rec = recorded_sweep()
     rows.append(row("lab: ring depth 5 (128x128 tiles)", [rec[s][5] for s in shapes], "recorded",
                     f"{RECORD_NOTE}, Optimization 4"))
-    pred = {(r["stage"], r["shape"]): r["predicted_us"] for r in (doc or {}).get("rows", [])}
+    pred = {(r["stage"], r["shape"]): r["predicted_us"] for r in (doc or {}).get("rows", []) if not r.get("defines")}
+    chosen = {(r["stage"], r["shape"]): (r["predicted_us"], r["defines"]) for r in (doc or {}).get("rows", [])
+              if r.get("defines")}
     err = f"± {bar['mae']:.0%} (blind Hopper MAE, {bar['stages']} stages, {bar['device']})" if bar else "error bar pending"
     short = f"± {bar['mae']:.0%}" if bar else err    # a row's label; the note says what the error bar is
     failed = sorted({r["stage"] for r in (doc or {}).get("rows", []) if r.get("error")})
@@ -690,6 +716,11 @@ def beyond_table(doc=None, bar: dict | None = None, columns=None) -> Table:
         rows.append(row(f"nvfp4/{n}", us, f"predicted, {short}" if any(u is not None for u in us) else
                         "not predicted: the timing model cannot replay it (notes)" if f"nvfp4/{n}" in failed else
                         "predicted: pending (write_beyond_predictions)", "pelib.predict, this project"))
+        if n in PER_SHAPE_SPLIT and all((f"nvfp4/{n}", s) in chosen for s in shapes):
+            ks = "/".join(str(chosen[(f"nvfp4/{n}", s)][1]["SPLIT_K"]) for s in shapes)
+            rows.append(row(f"nvfp4/{n}, SPLIT_K {ks} (one wave a shape)",
+                            [chosen[(f"nvfp4/{n}", s)][0] for s in shapes], f"predicted, {short}",
+                            "pelib.predict, this project"))
     notes = [f"error bar: {err}; the blind Hopper comparison's worst stage was off by {bar['worst']:.0%}" if bar else err,
              *[f"{k}: the timing model could not replay it ({next(r['error'] for r in doc['rows'] if r['stage'] == k)})"
                for k in failed],
