@@ -112,6 +112,11 @@ class MemoryState:
             return 0.0
         return max(0.0, at - _ns(_monotone(cal.curve("l2.read"))[0])) * self.clock_ghz
 
+    def miss_share(self, streamed: bool, miss: float | None = None) -> float:
+        """The share of a load's requests that miss L2: `miss` where given (a compulsory miss: 1.0), else the
+        demand-miss share for a streamed operand and none for the others."""
+        return miss if miss is not None else self.demand_miss if streamed else 0.0
+
     def tma_parts(self, cal, streamed: bool = True, miss: float | None = None):
         """(hit, miss base, miss queueing, miss share) of an A box's latency in cycles, or None without the
         stream curves: a hit is the TMA sweep's L2-resident box; a demand miss is the sweep's unloaded DRAM
@@ -125,7 +130,7 @@ class MemoryState:
             return None
         base = _ns(seq[0]) * self.clock_ghz
         excess = max(0.0, chase - _ns(_monotone(cal.curve("dram.read"))[0])) * self.clock_ghz
-        return l2, base, excess, (miss if miss is not None else self.demand_miss if streamed else 0.0)
+        return l2, base, excess, self.miss_share(streamed, miss)
 
     def tma_draw(self, cal, nbytes: int, streamed: bool, rng, miss: float | None = None) -> float:
         """One load's latency drawn at random (rng: the replay's seeded random.Random): a hit, or a miss whose
@@ -155,7 +160,7 @@ class MemoryState:
             return l2 + self.l2_queue_cycles(cal) + m * max(0.0, base + excess - l2)
         l2 = self._curve_cycles(cal, "tma_load.l2")
         seq = self._curve_cycles(cal, "tma_load.sequential")
-        m = miss if miss is not None else self.demand_miss if streamed else 0.0
+        m = self.miss_share(streamed, miss)
         if l2 is not None and seq is not None:
             return l2 + m * max(0.0, self.dram_cycles(cal) - l2)
         base = cal["tma.l2_latency_cycles"] + nbytes / cal["tma.bytes_per_clk_sm"]
