@@ -205,6 +205,51 @@ def test_epilogue_probe_times_the_chain_beside_it(runner):
     assert job("epilogue", case="alone_3sms").grid == 3
 
 
+def _lsu_offsets(j, i, w, nw):
+    """The bytes lane 0..31 of warp w's access i touches (calib_lsu.cu lsu_offset), one array per lane."""
+    p = j.params
+    lane = np.arange(32)
+    group = (i * nw + w) * 8
+    row = ((group + lane // 4) if p["pattern"] == 0 else np.full(32, group)) & (p["rows"] - 1)
+    col = (lane % 4) * p["width"] if p["pattern"] == 0 else lane * p["width"]
+    return row * p["pitch"] + col
+
+
+@pytest.mark.parametrize("width,pattern", [(4, 0), (8, 0), (16, 0), (16, 1)])
+def test_lsu_probe_stores_exactly_its_pattern(width, pattern):
+    """Each warp's stores land where the probe's address rule says, with its values, and nowhere else."""
+    r = C.Runner(SC, "sim", names=["lsu"])
+    j = job("lsu", op=0, width=width, pattern=pattern, active=SC.lsu_loads[-1][0])
+    buf = r.bufs["lsu"].numpy().copy()
+    rec = r.run(0, j)
+    got = r.bufs["lsu"].numpy()
+    want = buf.copy()
+    warps, active = j.params["warps"], j.params["active"]
+    nw = warps * active
+    for i in range(j.params["iters"]):            # in program order: a later access to a byte wins
+        for c in range(active):
+            for wl in range(warps):
+                w = wl + warps * c
+                for lane, off in enumerate(_lsu_offsets(j, i, w, nw)):
+                    words = {16: [i, w, lane, 0x3F803F80], 8: [i, w], 4: [i ^ w]}[width]
+                    want[off:off + width] = np.array(words, np.uint32).view(np.uint8)
+    assert (got == want).all()
+    f = rec_of(rec, "lsu")
+    ran = f["accesses"].reshape(j.grid, 16)[:active, :warps]
+    assert (ran == j.params["iters"]).all() and f["accesses"].sum() == ran.sum()
+
+
+def test_lsu_probe_loads_count_and_leave_the_buffer():
+    r = C.Runner(SC, "sim", names=["lsu"])
+    j = job("lsu", op=1, width=16, pattern=0, active=1)
+    buf = r.bufs["lsu"].numpy().copy()
+    f = rec_of(r.run(0, j), "lsu")
+    assert (r.bufs["lsu"].numpy() == buf).all()
+    n = f["accesses"].reshape(j.grid, 16)
+    assert (n[0, :j.params["warps"]] >= j.params["iters"]).all() and n[1:].sum() == 0
+    assert (f["t1"] >= f["t0"]).all()
+
+
 def test_launch_probe_records_every_cta_with_its_sm(runner):
     j = job("launch", waves=2)
     r = runner.run(0, j)
@@ -287,6 +332,13 @@ class FakeRunner:
                 out[c] = (p["hops"], c0[c] + 1000, c0[c] + 1000 + lat * p["hops"], 0, by, 0)
         elif j.probe == "clock":
             out = np.array([[64 * 6, 64 * 30, 32, 48, p["spin"], int(p["spin"] / self.GHZ), 1]] * g, np.int64)
+        elif j.probe == "lsu":
+            # the SM serves one access every (10 store / 6 load) + width / 4 cycles; warp w starts w cycles late
+            cyc = (10 if p["op"] == 0 else 6) + p["width"] // 4
+            out = np.zeros((g * 16, 4), np.int64)
+            for c in range(min(p["active"], g)):
+                for w in range(p["warps"]):
+                    out[c * 16 + w] = (c0[c] + w, c0[c] + cyc * p["warps"] * p["iters"], p["iters"], 0)
         return C.Record(i, out, blk, 1.0, 1, blk.copy() if j.point.get("sustained") else None)
 
 
@@ -390,6 +442,12 @@ def test_suite_arithmetic(fake_suite):
     assert v("epilogue.tile_cycles.alone_3sms") == 1400 and v("epilogue.tile_cycles.beside_wgmma_no_store") == 1800
     # the launch probe: 500 ns between a CTA's exit and the next one's start on its SM, at 1.5 GHz; 5 us of overhead
     assert v("cta.relaunch_cycles") == pytest.approx(750) and v("launch.overhead_us") == pytest.approx(5.0)
+    # the lsu probe: the SM's span over its warps' accesses
+    assert v("lsu.store.cycles_per_access.fragment_4B") == pytest.approx(11)
+    assert v("lsu.load.cycles_per_access.fragment_16B") == pytest.approx(10)
+    assert v("lsu.store.cycles_per_access.line_16B") == pytest.approx(14)
+    pts = [p for p in cal.curve("lsu") if p["op"] == "load" and p["width"] == 8 and p["active"] == 132]
+    assert len(pts) == 1 and pts[0]["cycles_per_access"] == pytest.approx(8) and pts[0]["sectors_per_access"] == 8
 
 
 # ---- the data format's checks -----------------------------------------------------------------------

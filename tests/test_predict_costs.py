@@ -145,7 +145,7 @@ def test_an_optional_cost_reads_its_default_or_fallback_from_the_table():
     for c in costs.COSTS.values():        # a fallback names a cost of the table, an optional cost has a way out
         assert c.fallback is None or c.fallback in costs.COSTS
         assert c.required != "optional" or c.default is not None or c.fallback or c.name.startswith(
-            ("clock_ghz.", "tensor.fp4")), c.name
+            ("clock_ghz.", "tensor.fp4", "lsu.")), c.name      # lsu.*: absent, stores go by their bytes
 
 
 def test_the_replay_has_no_default_of_its_own_for_a_cost():

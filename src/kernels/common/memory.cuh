@@ -2,8 +2,8 @@
 // PE_DEVICE function each, by state space and vector width. The asynchronous copies (TMA,
 // cp.async.bulk) are in common/tma.cuh, the tensor-memory moves (tcgen05.ld/st/cp) in common/tcgen05.cuh.
 //
-//   global     ld_global_nc_v4 / ld_global_nc_b32   read-only (.nc) path, 16 B / 4 B
-//              st_global_v4 / st_global_b32         16 B / 4 B
+//   global     ld_global_nc_v4 / _v2 / _b32         read-only (.nc) path, 16 B / 8 B / 4 B
+//              st_global_v4 / _v2 / _b32            16 B / 8 B / 4 B
 //              st_global_cs_v4 / st_global_cs_b32   .cs: cache streaming (evict-first; the output is written once)
 //   shared     st_shared_v4 / ld_shared_v4          16 B at a 32-bit shared::cta address
 //   cluster    ld_shared_cluster_u32 / _u64, st_shared_cluster_u32
@@ -23,6 +23,11 @@ PE_DEVICE void ld_global_nc_v4(const void* p, u32 (&r)[4]) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "l"(p));
 }
 
+// PTX ISA ld (.global.nc, .v2.b32: 8 bytes)
+PE_DEVICE void ld_global_nc_v2(const void* p, u32& a, u32& b) {
+  asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
+}
+
 // PTX ISA ld (.global.nc, 4 bytes). volatile so that a load issued before a mainloop stays there (its
 // latency hides behind the MMAs) instead of sinking to its first use.
 PE_DEVICE u32 ld_global_nc_b32(const void* p) {
@@ -34,6 +39,11 @@ PE_DEVICE u32 ld_global_nc_b32(const void* p) {
 // PTX ISA st (.global, .v4.b32)
 PE_DEVICE void st_global_v4(void* p, u32 a, u32 b, u32 c, u32 d) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
+// PTX ISA st (.global, .v2.b32: 8 bytes)
+PE_DEVICE void st_global_v2(void* p, u32 a, u32 b) {
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};" :: "l"(p), "r"(a), "r"(b) : "memory");
 }
 
 // PTX ISA st (.global, 4 bytes)

@@ -128,6 +128,13 @@ def _derive(doc: dict) -> dict:
         put("launch.overhead_us", v("launch.overhead_us"), "launch.overhead_us (the launch probe: event time less the "
             "CTAs' span, one wave)")
     put("ldg.latency_cycles", v("l2.latency_cycles.unloaded"), "l2.latency_cycles.unloaded")
+    # the SM's load/store path per warp-wide access (the lsu probe: one SM, 8 warps, the register epilogue's
+    # fragment pattern, L2-resident): all six or none, the replay takes them together
+    lsu = {(op, w): v(f"lsu.{op}.cycles_per_access.fragment_{w}B") for op in ("store", "load") for w in (4, 8, 16)}
+    if all(x is not None for x in lsu.values()):
+        for (op, w), x in lsu.items():
+            put(f"lsu.{op}_cycles.{w}B", x, f"lsu.{op}.cycles_per_access.fragment_{w}B (the lsu probe: one SM, "
+                f"8 warps back to back, {w} B a lane, four lanes a row over eight rows, L2-resident)")
     put("tma.issue_cycles", v("tma.store.issue_cycles"), "tma.store.issue_cycles (a TMA store's issue: the same "
         "cp.async.bulk.tensor path as a load's)")
     return out

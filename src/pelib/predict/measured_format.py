@@ -93,6 +93,14 @@ CONSTANTS = {
     "l2.latency_cycles.unloaded": ("cycles", "dependent-load chase over an L2-resident footprint"),
     "l2.read_gbps": ("GB/s", "the most read bandwidth of the sweep over an L2-resident footprint"),
 }
+# the lsu probe, one SM, 8 warps, L2-resident: cycles of the SM per warp-wide access, by op, pattern and width
+for _op, _w in (("store", "st.global"), ("load", "ld.global.nc")):
+    for _pat, _how in (("fragment", "four lanes a row over eight rows (the register epilogue's)"),
+                       ("line", "the lanes on one line")):
+        for _b in ((4, 8, 16) if _pat == "fragment" else (4, 16)):
+            CONSTANTS[f"lsu.{_op}.cycles_per_access.{_pat}_{_b}B"] = (
+                "cycles", f"one warp-wide {_w} of {_b} B a lane, {_how}: the SM's cycles per access, one SM, "
+                          "8 warps back to back, L2-resident")
 REQUIRED = ("clock.burst_ghz", "wgmma.m64n256k32.sm_cycles_per_wgmma", "wgmma.m64n256k32.issue_cycles_per_slice",
             "tma.load.latency_cycles.unloaded", "tma.store.issue_cycles", "mbarrier.local_roundtrip_cycles",
             "mbarrier.try_wait_pass_cycles", "epilogue.tile_cycles.beside_wgmma", "dram.read_gbps")
@@ -110,6 +118,7 @@ CURVES = {
     "l2.read": "loaded latency against read bandwidth, L2-resident footprint",
     "l2.write": "loaded latency against write bandwidth, L2-resident footprint",
     "l2.copy": "loaded latency against copy bandwidth, L2-resident footprint",
+    "lsu": "warp-wide global stores and loads: the SM's cycles per access against the bytes a lane (op x pattern x SMs x warps)",
 }
 
 

@@ -15,6 +15,9 @@ worker; a worker past its time limit is killed and the rest goes on):
             K loop; with the probe's SASS instruction count, the CPI;
   stream    DRAM and L2 bandwidth-latency curves (read, write, copy): a pointer chase timed while other
             warps stream at controlled intensity;
+  lsu       warp-wide global stores and loads (ld.global.nc) of 4, 8 and 16 B a lane, in the register
+            epilogue's fragment pattern (four lanes a row, eight rows) and fully coalesced, L2-resident: the
+            SM's cycles per access (one SM, and every SM);
   launch    one and several waves of one-per-SM CTAs: the launch's own overhead (event time less the CTAs'
             span) and the gap before a CTA starts on an SM its predecessor left (the non-persistent grids);
   sustained the 256-wide wgmma probe back to back for about 2 s: the clock the power cap leaves.
@@ -94,6 +97,11 @@ class Scale:
     sustain_chain: int = 2048
     launch_spin: int = 50_000         # cycles each CTA of the launch probe spins (~25 us: past the clock's floor)
     launch_waves: tuple = (1, 4)
+    lsu_iters: int = 1024             # warp-wide accesses per warp
+    lsu_rows: int = 4096              # rows of the L2-resident footprint (x lsu_pitch: 6 MiB)
+    lsu_pitch: int = 1536             # bytes a row: one 768-column BF16 row of C
+    lsu_shapes: tuple = ((4, 0), (8, 0), (16, 0), (4, 1), (16, 1))   # (bytes a lane, pattern 0 fragment / 1 line)
+    lsu_loads: tuple = ((1, 8), (1, 16), (132, 8))                    # (SMs, warps each)
 
     @classmethod
     def full(cls, sms: int) -> "Scale":
@@ -102,7 +110,7 @@ class Scale:
             return max(1, round(sms * frac))
         return cls(sms=sms, tma_active=tuple(sorted({1, 8, at(0.25), at(0.5), sms})),
                    mc_active=tuple(sorted({2, 2 * at(0.25), sms - sms % 2})),
-                   store_active=tuple(sorted({1, at(0.25), sms})),
+                   store_active=tuple(sorted({1, at(0.25), sms})), lsu_loads=((1, 8), (1, 16), (sms, 8)),
                    stream_loads=((0, 0), (sms, 1), (sms, 2), (sms, 4), (sms, 8), (sms, 15), (at(0.25), 15),
                                  (at(0.5), 15)))
 
@@ -112,7 +120,7 @@ class Scale:
         return cls(sms=4, m=512, chain_dram_lines=64, chain_l2_lines=16, stream_words=1 << 10, stream_l2_words=1 << 8,
                    l2_tiles=2, spin=200, chain=3, tma_iters=8, store_iters=14, sync_iters=4, epi_tiles=2,
                    stream_iters=2, hops=6, tma_active=(1, 4), tma_depths=(1, 3), burst_depths=(1, 2), mc_active=(2, 4),
-                   launch_spin=100, launch_waves=(1, 2),
+                   launch_spin=100, launch_waves=(1, 2), lsu_iters=16, lsu_rows=64, lsu_loads=((1, 2), (4, 2)),
                    store_active=(1, 4), store_groups=(1, 3), stream_loads=((0, 0), (4, 2)), sustain_s=1e-3,
                    sustain_chain=3)
 
@@ -185,6 +193,17 @@ def plan(sc: Scale) -> list[Launch]:
                                   tensors={"chain": f"chain_{foot}"}, prepare="warm" if foot == "l2" else "flush",
                                   point={"curve": f"{foot}.{opname}", "foot": foot, "op": opname, "active": active,
                                          "warps": warps}))
+    for op, opname in ((0, "store"), (1, "load")):
+        for width, pattern in sc.lsu_shapes:
+            for active, warps in sc.lsu_loads:
+                pname = ("fragment", "line")[pattern]
+                out.append(Launch("lsu", {}, {"op": op, "width": width, "pattern": pattern, "pitch": sc.lsu_pitch,
+                                              "rows": sc.lsu_rows, "iters": sc.lsu_iters, "warps": warps,
+                                              "active": active}, S,
+                                  label=f"lsu {opname} {width} B a lane, {pname}, {active} SMs x {warps} warps",
+                                  tensors={"buf": "lsu"}, prepare="warm",
+                                  point={"curve": "lsu", "op": opname, "width": width, "pattern": pname,
+                                         "active": active, "warps": warps}))
     for waves in sc.launch_waves:
         # one wave in the regime the blind run times every stage in (a warm-up, then each launch after an L2
         # flush, their median): the launch's fixed cost the model adds to every prediction (launch.overhead_us)
@@ -254,9 +273,10 @@ BUFFERS = {"a": "A [m, 768] u8, random bytes (the TMA loads' tensor)",
            "cout": "C [m, 768] BF16 (the TMA stores' and the epilogue's output)",
            "comb": "comb [196, 768] BF16, random",
            "chain_dram": "the DRAM pointer chase", "chain_l2": "the L2 pointer chase",
-           "src": "stream source, random", "dst": "stream destination"}
+           "src": "stream source, random", "dst": "stream destination",
+           "lsu": "the lsu probe's footprint [rows x pitch] u8, random"}
 NEEDS = {"clock": (), "wgmma": (), "tma": ("a",), "store": ("cout",), "sync": (), "epilogue": ("comb", "cout"),
-         "stream": ("chain_dram", "chain_l2", "src", "dst"), "launch": ()}
+         "stream": ("chain_dram", "chain_l2", "src", "dst"), "launch": (), "lsu": ("lsu",)}
 
 
 def make_buffers(sc: Scale, names, device: str) -> dict:
@@ -279,6 +299,8 @@ def make_buffers(sc: Scale, names, device: str) -> dict:
             out[n] = torch.randint(0, 256, (sc.stream_words * 16,), dtype=torch.uint8, generator=g, device=device)
         elif n == "dst":
             out[n] = torch.zeros(sc.stream_words * 16, dtype=torch.uint8, device=device)
+        elif n == "lsu":
+            out[n] = torch.randint(0, 256, (sc.lsu_rows * sc.lsu_pitch,), dtype=torch.uint8, generator=g, device=device)
         else:
             raise KeyError(f"no buffer {n!r}; the buffers are {sorted(BUFFERS)}")
     return out
@@ -705,6 +727,39 @@ def _a_launch(j, r, acc, ghz):
     return out
 
 
+# the constants of the lsu probe: one SM, 8 warps (the register epilogues' two warpgroups), per (op, width, pattern)
+LSU_CONSTANTS = {(op, w, pat): f"lsu.{op}.cycles_per_access.{pat}_{w}B"
+                 for op in ("store", "load") for w, pat in ((4, "fragment"), (8, "fragment"), (16, "fragment"),
+                                                          (4, "line"), (16, "line"))}
+
+
+def _a_lsu(j, r, acc, ghz):
+    """The SM's cycles per warp-wide access: per CTA, its warps' span (first start to last end) over the
+    accesses they issued; the median over the CTAs that ran."""
+    f = _f(r, "lsu")
+    per_cta = int(r.out.shape[0] // max(j.grid, 1))
+    n = f["accesses"].reshape(j.grid, per_cta)
+    t0, t1 = f["t0"].reshape(j.grid, per_cta), f["t1"].reshape(j.grid, per_cta)
+    cyc = []
+    for c in range(j.grid):
+        ok = n[c] > 0
+        if ok.any():
+            span = float(t1[c][ok].max() - t0[c][ok].min())
+            cyc.append(span / float(n[c][ok].sum()))
+    p = j.point
+    width = int(j.params["width"])
+    # 32-B sectors an access touches: the fragment's 8 rows of 4 lanes each (4 x width bytes a row), or one line
+    sectors = 8 * -(-4 * width // 32) if p["pattern"] == "fragment" else 32 * width // 32
+    out = {"cycles_per_access": _med(cyc), "ctas": len(cyc), "bytes_per_access": 32 * width,
+           "sectors_per_access": sectors, "op": p["op"], "width": width, "pattern": p["pattern"],
+           "active": p["active"], "warps": p["warps"]}
+    acc.point("lsu", "width", "cycles_per_access", {**out, "clock_ghz": ghz, "launch": r.index})
+    name = LSU_CONSTANTS.get((p["op"], width, p["pattern"]))
+    if name and p["active"] == 1 and p["warps"] == 8:
+        acc.const(name, out["cycles_per_access"], "lsu", r.index, len(cyc))
+    return out
+
+
 def _a_sustained(j, r, acc, ghz):
     c = acc.clocks.get(r.index, {})
     first = _clock(Record(r.index, r.out, r.first_clock), 0.0) if r.first_clock is not None else {}
@@ -715,7 +770,8 @@ def _a_sustained(j, r, acc, ghz):
 
 
 _ANALYZE = {"clock": _a_clock, "wgmma": _a_wgmma, "tma": _a_tma, "store": _a_store, "sync": _a_sync,
-            "epilogue": _a_epilogue, "stream": _a_stream, "launch": _a_launch, "sustained": _a_sustained}
+            "epilogue": _a_epilogue, "stream": _a_stream, "launch": _a_launch, "lsu": _a_lsu,
+            "sustained": _a_sustained}
 
 
 def _derived(acc: _Acc, sass: dict) -> None:

@@ -14,8 +14,11 @@ they then share its schedulers, tensor pipe, store path and TMA unit):
     tensor.flop_per_clk_sm cycles once the last of its warps issued it (PTX ISA 9.7.15.5: wgmma is a
     warpgroup instruction), and completes wgmma.tail_cycles after its service; wgmma.wait_group N
     (WARPGROUP.DEPBAR.LE gsb0, N) waits for all but the newest N commit groups;
-  - one store path: a warp's global stores drain at store.bytes_per_clk_sm; a warp stalls when its
-    store would wait more than store.drain_cycles for the path;
+  - one load/store path (the LSU): each warp-wide global store or load occupies it for the cycles the lsu
+    probe measured for its bytes a lane (lsu.store_cycles.<w>B, lsu.load_cycles.<w>B), first come first
+    served; a warp stalls until the path takes its access. A calibration without them (the B200's) prices
+    a store by its bytes at store.bytes_per_clk_sm (a warp stalls when it would wait more than
+    store.drain_cycles) and a load by its issue alone;
   - one TMA unit: the boxes it loads go one after another at tma.bytes_per_clk_sm, each landing its
     latency (MemoryState.tma_cycles) after it started.
 Synchronisation: an mbarrier phase completes when its last signal does (an arrive, or the landing of a
@@ -35,6 +38,34 @@ from dataclasses import dataclass, field
 from ..events import KIND_TABLE
 
 BUCKET = 64          # cycles per issue-capacity bucket of a scheduler
+LSU_WIDTHS = (4, 8, 16)   # bytes a lane the lsu probe measures (st.global / ld.global.nc .b32, .v2, .v4)
+
+
+def lsu_cycles(cal) -> dict | None:
+    """{(op, bytes a lane): the SM load/store path's cycles per warp-wide access} from the calibration's
+    lsu.<op>_cycles.<w>B costs, or None where it has none of them (then stores go by their bytes)."""
+    got = {(op, w): cal[f"lsu.{op}_cycles.{w}B"] for op in ("store", "load") for w in LSU_WIDTHS
+           if f"lsu.{op}_cycles.{w}B" in cal.constants}
+    if not got:
+        return None
+    missing = [f"lsu.{op}_cycles.{w}B" for op in ("store", "load") for w in LSU_WIDTHS if (op, w) not in got]
+    if missing:
+        raise KeyError(f"the calibration prices some warp-wide accesses but lacks {missing}: give all six "
+                       "(pelib.predict.measured from the lsu probe) or none")
+    return got
+
+
+def lsu_access_cycles(lsu: dict, op: str, width: int) -> float:
+    """Cycles of one access of `width` bytes a lane: the measured width, or the line between the two measured
+    widths around it (a 2-B STG.U16 takes the 4-B cost; wider than 16 B, the 16-B cost per 16 B)."""
+    if width <= LSU_WIDTHS[0]:
+        return lsu[(op, LSU_WIDTHS[0])]
+    if width >= LSU_WIDTHS[-1]:
+        return lsu[(op, LSU_WIDTHS[-1])] * width / LSU_WIDTHS[-1]
+    for a, b in zip(LSU_WIDTHS, LSU_WIDTHS[1:]):
+        if a <= width <= b:
+            return lsu[(op, a)] + (lsu[(op, b)] - lsu[(op, a)]) * (width - a) / (b - a)
+    raise AssertionError(width)
 LANES = 32           # a store instruction's lanes (every lane active: the epilogue's stores are full warps)
 
 
@@ -97,6 +128,8 @@ class Replay:
         self.umma_cycles = umma_cycles          # one tcgen05.mma's service on its SM's tensor pipe
         self.commit_src = defaultdict(list)     # commit node -> its arrives (one per destination CTA)
         self.store_bpc = mem.store_bytes_per_clk(cal)
+        self.lsu = lsu_cycles(cal)              # (op, bytes a lane) -> the LSU's cycles per access, or None
+        self.lsu_free = defaultdict(float)
         self.slots = cal["issue.slots_per_clk"] * BUCKET
         self.used = defaultdict(dict)           # (cta, sub-partition) -> {bucket: slots used}
         self.pipe_free = defaultdict(float)
@@ -174,6 +207,16 @@ class Replay:
             time = b_end if (can >= free - 1e-9 and can < room - 1e-9 and left > 1e-9) else time + can / rate
         return time
 
+    def _lsu_access(self, w: _Warp, op: str, width: int) -> None:
+        """One warp-wide global access through its SM's load/store path: served in arrival order for the
+        measured cycles of its op and width; the warp waits until the path takes it."""
+        sm = self._sm(w.key[0])
+        start = max(w.t, self.lsu_free[sm])
+        self.lsu_free[sm] = start + lsu_access_cycles(self.lsu, op, width)
+        if start > w.t:
+            self._log(w, w.t, start, "store")
+            w.t = start
+
     def _push(self, t: float, what: tuple) -> None:
         self.tick += 1
         heapq.heappush(self.heap, (t, self.tick, what))
@@ -245,6 +288,15 @@ class Replay:
             w.t = self.issue(w.key, w.t, 1)
             self.traffic[(w.key[0], "ldg", self._in_tile(w))] += it[1] * LANES
             self._log(w, t0, w.t, "issue")
+            if self.lsu is not None:
+                self._lsu_access(w, "load", it[1])
+        elif kind == "stg" and self.lsu is not None:
+            w.t = self.issue(w.key, w.t, 1)
+            self._log(w, t0, w.t, "issue")
+            nbytes = it[1] * LANES
+            self.store_bytes[w.key[0]] += nbytes
+            self.traffic[(w.key[0], "stg", self._in_tile(w))] += nbytes
+            self._lsu_access(w, "store", it[1])
         elif kind == "stg":
             w.t = self.issue(w.key, w.t, 1)
             nbytes = it[1] * LANES

@@ -6,6 +6,12 @@
 #include "common/types.cuh"
 
 PE_DEVICE void ld_global_nc_v4(const void* p, u32 (&r)[4], PE_SIM_SITE) { pe_sim::gmem_load(p, r, 16, site); }
+PE_DEVICE void ld_global_nc_v2(const void* p, u32& a, u32& b, PE_SIM_SITE) {
+  u32 v[2];
+  pe_sim::gmem_load(p, v, 8, site);
+  a = v[0];
+  b = v[1];
+}
 PE_DEVICE u32 ld_global_nc_b32(const void* p, PE_SIM_SITE) {
   u32 v;
   pe_sim::gmem_load(p, &v, 4, site);
@@ -14,6 +20,10 @@ PE_DEVICE u32 ld_global_nc_b32(const void* p, PE_SIM_SITE) {
 PE_DEVICE void st_global_v4(void* p, u32 a, u32 b, u32 c, u32 d, PE_SIM_SITE) {
   const u32 v[4] = {a, b, c, d};
   pe_sim::gmem_store(p, v, 16, site);
+}
+PE_DEVICE void st_global_v2(void* p, u32 a, u32 b, PE_SIM_SITE) {
+  const u32 v[2] = {a, b};
+  pe_sim::gmem_store(p, v, 8, site);
 }
 PE_DEVICE void st_global_b32(void* p, u32 a, PE_SIM_SITE) { pe_sim::gmem_store(p, &a, 4, site); }
 PE_DEVICE void st_global_cs_v4(void* p, u32 a, u32 b, u32 c, u32 d, PE_SIM_SITE) {
