@@ -209,13 +209,14 @@ def _lsu_offsets(j, i, w, nw):
     """The bytes lane 0..31 of warp w's access i touches (calib_lsu.cu lsu_offset), one array per lane."""
     p = j.params
     lane = np.arange(32)
-    group = (i * nw + w) * 8
-    row = ((group + lane // 4) if p["pattern"] == 0 else np.full(32, group)) & (p["rows"] - 1)
-    col = (lane % 4) * p["width"] if p["pattern"] == 0 else lane * p["width"]
+    per = 512 // (4 * p["width"]) if p["pattern"] == 2 else 1      # the walk: along the rows of a 512-B tile row
+    group = ((i // per) * nw + w) * 8
+    row = (np.full(32, group) if p["pattern"] == 1 else group + lane // 4) & (p["rows"] - 1)
+    col = lane * p["width"] if p["pattern"] == 1 else (i % per) * 4 * p["width"] + (lane % 4) * p["width"]
     return row * p["pitch"] + col
 
 
-@pytest.mark.parametrize("width,pattern", [(4, 0), (8, 0), (16, 0), (16, 1)])
+@pytest.mark.parametrize("width,pattern", [(4, 0), (8, 0), (16, 0), (16, 1), (4, 2), (16, 2)])
 def test_lsu_probe_stores_exactly_its_pattern(width, pattern):
     """Each warp's stores land where the probe's address rule says, with its values, and nowhere else."""
     r = C.Runner(SC, "sim", names=["lsu"])
@@ -446,7 +447,8 @@ def test_suite_arithmetic(fake_suite):
     assert v("lsu.store.cycles_per_access.fragment_4B") == pytest.approx(11)
     assert v("lsu.load.cycles_per_access.fragment_16B") == pytest.approx(10)
     assert v("lsu.store.cycles_per_access.line_16B") == pytest.approx(14)
-    pts = [p for p in cal.curve("lsu") if p["op"] == "load" and p["width"] == 8 and p["active"] == 132]
+    pts = [p for p in cal.curve("lsu") if p["op"] == "load" and p["width"] == 8 and p["active"] == 132
+           and p["pattern"] == "fragment"]
     assert len(pts) == 1 and pts[0]["cycles_per_access"] == pytest.approx(8) and pts[0]["sectors_per_access"] == 8
 
 

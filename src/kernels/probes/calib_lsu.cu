@@ -7,9 +7,12 @@
 //   pattern 0 "fragment": lane l at row l / 4, byte (l % 4) x width: four lanes a row, eight rows (the
 //             wgmma accumulator fragment the register epilogues store, common/wgmma.cuh NOTES: at 4 B a
 //             lane each 32-B sector is half written, at 16 B whole);
-//   pattern 1 "line":     lane l at byte l x width of one row (fully coalesced).
-// Successive accesses walk 8-row groups through `rows` rows (a power of two: the footprint, L2-resident
-// after the host's warm-up launch). Unit = warp: its clock64 before the first access and after the last
+//   pattern 1 "line":     lane l at byte l x width of one row (fully coalesced);
+//   pattern 2 "walk":     the fragment, but successive accesses walk along the eight rows (4 x width bytes a
+//             row further each) until TILE_ROW_BYTES (a 256-column BF16 tile row) is covered, then the next
+//             group: the order the register epilogues store a tile in (its column loop inside its row loop).
+// Patterns 0 and 1 give each access a new 8-row group; all walk through `rows` rows (a power of two: the
+// footprint, L2-resident after the host's warm-up launch). Unit = warp: its clock64 before the first access and after the last
 // (a load's after its values are consumed), and the accesses it issued; the SM's cycles per access are its
 // warps' span over their accesses. Method: the throughput microbenchmarks of Jia et al., "Dissecting the
 // NVIDIA Volta GPU Architecture via Microbenchmarking" (arXiv 1804.06826), and Luo et al. (arXiv
@@ -21,6 +24,7 @@
 constexpr int SMEM_BYTES = 120 * 1024;         // one CTA per SM
 constexpr int MAX_WARPS = 16;
 constexpr int UNROLL = 8;                      // loads in flight per warp before their first use
+constexpr u32 TILE_ROW_BYTES = 512;            // pattern 2: one row of a 64 x 256 BF16 output tile
 
 enum calib_lsu_field : u32 {
   CALIB_LSU_T0 = 0,          // clock64 before the warp's first access
@@ -38,9 +42,10 @@ PELIB_EXPORT(fields, CALIB_LSU_FIELDS);
 
 // Byte offset of lane `lane`'s access number `i` of warp `w` (among `nw` warps of the grid).
 PE_DEVICE u64 lsu_offset(u32 i, u32 w, u32 nw, u32 lane, u32 width, u32 pattern, u32 pitch, u32 rows) {
-  const u32 group = (i * nw + w) * 8u;                         // 8 rows a group
-  const u32 row = (pattern == 0 ? group + lane / 4 : group) & (rows - 1);
-  const u32 col = pattern == 0 ? (lane % 4) * width : lane * width;
+  const u32 per = pattern == 2 ? TILE_ROW_BYTES / (4 * width) : 1;   // accesses per 8-row group
+  const u32 group = ((i / per) * nw + w) * 8u;                       // 8 rows a group
+  const u32 row = (pattern == 1 ? group : group + lane / 4) & (rows - 1);
+  const u32 col = pattern == 1 ? lane * width : (i % per) * 4 * width + (lane % 4) * width;
   return (u64)row * pitch + col;
 }
 

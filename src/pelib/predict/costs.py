@@ -76,8 +76,9 @@ COSTS = {c.name: c for c in (
     Cost("store.drain_cycles", "cycles", "always", None, *_LAT, "provisional (0: no drain beyond the server)",
          "replay.Replay._item (stg), model.solve"),
     *(Cost(f"lsu.{op}_cycles.{w}B", "cycles", "optional", None, 0.0, 1e4,
-           f"lsu.{op}.cycles_per_access.fragment_{w}B (the lsu probe: one SM, 8 warps, {w} B a lane in the register "
-           "epilogue's fragment pattern, L2-resident; absent: stores by their bytes, loads by their issue)",
+           f"lsu.{op}.cycles_per_access.walk_{w}B (the lsu probe: one SM, 8 warps, {w} B a lane in the register "
+           "epilogue's fragment and order; .fragment_ where a file lacks it; L2-resident; absent: stores by their "
+           "bytes, loads by their issue)",
            "replay.Replay._lsu_access (stg, ldg)") for op in ("store", "load") for w in (4, 8, 16)),
     Cost("ldg.latency_cycles", "cycles", "always", None, *_LAT, "the stream probe's L2 chase",
          "not read by the replay (reported)"),

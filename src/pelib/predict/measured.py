@@ -128,13 +128,18 @@ def _derive(doc: dict) -> dict:
         put("launch.overhead_us", v("launch.overhead_us"), "launch.overhead_us (the launch probe: event time less the "
             "CTAs' span, one wave)")
     put("ldg.latency_cycles", v("l2.latency_cycles.unloaded"), "l2.latency_cycles.unloaded")
-    # the SM's load/store path per warp-wide access (the lsu probe: one SM, 8 warps, the register epilogue's
-    # fragment pattern, L2-resident): all six or none, the replay takes them together
-    lsu = {(op, w): v(f"lsu.{op}.cycles_per_access.fragment_{w}B") for op in ("store", "load") for w in (4, 8, 16)}
-    if all(x is not None for x in lsu.values()):
-        for (op, w), x in lsu.items():
-            put(f"lsu.{op}_cycles.{w}B", x, f"lsu.{op}.cycles_per_access.fragment_{w}B (the lsu probe: one SM, "
-                f"8 warps back to back, {w} B a lane, four lanes a row over eight rows, L2-resident)")
+    # the SM's load/store path per warp-wide access (the lsu probe: one SM, 8 warps, L2-resident), in the register
+    # epilogues' own order where the file has it ("walk": four lanes a row over eight rows, successive accesses
+    # along those rows), else the fragment pattern with a new group of rows each access; all six or none, the
+    # replay takes them together
+    for pat, how in (("walk", "successive accesses along the rows, a register epilogue's order"),
+                     ("fragment", "each access a new group of rows")):
+        lsu = {(op, w): v(f"lsu.{op}.cycles_per_access.{pat}_{w}B") for op in ("store", "load") for w in (4, 8, 16)}
+        if all(x is not None for x in lsu.values()):
+            for (op, w), x in lsu.items():
+                put(f"lsu.{op}_cycles.{w}B", x, f"lsu.{op}.cycles_per_access.{pat}_{w}B (the lsu probe: one SM, "
+                    f"8 warps back to back, {w} B a lane, four lanes a row over eight rows, {how}; L2-resident)")
+            break
     put("tma.issue_cycles", v("tma.store.issue_cycles"), "tma.store.issue_cycles (a TMA store's issue: the same "
         "cp.async.bulk.tensor path as a load's)")
     return out
@@ -250,13 +255,44 @@ def launch_clock_06(chip: str) -> tuple[float, str] | None:
     return None
 
 
+def add_probes(out: _cal.Calibration, path) -> list[str]:
+    """Add to `out` (a built calibration of its chip) the constants a second probes file derives that `out` has
+    not measured (a later run of one probe family, such as the lsu probe's): kind "measured" where that file was
+    measured on the same chip, "transferred" (its device named) where on another; the names added."""
+    p = Path(str(path))
+    doc = _cal.read_json(p, "pass the JSON python -m pelib.predict.probes wrote")
+    if not isinstance(doc, dict) or doc.get("schema") != MEASURED_SCHEMA:
+        raise _cal.CalibrationError(f"{p}: not a measured calibration (schema {MEASURED_SCHEMA!r} expected)")
+    env = doc.get("env") or {}
+    chip = results.chip_slug(env.get("device") or "none")
+    added = []
+    for name, (value, src) in _derive(doc).items():
+        if name in out.constants and out.constants[name].get("kind") == "measured":
+            continue
+        kind = "measured" if chip == out.chip else "transferred"
+        unit = _cal.REQUIRED.get(name, out.constants.get(name, {}).get("unit", "") or _costs.COSTS[name].unit)
+        out.constants[name] = {"value": value, "unit": unit, "kind": kind,
+                               "source": (f"{_cal.rel(p)}: {src} (measured on {env.get('device')}, {env.get('date')})"
+                                          + ("" if kind == "measured" else f"; transferred to the {out.chip}"))}
+        added.append(name)
+    bad = _cal.check(out.to_json(), str(p))
+    if bad:
+        raise _cal.CalibrationError(f"{p}: the added constants are unusable:\n  " + "\n  ".join(bad))
+    if added:
+        out.protocol += f"; from {_cal.rel(p)} ({env.get('device')}): {', '.join(added)}"
+    return added
+
+
 def build(path, gpu: str, transfer_from: str | None = None) -> _cal.Calibration:
     """The model's calibration of `gpu` from pelib.predict.probes' measured file at `path`: its constants over the
     chip's provisional file (pelib/predict/calibrations), sm90/06's launch clock in the timed regime where a run of
     it is committed (clock_ghz.launch06, measured: what converts the blind run's cycles to milliseconds). No
     constant is fitted: one the probes leave unmeasured stays provisional and the calibration says so, unless
-    `transfer_from` names a chip whose newest calibration measured it (kind "transferred", its source named)."""
-    p = Path(str(path))
+    `transfer_from` names a chip whose newest calibration measured it (kind "transferred", its source named).
+    `path` may name several probes files, comma-separated: the later ones add what the first did not measure
+    (add_probes)."""
+    first, *more = [x for x in str(path).split(",") if x]
+    p = Path(first)
     doc = _cal.read_json(p, "pass the JSON python -m pelib.predict.probes wrote")
     base = _cal.load(_cal.HERE / f"provisional-{gpu}.json")
     out = from_measured(doc, _cal.rel(p), base)
@@ -272,6 +308,8 @@ def build(path, gpu: str, transfer_from: str | None = None) -> _cal.Calibration:
                                        "source": f"transferred from {other.path} ({other.device}): {o.get('source', '')}"}
         out.provisional = any(c.get("kind") == "provisional" for c in out.constants.values())
         out.protocol = _protocol(out.path, out.constants, base.path, other)
+    for extra in more:      # later probe files (comma-separated): what the first did not measure
+        add_probes(out, extra)
     return out
 
 

@@ -95,9 +95,11 @@ CONSTANTS = {
 }
 # the lsu probe, one SM, 8 warps, L2-resident: cycles of the SM per warp-wide access, by op, pattern and width
 for _op, _w in (("store", "st.global"), ("load", "ld.global.nc")):
-    for _pat, _how in (("fragment", "four lanes a row over eight rows (the register epilogue's)"),
-                       ("line", "the lanes on one line")):
-        for _b in ((4, 8, 16) if _pat == "fragment" else (4, 16)):
+    for _pat, _how in (("fragment", "four lanes a row over eight rows, each access a new group of rows"),
+                       ("line", "the lanes on one line"),
+                       ("walk", "four lanes a row over eight rows, successive accesses along the rows (a register "
+                                "epilogue's order)")):
+        for _b in ((4, 16) if _pat == "line" else (4, 8, 16)):
             CONSTANTS[f"lsu.{_op}.cycles_per_access.{_pat}_{_b}B"] = (
                 "cycles", f"one warp-wide {_w} of {_b} B a lane, {_how}: the SM's cycles per access, one SM, "
                           "8 warps back to back, L2-resident")

@@ -100,7 +100,8 @@ class Scale:
     lsu_iters: int = 1024             # warp-wide accesses per warp
     lsu_rows: int = 4096              # rows of the L2-resident footprint (x lsu_pitch: 6 MiB)
     lsu_pitch: int = 1536             # bytes a row: one 768-column BF16 row of C
-    lsu_shapes: tuple = ((4, 0), (8, 0), (16, 0), (4, 1), (16, 1))   # (bytes a lane, pattern 0 fragment / 1 line)
+    lsu_shapes: tuple = ((4, 0), (8, 0), (16, 0), (4, 1), (16, 1), (4, 2), (8, 2), (16, 2))
+    #                 (bytes a lane, pattern 0 fragment / 1 line / 2 walk: calib_lsu.cu)
     lsu_loads: tuple = ((1, 8), (1, 16), (132, 8))                    # (SMs, warps each)
 
     @classmethod
@@ -123,6 +124,9 @@ class Scale:
                    launch_spin=100, launch_waves=(1, 2), lsu_iters=16, lsu_rows=64, lsu_loads=((1, 2), (4, 2)),
                    store_active=(1, 4), store_groups=(1, 3), stream_loads=((0, 0), (4, 2)), sustain_s=1e-3,
                    sustain_chain=3)
+
+
+LSU_PATTERNS = ("fragment", "line", "walk")    # calib_lsu.cu's lane patterns, by number
 
 
 def plan(sc: Scale) -> list[Launch]:
@@ -196,7 +200,7 @@ def plan(sc: Scale) -> list[Launch]:
     for op, opname in ((0, "store"), (1, "load")):
         for width, pattern in sc.lsu_shapes:
             for active, warps in sc.lsu_loads:
-                pname = ("fragment", "line")[pattern]
+                pname = LSU_PATTERNS[pattern]
                 out.append(Launch("lsu", {}, {"op": op, "width": width, "pattern": pattern, "pitch": sc.lsu_pitch,
                                               "rows": sc.lsu_rows, "iters": sc.lsu_iters, "warps": warps,
                                               "active": active}, S,
@@ -730,7 +734,8 @@ def _a_launch(j, r, acc, ghz):
 # the constants of the lsu probe: one SM, 8 warps (the register epilogues' two warpgroups), per (op, width, pattern)
 LSU_CONSTANTS = {(op, w, pat): f"lsu.{op}.cycles_per_access.{pat}_{w}B"
                  for op in ("store", "load") for w, pat in ((4, "fragment"), (8, "fragment"), (16, "fragment"),
-                                                          (4, "line"), (16, "line"))}
+                                                          (4, "line"), (16, "line"), (4, "walk"), (8, "walk"),
+                                                          (16, "walk"))}
 
 
 def _a_lsu(j, r, acc, ghz):
@@ -749,7 +754,7 @@ def _a_lsu(j, r, acc, ghz):
     p = j.point
     width = int(j.params["width"])
     # 32-B sectors an access touches: the fragment's 8 rows of 4 lanes each (4 x width bytes a row), or one line
-    sectors = 8 * -(-4 * width // 32) if p["pattern"] == "fragment" else 32 * width // 32
+    sectors = 32 * width // 32 if p["pattern"] == "line" else 8 * -(-4 * width // 32)
     out = {"cycles_per_access": _med(cyc), "ctas": len(cyc), "bytes_per_access": 32 * width,
            "sectors_per_access": sectors, "op": p["op"], "width": width, "pattern": p["pattern"],
            "active": p["active"], "warps": p["warps"]}
