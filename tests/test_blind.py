@@ -173,3 +173,21 @@ def test_variants_move_one_define_of_a_stage_file_and_build():
         default = re.search(rf"#ifndef {name}\n#define {name} (\S+)", src)
         assert default, f"{k} declares no default for {name}"
         assert str(value) != default.group(1), f"{k} {name}={value} is its default"
+
+
+def test_each_round_measures_variants_no_earlier_round_had():
+    """A blind round's variants are new: no (stage, defines) of one set appears in another, each moves one
+    define the stage file declares off its default, and the newest round's all build (NVRTC's budgets)."""
+    import re
+    seen = {}
+    for name, chosen in blind.VARIANT_SETS.items():
+        for k, d in chosen:
+            key = (k, json.dumps(d, sort_keys=True))
+            assert key not in seen, f"{k} {d} is in {seen.get(key)} and {name}"
+            seen[key] = name
+            (define, value), = d.items()
+            default = re.search(rf"#ifndef {define}\n#define {define} (\S+)", Stage(k).path.read_text())
+            assert default and str(value) != default.group(1), f"{name}: {k} {define}={value}"
+    newest = list(blind.VARIANT_SETS)[-1]
+    for k, d in blind.VARIANT_SETS[newest]:
+        assert Stage(k, d).build.ptxas, (k, d)

@@ -339,11 +339,11 @@ def test_the_command_and_the_chapter_print_the_same_number(capsys):
     06's launch clock, as the chapter's predict_06 and the prediction documents do: the same ms, the file named."""
     from pelib.predict import host as predict_host
     from pelib.views import blind_rounds as pv
-    assert cal_mod.load("h200").path == "results/2026-12-02-h200/predict-calibration-h200.json"
+    assert cal_mod.load("h200").path == "results/2026-12-07-h200/predict-calibration-h200.json"
     assert predict_host.main([S06, "--device", "predict", "--gpu", "h200"]) == 0
     out = capsys.readouterr().out
     p = pv.predict_06("h200")
-    assert f"= {p.ms:.4f} ms" in out and "results/2026-12-02-h200/predict-calibration-h200.json" in out
+    assert f"= {p.ms:.4f} ms" in out and "results/2026-12-07-h200/predict-calibration-h200.json" in out
     assert "provisional" not in out.split("costs:")[1]
 
 
@@ -665,6 +665,28 @@ def test_traffic_is_held_to_the_counters():
     ncu["ncu_per_tile"][0]["l2_sm_B_per_tile"] = 5.2e9 / tiles
     r = compare.traffic(pred, ncu)["rows"][0]
     assert r["l2_counter"] == compare.L2_FROM_SMS and r["l2_error"] == pytest.approx(5 / 5.2 - 1, abs=1e-4)
+
+
+def test_the_lsu_calibrations_are_what_build_makes_from_two_probe_files():
+    """The 2026-12-07 calibrations: the chip's own probes file, then the lsu probe's file (an H100 run) adding the
+    six load/store-path costs, measured on the H100 and transferred (and said so) to the H200, whose SM is the
+    same GH100 SM."""
+    from pelib.paths import ROOT
+    from pelib.predict import measured
+    lsu = "results/2026-12-07-h100/lsu/calibration-nvidia-h100-80gb-hbm3.json"
+    h200 = measured.build(f"{ROOT / 'results/2026-12-02-h200/probes/calibration-nvidia-h200.json'},{ROOT / lsu}", "h200")
+    assert h200.to_json() == cal_mod.load(ROOT / "results/2026-12-07-h200/predict-calibration-h200.json").to_json()
+    h100 = measured.build(f"{ROOT / 'results/2026-11-27-h100/calibration-nvidia-h100-80gb-hbm3.json'},{ROOT / lsu}",
+                          "h100", ROOT / "results/2026-12-07-h200/predict-calibration-h200.json")
+    assert h100.to_json() == cal_mod.load(ROOT / "results/2026-12-07-h100/predict-calibration-h100.json").to_json()
+    for cal, kind in ((h200, "transferred"), (h100, "measured")):
+        for op in ("store", "load"):
+            for w in (4, 8, 16):
+                e = cal.entry(f"lsu.{op}_cycles.{w}B")
+                assert e["kind"] == kind and lsu in e["source"] and 1.0 < e["value"] < 100.0
+    # one file is one chip's: added constants never replace what the first file measured
+    assert h200.entry("store.bytes_per_clk_sm")["kind"] == "measured" and "2026-12-02-h200" in \
+        h200.entry("store.bytes_per_clk_sm")["source"]
 
 
 def test_the_committed_calibrations_are_what_build_makes(tmp_path):
