@@ -258,7 +258,8 @@ def launch_clock_06(chip: str) -> tuple[float, str] | None:
 def add_probes(out: _cal.Calibration, path) -> list[str]:
     """Add to `out` (a built calibration of its chip) the constants a second probes file derives that `out` has
     not measured (a later run of one probe family, such as the lsu probe's): kind "measured" where that file was
-    measured on the same chip, "transferred" (its device named) where on another; the names added."""
+    measured on the same chip, "transferred" (its device named) where on another; the names added. The
+    calibration's date becomes that file's where it is the newer."""
     p = Path(str(path))
     doc = _cal.read_json(p, "pass the JSON python -m pelib.predict.probes wrote")
     if not isinstance(doc, dict) or doc.get("schema") != MEASURED_SCHEMA:
@@ -279,7 +280,9 @@ def add_probes(out: _cal.Calibration, path) -> list[str]:
     if bad:
         raise _cal.CalibrationError(f"{p}: the added constants are unusable:\n  " + "\n  ".join(bad))
     if added:
-        out.protocol += f"; from {_cal.rel(p)} ({env.get('device')}): {', '.join(added)}"
+        out.protocol += f"; from {_cal.rel(p)} ({env.get('device')}, {str(env.get('date') or '')[:10]}): {', '.join(added)}"
+        # the calibration is as new as its newest measured cost (the results tree files it under that date)
+        out.date = max(out.date, str(env.get("date") or "")[:10])
     return added
 
 
