@@ -156,3 +156,28 @@ def test_the_replay_has_no_default_of_its_own_for_a_cost():
     for f in ("replay.py", "model.py", "memory.py", "price.py"):
         text = (here / f).read_text()
         assert not re.search(r"\bcal\.get\(", text), f"{f} reads a cost with a default of its own"
+
+
+def test_the_load_store_path_takes_all_six_costs_or_none():
+    """replay.lsu_cycles: a calibration prices warp-wide accesses with all six lsu costs or none (then stores go
+    by their bytes); a width between two measured ones takes the line between them."""
+    from pelib.predict import replay
+    import dataclasses
+    cal = C.load("h100")
+    cal = dataclasses.replace(cal, constants={k: v for k, v in cal.constants.items() if not k.startswith("lsu.")})
+    assert replay.lsu_cycles(cal) is None
+    six = {f"lsu.{op}_cycles.{w}B": 10.0 + w + (0 if op == "store" else 100) for op in ("store", "load")
+           for w in (4, 8, 16)}
+
+    def adding(consts):
+        return dataclasses.replace(cal, constants={**cal.constants, **{
+            k: {"value": v, "unit": "cycles", "kind": "measured", "source": "test"} for k, v in consts.items()}})
+    full = adding(six)
+    lsu = replay.lsu_cycles(full)
+    assert lsu[("store", 16)] == 26.0 and lsu[("load", 4)] == 114.0
+    assert replay.lsu_access_cycles(lsu, "store", 2) == 14.0            # narrower than 4 B: the 4-B cost
+    assert replay.lsu_access_cycles(lsu, "store", 12) == pytest.approx(22.0)   # between 8 and 16
+    assert replay.lsu_access_cycles(lsu, "load", 32) == 2 * 126.0       # wider: per 16 B
+    part = adding({k: v for k, v in six.items() if "store" in k})
+    with pytest.raises(KeyError, match="all six"):
+        replay.lsu_cycles(part)

@@ -66,6 +66,8 @@ def lsu_access_cycles(lsu: dict, op: str, width: int) -> float:
         if a <= width <= b:
             return lsu[(op, a)] + (lsu[(op, b)] - lsu[(op, a)]) * (width - a) / (b - a)
     raise AssertionError(width)
+
+
 LANES = 32           # a store instruction's lanes (every lane active: the epilogue's stores are full warps)
 
 
