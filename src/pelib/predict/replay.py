@@ -292,26 +292,22 @@ class Replay:
             self._log(w, t0, w.t, "issue")
             if self.lsu is not None:
                 self._lsu_access(w, "load", it[1])
-        elif kind == "stg" and self.lsu is not None:
-            w.t = self.issue(w.key, w.t, 1)
-            self._log(w, t0, w.t, "issue")
-            nbytes = it[1] * LANES
-            self.store_bytes[w.key[0]] += nbytes
-            self.traffic[(w.key[0], "stg", self._in_tile(w))] += nbytes
-            self._lsu_access(w, "store", it[1])
         elif kind == "stg":
             w.t = self.issue(w.key, w.t, 1)
+            self._log(w, t0, w.t, "issue")
             nbytes = it[1] * LANES
             cta = w.key[0]
-            start = max(w.t, self.store_free[self._sm(cta)])
-            self.store_free[self._sm(cta)] = start + nbytes / self.store_bpc
             self.store_bytes[cta] += nbytes
             self.traffic[(cta, "stg", self._in_tile(w))] += nbytes
-            stall = start - w.t - self.cal["store.drain_cycles"]
-            self._log(w, t0, w.t, "issue")
-            if stall > 0:
-                self._log(w, w.t, w.t + stall, "store")
-                w.t += stall
+            if self.lsu is not None:
+                self._lsu_access(w, "store", it[1])
+            else:                                   # no lsu costs: the store path by bytes
+                start = max(w.t, self.store_free[self._sm(cta)])
+                self.store_free[self._sm(cta)] = start + nbytes / self.store_bpc
+                stall = start - w.t - self.cal["store.drain_cycles"]
+                if stall > 0:
+                    self._log(w, w.t, w.t + stall, "store")
+                    w.t += stall
         elif kind == "mma":
             w.t = self.issue(w.key, w.t, 1)
             self._log(w, t0, w.t, "issue")
