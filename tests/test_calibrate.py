@@ -55,7 +55,7 @@ def test_full_plan_fits_an_h100():
     whole."""
     sc = C.Scale.full(132)
     jobs = C.plan(sc)
-    assert 100 < len(jobs) < 200
+    assert 100 < len(jobs) < 260
     for j in jobs:
         assert (j.grid <= 132 if j.probe != "launch" else j.grid % 132 == 0) and j.grid % j.cluster == 0
         assert j.params.get("active", 0) <= j.grid
@@ -251,6 +251,28 @@ def test_lsu_probe_loads_count_and_leave_the_buffer():
     assert (f["t1"] >= f["t0"]).all()
 
 
+@pytest.mark.parametrize("op", C.LATENCY_OPS)
+def test_latency_probe_runs_its_chains_on_one_sm(op):
+    """Each op's warps on CTA 0 alone record the steps they made; the shuffle chain ends where an even number
+    of butterflies of lane mask 1 leaves it (lane l's value back at lane l); the chase at its start plus
+    `iters` strides around the footprint."""
+    r = C.Runner(SC, "sim", names=[])
+    j = job("latency", op=C.LATENCY_OPS.index(op))
+    f = rec_of(r.run(0, j), "latency")
+    warps, iters = j.params["warps"], j.params["iters"]
+    steps = f["steps"].reshape(j.grid, 16)
+    per = iters * (8 if op == "shfl_many" else 1)
+    assert (steps[0, :warps] == per).all() and steps[0, warps:].sum() == 0 and steps[1:].sum() == 0
+    assert (f["t1"].reshape(j.grid, 16)[0, :warps] >= f["t0"].reshape(j.grid, 16)[0, :warps]).all()
+    sink = f["sink"].reshape(j.grid, 16)[0, :warps].astype(np.uint64)
+    if op == "shfl":          # lane 0 of warp w starts at 0 * 0x9E3779B9 + w; iters (even) butterflies of mask 1
+        assert iters % 2 == 0 and [int(x) for x in sink] == list(range(warps))
+    elif op == "lds":         # lane 0 starts at word 0; each load moves one word on (CHASE_STRIDE bytes)
+        b = C.probe_build("latency", {})
+        stride, words = b.exports["chase_stride"], b.exports["smem_bytes"] // b.exports["chase_stride"]
+        assert all(int(x) == (iters % words) * stride for x in sink)
+
+
 def test_launch_probe_records_every_cta_with_its_sm(runner):
     j = job("launch", waves=2)
     r = runner.run(0, j)
@@ -333,6 +355,14 @@ class FakeRunner:
                 out[c] = (p["hops"], c0[c] + 1000, c0[c] + 1000 + lat * p["hops"], 0, by, 0)
         elif j.probe == "clock":
             out = np.array([[64 * 6, 64 * 30, 32, 48, p["spin"], int(p["spin"] / self.GHZ), 1]] * g, np.int64)
+        elif j.probe == "latency":
+            # a chain step takes 30 (shfl) / 33 (lds) cycles; op 2's SM takes 2 cycles a shuffle from 4 warps on
+            cyc = {"shfl": 30, "lds": 33}.get(j.point["op"])
+            out = np.zeros((g * 16, 4), np.int64)
+            for w in range(p["warps"]):
+                n = p["iters"] * (8 if cyc is None else 1)
+                span = cyc * n if cyc else 2 * 8 * p["iters"] * max(p["warps"], 4)
+                out[w] = (c0[0] + w, c0[0] + w + span, n, 0)
         elif j.probe == "lsu":
             # the SM serves one access every (10 store / 6 load) + width / 4 cycles; warp w starts w cycles late
             cyc = (10 if p["op"] == 0 else 6) + p["width"] // 4
@@ -447,6 +477,9 @@ def test_suite_arithmetic(fake_suite):
     assert v("lsu.store.cycles_per_access.fragment_4B") == pytest.approx(11)
     assert v("lsu.load.cycles_per_access.fragment_16B") == pytest.approx(10)
     assert v("lsu.store.cycles_per_access.line_16B") == pytest.approx(14)
+    # the latency probe: a chain's cycles a step; the SM's cycles per shuffle over 16 warps' span
+    assert v("latency.shfl.cycles") == pytest.approx(30) and v("latency.lds.cycles") == pytest.approx(33)
+    assert v("shfl.sm_cycles_per_instr") == pytest.approx((2 * 8 * 4096 * 16 + 15) / (16 * 8 * 4096))
     pts = [p for p in cal.curve("lsu") if p["op"] == "load" and p["width"] == 8 and p["active"] == 132
            and p["pattern"] == "fragment"]
     assert len(pts) == 1 and pts[0]["cycles_per_access"] == pytest.approx(8) and pts[0]["sectors_per_access"] == 8

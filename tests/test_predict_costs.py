@@ -145,7 +145,8 @@ def test_an_optional_cost_reads_its_default_or_fallback_from_the_table():
     for c in costs.COSTS.values():        # a fallback names a cost of the table, an optional cost has a way out
         assert c.fallback is None or c.fallback in costs.COSTS
         assert c.required != "optional" or c.default is not None or c.fallback or c.name.startswith(
-            ("clock_ghz.", "tensor.fp4", "lsu.")), c.name      # lsu.*: absent, stores go by their bytes
+            ("clock_ghz.", "tensor.fp4", "lsu.", "sb.", "shfl.")), c.name   # lsu.*: absent, stores go by their
+        # bytes; sb.*, shfl.*: absent, no instruction waits on a scoreboard
 
 
 def test_the_replay_has_no_default_of_its_own_for_a_cost():
@@ -181,3 +182,72 @@ def test_the_load_store_path_takes_all_six_costs_or_none():
     part = adding({k: v for k, v in six.items() if "store" in k})
     with pytest.raises(KeyError, match="all six"):
         replay.lsu_cycles(part)
+
+
+def test_the_control_field_names_the_scoreboards_an_instruction_sets_and_waits_on():
+    """sass_paths.control: bits 105-127 of the instruction; stall 4 bits, yield 1, write scoreboard 3, read 3,
+    wait mask 6. The no-op padding's field 0x7e0 sets and waits on none."""
+    from pelib.predict import sass_paths as sp
+    pad = sp.LInstr(0, 0, "NOP", 0, None, False, False, "NOP", 1, 0x7E0)
+    assert pad.write_sb is None and pad.wait_mask == 0
+    ctrl = 4 | (3 << 5) | (7 << 8) | (0b100101 << 11)         # stall 4, writes scoreboard 3, waits on 0, 2, 5
+    assert sp.control(ctrl << 41) == ctrl and sp.stall(ctrl << 41) == 4
+    i = sp.LInstr(0, 0, "SHFL.BFLY", 0, None, False, False, "SHFL.BFLY", 4, ctrl)
+    assert i.write_sb == 3 and i.wait_mask == 0b100101
+
+
+def _instr(k, op, stall=1, wr=7, wait=0):
+    from pelib.predict import sass_paths as sp
+    return sp.LInstr(k, 16 * k, op, 0, None, False, False, op, stall, stall | (wr << 5) | (7 << 8) | (wait << 11))
+
+
+def test_a_segment_carries_its_scoreboard_marks_and_a_wait_before_an_access():
+    from pelib.predict import sass_paths as sp
+    ins = [_instr(0, "SHFL.BFLY", 2, wr=0), _instr(1, "IADD3", 1), _instr(2, "SEL", 1, wait=0b1),
+           _instr(3, "LDG.E.128", 1, wr=1), _instr(4, "STG.E.128", 1, wait=0b10), _instr(5, "MUFU.EX2", 1, wr=2)]
+    prog = sp.program(ins, tuple(range(6)), 6)
+    assert prog[0] == ("alu", 3, 4, (("set", 0, 0, 0, "shfl"), ("wait", 2, 3, 0b1)))
+    assert prog[1] == ("ldg", 16, 1) and prog[2] == ("sbwait", 0b10) and prog[3] == ("stg", 16)
+    assert prog[4] == ("alu", 1, 1)       # MUFU's scoreboard is not priced: no mark
+
+
+def test_a_scoreboard_wait_waits_for_the_producers_latency_and_the_shuffle_unit():
+    """Replay._alu_marked: the run issues up to its wait, waits until the shuffle's result (its latency after it
+    issued), and goes on; without sb latencies the run is one issue (as before the marks)."""
+    from collections import defaultdict
+    from pelib.predict import replay
+    r = replay.Replay.__new__(replay.Replay)
+    r.used, r.slots, r.sm_of, r.shfl_used = defaultdict(dict), 1.0 * replay.BUCKET, {}, defaultdict(dict)
+    r.sb_lat = {"shfl": 30.0, "lds": 33.0, "ldg": 300.0, "shfl_sm": 2.0}
+    w = replay._Warp((0, 0), [])
+    item = ("alu", 3, 4, (("set", 0, 0, 0, "shfl"), ("wait", 2, 3, 0b1)))
+    r._alu_marked(w, item)
+    assert w.t == pytest.approx(30 + 1) and 0 not in w.sb          # waited to 30, then the SEL's one cycle
+    assert any(s.cat == "latency" and s.t0 == pytest.approx(3) and s.t1 == pytest.approx(30) for s in w.log)
+    assert r.shfl_used[0][0] == 2.0                                 # the SM's shuffle unit: 2 cycles claimed
+    r.shfl_used[0][0] = float(replay.BUCKET)                        # its first bucket full (other warps' shuffles)
+    w2 = replay._Warp((0, 4), [])                                   # a warp on another scheduler, same SM
+    r._alu_marked(w2, ("alu", 1, 1, (("set", 0, 0, 0, "shfl"),)))
+    assert w2.sb[0] == pytest.approx(replay.BUCKET + 30)            # taken in the next bucket, then its latency
+    r.sb_lat = None
+    w3 = replay._Warp((0, 1), [])
+    r.cal = None
+    assert r._item(w3, item) and w3.t == pytest.approx(4)
+
+
+def test_instruction_latencies_come_together_with_the_shuffle_rate():
+    from pelib.predict import replay
+    import dataclasses
+    cal = C.load("h100")
+    base = {k: v for k, v in cal.constants.items() if not k.startswith(("sb.", "shfl."))}
+
+    def with_(**v):
+        return dataclasses.replace(cal, constants={**base, **{k.replace("__", "."): {
+            "value": x, "unit": "cycles", "kind": "measured", "source": "test"} for k, x in v.items()}})
+    assert replay.sb_latencies(with_()) is None
+    with pytest.raises(KeyError, match="lacks"):
+        replay.sb_latencies(with_(sb__latency_cycles__shfl=30.0))
+    with pytest.raises(KeyError, match="shuffle rate"):
+        replay.sb_latencies(with_(sb__latency_cycles__shfl=30.0, sb__latency_cycles__lds=33.0))
+    got = replay.sb_latencies(with_(sb__latency_cycles__shfl=30.0, sb__latency_cycles__lds=33.0, shfl__cycles_sm=2.0))
+    assert got == {"shfl": 30.0, "lds": 33.0, "ldg": cal["ldg.latency_cycles"], "shfl_sm": 2.0}

@@ -18,7 +18,7 @@ from ..build import build as _build
 from ..paths import KERNELS
 from ..stage import parse_signature, _SCALARS
 
-PROBES = ("clock", "wgmma", "tma", "store", "sync", "epilogue", "stream", "launch", "lsu")
+PROBES = ("clock", "wgmma", "tma", "store", "sync", "epilogue", "stream", "launch", "lsu", "latency")
 ARCH = "sm_90a"
 
 

@@ -81,7 +81,13 @@ COSTS = {c.name: c for c in (
            "bytes, loads by their issue)",
            "replay.Replay._lsu_access (stg, ldg)") for op in ("store", "load") for w in (4, 8, 16)),
     Cost("ldg.latency_cycles", "cycles", "always", None, *_LAT, "the stream probe's L2 chase",
-         "not read by the replay (reported)"),
+         "replay.Replay._item (ldg: its scoreboard, where the calibration has sb latencies)"),
+    *(Cost(f"sb.latency_cycles.{c}", "cycles", "optional", None, 0.0, 1e4,
+           f"latency.{c}.cycles (the latency probe: a dependent chain, one warp, one SM; absent: no instruction "
+           "waits on a scoreboard)", "replay.Replay._alu_marked, _sb_wait") for c in ("shfl", "lds")),
+    Cost("shfl.cycles_sm", "cycles", "optional", None, 0.0, 1e4,
+         "shfl.sm_cycles_per_instr (the latency probe: 16 warps of independent shuffles, one SM; with the sb "
+         "latencies)", "replay.Replay._alu_marked (the SM's shuffle unit)"),
     Cost("launch.overhead_us", "us", "always", None, 0.0, 1e4, "launch.overhead_us (the launch probe's burst: "
          "event time less the CTAs' span)", "model.solve"),
     Cost("cta.launch_cycles", "cycles", "always", None, *_LAT, "launch.cta_gap_cycles", "model.solve (waves)"),

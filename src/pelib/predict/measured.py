@@ -142,6 +142,14 @@ def _derive(doc: dict) -> dict:
             break
     put("tma.issue_cycles", v("tma.store.issue_cycles"), "tma.store.issue_cycles (a TMA store's issue: the same "
         "cp.async.bulk.tensor path as a load's)")
+    # what a scoreboard wait costs (the latency probe, one SM): the latencies together or none, and the SM's
+    # shuffle rate with them
+    lat = {c: v(f"latency.{c}.cycles") for c in ("shfl", "lds")}
+    if all(x is not None for x in lat.values()) and v("shfl.sm_cycles_per_instr") is not None:
+        for c, x in lat.items():
+            put(f"sb.latency_cycles.{c}", x, f"latency.{c}.cycles (the latency probe: a dependent chain, one warp)")
+        put("shfl.cycles_sm", v("shfl.sm_cycles_per_instr"), "shfl.sm_cycles_per_instr (the latency probe: 16 warps "
+            "of independent shuffles on one SM)")
     return out
 
 

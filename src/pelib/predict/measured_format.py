@@ -103,6 +103,11 @@ for _op, _w in (("store", "st.global"), ("load", "ld.global.nc")):
             CONSTANTS[f"lsu.{_op}.cycles_per_access.{_pat}_{_b}B"] = (
                 "cycles", f"one warp-wide {_w} of {_b} B a lane, {_how}: the SM's cycles per access, one SM, "
                           "8 warps back to back, L2-resident")
+# the latency probe, one SM: a dependent chain's cycles a step (one warp), and the SM's shuffle rate (16 warps)
+CONSTANTS["latency.shfl.cycles"] = ("cycles", "shfl.sync.bfly to its result: a chain of dependent shuffles, one warp")
+CONSTANTS["latency.lds.cycles"] = ("cycles", "ld.shared to its result: a pointer chase in shared memory, one warp")
+CONSTANTS["shfl.sm_cycles_per_instr"] = ("cycles", "the SM's cycles per warp shuffle: 16 warps of 8 independent "
+                                                  "shuffle chains each")
 REQUIRED = ("clock.burst_ghz", "wgmma.m64n256k32.sm_cycles_per_wgmma", "wgmma.m64n256k32.issue_cycles_per_slice",
             "tma.load.latency_cycles.unloaded", "tma.store.issue_cycles", "mbarrier.local_roundtrip_cycles",
             "mbarrier.try_wait_pass_cycles", "epilogue.tile_cycles.beside_wgmma", "dram.read_gbps")
@@ -120,6 +125,7 @@ CURVES = {
     "l2.read": "loaded latency against read bandwidth, L2-resident footprint",
     "l2.write": "loaded latency against write bandwidth, L2-resident footprint",
     "l2.copy": "loaded latency against copy bandwidth, L2-resident footprint",
+    "latency": "dependent chains (shuffle, shared load) and independent shuffles: cycles a step against the warps",
     "lsu": "warp-wide global stores and loads: the SM's cycles per access against the bytes a lane (op x pattern x SMs x warps)",
 }
 

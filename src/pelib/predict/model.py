@@ -787,7 +787,7 @@ def _waits(res, g, key) -> list:
 # ---- the critical path ---------------------------------------------------------------------------------------
 
 CATEGORY = {"issue": "SASS issue", "tensor": "the tensor pipe", "memory": "TMA loads (L2/DRAM latency)",
-            "store": "the store path", "sync": "barrier hand-offs", "barrier": "barrier hand-offs",
+            "store": "the store path", "latency": "instruction latency (scoreboard waits)", "sync": "barrier hand-offs", "barrier": "barrier hand-offs",
             "wait": "barrier hand-offs"}
 
 

@@ -15,6 +15,8 @@ worker; a worker past its time limit is killed and the rest goes on):
             K loop; with the probe's SASS instruction count, the CPI;
   stream    DRAM and L2 bandwidth-latency curves (read, write, copy): a pointer chase timed while other
             warps stream at controlled intensity;
+  latency   on one SM, a dependent chain of warp shuffles and one of shared-memory loads (their latency:
+            what a scoreboard wait costs), and independent shuffles over 1 to 16 warps (the SM's shuffle rate);
   lsu       warp-wide global stores and loads (ld.global.nc) of 4, 8 and 16 B a lane, in the register
             epilogue's fragment pattern (four lanes a row, eight rows) and fully coalesced, L2-resident: the
             SM's cycles per access (one SM, and every SM);
@@ -103,6 +105,8 @@ class Scale:
     lsu_shapes: tuple = ((4, 0), (8, 0), (16, 0), (4, 1), (16, 1), (4, 2), (8, 2), (16, 2))
     #                 (bytes a lane, pattern 0 fragment / 1 line / 2 walk: calib_lsu.cu)
     lsu_loads: tuple = ((1, 8), (1, 16), (132, 8))                    # (SMs, warps each)
+    lat_iters: int = 4096             # steps of each latency chain per warp
+    lat_warps: tuple = (1, 4, 8, 16)  # warps on the one SM (1: the latency; more: op 2's shuffle rate)
 
     @classmethod
     def full(cls, sms: int) -> "Scale":
@@ -122,11 +126,13 @@ class Scale:
                    l2_tiles=2, spin=200, chain=3, tma_iters=8, store_iters=14, sync_iters=4, epi_tiles=2,
                    stream_iters=2, hops=6, tma_active=(1, 4), tma_depths=(1, 3), burst_depths=(1, 2), mc_active=(2, 4),
                    launch_spin=100, launch_waves=(1, 2), lsu_iters=16, lsu_rows=64, lsu_loads=((1, 2), (4, 2)),
+                   lat_iters=16, lat_warps=(1, 2),
                    store_active=(1, 4), store_groups=(1, 3), stream_loads=((0, 0), (4, 2)), sustain_s=1e-3,
                    sustain_chain=3)
 
 
 LSU_PATTERNS = ("fragment", "line", "walk")    # calib_lsu.cu's lane patterns, by number
+LATENCY_OPS = ("shfl", "lds", "shfl_many")     # calib_latency.cu's ops, by number
 
 
 def plan(sc: Scale) -> list[Launch]:
@@ -208,6 +214,13 @@ def plan(sc: Scale) -> list[Launch]:
                                   tensors={"buf": "lsu"}, prepare="warm",
                                   point={"curve": "lsu", "op": opname, "width": width, "pattern": pname,
                                          "active": active, "warps": warps}))
+    for op, opname in enumerate(LATENCY_OPS):
+        # one SM: a chain alone is the latency (1 warp); op 2's independent shuffles over more warps, the rate
+        for warps in (sc.lat_warps if opname == "shfl_many" else sc.lat_warps[:1]):
+            out.append(Launch("latency", {}, {"op": op, "iters": sc.lat_iters, "warps": warps, "active": 1,
+                                              "lane_mask": 1}, S,
+                              label=f"latency {opname}, one SM x {warps} warps", prepare="none",
+                              point={"curve": "latency", "op": opname, "warps": warps}))
     for waves in sc.launch_waves:
         # one wave in the regime the blind run times every stage in (a warm-up, then each launch after an L2
         # flush, their median): the launch's fixed cost the model adds to every prediction (launch.overhead_us)
@@ -280,7 +293,7 @@ BUFFERS = {"a": "A [m, 768] u8, random bytes (the TMA loads' tensor)",
            "src": "stream source, random", "dst": "stream destination",
            "lsu": "the lsu probe's footprint [rows x pitch] u8, random"}
 NEEDS = {"clock": (), "wgmma": (), "tma": ("a",), "store": ("cout",), "sync": (), "epilogue": ("comb", "cout"),
-         "stream": ("chain_dram", "chain_l2", "src", "dst"), "launch": (), "lsu": ("lsu",)}
+         "stream": ("chain_dram", "chain_l2", "src", "dst"), "launch": (), "lsu": ("lsu",), "latency": ()}
 
 
 def make_buffers(sc: Scale, names, device: str) -> dict:
@@ -765,6 +778,36 @@ def _a_lsu(j, r, acc, ghz):
     return out
 
 
+# the constants of the latency probe: a chain's cycles a step with one warp; op 2's SM cycles a shuffle, 16 warps
+LATENCY_CONSTANTS = {("shfl", 1): "latency.shfl.cycles", ("lds", 1): "latency.lds.cycles",
+                     ("shfl_many", 16): "shfl.sm_cycles_per_instr"}
+
+
+def _a_latency(j, r, acc, ghz):
+    """A chain's cycles per step (its warps' median: each warp is one chain), or op 2's SM cycles per warp
+    shuffle: per CTA, its warps' span (first start to last end) over the shuffles they issued."""
+    f = _f(r, "latency")
+    per_cta = int(r.out.shape[0] // max(j.grid, 1))
+    n = f["steps"].reshape(j.grid, per_cta)
+    t0, t1 = f["t0"].reshape(j.grid, per_cta), f["t1"].reshape(j.grid, per_cta)
+    p = j.point
+    vals = []
+    for c in range(j.grid):
+        ok = n[c] > 0
+        if not ok.any():
+            continue
+        if p["op"] == "shfl_many":
+            vals.append(float(t1[c][ok].max() - t0[c][ok].min()) / float(n[c][ok].sum()))
+        else:
+            vals.extend(float(a - b) / float(k) for a, b, k in zip(t1[c][ok], t0[c][ok], n[c][ok]))
+    out = {"cycles": _med(vals), "samples": len(vals), "op": p["op"], "warps": p["warps"]}
+    acc.point("latency", "warps", "cycles", {**out, "clock_ghz": ghz, "launch": r.index})
+    name = LATENCY_CONSTANTS.get((p["op"], p["warps"]))
+    if name:
+        acc.const(name, out["cycles"], "latency", r.index, len(vals))
+    return out
+
+
 def _a_sustained(j, r, acc, ghz):
     c = acc.clocks.get(r.index, {})
     first = _clock(Record(r.index, r.out, r.first_clock), 0.0) if r.first_clock is not None else {}
@@ -775,7 +818,7 @@ def _a_sustained(j, r, acc, ghz):
 
 
 _ANALYZE = {"clock": _a_clock, "wgmma": _a_wgmma, "tma": _a_tma, "store": _a_store, "sync": _a_sync,
-            "epilogue": _a_epilogue, "stream": _a_stream, "launch": _a_launch, "lsu": _a_lsu,
+            "epilogue": _a_epilogue, "stream": _a_stream, "launch": _a_launch, "lsu": _a_lsu, "latency": _a_latency,
             "sustained": _a_sustained}
 
 

@@ -68,6 +68,26 @@ def lsu_access_cycles(lsu: dict, op: str, width: int) -> float:
     raise AssertionError(width)
 
 
+SB_CLASSES = ("shfl", "lds")     # the latency probe's dependent chains (sass_paths.SB_LATENCY)
+
+
+def sb_latencies(cal) -> dict | None:
+    """{class: cycles from a variable-latency instruction's issue to its result} from the calibration's
+    sb.latency_cycles.<class> costs, with "ldg" from ldg.latency_cycles, or None where it has none of them
+    (then no instruction waits on a scoreboard)."""
+    got = {c: cal[f"sb.latency_cycles.{c}"] for c in SB_CLASSES if f"sb.latency_cycles.{c}" in cal.constants}
+    if not got:
+        return None
+    missing = [f"sb.latency_cycles.{c}" for c in SB_CLASSES if c not in got]
+    if missing:
+        raise KeyError(f"the calibration prices some instruction latencies but lacks {missing}: give all "
+                       f"{len(SB_CLASSES)} (pelib.predict.measured from the latency probe) or none")
+    if "shfl.cycles_sm" not in cal.constants:
+        raise KeyError("the calibration prices instruction latencies but not the SM's shuffle rate "
+                       "(shfl.cycles_sm): pelib.predict.measured gives them together from the latency probe")
+    return {**got, "ldg": cal["ldg.latency_cycles"], "shfl_sm": cal["shfl.cycles_sm"]}
+
+
 LANES = 32           # a store instruction's lanes (every lane active: the epilogue's stores are full warps)
 
 
@@ -79,7 +99,7 @@ class ReplayError(RuntimeError):
 class Span:
     t0: float
     t1: float
-    cat: str                 # issue | tensor | store | memory | sync | wait | barrier
+    cat: str                 # issue | tensor | store | latency | memory | sync | wait | barrier
     cause: tuple | None = None
 
 
@@ -95,6 +115,7 @@ class _Warp:
     done: bool = False
     log: list = field(default_factory=list)
     marks: list = field(default_factory=list)      # (time, loop) of taken backward branches
+    sb: dict = field(default_factory=dict)         # scoreboard -> when its last pending result is written
 
 
 @dataclass
@@ -132,6 +153,8 @@ class Replay:
         self.store_bpc = mem.store_bytes_per_clk(cal)
         self.lsu = lsu_cycles(cal)              # (op, bytes a lane) -> the LSU's cycles per access, or None
         self.lsu_free = defaultdict(float)
+        self.sb_lat = sb_latencies(cal)         # class -> cycles to a result a scoreboard waits for, or None
+        self.shfl_used = defaultdict(dict)      # SM -> {bucket: cycles of its shuffle unit claimed}
         self.slots = cal["issue.slots_per_clk"] * BUCKET
         self.used = defaultdict(dict)           # (cta, sub-partition) -> {bucket: slots used}
         self.pipe_free = defaultdict(float)
@@ -209,6 +232,47 @@ class Replay:
             time = b_end if (can >= free - 1e-9 and can < room - 1e-9 and left > 1e-9) else time + can / rate
         return time
 
+    @staticmethod
+    def _claim(used: dict, t: float, cost: float) -> float:
+        """The first time from t at which a unit whose claimed cycles per BUCKET are `used` has `cost` cycles
+        free in that bucket; claims them there."""
+        b = int(t // BUCKET)
+        while used.get(b, 0.0) + cost > BUCKET + 1e-9:
+            b += 1
+            t = float(b * BUCKET)
+        used[b] = used.get(b, 0.0) + cost
+        return t
+
+    def _sb_wait(self, w: _Warp, mask: int) -> None:
+        """The warp's next instruction waits until every result the scoreboards of `mask` count is written."""
+        ready = max((w.sb.pop(b) for b in range(6) if mask >> b & 1 and b in w.sb), default=0.0)
+        if ready > w.t:
+            self._log(w, w.t, ready, "latency")
+            w.t = ready
+
+    def _alu_marked(self, w: _Warp, it: tuple) -> None:
+        """A run of plain instructions with scoreboard marks: issued piece by piece between its waits; a
+        producer's result is written its class's latency after it issues (its place in the piece)."""
+        n_at = c_at = 0
+        for m in it[3] + (("end", it[1], it[2]),):
+            n, c = m[1] - n_at, m[2] - c_at
+            t0 = w.t
+            if n > 0 or c > 0:
+                w.t = self.issue(w.key, w.t, n, c)
+                self._log(w, t0, w.t, "issue")
+            n_at, c_at = m[1], m[2]
+            if m[0] == "wait":
+                self._sb_wait(w, m[3])
+            elif m[0] == "set":
+                if m[4] == "shfl":
+                    # the SM's shuffle unit takes one warp shuffle every shfl.cycles_sm: its cycles are claimed
+                    # in the issue buckets' time (a run is executed at once, ahead of the other warps' clocks)
+                    start = self._claim(self.shfl_used[self._sm(w.key[0])], w.t, self.sb_lat["shfl_sm"])
+                    if start > w.t:
+                        self._log(w, w.t, start, "latency")
+                        w.t = start
+                w.sb[m[3]] = max(w.sb.get(m[3], 0.0), w.t + self.sb_lat[m[4]])
+
     def _lsu_access(self, w: _Warp, op: str, width: int) -> None:
         """One warp-wide global access through its SM's load/store path: served in arrival order for the
         measured cycles of its op and width; the warp waits until the path takes it."""
@@ -284,14 +348,22 @@ class Replay:
         kind = it[0]
         t0 = w.t
         if kind == "alu":
-            w.t = self.issue(w.key, w.t, it[1], it[2] if len(it) > 2 else None)
-            self._log(w, t0, w.t, "issue")
+            if len(it) > 3 and self.sb_lat is not None:
+                self._alu_marked(w, it)
+            else:
+                w.t = self.issue(w.key, w.t, it[1], it[2] if len(it) > 2 else None)
+                self._log(w, t0, w.t, "issue")
+        elif kind == "sbwait":
+            if self.sb_lat is not None:
+                self._sb_wait(w, it[1])
         elif kind == "ldg":
             w.t = self.issue(w.key, w.t, 1)
             self.traffic[(w.key[0], "ldg", self._in_tile(w))] += it[1] * LANES
             self._log(w, t0, w.t, "issue")
             if self.lsu is not None:
                 self._lsu_access(w, "load", it[1])
+            if self.sb_lat is not None and len(it) > 2 and it[2] is not None:
+                w.sb[it[2]] = max(w.sb.get(it[2], 0.0), w.t + self.sb_lat["ldg"])
         elif kind == "stg":
             w.t = self.issue(w.key, w.t, 1)
             self._log(w, t0, w.t, "issue")

@@ -100,6 +100,18 @@ class LInstr:
     out_of_line: bool
     text: str = ""
     stall: int = 1          # cycles before the warp's next instruction may issue (the control bits, stall())
+    ctrl: int = 0x7E0       # the whole control field (control()); the default: no scoreboard set, none waited
+
+    @property
+    def write_sb(self) -> int | None:
+        """The scoreboard this instruction releases when its result is written (None: fixed latency)."""
+        b = (self.ctrl >> 5) & 7
+        return None if b == 7 else b
+
+    @property
+    def wait_mask(self) -> int:
+        """The scoreboards this instruction waits on before it issues (bit k: scoreboard k)."""
+        return (self.ctrl >> 11) & 0x3F
 
     @property
     def is_branch(self) -> bool:
@@ -341,7 +353,7 @@ def parse(text: str, stage_file: str) -> list[LInstr]:
         if ln.strip().startswith("/* 0x"):
             hm = _HEX.search(ln)
             if hm and raw and raw[-1][4] is None:          # the instruction's upper 64 bits: its control bits
-                raw[-1] = raw[-1][:4] + (stall(int(hm.group(1), 16)),)
+                raw[-1] = raw[-1][:4] + (control(int(hm.group(1), 16)),)
             continue
         om = re.search(r"/\*([0-9a-f]{4,})\*/", ln)
         if not om:
@@ -356,11 +368,12 @@ def parse(text: str, stage_file: str) -> list[LInstr]:
         raw.append((int(om.group(1), 16), mi.group(1), body, line, None))
     last_exit = max((k for k, r in enumerate(raw) if r[1].split(".")[0] == "EXIT"), default=len(raw) - 1)
     out = []
-    for k, (off, op, body, ln_, st) in enumerate(raw):
+    for k, (off, op, body, ln_, ct) in enumerate(raw):
         t = _TARGET.search(body)
         tgt = labels.get(t.group(1)) if t else None
         probe = Instr(off, op, body, None, body.startswith("@"))
-        out.append(LInstr(k, off, op, ln_, tgt, probe.conditional, k > last_exit, body, 1 if st is None else st))
+        ct = 0x7E0 if ct is None else ct
+        out.append(LInstr(k, off, op, ln_, tgt, probe.conditional, k > last_exit, body, max(1, ct & 0xF), ct))
     return out
 
 
@@ -375,7 +388,27 @@ def stall(hi: int) -> int:
     Microbenchmarking", arXiv 1804.06826, the control information; cloudcores/CuAssembler
     CuAsm/CuSMVersion.py splitControlCodes_7x_8x: code2 >> 41, stall in the low 4 bits; sm_90 keeps the
     128-bit form); ncu reports the cycles it costs as the "wait" stall reason."""
-    return max(1, (hi >> 41) & 0xF)
+    return max(1, control(hi) & 0xF)
+
+
+def control(hi: int) -> int:
+    """The 23-bit control field from the upper 64 bits of an instruction (bits 105-127, stall()): from the low
+    bit, stall 4 bits, yield 1, write scoreboard 3 (7: none), read scoreboard 3 (7: none), wait mask 6, reuse 4
+    (CuAssembler CuAsm/CuSMVersion.py, the 7.x/8.x control codes)."""
+    return (hi >> 41) & 0x7FFFFF
+
+
+# The variable-latency instructions whose latency the calibration prices (sb.latency_cycles.<class>, the latency
+# probe's dependent chains; LDSM is priced as LDS); a scoreboard set by any other (SYNCS: an event of the graph;
+# LDC, S2R, MUFU: the prologue) is released at once. LDG's latency is ldg.latency_cycles (the L2 chase).
+SB_LATENCY = (("SHFL", "shfl"), ("LDS", "lds"))
+
+
+def sb_class(op: str) -> str | None:
+    for prefix, cls in SB_LATENCY:
+        if op.startswith(prefix):
+            return cls
+    return None
 
 
 _MMA_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
@@ -389,23 +422,35 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
     as ("mma", m, n, k, closes_group) (nvdisasm marks the last MMA of a commit group `gsb0`; PTX ISA
     9.7.15.6.2 wgmma.commit_group); each wait_group as ("depbar", N) (WARPGROUP.DEPBAR.LE gsb0, N: PTX
     ISA 9.7.15.6.3 wgmma.wait_group N); each global store as ("stg", bytes per lane); each global
-    load as ("ldg", bytes per lane); each taken backward branch as ("back", (loop head, branch)), placed where it
-    is taken."""
+    load as ("ldg", bytes per lane, scoreboard); each taken backward branch as ("back", (loop head, branch)),
+    placed where it is taken.
+    The scoreboards (control(): an instruction of variable latency names the scoreboard it releases when its
+    result is written; a later one names those it waits on): an instruction that waits is preceded by
+    ("sbwait", mask) where it is an item of its own (an MMA, a global access); a run of plain instructions
+    carries its scoreboard marks as a fourth field, in order: ("wait", instructions and cycles into the run,
+    mask) before an instruction that waits, ("set", instructions and cycles into the run, scoreboard, class)
+    at a variable-latency producer of a class the calibration prices (SB_LATENCY); an LDG carries its
+    scoreboard. Without latency costs the replay runs each run whole, as before the marks."""
     out: list = []
     alu = 0
     cyc = 0
+    marks: list = []
 
     def flush():
-        nonlocal alu, cyc
+        nonlocal alu, cyc, marks
         if alu or cyc:
-            out.append(("alu", alu, cyc))
-            alu = cyc = 0
+            out.append(("alu", alu, cyc, tuple(marks)) if marks else ("alu", alu, cyc))
+        alu = cyc = 0
+        marks = []
     seq = list(path) + [end]
     for pos, k in enumerate(path):
         i = instrs[k]
         nxt = seq[pos + 1]
         special = i.op.startswith(("QGMMA", "HGMMA", "UTCQMMA", "UTCOMMA", "UTCHMMA", "UTCMMA", "UTCBMMA", "LDTM",
                                    "WARPGROUP.DEPBAR", "STG", "LDG"))
+        if i.wait_mask and special:
+            flush()
+            out.append(("sbwait", i.wait_mask))
         if i.op.startswith(("QGMMA", "HGMMA")):
             flush()
             m = _MMA_SHAPE.search(i.op)
@@ -426,8 +471,13 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
             out.append(("stg", store_bytes(i.op)))
         elif i.op.startswith("LDG"):
             flush()
-            out.append(("ldg", store_bytes(i.op)))       # bytes per lane, as a store's
+            out.append(("ldg", store_bytes(i.op), i.write_sb))   # bytes per lane, as a store's
         else:
+            if i.wait_mask:
+                marks.append(("wait", alu, cyc, i.wait_mask))
+            cls = sb_class(i.op) if i.write_sb is not None else None
+            if cls is not None:
+                marks.append(("set", alu, cyc, i.write_sb, cls))
             alu += 1
             cyc += i.stall
         if special and i.stall > 1:
