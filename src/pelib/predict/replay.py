@@ -20,7 +20,11 @@ they then share its schedulers, tensor pipe, store path and TMA unit):
     a store by its bytes at store.bytes_per_clk_sm (a warp stalls when it would wait more than
     store.drain_cycles) and a load by its issue alone;
   - one TMA unit: the boxes it loads go one after another at tma.bytes_per_clk_sm, each landing its
-    latency (MemoryState.tma_cycles) after it started.
+    latency (MemoryState.tma_cycles) after it started;
+  - scoreboards, where the calibration has the latency probe's costs (sb.latency_cycles.*, shfl.cycles_sm):
+    an instruction the SASS marks as waiting waits until the shuffles, shared loads and global loads whose
+    scoreboards it names have written their results (their latency after issue), and each shuffle takes the
+    SM's shuffle unit for shfl.cycles_sm. Without those costs a warp never waits on a scoreboard.
 Synchronisation: an mbarrier phase completes when its last signal does (an arrive, or the landing of a
 TMA load's bytes); a waiter resumes mbarrier.wake_cycles later, or passes at once (wait_pass_cycles) if
 the phase is already complete; a bar.sync generation releases when its last warp arrives. A TMA load
