@@ -744,6 +744,16 @@ def _a_launch(j, r, acc, ghz):
     return out
 
 
+def _units_by_cta(j, r, probe: str, count: str):
+    """Per CTA that ran, its units' (t0, t1, count) columns, the units that counted nothing left out (a probe
+    whose unit is a warp: MAX_WARPS records a CTA)."""
+    f = _f(r, probe)
+    per_cta = int(r.out.shape[0] // max(j.grid, 1))
+    n = f[count].reshape(j.grid, per_cta)
+    t0, t1 = f["t0"].reshape(j.grid, per_cta), f["t1"].reshape(j.grid, per_cta)
+    return [(t0[c][n[c] > 0], t1[c][n[c] > 0], n[c][n[c] > 0]) for c in range(j.grid) if (n[c] > 0).any()]
+
+
 # the constants of the lsu probe: one SM, 8 warps (the register epilogues' two warpgroups), per (op, width, pattern)
 LSU_CONSTANTS = {(op, w, pat): f"lsu.{op}.cycles_per_access.{pat}_{w}B"
                  for op in ("store", "load") for w, pat in ((4, "fragment"), (8, "fragment"), (16, "fragment"),
@@ -754,16 +764,7 @@ LSU_CONSTANTS = {(op, w, pat): f"lsu.{op}.cycles_per_access.{pat}_{w}B"
 def _a_lsu(j, r, acc, ghz):
     """The SM's cycles per warp-wide access: per CTA, its warps' span (first start to last end) over the
     accesses they issued; the median over the CTAs that ran."""
-    f = _f(r, "lsu")
-    per_cta = int(r.out.shape[0] // max(j.grid, 1))
-    n = f["accesses"].reshape(j.grid, per_cta)
-    t0, t1 = f["t0"].reshape(j.grid, per_cta), f["t1"].reshape(j.grid, per_cta)
-    cyc = []
-    for c in range(j.grid):
-        ok = n[c] > 0
-        if ok.any():
-            span = float(t1[c][ok].max() - t0[c][ok].min())
-            cyc.append(span / float(n[c][ok].sum()))
+    cyc = [float(t1.max() - t0.min()) / float(n.sum()) for t0, t1, n in _units_by_cta(j, r, "lsu", "accesses")]
     p = j.point
     width = int(j.params["width"])
     # 32-B sectors an access touches: the fragment's 8 rows of 4 lanes each (4 x width bytes a row), or one line
@@ -786,20 +787,13 @@ LATENCY_CONSTANTS = {("shfl", 1): "latency.shfl.cycles", ("lds", 1): "latency.ld
 def _a_latency(j, r, acc, ghz):
     """A chain's cycles per step (its warps' median: each warp is one chain), or op 2's SM cycles per warp
     shuffle: per CTA, its warps' span (first start to last end) over the shuffles they issued."""
-    f = _f(r, "latency")
-    per_cta = int(r.out.shape[0] // max(j.grid, 1))
-    n = f["steps"].reshape(j.grid, per_cta)
-    t0, t1 = f["t0"].reshape(j.grid, per_cta), f["t1"].reshape(j.grid, per_cta)
     p = j.point
     vals = []
-    for c in range(j.grid):
-        ok = n[c] > 0
-        if not ok.any():
-            continue
+    for t0, t1, n in _units_by_cta(j, r, "latency", "steps"):
         if p["op"] == "shfl_many":
-            vals.append(float(t1[c][ok].max() - t0[c][ok].min()) / float(n[c][ok].sum()))
+            vals.append(float(t1.max() - t0.min()) / float(n.sum()))
         else:
-            vals.extend(float(a - b) / float(k) for a, b, k in zip(t1[c][ok], t0[c][ok], n[c][ok]))
+            vals.extend(float(a - b) / float(k) for a, b, k in zip(t1, t0, n))
     out = {"cycles": _med(vals), "samples": len(vals), "op": p["op"], "warps": p["warps"]}
     acc.point("latency", "warps", "cycles", {**out, "clock_ghz": ghz, "launch": r.index})
     name = LATENCY_CONSTANTS.get((p["op"], p["warps"]))

@@ -45,18 +45,23 @@ BUCKET = 64          # cycles per issue-capacity bucket of a scheduler
 LSU_WIDTHS = (4, 8, 16)   # bytes a lane the lsu probe measures (st.global / ld.global.nc .b32, .v2, .v4)
 
 
+def _all_or_none(cal, names: dict, what: tuple) -> dict | None:
+    """{key: cal[name]} for names = {key: cost name}, or None where the calibration has none of them; some but
+    not all is an error naming the missing (`what`: what they price, and how to give them)."""
+    got = {k: cal[n] for k, n in names.items() if n in cal.constants}
+    if not got:
+        return None
+    missing = [n for k, n in names.items() if k not in got]
+    if missing:
+        raise KeyError(f"the calibration prices some {what[0]} but lacks {missing}: {what[1]}")
+    return got
+
+
 def lsu_cycles(cal) -> dict | None:
     """{(op, bytes a lane): the SM load/store path's cycles per warp-wide access} from the calibration's
     lsu.<op>_cycles.<w>B costs, or None where it has none of them (then stores go by their bytes)."""
-    got = {(op, w): cal[f"lsu.{op}_cycles.{w}B"] for op in ("store", "load") for w in LSU_WIDTHS
-           if f"lsu.{op}_cycles.{w}B" in cal.constants}
-    if not got:
-        return None
-    missing = [f"lsu.{op}_cycles.{w}B" for op in ("store", "load") for w in LSU_WIDTHS if (op, w) not in got]
-    if missing:
-        raise KeyError(f"the calibration prices some warp-wide accesses but lacks {missing}: give all six "
-                       "(pelib.predict.measured from the lsu probe) or none")
-    return got
+    return _all_or_none(cal, {(op, w): f"lsu.{op}_cycles.{w}B" for op in ("store", "load") for w in LSU_WIDTHS},
+                        ("warp-wide accesses", "give all six (pelib.predict.measured from the lsu probe) or none"))
 
 
 def lsu_access_cycles(lsu: dict, op: str, width: int) -> float:
@@ -79,13 +84,11 @@ def sb_latencies(cal) -> dict | None:
     """{class: cycles from a variable-latency instruction's issue to its result} from the calibration's
     sb.latency_cycles.<class> costs, with "ldg" from ldg.latency_cycles, or None where it has none of them
     (then no instruction waits on a scoreboard)."""
-    got = {c: cal[f"sb.latency_cycles.{c}"] for c in SB_CLASSES if f"sb.latency_cycles.{c}" in cal.constants}
-    if not got:
+    got = _all_or_none(cal, {c: f"sb.latency_cycles.{c}" for c in SB_CLASSES},
+                       ("instruction latencies", f"give all {len(SB_CLASSES)} (pelib.predict.measured from the "
+                                                 "latency probe) or none"))
+    if got is None:
         return None
-    missing = [f"sb.latency_cycles.{c}" for c in SB_CLASSES if c not in got]
-    if missing:
-        raise KeyError(f"the calibration prices some instruction latencies but lacks {missing}: give all "
-                       f"{len(SB_CLASSES)} (pelib.predict.measured from the latency probe) or none")
     if "shfl.cycles_sm" not in cal.constants:
         raise KeyError("the calibration prices instruction latencies but not the SM's shuffle rate "
                        "(shfl.cycles_sm): pelib.predict.measured gives them together from the latency probe")
