@@ -74,11 +74,13 @@ class SassPathError(RuntimeError):
     """The SASS has no instruction for an event, or no path between two events."""
 
 
+def _first_prefix(table, op: str, default):
+    """The class of the first (prefix, class) of `table` that `op` starts with, else `default`."""
+    return next((cls for prefix, cls in table if op.startswith(prefix)), default)
+
+
 def instr_class(op: str) -> str:
-    for prefix, cls in CLASS_OF:
-        if op.startswith(prefix):
-            return cls
-    return "alu"
+    return _first_prefix(CLASS_OF, op, "alu")
 
 
 def store_bytes(op: str) -> int:
@@ -405,10 +407,7 @@ SB_LATENCY = (("SHFL", "shfl"), ("LDS", "lds"))
 
 
 def sb_class(op: str) -> str | None:
-    for prefix, cls in SB_LATENCY:
-        if op.startswith(prefix):
-            return cls
-    return None
+    return _first_prefix(SB_LATENCY, op, None)
 
 
 _MMA_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
