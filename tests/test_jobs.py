@@ -104,3 +104,20 @@ def test_a_runner_session_logs_to_its_folder(tmp_path, monkeypatch):
     assert run.out_dir == tmp_path / "env" and run.env == {"device": "Fake GPU"} and run.info is info
     assert run.path.read_text() == "Evidence mode: Fake GPU\none line\n"
     assert jobs.session("python -m x", "sm_90a", str(tmp_path / "out"), "y.log").out_dir == tmp_path / "out"
+
+
+def test_each_workers_lines_reach_only_its_own_queue():
+    """A runner reads each worker's output through jobs.output_lines inside a loop that rebinds its process
+    and queue: the first worker's lines (and its closing None, which arrives late here) stay in the first
+    queue, whatever the loop's variables hold by then."""
+    import subprocess
+    got = {}
+    for name, delay in (("one", 0.5), ("two", 0.0)):
+        p = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({delay}); print('{name}')"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        q = jobs.output_lines(p)
+        got[name] = (p, q)
+    for name, (p, q) in got.items():
+        p.wait()
+        assert [q.get(timeout=10), q.get(timeout=10)] == [name + "\n", None]
+        assert q.empty()

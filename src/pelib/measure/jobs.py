@@ -151,6 +151,21 @@ def worker(kinds: dict, jobs_file: str, data_dir: str, start: int, iters: int) -
 
 # ---- the runner (the parent process) -------------------------------------------------------------------
 
+def output_lines(p: subprocess.Popen) -> queue.Queue:
+    """A queue of the process's output lines, then None at its end, filled by a thread of its own. The
+    thread is handed its process and queue: a closure over the caller's loop variables would let a killed
+    worker's last None land in the next worker's queue, ending that worker's reading before its first line."""
+    q: queue.Queue = queue.Queue()
+
+    def pump(stream, out):
+        for x in stream:
+            out.put(x)
+        out.put(None)
+
+    threading.Thread(target=pump, args=(p.stdout, q), daemon=True).start()
+    return q
+
+
 def run(todo: list[dict], data_dir: str, iters: int, budget_s: float, job_timeout_s: float = 90.0,
         module: str = "pelib.measure.sweep", show=None) -> list[dict]:
     """Run jobs in worker processes (`python -m <module> --worker ...`), restarting after a crash or a
@@ -166,8 +181,7 @@ def run(todo: list[dict], data_dir: str, iters: int, budget_s: float, job_timeou
                "--start", str(start), "--iters", str(iters)]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] + [lines.put(None)], daemon=True).start()
+        lines = output_lines(p)
         current, tail, since, last, exit_by = None, [], time.time(), None, None
         while True:
             try:

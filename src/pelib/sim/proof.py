@@ -28,7 +28,6 @@ import os
 import queue
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -38,6 +37,7 @@ import torch
 from .. import bench, clock, device as _device, launch, stages as _stages
 from . import engine as sim, catalog as C, host as sim_host, runs as sim_runs
 from .. import verify
+from ..measure.jobs import output_lines
 from ..paths import ROOT
 from ..stage import Stage
 
@@ -290,8 +290,7 @@ def run_all_gpu(out_dir: Path, budget_s: float = 420.0, todo: list[dict] | None 
             p = subprocess.Popen([sys.executable, "-m", "pelib.sim.proof", "--worker", str(jf), "--start", str(start),
                                   "--out", str(out_dir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            lines: queue.Queue = queue.Queue()
-            threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] + [lines.put(None)], daemon=True).start()
+            lines = output_lines(p)
             cur, text, last = start, {start: []}, time.time()
             while True:
                 try:
