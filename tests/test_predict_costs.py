@@ -251,3 +251,58 @@ def test_instruction_latencies_come_together_with_the_shuffle_rate():
         replay.sb_latencies(with_(sb__latency_cycles__shfl=30.0, sb__latency_cycles__lds=33.0))
     got = replay.sb_latencies(with_(sb__latency_cycles__shfl=30.0, sb__latency_cycles__lds=33.0, shfl__cycles_sm=2.0))
     assert got == {"shfl": 30.0, "lds": 33.0, "ldg": cal["ldg.latency_cycles"], "shfl_sm": 2.0}
+
+
+def test_a_spill_is_an_access_of_the_load_store_path_and_its_reload_a_wait():
+    """sass_paths.program: a register spill's STL and its reload's LDL are items of their own, an LDL with its
+    scoreboard and a wait before a spill that waits; the replay puts each on the SM's load/store path for the
+    lsu probe's coalesced ("line") cost of its width, logs a wait for the path as "local", and an LDL's result
+    is ready the shared-memory latency after it issued. Without the four local costs a spill is its issue."""
+    from collections import defaultdict
+    import dataclasses
+    from pelib.predict import replay, sass_paths as sp
+    ins = [_instr(0, "STL.64", 1, wait=0b1), _instr(1, "LDL", 1, wr=3), _instr(2, "FFMA", 1, wait=0b1000)]
+    prog = sp.program(ins, tuple(range(3)), 3)
+    assert prog == (("sbwait", 0b1), ("stl", 8), ("ldl", 4, 3), ("alu", 1, 1, (("wait", 0, 0, 0b1000),)))
+    cal = C.load("h100")
+    base = {k: v for k, v in cal.constants.items() if not k.startswith("lsu.local_")}
+
+    def with_(**v):
+        return dataclasses.replace(cal, constants={**base, **{k: {
+            "value": x, "unit": "cycles", "kind": "measured", "source": "test"} for k, x in v.items()}})
+    four = {"lsu.local_store_cycles.4B": 4.0, "lsu.local_store_cycles.16B": 16.0,
+            "lsu.local_load_cycles.4B": 3.0, "lsu.local_load_cycles.16B": 7.0}
+    assert replay.local_cycles(with_()) is None
+    with pytest.raises(KeyError, match="all four"):
+        replay.local_cycles(with_(**{k: x for k, x in four.items() if "store" in k}))
+    local = replay.local_cycles(with_(**four))
+    assert replay.local_access_cycles(local, "store", 8) == pytest.approx(8.0)     # between 4 and 16 B a lane
+    assert replay.local_access_cycles(local, "load", 2) == 3.0 and replay.local_access_cycles(local, "load", 32) == 14.0
+
+    r = replay.Replay.__new__(replay.Replay)
+    r.used, r.slots, r.sm_of, r.lsu_free = defaultdict(dict), 1.0 * replay.BUCKET, {}, defaultdict(float)
+    r.local, r.sb_lat, r.traffic = local, {"shfl": 30.0, "lds": 33.0, "ldg": 300.0, "shfl_sm": 2.0}, defaultdict(float)
+    w = replay._Warp((0, 0), [])
+    assert r._item(w, ("stl", 8)) and r.lsu_free[0] == pytest.approx(1 + 8.0)
+    assert r._item(w, ("ldl", 4, 3))                    # waits for the path: the STL holds it until cycle 9
+    assert w.t == pytest.approx(9.0) and r.lsu_free[0] == pytest.approx(9.0 + 3.0)
+    assert any(s.cat == "local" for s in w.log) and w.sb[3] == pytest.approx(9.0 + 33.0)
+    assert not r.traffic                                  # a spill moves no global bytes
+    r2 = replay.Replay.__new__(replay.Replay)
+    r2.used, r2.slots, r2.sm_of, r2.lsu_free = defaultdict(dict), 1.0 * replay.BUCKET, {}, defaultdict(float)
+    r2.local, r2.sb_lat = None, None
+    w2 = replay._Warp((0, 0), [])
+    assert r2._item(w2, ("stl", 16)) and r2._item(w2, ("ldl", 16, 3)) and w2.t == pytest.approx(2.0)
+    assert not r2.lsu_free
+
+
+def test_the_spill_costs_come_from_the_lsu_probes_line_pattern():
+    """pelib.predict.measured: the lsu probe's coalesced "line" costs at 4 and 16 B a lane become the four spill
+    costs (the committed H200 calibration has them, transferred from the H100's lsu run)."""
+    from pelib.paths import ROOT
+    cal = C.load(ROOT / "results/2026-12-07-h200/predict-calibration-h200.json")
+    for op in ("store", "load"):
+        for w in (4, 16):
+            e = cal.entry(f"lsu.local_{op}_cycles.{w}B")
+            assert f"lsu.{op}.cycles_per_access.line_{w}B" in e["source"] and e["kind"] == "transferred"
+            assert 1.0 < e["value"] < 100.0

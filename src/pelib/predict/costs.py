@@ -80,6 +80,10 @@ COSTS = {c.name: c for c in (
            "epilogue's fragment and order; .fragment_ where a file lacks it; L2-resident; absent: stores by their "
            "bytes, loads by their issue)",
            "replay.Replay._lsu_access (stg, ldg)") for op in ("store", "load") for w in (4, 8, 16)),
+    *(Cost(f"lsu.local_{op}_cycles.{w}B", "cycles", "optional", None, 0.0, 1e4,
+           f"lsu.{op}.cycles_per_access.line_{w}B (the lsu probe: {w} B a lane, lane l at byte l x {w} of one row: "
+           "the form of a warp's spill, whose lanes' words of one local address are consecutive; absent: a spill "
+           "costs its issue only)", "replay.Replay._item (stl, ldl)") for op in ("store", "load") for w in (4, 16)),
     Cost("ldg.latency_cycles", "cycles", "always", None, *_LAT, "the stream probe's L2 chase",
          "replay.Replay._item (ldg: its scoreboard, where the calibration has sb latencies)"),
     *(Cost(f"sb.latency_cycles.{c}", "cycles", "optional", None, 0.0, 1e4,

@@ -140,6 +140,15 @@ def _derive(doc: dict) -> dict:
                 put(f"lsu.{op}_cycles.{w}B", x, f"lsu.{op}.cycles_per_access.{pat}_{w}B (the lsu probe: one SM, "
                     f"8 warps back to back, {w} B a lane, four lanes a row over eight rows, {how}; L2-resident)")
             break
+    # a spill (STL, LDL): 4 or 16 B a lane, each lane's word of one local address next to the others' (CUDA C++
+    # Programming Guide, "Local Memory": consecutive 32-bit words by consecutive thread IDs, fully coalesced
+    # when the lanes access the same address), so the lsu probe's coalesced "line" pattern; all four or none
+    local = {(op, w): v(f"lsu.{op}.cycles_per_access.line_{w}B") for op in ("store", "load") for w in (4, 16)}
+    if all(x is not None for x in local.values()):
+        for (op, w), x in local.items():
+            put(f"lsu.local_{op}_cycles.{w}B", x, f"lsu.{op}.cycles_per_access.line_{w}B (the lsu probe: one SM, "
+                f"8 warps back to back, {w} B a lane, the warp's lanes on consecutive bytes of one row; L2-resident "
+                "global memory, priced for local: its L1 residency is not modelled)")
     put("tma.issue_cycles", v("tma.store.issue_cycles"), "tma.store.issue_cycles (a TMA store's issue: the same "
         "cp.async.bulk.tensor path as a load's)")
     # what a scoreboard wait costs (the latency probe, one SM): the latencies together or none, and the SM's

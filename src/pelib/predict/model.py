@@ -787,7 +787,8 @@ def _waits(res, g, key) -> list:
 # ---- the critical path ---------------------------------------------------------------------------------------
 
 CATEGORY = {"issue": "SASS issue", "tensor": "the tensor pipe", "memory": "TMA loads (L2/DRAM latency)",
-            "store": "the store path", "latency": "instruction latency (scoreboard waits)", "sync": "barrier hand-offs", "barrier": "barrier hand-offs",
+            "store": "the store path", "local": "register spills (local memory on the load/store path)",
+            "latency": "instruction latency (scoreboard waits)", "sync": "barrier hand-offs", "barrier": "barrier hand-offs",
             "wait": "barrier hand-offs"}
 
 

@@ -64,6 +64,28 @@ def lsu_cycles(cal) -> dict | None:
                         ("warp-wide accesses", "give all six (pelib.predict.measured from the lsu probe) or none"))
 
 
+LOCAL_WIDTHS = (4, 16)    # bytes a lane of the lsu probe's coalesced "line" pattern, a spill's form
+
+
+def local_cycles(cal) -> dict | None:
+    """{(op, bytes a lane): the load/store path's cycles per warp-wide local access (a spill's STL or LDL)} from
+    the calibration's lsu.local_<op>_cycles.<w>B costs, or None where it has none (a spill then costs its issue)."""
+    return _all_or_none(cal, {(op, w): f"lsu.local_{op}_cycles.{w}B" for op in ("store", "load") for w in LOCAL_WIDTHS},
+                        ("spills (local accesses)", "give all four (pelib.predict.measured from the lsu probe's "
+                                                    "line pattern) or none"))
+
+
+def local_access_cycles(local: dict, op: str, width: int) -> float:
+    """Cycles of one local access of `width` bytes a lane: the line between the two measured widths (8 B between
+    4 and 16), the 4-B cost below them."""
+    lo, hi = LOCAL_WIDTHS
+    if width <= lo:
+        return local[(op, lo)]
+    if width >= hi:
+        return local[(op, hi)] * width / hi
+    return local[(op, lo)] + (local[(op, hi)] - local[(op, lo)]) * (width - lo) / (hi - lo)
+
+
 def lsu_access_cycles(lsu: dict, op: str, width: int) -> float:
     """Cycles of one access of `width` bytes a lane: the measured width, or the line between the two measured
     widths around it (a 2-B STG.U16 takes the 4-B cost; wider than 16 B, the 16-B cost per 16 B)."""
@@ -160,6 +182,7 @@ class Replay:
         self.store_bpc = mem.store_bytes_per_clk(cal)
         self.lsu = lsu_cycles(cal)              # (op, bytes a lane) -> the LSU's cycles per access, or None
         self.lsu_free = defaultdict(float)
+        self.local = local_cycles(cal)          # (op, bytes a lane) -> cycles per spill access, or None
         self.sb_lat = sb_latencies(cal)         # class -> cycles to a result a scoreboard waits for, or None
         self.shfl_used = defaultdict(dict)      # SM -> {bucket: cycles of its shuffle unit claimed}
         self.slots = cal["issue.slots_per_clk"] * BUCKET
@@ -280,14 +303,15 @@ class Replay:
                         w.t = start
                 w.sb[m[3]] = max(w.sb.get(m[3], 0.0), w.t + self.sb_lat[m[4]])
 
-    def _lsu_access(self, w: _Warp, op: str, width: int) -> None:
-        """One warp-wide global access through its SM's load/store path: served in arrival order for the
-        measured cycles of its op and width; the warp waits until the path takes it."""
+    def _lsu_access(self, w: _Warp, op: str, width: int, cycles: float | None = None, cat: str = "store") -> None:
+        """One warp-wide access through its SM's load/store path: served in arrival order for the measured
+        cycles of its op and width (a global access's, or `cycles`: a spill's); the warp waits until the path
+        takes it."""
         sm = self._sm(w.key[0])
         start = max(w.t, self.lsu_free[sm])
-        self.lsu_free[sm] = start + lsu_access_cycles(self.lsu, op, width)
+        self.lsu_free[sm] = start + (lsu_access_cycles(self.lsu, op, width) if cycles is None else cycles)
         if start > w.t:
-            self._log(w, w.t, start, "store")
+            self._log(w, w.t, start, cat)
             w.t = start
 
     def _push(self, t: float, what: tuple) -> None:
@@ -371,6 +395,17 @@ class Replay:
                 self._lsu_access(w, "load", it[1])
             if self.sb_lat is not None and len(it) > 2 and it[2] is not None:
                 w.sb[it[2]] = max(w.sb.get(it[2], 0.0), w.t + self.sb_lat["ldg"])
+        elif kind in ("stl", "ldl"):
+            # a spill: the SM's load/store path, no global traffic (its lines are taken to stay in L1); an LDL's
+            # result is waited for at the L1's latency, taken as shared memory's (one SRAM: NVIDIA H100 Tensor Core
+            # GPU Architecture whitepaper, "combined L1 data cache and shared memory")
+            w.t = self.issue(w.key, w.t, 1)
+            self._log(w, t0, w.t, "issue")
+            op = "store" if kind == "stl" else "load"
+            if self.local is not None:
+                self._lsu_access(w, op, it[1], local_access_cycles(self.local, op, it[1]), "local")
+            if kind == "ldl" and self.sb_lat is not None and it[2] is not None:
+                w.sb[it[2]] = max(w.sb.get(it[2], 0.0), w.t + self.sb_lat["lds"])
         elif kind == "stg":
             w.t = self.issue(w.key, w.t, 1)
             self._log(w, t0, w.t, "issue")

@@ -421,7 +421,8 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
     as ("mma", m, n, k, closes_group) (nvdisasm marks the last MMA of a commit group `gsb0`; PTX ISA
     9.7.15.6.2 wgmma.commit_group); each wait_group as ("depbar", N) (WARPGROUP.DEPBAR.LE gsb0, N: PTX
     ISA 9.7.15.6.3 wgmma.wait_group N); each global store as ("stg", bytes per lane); each global
-    load as ("ldg", bytes per lane, scoreboard); each taken backward branch as ("back", (loop head, branch)),
+    load as ("ldg", bytes per lane, scoreboard); each local store and load (a spill: STL, LDL) as ("stl", bytes
+    per lane) and ("ldl", bytes per lane, scoreboard); each taken backward branch as ("back", (loop head, branch)),
     placed where it is taken.
     The scoreboards (control(): an instruction of variable latency names the scoreboard it releases when its
     result is written; a later one names those it waits on): an instruction that waits is preceded by
@@ -446,7 +447,7 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
         i = instrs[k]
         nxt = seq[pos + 1]
         special = i.op.startswith(("QGMMA", "HGMMA", "UTCQMMA", "UTCOMMA", "UTCHMMA", "UTCMMA", "UTCBMMA", "LDTM",
-                                   "WARPGROUP.DEPBAR", "STG", "LDG"))
+                                   "WARPGROUP.DEPBAR", "STG", "LDG", "STL", "LDL"))
         if i.wait_mask and special:
             flush()
             out.append(("sbwait", i.wait_mask))
@@ -471,6 +472,12 @@ def program(instrs: list[LInstr], path: tuple, end: int) -> tuple:
         elif i.op.startswith("LDG"):
             flush()
             out.append(("ldg", store_bytes(i.op), i.write_sb))   # bytes per lane, as a store's
+        elif i.op.startswith("STL"):
+            flush()
+            out.append(("stl", store_bytes(i.op)))              # a register spilled to local memory
+        elif i.op.startswith("LDL"):
+            flush()
+            out.append(("ldl", store_bytes(i.op), i.write_sb))   # and read back
         else:
             if i.wait_mask:
                 marks.append(("wait", alu, cyc, i.wait_mask))
