@@ -13,14 +13,16 @@ from pelib.kinds.base import KindError
 from pelib.stage import Stage
 
 NEW = ("nvfp4/03_narrow_n", "nvfp4/04_split_k_cluster", "nvfp4/05_persistent_acc2", "nvfp4/06_cache_hints",
-       "nvfp4/07_split_k_roles", "nvfp4/08_elected_issuers", "nvfp4/09_wide_split", "nvfp4/10_reduce_scatter")
+       "nvfp4/07_split_k_roles", "nvfp4/08_elected_issuers", "nvfp4/09_wide_split", "nvfp4/10_reduce_scatter",
+       "nvfp4/11_ring_partials")
 SHAPES = ("k16384", "k7168", "k2048")
+WIDE = ("nvfp4/09_wide_split", "nvfp4/10_reduce_scatter", "nvfp4/11_ring_partials")   # 128-wide N tiles
 
 
 @pytest.mark.parametrize("key", NEW)
 def test_parent_chain_and_tile(key):
     s = Stage(key)
-    assert s.exports.tile_m == 128 and s.exports.tile_n == (128 if key in ("nvfp4/09_wide_split", "nvfp4/10_reduce_scatter") else 64)
+    assert s.exports.tile_m == 128 and s.exports.tile_n == (128 if key in WIDE else 64)
     assert s.header.parent in ("nvfp4/01_pipelined", *NEW)
 
 
@@ -289,3 +291,45 @@ def test_the_per_shape_split_is_the_deepest_one_wave_and_gets_its_own_row():
     t = v.beyond_table({"error_bar": {"mae": 0.2, "worst": 0.8, "stages": 28, "device": "H200"}, "rows": rows})
     entries = [r["entry"] for r in t.rows]
     assert "nvfp4/10_reduce_scatter" in entries and "nvfp4/10_reduce_scatter, SPLIT_K 2/4/2 (one wave a shape)" in entries
+
+
+def test_the_partials_live_in_the_ring_so_a_six_stage_ring_fits_at_either_split():
+    """11: the partial slices sit at offset 0, over the ring (10: after it), so the shared memory is the larger of
+    the two plus the barriers: 6 stages launch at SPLIT_K 2 and 4, where 10 at 6 stages is refused; where the ring
+    is smaller than the partials (1 stage at SPLIT_K = 4) the barriers follow the partials."""
+    e10, e11 = Stage("nvfp4/10_reduce_scatter").exports, Stage("nvfp4/11_ring_partials").exports
+    assert e11["partial_smem_offset"] == 0 and e10["partial_smem_offset"] == e10["pipeline_stages"] * e10["stage_bytes"]
+    assert e11["pipeline_stages"] == 6 and e11["partial_bytes"] == e10["partial_bytes"]
+    for k in (2, 4):
+        s = Stage("nvfp4/11_ring_partials", {"SPLIT_K": k})
+        ten = Stage("nvfp4/10_reduce_scatter", {"SPLIT_K": k, "NUM_STAGES": 6})
+        assert s.exports.smem_bytes <= s.exports.smem_limit < ten.exports.smem_bytes
+        s.launch_config("k16384")                     # the host launches it; 10 at 6 stages it refuses
+        with pytest.raises(KindError, match="227 KB"):
+            ten.launch_config("k16384")
+    one = Stage("nvfp4/11_ring_partials", {"SPLIT_K": 4, "NUM_STAGES": 1}).exports
+    assert one["stage_bytes"] < 3 * one["partial_bytes"] and \
+        one["smem_bytes"] - 3 * one["partial_bytes"] - 1024 < 1024   # the barriers right after the partials
+
+
+@pytest.mark.parametrize("defines", ({}, {"NUM_STAGES": 2}, {"SPLIT_K": 4, "NUM_STAGES": 1}))
+@pytest.mark.parametrize("seed", ("lazy", "eager", 0))
+def test_the_ring_partials_on_the_simulator(defines, seed):
+    """11 on the 'ring' problem (8 K tiles) on the standard schedules, verified against the NVFP4 reference: at its
+    default (6 stages, never refilled), with a 2-stage ring that wraps before the peers fill it, and with one stage
+    at SPLIT_K = 4, whose partials are larger than the ring."""
+    s = Stage("nvfp4/11_ring_partials", defines)
+    r = sim_host.run(s, "ring", seed=3, sim_seed=seed)
+    assert r["ok"] and r["sim"].ok, r["verify"]
+
+
+def test_the_ring_partials_give_10s_bits():
+    """The reduction is 10's, so on the same random inputs the simulated output of 11 is 10's bit for bit."""
+    outs = {}
+    for key in ("nvfp4/10_reduce_scatter", "nvfp4/11_ring_partials"):
+        s = Stage(key)
+        t = s.inputs("sim", 5, "sim")
+        r = sim_host.run(s, "sim", seed=5, sim_seed="eager", inputs=t)
+        assert r["ok"], r["verify"]
+        outs[key] = t["out"].clone()
+    assert torch.equal(outs["nvfp4/10_reduce_scatter"], outs["nvfp4/11_ring_partials"])
