@@ -333,3 +333,10 @@ def test_the_ring_partials_give_10s_bits():
         assert r["ok"], r["verify"]
         outs[key] = t["out"].clone()
     assert torch.equal(outs["nvfp4/10_reduce_scatter"], outs["nvfp4/11_ring_partials"])
+
+
+def test_the_shared_memory_table_says_where_the_partials_sit_and_what_launches():
+    from pelib.views import nvfp4 as v
+    rows = {(r["stage"], r["SPLIT_K"], r["NUM_STAGES"]): r for r in v.smem_fit_table().rows}
+    assert rows[("10_reduce_scatter", 2, 6)]["launches"].startswith("no") and rows[("10_reduce_scatter", 4, 4)]["launches"] == "yes"
+    assert all(r["launches"] == "yes" and r["partials"] == "in the ring" for (n, _, _), r in rows.items() if n == "11_ring_partials")

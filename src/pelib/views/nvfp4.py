@@ -551,6 +551,28 @@ def ktile_bytes_table(names=("08_elected_issuers", "09_wide_split"), shape: str 
     return Table(rows, f"The bytes a K tile brings into an SM, and the grid on {shape} — compiled (exports)")
 
 
+def smem_fit_table(names=("10_reduce_scatter", "11_ring_partials"), splits=(2, 4), depths=(4, 6)) -> Table:
+    """Shared memory per CTA of each stage at each K split and ring depth, where the partial slices sit, and
+    whether the host launches it (227 KB): from the builds' exports and the launch check (compiled)."""
+    from ..kinds.base import KindError   # the host's refusal of a build whose shared memory does not fit
+    rows = []
+    for n in names:
+        for k in splits:
+            for d in depths:
+                st = stage(n, SPLIT_K=k, NUM_STAGES=d)
+                ex = st.exports
+                try:
+                    st.launch_config("k16384")
+                    fits = "yes"
+                except KindError:
+                    fits = "no (over 227 KB)"
+                ring = int(ex["pipeline_stages"]) * int(ex["stage_bytes"])
+                rows.append({"stage": n, "SPLIT_K": k, "NUM_STAGES": d, "shared memory (KiB)": f"{ex.smem_bytes / 1024:.1f}",
+                             "partials": "in the ring" if int(ex["partial_smem_offset"]) < ring else "after the ring",
+                             "launches": fits})
+    return Table(rows, "Shared memory per CTA by K split and ring depth — compiled (exports, the host's launch check)")
+
+
 def work_split_table(shape: str = "k16384", names=BEYOND) -> Table:
     """work_split of each stage on one shape, as a table (compiled: exports and launch configuration)."""
     rows = []
