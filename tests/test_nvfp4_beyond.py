@@ -14,7 +14,7 @@ from pelib.stage import Stage
 
 NEW = ("nvfp4/03_narrow_n", "nvfp4/04_split_k_cluster", "nvfp4/05_persistent_acc2", "nvfp4/06_cache_hints",
        "nvfp4/07_split_k_roles", "nvfp4/08_elected_issuers", "nvfp4/09_wide_split", "nvfp4/10_reduce_scatter",
-       "nvfp4/11_ring_partials")
+       "nvfp4/11_ring_partials", "nvfp4/12_wide_tile")
 SHAPES = ("k16384", "k7168", "k2048")
 WIDE = ("nvfp4/09_wide_split", "nvfp4/10_reduce_scatter", "nvfp4/11_ring_partials")   # 128-wide N tiles
 
@@ -22,7 +22,7 @@ WIDE = ("nvfp4/09_wide_split", "nvfp4/10_reduce_scatter", "nvfp4/11_ring_partial
 @pytest.mark.parametrize("key", NEW)
 def test_parent_chain_and_tile(key):
     s = Stage(key)
-    assert s.exports.tile_m == 128 and s.exports.tile_n == (128 if key in WIDE else 64)
+    assert s.exports.tile_m == 128 and s.exports.tile_n == (256 if key == "nvfp4/12_wide_tile" else 128 if key in WIDE else 64)
     assert s.header.parent in ("nvfp4/01_pipelined", *NEW)
 
 
@@ -340,3 +340,49 @@ def test_the_shared_memory_table_says_where_the_partials_sit_and_what_launches()
     rows = {(r["stage"], r["SPLIT_K"], r["NUM_STAGES"]): r for r in v.smem_fit_table().rows}
     assert rows[("10_reduce_scatter", 2, 6)]["launches"].startswith("no") and rows[("10_reduce_scatter", 4, 4)]["launches"] == "yes"
     assert all(r["launches"] == "yes" and r["partials"] == "in the ring" for (n, _, _), r in rows.items() if n == "11_ring_partials")
+
+
+def test_the_wide_tile_is_two_mmas_a_k_step_with_a_third_fewer_bytes_per_output():
+    """12: TILE_N = 256 as two N = 128 MMAs per K step (idesc N = 128), one 256-row B box and one SFB box per 128-row
+    block; 54 KiB a K tile, 13.5 KiB per 64 output columns (11: 18); 4 stages and 480 TMEM columns; on N = 7168 a
+    split of 4 is 112 CTAs in one wave."""
+    from pelib.kinds import nvfp4 as kn
+    from pelib.views import nvfp4 as v
+    ex = Stage("nvfp4/12_wide_tile").exports
+    assert (ex["tile_n"], ex["mma_n"], ex["sfb_blocks"], ex["pipeline_stages"]) == (256, 128, 2, 4)
+    assert ex["stage_tx_bytes"] == 54 * 1024 and ex["smem_bytes"] <= ex["smem_limit"] and not kn.check_layout(dict(ex))
+    b = {r["stage"]: r for r in v.ktile_bytes_table(("11_ring_partials", "12_wide_tile")).rows}
+    assert (b["11_ring_partials"]["KiB per 64 output columns"], b["12_wide_tile"]["KiB per 64 output columns"]) == ("18", "13.5")
+    assert Stage("nvfp4/12_wide_tile", {"SPLIT_K": 4}).launch_config("k16384").ctas == 112
+    assert [v.one_wave_split("12_wide_tile", s) for s in SHAPES] == [4, 4, 4]
+    with pytest.raises(Exception, match="512"):
+        Stage("nvfp4/12_wide_tile", {"NUM_STAGES": 5}).build
+    with pytest.raises(Exception, match="TILE_N"):
+        Stage("nvfp4/12_wide_tile", {"TILE_N": 192}).build
+
+
+@pytest.mark.parametrize("defines", ({}, {"SPLIT_K": 4}, {"SPLIT_K": 4, "NUM_STAGES": 1}, {"TILE_N": 128}))
+@pytest.mark.parametrize("seed", ("lazy", "eager", 0))
+def test_the_wide_tile_on_the_simulator(defines, seed):
+    """12 on the 'ring' problem (one 256-wide tile, 8 K tiles) on the standard schedules, verified against the NVFP4
+    reference: both halves, each with its own B rows and scale-factor block."""
+    s = Stage("nvfp4/12_wide_tile", defines)
+    r = sim_host.run(s, "ring", seed=3, sim_seed=seed)
+    assert r["ok"] and r["sim"].ok, r["verify"]
+
+
+def test_the_wide_tile_gives_11s_bits_and_its_emulation_matches():
+    """Each output column sums the same MMAs in the same K order as in 11: the simulated outputs are 11's to the bit;
+    the emulator replays a 256-wide tile half by half from the exports (kinds.nvfp4.mma_half)."""
+    outs = {}
+    for key in ("nvfp4/11_ring_partials", "nvfp4/12_wide_tile"):
+        s = Stage(key)
+        t = s.inputs("sim", 5, "sim")
+        r = sim_host.run(s, "sim", seed=5, sim_seed="eager", inputs=t)
+        assert r["ok"], r["verify"]
+        outs[key] = t["out"].clone()
+    assert torch.equal(outs["nvfp4/11_ring_partials"], outs["nvfp4/12_wide_tile"])
+    s = Stage("nvfp4/12_wide_tile")
+    assert s.kind.emulate_check(s, "ring", (0, 0), 3)["ok"]
+    bad = s.kind.emulate_check(s, "ring", (0, 0), 3, overrides={"sfb_blocks": 1})   # exports that forget a block
+    assert not bad["ok"] and "parts add to" in bad["error"]

@@ -24,8 +24,9 @@ def check_layout(ex: dict) -> list[str]:
     if ex.get("mma_kind") != 6:
         out.append(f"mma_kind={ex.get('mma_kind')}: the NVFP4 stages use kind::mxf4nvf4 (6)")
     dec = D.decode_umma_instr_desc_block_scaled(ex["idesc"], "mxf4nvf4")
-    if (dec["m"], dec["n"]) != (ex["tile_m"], ex["tile_n"]):
-        out.append(f"idesc says M={dec['m']} N={dec['n']}, tiles are {ex['tile_m']}x{ex['tile_n']}")
+    mma_n = ex.get("mma_n", ex["tile_n"])     # 12: a tile of several MMAs side by side along N
+    if (dec["m"], dec["n"]) != (ex["tile_m"], mma_n) or ex["tile_n"] % mma_n:
+        out.append(f"idesc says M={dec['m']} N={dec['n']}, tiles are {ex['tile_m']}x{ex['tile_n']} in MMAs of N={mma_n}")
     if dec["scale_fmt"] != "ue4m3" or ex["sf_vec"] != 16:
         out.append("NVFP4 needs UE4M3 scales per 16 elements (idesc bit 23 = 0, sf_vec 16)")
     if ex["a_box_k"] != ex["block_k"] or ex["block_k"] // 2 != ex["a_swizzle"]:
@@ -34,7 +35,7 @@ def check_layout(ex: dict) -> list[str]:
         out.append(f"{ex['sf_rows_per_atom']} SF rows of {ex['sf_row_bytes']} B are not one 512-B atom")
     if ex["sf_box_rows"] * ex["sf_row_bytes"] != sf_ktile_bytes(ex):
         out.append(f"SF box {ex['sf_box_rows']} x {ex['sf_row_bytes']} B != {sf_ktile_bytes(ex)} B per K tile")
-    parts = ex["sfb_smem_offset"] - ex["a_smem_offset"] + sf_ktile_bytes(ex)
+    parts = ex["sfb_smem_offset"] - ex["a_smem_offset"] + ex.get("sfb_blocks", 1) * sf_ktile_bytes(ex)
     if parts != ex["stage_bytes"] or ex["stage_bytes"] % 1024:
         out.append(f"stage of {ex['stage_bytes']} B: parts add to {parts} B, SW128 needs 1024-B alignment")
     if ex["stage_tx_bytes"] != ex["stage_bytes"]:
@@ -101,6 +102,19 @@ def tile_params(ex: dict, slot: int = 0, n_blk: int = 0) -> E.TileParams:
         sfb_mma_shift_cols=sfb_shift(ex, n_blk))
 
 
+def mma_half(p: E.TileParams, ex: dict, h: int) -> E.TileParams:
+    """The TileParams of MMA half `h` of a tile of several MMAs along N (12: TILE_N = 2 x mma_n): B's rows, its
+    descriptor and box, its SF block's bytes and TMEM columns, and the accumulator h x mma_n further; half 0 of
+    a one-MMA tile is `p` itself."""
+    mn = ex.get("mma_n", ex["tile_n"])
+    if mn == ex["tile_n"]:
+        return p
+    off = h * mn * (ex["block_k"] // 2)                  # mma_n rows of B of one K tile's packed E2M1 bytes
+    return p.with_(b_smem_offset=p.b_smem_offset + off, b_desc=D.smem_desc_advance(p.b_desc, off), b_box_n=mn,
+                   sfb_smem_offset=p.sfb_smem_offset + h * sf_ktile_bytes(ex),
+                   sfb_tmem_col=p.sfb_tmem_col + h * ex["sfb_half_cols"], tmem_acc_col=p.tmem_acc_col + h * mn)
+
+
 def _np_bytes(t) -> np.ndarray:
     if isinstance(t, torch.Tensor):
         return t.detach().cpu().contiguous().view(torch.uint8).numpy()
@@ -115,7 +129,9 @@ def check_sf_loads(prob, ex: dict, sfa_mma, sfb_mma, m_blk: int, n_blk: int) -> 
     """Replay the kernel's SF TMA boxes (rows of 256 B at sf_box_row()) and check each K tile lands as the
     blocked atoms of that tile (what the MMA replay assumes is in shared memory)."""
     kt_bytes = sf_ktile_bytes(ex)
-    for name, flat, blk in (("sfa", sfa_mma, m_blk), ("sfb", sfb_mma, n_blk * ex["tile_n"] // SF_BLOCK_ROWS)):
+    sfb0 = n_blk * ex["tile_n"] // SF_BLOCK_ROWS     # 12: one SF block per 128-wide half, each its own box
+    for name, flat, blk in (("sfa", sfa_mma, m_blk),
+                            *(("sfb", sfb_mma, sfb0 + h) for h in range(ex.get("sfb_blocks", 1)))):
         g = np.ascontiguousarray(_np_bytes(sf_rows_view(flat, ex)))
         tm = E.TensorMap2D(8, (ex["sf_row_bytes"], g.shape[0]), (ex["sf_row_bytes"], ex["sf_box_rows"]), ex["sf_swizzle"])
         blocked = g.reshape(-1)
@@ -294,11 +310,13 @@ class Nvfp4(Kind):
         raise KindError(f"{stage.label}: no tensor behind tmap_{p}")
 
     def check_maps(self, stage, specs):
-        # Every K tile delivers exactly what the kernel's expect_tx announces (the C map is a store: not counted).
-        tx = sum(s.box_bytes for k, s in specs.items() if k != "c")
+        # Every K tile delivers exactly what the kernel's expect_tx announces (the C map is a store: not counted);
+        # B's scale-factor box is loaded once per SF block of the tile (12: sfb_blocks, one per 128-wide half)
+        loads = {"sfb": stage.exports.get("sfb_blocks", 1)}
+        tx = sum(s.box_bytes * loads.get(k, 1) for k, s in specs.items() if k != "c")
         if tx != stage.exports["stage_tx_bytes"]:
-            raise KindError(f"the four boxes deliver {tx} B per K tile but the kernel expects "
-                            f"{stage.exports['stage_tx_bytes']} B")
+            raise KindError(f"the {sum(loads.get(k, 1) for k in specs if k != 'c')} boxes of a K tile deliver {tx} B "
+                            f"but the kernel expects {stage.exports['stage_tx_bytes']} B")
 
     def map_owner(self, p, tensors):
         return tensors.get(self.OWNERS[p])
@@ -330,17 +348,22 @@ class Nvfp4(Kind):
         reports = []
         params = [tile_params(ex, s, n_blk) for s in range(ex["pipeline_stages"])]
         per_cta = prob.k // bk // ex.get("split_k", 1)   # K tiles one CTA walks (04: a cluster shares K)
-        # B and its scales as the 128-row block holding the tile (a narrow tile's SF atoms cover the block)
-        nb0, nrows = (n0 - n0 % SF_BLOCK_ROWS, SF_BLOCK_ROWS) if tn < SF_BLOCK_ROWS else (n0, tn)
-        for kt in range(prob.k // bk):
-            # the K tile's own columns, so emulate_tile's K tile 0 is the kernel's K tile kt; the staged
-            # epilogue runs once, below, on the whole sum
-            ksl, ssl = slice(kt * kt_bytes, (kt + 1) * kt_bytes), slice(kt * kt_sf, (kt + 1) * kt_sf)
-            out, rep = E.emulate_tile(params[kt % per_cta % len(params)].with_(stage_smem_offset=None),
-                                      a[m0:m0 + tm, ksl], bb[nb0:nb0 + nrows, ksl], sfa=sfa[m0:m0 + tm, ssl],
-                                      sfb=sfb[nb0:nb0 + nrows, ssl], n0=n0 - nb0, return_report=True)
-            acc += out
-            reports.append(rep)
+        # 12: the tile as MMAs of mma_n columns side by side, half h with B's rows, its SF block and its
+        # accumulator columns h * mma_n further (mma_halves)
+        mn = ex.get("mma_n", tn)
+        for h in range(tn // mn):
+            n0h = n0 + h * mn
+            # B and its scales as the 128-row block holding the tile (a narrow tile's SF atoms cover the block)
+            nb0, nrows = (n0h - n0h % SF_BLOCK_ROWS, SF_BLOCK_ROWS) if mn < SF_BLOCK_ROWS else (n0h, mn)
+            for kt in range(prob.k // bk):
+                # the K tile's own columns, so emulate_tile's K tile 0 is the kernel's K tile kt; the staged
+                # epilogue runs once, below, on the whole sum
+                ksl, ssl = slice(kt * kt_bytes, (kt + 1) * kt_bytes), slice(kt * kt_sf, (kt + 1) * kt_sf)
+                p = mma_half(params[kt % per_cta % len(params)], ex, h).with_(stage_smem_offset=None)
+                out, rep = E.emulate_tile(p, a[m0:m0 + tm, ksl], bb[nb0:nb0 + nrows, ksl], sfa=sfa[m0:m0 + tm, ssl],
+                                          sfb=sfb[nb0:nb0 + nrows, ssl], n0=n0h - nb0, return_report=True)
+                acc[:, h * mn:(h + 1) * mn] += out
+                reports.append(rep)
         alpha = _scalar(inputs.get("gsa", 1.0)) * _scalar(inputs.get("gsb", 1.0))
         if "stage_smem_offset" in ex:
             rep = E.TileReport()

@@ -76,7 +76,7 @@ VARIANTS = {
     "fp8": [("fp8/05_epi_warps", {"NUM_EPI_WARPS": w}) for w in (4, 6)]
            + [("fp8/06_stages", {"NUM_STAGES": n}) for n in (5, 6)],
     "nvfp4": [("nvfp4/10_reduce_scatter", {"SPLIT_K": 4}),     # the deeper split that fills N = 4096 (k7168)
-              ("nvfp4/11_ring_partials", {"SPLIT_K": 4})]
+              ("nvfp4/11_ring_partials", {"SPLIT_K": 4}), ("nvfp4/12_wide_tile", {"SPLIT_K": 4})]
              + [("nvfp4/01_pipelined", {"NUM_STAGES": n}) for n in (2, 3, 5, 6)]   # the lab's ring sweep
              + [("nvfp4/02_tma_store_epilogue", {"NUM_STAGES": n}) for n in (5, 6)],
 }

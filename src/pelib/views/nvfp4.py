@@ -473,10 +473,11 @@ def on_b200(name: str = "00_single_stage", stages: int | None = None, *, mistake
 # ---- beyond the lab: 03-06 (the chapter "NVFP4 beyond the lab") ---------------------------------------------
 
 BEYOND = ("01_pipelined", "03_narrow_n", "04_split_k_cluster", "05_persistent_acc2", "06_cache_hints",
-          "07_split_k_roles", "08_elected_issuers", "09_wide_split", "10_reduce_scatter", "11_ring_partials")
+          "07_split_k_roles", "08_elected_issuers", "09_wide_split", "10_reduce_scatter", "11_ring_partials",
+          "12_wide_tile")
 # A stage whose K split is chosen per shape in the side-by-side table: the deepest of its splits whose grid is one
 # wave on the B200 (one_wave_split), as a competition entry picks its configuration by shape.
-PER_SHAPE_SPLIT = {"10_reduce_scatter": (2, 4), "11_ring_partials": (2, 4)}
+PER_SHAPE_SPLIT = {"10_reduce_scatter": (2, 4), "11_ring_partials": (2, 4), "12_wide_tile": (2, 4)}
 BEYOND_DOC = "predictions-nvfp4-beyond.json"     # written by write_beyond_predictions, under results/<date>-b200/
 B200_SMS = 148
 # Public results on the same three shapes (M = 128; N, K = 7168, 16384 / 4096, 7168 / 7168, 2048), µs, as their
