@@ -10,6 +10,7 @@ from pelib import emulate as E
 from pelib import problems, reference, results
 from pelib.isa import sass
 from pelib.kinds import nvfp4 as K
+from pelib.layouts import tma_staging as TS
 from pelib.kinds.base import KindError
 from pelib.views import gonogo as T, nvfp4
 
@@ -162,7 +163,7 @@ def test_staging_addresses_follow_swizzle_128b():
     p = K.tile_params(ex_of(5), 0)
     r, c = np.meshgrid(np.arange(128), np.arange(128), indexing="ij")
     want = (c // 64) * 16384 + r * 128 + (((c % 64) // 8) ^ (r % 8)) * 16 + (c % 8) * 2
-    got = K.staging_addresses(p, r, c)
+    got = TS.staging_addresses(p, r, c)
     assert np.array_equal(got[..., 0], want) and np.array_equal(got[..., 1], want + 1)
     assert len(np.unique(got)) == STAGING_BYTES            # every byte of the tile exactly once
 
@@ -172,9 +173,9 @@ def test_kernel_staging_code_is_the_exported_layout(stages, ring):
     """The epilogue writes through staging_offset(); its exported hash equals the one of the stage_* layout."""
     lay = ex_of(stages, ring)
     p = K.tile_params(lay, 0)
-    assert K.staging_layout_hash(p) == lay["staging_layout_hash"]
+    assert TS.staging_layout_hash(p) == lay["staging_layout_hash"]
     for wrong in (dict(stage_swizzle=0), dict(stage_swizzle=64), dict(stage_box_cols=32)):
-        assert K.staging_layout_hash(p.with_(**wrong)) != lay["staging_layout_hash"], wrong
+        assert TS.staging_layout_hash(p.with_(**wrong)) != lay["staging_layout_hash"], wrong
 
 
 def test_staging_bank_model():
@@ -241,9 +242,9 @@ def test_wrong_staging_swizzle_is_caught(wrong, ring_inputs):
     # Not a lint alone: the numbers are scrambled within each 128-B row of a box, not lost.
     acc, p = _acc_and_params()
     prob = problems.NvFp4Gemm("one", 128, 128, 256)
-    good = K.emulate_staged_epilogue(p, acc, 1.0, prob)
+    good = TS.emulate_staged_epilogue(p, acc, 1.0, prob)
     rep = E.TileReport()
-    bad = K.emulate_staged_epilogue(p.with_(stage_swizzle=wrong), acc, 1.0, prob, report=rep)
+    bad = TS.emulate_staged_epilogue(p.with_(stage_swizzle=wrong), acc, 1.0, prob, report=rep)
     assert not np.array_equal(good, bad)
     rows_good = np.sort(good.reshape(128, 2, 64), axis=-1)
     rows_bad = np.sort(bad.reshape(128, 2, 64), axis=-1)
@@ -255,8 +256,8 @@ def test_the_check_would_miss_nothing_the_numbers_do_not_show():
     acc, p = _acc_and_params()
     prob = problems.NvFp4Gemm("one", 128, 128, 256)
     want = (np.float32(1.0) * acc.astype(np.float32)).astype(np.float16).astype(np.float64)
-    assert np.array_equal(K.emulate_staged_epilogue(p, acc, 1.0, prob), want)
-    assert not np.array_equal(K.emulate_staged_epilogue(p.with_(stage_swizzle=0), acc, 1.0, prob), want)
+    assert np.array_equal(TS.emulate_staged_epilogue(p, acc, 1.0, prob), want)
+    assert not np.array_equal(TS.emulate_staged_epilogue(p.with_(stage_swizzle=0), acc, 1.0, prob), want)
 
 
 def test_consistent_unswizzled_layout_is_correct_but_conflicted():
@@ -266,7 +267,7 @@ def test_consistent_unswizzled_layout_is_correct_but_conflicted():
     prob = problems.NvFp4Gemm("one", 128, 128, 256)
     want = (np.float32(1.0) * acc.astype(np.float32)).astype(np.float16).astype(np.float64)
     rep = E.TileReport()
-    assert np.array_equal(K.emulate_staged_epilogue(p.with_(stage_swizzle=0, out_swizzle=0), acc, 1.0, prob,
+    assert np.array_equal(TS.emulate_staged_epilogue(p.with_(stage_swizzle=0, out_swizzle=0), acc, 1.0, prob,
                                                         report=rep), want)
     assert rep.ok, rep.issues
     assert T.staging_wavefronts(2, swizzle=0) == 8 * T.staging_wavefronts(2)
@@ -284,15 +285,15 @@ def test_wrong_box_width_leaves_staging_bytes_unread_or_unwritten():
 
 def test_store_coordinates(monkeypatch):
     """Box b of tile (m, n) goes to (n*128 + 64b, m*128); a wrong formula writes outside the tile."""
-    assert K.c_box_coords(1, 2, 3) == (3 * 128 + 64, 2 * 128)
+    assert TS.c_box_coords(1, 2, 3) == (3 * 128 + 64, 2 * 128)
     acc, p = _acc_and_params()
     prob = problems.NvFp4Gemm("wide", 256, 384, 256)
     rep = E.TileReport()
-    K.emulate_staged_epilogue(p, acc, 1.0, prob, 1, 2, rep)
+    TS.emulate_staged_epilogue(p, acc, 1.0, prob, 1, 2, rep)
     assert rep.ok, rep.issues
-    monkeypatch.setattr(K, "c_box_coords", lambda b, m, n, tm=128, tn=128, bc=64: (n * tn + 96 * b, m * tm))
+    monkeypatch.setattr(TS, "c_box_coords", lambda b, m, n, tm=128, tn=128, bc=64: (n * tn + 96 * b, m * tm))
     rep = E.TileReport()
-    K.emulate_staged_epilogue(p, acc, 1.0, prob, 1, 1, rep)
+    TS.emulate_staged_epilogue(p, acc, 1.0, prob, 1, 1, rep)
     assert not rep.ok and any("outside tile" in i for i in rep.issues) and rep.uncovered_outputs > 0
 
 

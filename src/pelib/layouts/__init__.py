@@ -1,1 +1,2 @@
-"""Shared-memory layouts: bank conflicts (banks) and the epilogue's staging (staging)."""
+"""Shared-memory layouts: bank conflicts (banks), the FP8 epilogue's staging (staging) and the NVFP4 TMA-store
+epilogue's staging tile (tma_staging)."""

@@ -5,7 +5,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..layouts import banks, staging
+from ..layouts import banks, staging, tma_staging
 from .. import bench, device, gonogo, records, results
 from ..isa import sass
 from ..facts import Table, evidence_label
@@ -185,7 +185,7 @@ def staging_chunk_table(stages: int = 5, rows: int = 9, swizzle: int | None = No
     for r in range(rows):
         slots = {}
         for c in range(0, p.stage_box_cols, 8):
-            a = int(kn.staging_addresses(p, np.array(r), np.array(c))[0])
+            a = int(tma_staging.staging_addresses(p, np.array(r), np.array(c))[0])
             slots[(a - p.stage_smem_offset - r * p.stage_box_cols * p.out_elem_bytes) // 16] = f"{c}–{c + 7}"
         out.append({"row": r, **{f"slot {q}": slots.get(q, "") for q in range(p.stage_box_cols * 2 // 16)}})
     return Table(out, f"Box 0 of the staging tile: output columns in each 16-B slot of a 128-B row, "
@@ -198,7 +198,7 @@ def staging_wavefronts(stages: int = 5, swizzle: int | None = None, warp: int = 
     p = _params(stages, swizzle)
     rows = 32 * warp + np.arange(32)[:, None] + np.zeros((1, 8), dtype=np.int64)
     cols = col + np.arange(8)[None, :] + np.zeros((32, 1), dtype=np.int64)
-    return staging.wavefronts(kn.staging_addresses(p, rows, cols).reshape(32, -1))
+    return staging.wavefronts(tma_staging.staging_addresses(p, rows, cols).reshape(32, -1))
 
 
 def store_traffic_table(stages: int = 5) -> Table:
