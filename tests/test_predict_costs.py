@@ -276,8 +276,9 @@ def test_a_spill_is_an_access_of_the_load_store_path_and_its_reload_a_wait():
     with pytest.raises(KeyError, match="all four"):
         replay.local_cycles(with_(**{k: x for k, x in four.items() if "store" in k}))
     local = replay.local_cycles(with_(**four))
-    assert replay.local_access_cycles(local, "store", 8) == pytest.approx(8.0)     # between 4 and 16 B a lane
-    assert replay.local_access_cycles(local, "load", 2) == 3.0 and replay.local_access_cycles(local, "load", 32) == 14.0
+    at = lambda op, w: replay.lsu_access_cycles(local, op, w, replay.LOCAL_WIDTHS)   # noqa: E731
+    assert at("store", 8) == pytest.approx(8.0)     # between 4 and 16 B a lane
+    assert at("load", 2) == 3.0 and at("load", 32) == 14.0
 
     r = replay.Replay.__new__(replay.Replay)
     r.used, r.slots, r.sm_of, r.lsu_free = defaultdict(dict), 1.0 * replay.BUCKET, {}, defaultdict(float)

@@ -75,25 +75,15 @@ def local_cycles(cal) -> dict | None:
                                                     "line pattern) or none"))
 
 
-def local_access_cycles(local: dict, op: str, width: int) -> float:
-    """Cycles of one local access of `width` bytes a lane: the line between the two measured widths (8 B between
-    4 and 16), the 4-B cost below them."""
-    lo, hi = LOCAL_WIDTHS
-    if width <= lo:
-        return local[(op, lo)]
-    if width >= hi:
-        return local[(op, hi)] * width / hi
-    return local[(op, lo)] + (local[(op, hi)] - local[(op, lo)]) * (width - lo) / (hi - lo)
-
-
-def lsu_access_cycles(lsu: dict, op: str, width: int) -> float:
+def lsu_access_cycles(lsu: dict, op: str, width: int, widths: tuple = LSU_WIDTHS) -> float:
     """Cycles of one access of `width` bytes a lane: the measured width, or the line between the two measured
-    widths around it (a 2-B STG.U16 takes the 4-B cost; wider than 16 B, the 16-B cost per 16 B)."""
-    if width <= LSU_WIDTHS[0]:
-        return lsu[(op, LSU_WIDTHS[0])]
-    if width >= LSU_WIDTHS[-1]:
-        return lsu[(op, LSU_WIDTHS[-1])] * width / LSU_WIDTHS[-1]
-    for a, b in zip(LSU_WIDTHS, LSU_WIDTHS[1:]):
+    widths around it (a 2-B STG.U16 takes the 4-B cost; wider than the widest, its cost per its bytes). `widths`:
+    the table's measured widths (LOCAL_WIDTHS for a spill's)."""
+    if width <= widths[0]:
+        return lsu[(op, widths[0])]
+    if width >= widths[-1]:
+        return lsu[(op, widths[-1])] * width / widths[-1]
+    for a, b in zip(widths, widths[1:]):
         if a <= width <= b:
             return lsu[(op, a)] + (lsu[(op, b)] - lsu[(op, a)]) * (width - a) / (b - a)
     raise AssertionError(width)
@@ -403,7 +393,7 @@ class Replay:
             self._log(w, t0, w.t, "issue")
             op = "store" if kind == "stl" else "load"
             if self.local is not None:
-                self._lsu_access(w, op, it[1], local_access_cycles(self.local, op, it[1]), "local")
+                self._lsu_access(w, op, it[1], lsu_access_cycles(self.local, op, it[1], LOCAL_WIDTHS), "local")
             if kind == "ldl" and self.sb_lat is not None and it[2] is not None:
                 w.sb[it[2]] = max(w.sb.get(it[2], 0.0), w.t + self.sb_lat["lds"])
         elif kind == "stg":
