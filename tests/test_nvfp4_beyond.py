@@ -245,17 +245,19 @@ def test_the_scattered_reduction_halves_the_partials_and_lets_split_k_4_fit():
         Stage("nvfp4/10_reduce_scatter", {"SPLIT_K": 3}).build
 
 
+def _simulated_out(key: str) -> torch.Tensor:
+    """The stage's simulated output on the 'sim' problem's random inputs (seed 5, the eager schedule), verified."""
+    s = Stage(key)
+    t = s.inputs("sim", 5, "sim")
+    r = sim_host.run(s, "sim", seed=5, sim_seed="eager", inputs=t)
+    assert r["ok"], r["verify"]
+    return t["out"].clone()
+
+
 def test_the_scattered_reduction_gives_09s_bits():
     """The slices are added in 09's order (rank 0 first), so on the same random inputs the simulated output of
     10 is 09's bit for bit, on every schedule."""
-    outs = {}
-    for key in ("nvfp4/09_wide_split", "nvfp4/10_reduce_scatter"):
-        s = Stage(key)
-        t = s.inputs("sim", 5, "sim")
-        r = sim_host.run(s, "sim", seed=5, sim_seed="eager", inputs=t)
-        assert r["ok"], r["verify"]
-        outs[key] = t["out"].clone()
-    assert torch.equal(outs["nvfp4/09_wide_split"], outs["nvfp4/10_reduce_scatter"])
+    assert torch.equal(_simulated_out("nvfp4/09_wide_split"), _simulated_out("nvfp4/10_reduce_scatter"))
 
 
 @pytest.mark.parametrize("seed", ("lazy", "eager", 0))
@@ -325,14 +327,7 @@ def test_the_ring_partials_on_the_simulator(defines, seed):
 
 def test_the_ring_partials_give_10s_bits():
     """The reduction is 10's, so on the same random inputs the simulated output of 11 is 10's bit for bit."""
-    outs = {}
-    for key in ("nvfp4/10_reduce_scatter", "nvfp4/11_ring_partials"):
-        s = Stage(key)
-        t = s.inputs("sim", 5, "sim")
-        r = sim_host.run(s, "sim", seed=5, sim_seed="eager", inputs=t)
-        assert r["ok"], r["verify"]
-        outs[key] = t["out"].clone()
-    assert torch.equal(outs["nvfp4/10_reduce_scatter"], outs["nvfp4/11_ring_partials"])
+    assert torch.equal(_simulated_out("nvfp4/10_reduce_scatter"), _simulated_out("nvfp4/11_ring_partials"))
 
 
 def test_the_shared_memory_table_says_where_the_partials_sit_and_what_launches():
@@ -374,14 +369,7 @@ def test_the_wide_tile_on_the_simulator(defines, seed):
 def test_the_wide_tile_gives_11s_bits_and_its_emulation_matches():
     """Each output column sums the same MMAs in the same K order as in 11: the simulated outputs are 11's to the bit;
     the emulator replays a 256-wide tile half by half from the exports (kinds.nvfp4.mma_half)."""
-    outs = {}
-    for key in ("nvfp4/11_ring_partials", "nvfp4/12_wide_tile"):
-        s = Stage(key)
-        t = s.inputs("sim", 5, "sim")
-        r = sim_host.run(s, "sim", seed=5, sim_seed="eager", inputs=t)
-        assert r["ok"], r["verify"]
-        outs[key] = t["out"].clone()
-    assert torch.equal(outs["nvfp4/11_ring_partials"], outs["nvfp4/12_wide_tile"])
+    assert torch.equal(_simulated_out("nvfp4/11_ring_partials"), _simulated_out("nvfp4/12_wide_tile"))
     s = Stage("nvfp4/12_wide_tile")
     assert s.kind.emulate_check(s, "ring", (0, 0), 3)["ok"]
     bad = s.kind.emulate_check(s, "ring", (0, 0), 3, overrides={"sfb_blocks": 1})   # exports that forget a block
